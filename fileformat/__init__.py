@@ -1,0 +1,1 @@
+"""Bytes and where they live: Kafka RecordBatch v2, the multi-partition segment file, and the object-store interface with its implementations. Imports nothing else from the project; no asyncio in the codec parts."""

@@ -1,0 +1,66 @@
+"""The metadata client interface: what agents, the compactor and Spark may ask of metadata.
+
+Two implementations live in `metadata.client`: `LocalMetadataClient` wraps a
+`MetadataService` in this process (the playground; blocking SQL runs in a worker
+thread) and `HttpMetadataClient` talks to `skiff metadata` over HTTP/JSON. Both raise
+`metadata.errors.MetadataError` (with a Kafka error code) for whole-request failures
+and `metadata.errors.MetadataUnavailable` when the service cannot be reached (a
+retriable condition the agent maps to a retriable Kafka error).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Protocol
+
+from metadata.types import (
+    AgentInfo,
+    ChunkResult,
+    ChunkSpec,
+    FetchQuery,
+    FileSpec,
+    GroupOffset,
+    OffsetAnswer,
+    OffsetQuery,
+    OutputChunk,
+    PartitionFetchInfo,
+    PartitionKey,
+    PartitionState,
+    Topic,
+)
+
+
+class MetadataClient(Protocol):
+    # topics
+    async def create_topic(self, name: str, partition_count: int, configs: dict[str, str]) -> Topic: ...
+    async def delete_topic(self, name: str) -> None: ...
+    async def list_topics(self) -> list[Topic]: ...
+    async def describe_topics(self, names: Sequence[str]) -> dict[str, Topic]: ...  # missing names absent
+    async def topics_by_id(self, topic_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Topic]: ...
+    async def alter_topic_configs(
+        self, name: str, set_configs: dict[str, str], delete_configs: Sequence[str], replace: bool
+    ) -> Topic: ...
+    async def add_partitions(self, name: str, new_partition_count: int) -> Topic: ...
+
+    # produce / fetch
+    async def commit_file(self, file: FileSpec, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]: ...
+    async def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]: ...
+    async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]: ...
+    async def list_offsets(self, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]: ...
+    async def init_producer_id(self) -> tuple[int, int]: ...  # (producer_id, producer_epoch)
+
+    # compaction
+    async def replace_chunks(
+        self, input_chunk_ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk]
+    ) -> None: ...
+
+    # consumer groups
+    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None: ...
+    async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]: ...
+
+    # agents
+    async def heartbeat_agent(self, agent: AgentInfo) -> None: ...  # registers on first call
+    async def live_agents(self) -> list[AgentInfo]: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,182 @@
+"""Plain value types exchanged with the metadata service.
+
+These are the public surface of `metadata`: the agent, the compactor and Spark build
+and read them; the service, the FastAPI app and both clients (in-process and HTTP)
+speak them. They are frozen dataclasses with no I/O, so any package may import them.
+
+Error reporting: operations that fail as a whole raise `MetadataError` carrying a
+Kafka error code (see `metadata.errors`); per-item failures (one chunk of a commit,
+one partition of a lookup) are reported in the item's own `error_code`, 0 meaning
+success, so that one bad partition never fails its neighbours.
+
+Offsets: `offset_count` of a batch is its `last_offset_delta + 1`, the number of
+offsets it occupies; a chunk occupies `[base_offset, last_offset]`, inclusive.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+# ListOffsets special timestamps, as Kafka defines them.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    partition_count: int
+    # Only the configs set explicitly on the topic; `metadata.configs` knows the defaults.
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """An object just written to the bucket, about to be committed."""
+
+    object_key: str
+    size_bytes: int
+    level: int = 0  # 0: written by an agent; 1+: written by the compactor
+    writer: str = ""  # agent or compactor id, for operators
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """One RecordBatch inside a file, as the agent saw it on the produce path."""
+
+    byte_offset: int  # position of the batch's first byte inside the file
+    byte_length: int
+    offset_count: int  # last_offset_delta + 1
+    record_count: int
+    max_timestamp: int  # ms
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    # Kafka timestampType of the batch: 0 CreateTime, 1 LogAppendTime.
+    timestamp_type: int = 0
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """One partition's batches inside one file, contiguous in the file and in order."""
+
+    topic_id: uuid.UUID
+    partition: int
+    batches: tuple[BatchSpec, ...]
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    error_code: int
+    base_offset: int = -1  # assigned (or, for a retried duplicate, original) offset
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    error_code: int  # set when the whole chunk failed (e.g. unknown partition)
+    batches: tuple[BatchResult, ...]  # one per BatchSpec, same order
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionKey:
+    topic_id: uuid.UUID
+    partition: int
+
+
+@dataclass(frozen=True)
+class FetchQuery:
+    topic_id: uuid.UUID
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class ChunkLocation:
+    """Where a run of batches lives, and which offsets it holds."""
+
+    chunk_id: int
+    object_key: str
+    byte_position: int
+    byte_length: int
+    base_offset: int
+    last_offset: int
+    record_count: int
+    max_timestamp: int
+    # True for compactor output: batches carry absolute offsets already. False for
+    # agent files: the reader rewrites each batch's baseOffset, starting at base_offset
+    # and advancing by each batch's last_offset_delta + 1.
+    offsets_absolute: bool = False
+    # Serialized pyroaring BitMap of (offset - base_offset) still present, compacted
+    # chunks only; None means every offset in [base_offset, last_offset] is present.
+    present_offsets: bytes | None = None
+
+
+@dataclass(frozen=True)
+class PartitionFetchInfo:
+    error_code: int
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    chunks: tuple[ChunkLocation, ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    error_code: int
+    log_start_offset: int = -1
+    high_watermark: int = -1
+
+
+@dataclass(frozen=True)
+class OffsetQuery:
+    topic_id: uuid.UUID
+    partition: int
+    timestamp: int  # ms, or LATEST_TIMESTAMP / EARLIEST_TIMESTAMP / MAX_TIMESTAMP
+
+
+@dataclass(frozen=True)
+class OffsetAnswer:
+    error_code: int
+    offset: int = -1
+    timestamp: int = -1
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """A chunk of a compactor-written file: absolute offsets, and exact holes."""
+
+    topic_id: uuid.UUID
+    partition: int
+    byte_position: int
+    byte_length: int
+    base_offset: int
+    last_offset: int
+    record_count: int
+    batch_count: int
+    max_timestamp: int
+    present_offsets: bytes | None = None  # serialized pyroaring BitMap, relative to base_offset
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None = None
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    agent_id: str
+    host: str
+    port: int
+    zone: str | None = None
+    last_heartbeat_ms: int = 0

@@ -1,0 +1,1 @@
+"""The PySpark data source that reads topics straight from the bucket (batch and streaming)."""
