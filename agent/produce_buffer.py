@@ -1,0 +1,315 @@
+"""The produce buffer: many producers' batches -> one multi-partition file per flush.
+
+Algorithm:
+- Batches (already validated by the Produce handler) are appended to the *open file*, a
+  map (topic_id, partition) -> [batch, ...] in arrival order. The first batch of an open
+  file starts its timer; the file is sealed when `flush_interval_ms` has passed since
+  then, or as soon as it holds `flush_max_bytes`, whichever comes first.
+- A sealed file is built (chunks sorted by (topic_id, partition), see
+  `fileformat.segment`), PUT to the bucket, then committed to metadata, which assigns
+  offsets. Only then are the appends resolved with their offsets (invariant 1: nothing
+  is acked before its file is stored and committed).
+- PUTs of consecutive files may overlap (at most `max_inflight_flushes`), but commits
+  happen strictly in seal order, so a producer's batches get offsets in the order it
+  sent them even when they straddle two files.
+- Memory is bounded: appends wait while `max_buffered_bytes` are held by open and
+  in-flight files (back-pressure reaches the producer as a slower ack, never an
+  out-of-memory crash). A batch larger than the bound is still accepted alone.
+- A failed PUT or a metadata failure resolves that file's appends with a retriable
+  error (`KAFKA_STORAGE_ERROR` / `REQUEST_TIMED_OUT`); idempotent producers then retry
+  and metadata de-duplicates by sequence number.
+
+Time comes from the event loop's clock; the wall clock is injected for file names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from fileformat.segment import ChunkInput, ChunkPlacement, build_segment
+from metadata.api_types import MetadataClient
+from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec, FileSpec
+
+log = logging.getLogger(__name__)
+
+# Kafka error codes used here (kio.schema.errors.ErrorCode values).
+REQUEST_TIMED_OUT = 7
+KAFKA_STORAGE_ERROR = 56
+UNKNOWN_SERVER_ERROR = -1
+
+
+@dataclass(frozen=True)
+class PendingBatch:
+    """One validated RecordBatch and what metadata needs to know about it."""
+
+    data: bytes
+    offset_count: int  # last_offset_delta + 1
+    record_count: int
+    min_timestamp: int
+    max_timestamp: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    timestamp_type: int = 0
+
+
+@dataclass(frozen=True)
+class CommittedFile:
+    """What observers (fetch cache, long-poll waiters, metrics) learn after a commit."""
+
+    object_key: str
+    data: bytes
+    placements: tuple[ChunkPlacement, ...]
+    results: tuple[ChunkResult, ...]
+    chunks: tuple[ChunkSpec, ...]
+
+
+@dataclass
+class _OpenFile:
+    seq: int
+    entries: dict[tuple[uuid.UUID, int], list[tuple[PendingBatch, asyncio.Future[BatchResult]]]] = field(
+        default_factory=dict
+    )
+    size_bytes: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+class ObjectPutter:
+    """What the buffer needs of an async object store."""
+
+    async def put(self, key: str, data: bytes) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class ProduceBuffer:
+    def __init__(
+        self,
+        *,
+        store: ObjectPutter,
+        metadata: MetadataClient,
+        agent_id: str,
+        flush_interval_ms: int = 250,
+        flush_max_bytes: int = 8 * 1024 * 1024,
+        max_inflight_flushes: int = 4,
+        max_buffered_bytes: int = 64 * 1024 * 1024,
+        key_prefix: str = "segments/",
+        wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        on_committed: Callable[[CommittedFile], Awaitable[None] | None] | None = None,
+    ) -> None:
+        if flush_interval_ms <= 0 or flush_max_bytes <= 0 or max_inflight_flushes <= 0:
+            raise ValueError("flush interval, flush size and in-flight flushes must be positive")
+        if max_buffered_bytes < flush_max_bytes:
+            raise ValueError("max_buffered_bytes must be at least flush_max_bytes")
+        self._store = store
+        self._metadata = metadata
+        self._agent_id = agent_id
+        self._flush_interval_s = flush_interval_ms / 1000.0
+        self._flush_max_bytes = flush_max_bytes
+        self._max_buffered_bytes = max_buffered_bytes
+        self._key_prefix = key_prefix
+        self._wall_clock_ms = wall_clock_ms
+        self._on_committed = on_committed
+        self._inflight = asyncio.Semaphore(max_inflight_flushes)
+        self._open: _OpenFile | None = None
+        self._next_seq = 0
+        self._buffered_bytes = 0
+        self._space = asyncio.Condition()
+        self._last_commit_done: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        # counters for metrics and tests
+        self.files_flushed = 0
+        self.bytes_flushed = 0
+        self.flush_failures = 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._buffered_bytes
+
+    async def append(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
+    ) -> list[BatchResult]:
+        """Add one partition's batches; resolves once they are committed (or failed)."""
+        futures = await self.append_nowait(topic_id, partition, batches)
+        return list(await asyncio.gather(*futures))
+
+    async def append_nowait(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
+    ) -> list[asyncio.Future[BatchResult]]:
+        """Add batches, waiting only for buffer space; returns futures of their results."""
+        if self._closed:
+            raise RuntimeError("produce buffer is closed")
+        size = sum(len(b.data) for b in batches)
+        async with self._space:
+            await self._space.wait_for(
+                lambda: self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
+            )
+            self._buffered_bytes += size
+        loop = asyncio.get_running_loop()
+        open_file = self._open
+        if open_file is None:
+            open_file = self._open = _OpenFile(seq=self._next_seq)
+            self._next_seq += 1
+            open_file.timer = loop.call_later(self._flush_interval_s, self._seal_if_open, open_file.seq)
+        futures: list[asyncio.Future[BatchResult]] = []
+        entry = open_file.entries.setdefault((topic_id, partition), [])
+        for b in batches:
+            fut: asyncio.Future[BatchResult] = loop.create_future()
+            entry.append((b, fut))
+            futures.append(fut)
+        open_file.size_bytes += size
+        if open_file.size_bytes >= self._flush_max_bytes:
+            self._seal()
+        return futures
+
+    def _seal_if_open(self, seq: int) -> None:
+        if self._open is not None and self._open.seq == seq:
+            self._seal()
+
+    def _seal(self) -> None:
+        open_file = self._open
+        if open_file is None:
+            return
+        self._open = None
+        if open_file.timer is not None:
+            open_file.timer.cancel()
+        loop = asyncio.get_running_loop()
+        previous = self._last_commit_done
+        done: asyncio.Future[None] = loop.create_future()
+        self._last_commit_done = done
+        task = loop.create_task(self._flush(open_file, previous, done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def flush(self) -> None:
+        """Seal the open file now and wait until everything sealed so far is resolved."""
+        self._seal()
+        last = self._last_commit_done
+        if last is not None:
+            await asyncio.shield(last)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self.flush()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _object_key(self) -> str:
+        return f"{self._key_prefix}{self._wall_clock_ms():013d}-{self._agent_id}-{uuid.uuid4().hex[:16]}.seg"
+
+    async def _flush(
+        self, open_file: _OpenFile, previous: asyncio.Future[None] | None, done: asyncio.Future[None]
+    ) -> None:
+        try:
+            async with self._inflight:
+                await self._put_and_commit(open_file, previous)
+        except Exception:  # never leave a producer hanging
+            log.exception("flush %d failed unexpectedly", open_file.seq)
+            self._fail_all(open_file, UNKNOWN_SERVER_ERROR, "internal error while flushing")
+        finally:
+            if not done.done():
+                done.set_result(None)
+            async with self._space:
+                self._buffered_bytes -= open_file.size_bytes
+                self._space.notify_all()
+
+    async def _put_and_commit(self, open_file: _OpenFile, previous: asyncio.Future[None] | None) -> None:
+        keys = sorted(open_file.entries, key=lambda k: (k[0].bytes, k[1]))
+        inputs = []
+        for topic_id, partition in keys:
+            batches = [b for b, _ in open_file.entries[(topic_id, partition)]]
+            inputs.append(
+                ChunkInput(
+                    topic_id=topic_id,
+                    partition=partition,
+                    batches=[b.data for b in batches],
+                    batch_count=len(batches),
+                    record_count=sum(b.record_count for b in batches),
+                    min_timestamp=min(b.min_timestamp for b in batches),
+                    max_timestamp=max(b.max_timestamp for b in batches),
+                )
+            )
+        data, placements = build_segment(inputs)
+        key = self._object_key()
+        try:
+            await self._store.put(key, data)
+        except Exception as exc:
+            self.flush_failures += 1
+            log.warning("PUT %s (%d bytes) failed: %s", key, len(data), exc)
+            # Commit order must still be kept for the files after this one.
+            if previous is not None:
+                await asyncio.shield(previous)
+            self._fail_all(open_file, KAFKA_STORAGE_ERROR, f"object store write failed: {exc}")
+            return
+        chunk_specs = []
+        for (topic_id, partition), placement in zip(keys, placements, strict=True):
+            batches = [b for b, _ in open_file.entries[(topic_id, partition)]]
+            chunk_specs.append(
+                ChunkSpec(
+                    topic_id=topic_id,
+                    partition=partition,
+                    batches=tuple(
+                        BatchSpec(
+                            byte_offset=pos,
+                            byte_length=len(b.data),
+                            offset_count=b.offset_count,
+                            record_count=b.record_count,
+                            max_timestamp=b.max_timestamp,
+                            producer_id=b.producer_id,
+                            producer_epoch=b.producer_epoch,
+                            base_sequence=b.base_sequence,
+                            timestamp_type=b.timestamp_type,
+                        )
+                        for b, pos in zip(batches, placement.batch_positions, strict=True)
+                    ),
+                )
+            )
+        if previous is not None:
+            await asyncio.shield(previous)  # commit strictly in seal order
+        file_spec = FileSpec(object_key=key, size_bytes=len(data), level=0, writer=self._agent_id)
+        try:
+            results = await self._metadata.commit_file(file_spec, chunk_specs)
+        except MetadataUnavailable as exc:
+            self.flush_failures += 1
+            # Ambiguous: the commit may or may not have happened. Retriable for the client;
+            # idempotent producers are de-duplicated by sequence number on retry.
+            self._fail_all(open_file, REQUEST_TIMED_OUT, f"metadata unavailable: {exc}")
+            return
+        except MetadataError as exc:
+            self.flush_failures += 1
+            self._fail_all(open_file, exc.error_code, exc.message)
+            return
+        if len(results) != len(chunk_specs):
+            raise RuntimeError("metadata returned a result count that does not match the chunks")
+        self.files_flushed += 1
+        self.bytes_flushed += len(data)
+        for (topic_id, partition), result in zip(keys, results, strict=True):
+            pending = open_file.entries[(topic_id, partition)]
+            for i, (_, fut) in enumerate(pending):
+                if fut.done():
+                    continue
+                if result.error_code and not result.batches:
+                    fut.set_result(BatchResult(error_code=result.error_code, error_message=result.error_message))
+                else:
+                    fut.set_result(result.batches[i])
+        if self._on_committed is not None:
+            committed = CommittedFile(key, data, tuple(placements), tuple(results), tuple(chunk_specs))
+            try:
+                maybe = self._on_committed(committed)
+                if maybe is not None:
+                    await maybe
+            except Exception:
+                log.exception("on_committed observer failed")
+
+    @staticmethod
+    def _fail_all(open_file: _OpenFile, error_code: int, message: str) -> None:
+        for pending in open_file.entries.values():
+            for _, fut in pending:
+                if not fut.done():
+                    fut.set_result(BatchResult(error_code=error_code, error_message=message))

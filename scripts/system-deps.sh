@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# System packages and services the test suite needs: kcat (Debian), a JDK, PostgreSQL running.
+set -euo pipefail
+need=()
+command -v kcat >/dev/null 2>&1 || need+=(kcat)
+command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
+command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# PostgreSQL on 127.0.0.1:5432 with trust auth is what the tests expect (see README).
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+    for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+fi
+pg_isready -h 127.0.0.1 -p 5432 || { echo "PostgreSQL is not reachable on 127.0.0.1:5432" >&2; exit 1; }

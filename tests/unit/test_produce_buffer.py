@@ -1,0 +1,164 @@
+"""Produce buffer: one file per flush, acks only after commit, commit order, back-pressure."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+
+import pytest
+
+from agent.produce_buffer import KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT, PendingBatch, ProduceBuffer
+from fileformat.segment import read_footer_from_bytes
+from metadata.errors import MetadataUnavailable
+from metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec
+
+T1 = uuid.UUID(int=1)
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.delays: list[float] = []
+        self.fail_next = 0
+
+    async def put(self, key: str, data: bytes) -> None:
+        if self.delays:
+            await asyncio.sleep(self.delays.pop(0))
+        if self.fail_next:
+            self.fail_next -= 1
+            raise OSError("bucket on fire")
+        self.objects[key] = data
+
+
+class FakeMetadata:
+    """Assigns offsets contiguously per partition, like the real service."""
+
+    def __init__(self) -> None:
+        self.hwm: dict[tuple[uuid.UUID, int], int] = {}
+        self.commits: list[FileSpec] = []
+        self.gate: asyncio.Event | None = None
+        self.unavailable = 0
+
+    async def commit_file(self, file: FileSpec, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.unavailable:
+            self.unavailable -= 1
+            raise MetadataUnavailable("down")
+        self.commits.append(file)
+        out = []
+        for c in chunks:
+            results = []
+            for b in c.batches:
+                base = self.hwm.get((c.topic_id, c.partition), 0)
+                self.hwm[(c.topic_id, c.partition)] = base + b.offset_count
+                results.append(BatchResult(error_code=0, base_offset=base, log_start_offset=0))
+            out.append(ChunkResult(error_code=0, batches=tuple(results)))
+        return out
+
+
+def batch(n: int = 100, records: int = 1) -> PendingBatch:
+    return PendingBatch(data=b"b" * n, offset_count=records, record_count=records, min_timestamp=1, max_timestamp=2)
+
+
+def make(store: FakeStore, md: FakeMetadata, **kw: int) -> ProduceBuffer:
+    args = {"flush_interval_ms": 20, "flush_max_bytes": 10_000, "max_buffered_bytes": 100_000}
+    args.update(kw)
+    return ProduceBuffer(store=store, metadata=md, agent_id="a1", **args)  # type: ignore[arg-type]
+
+
+async def test_many_partitions_one_file_one_commit() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    buf = make(store, md)
+    results = await asyncio.gather(*(buf.append(T1, p, [batch()]) for p in range(100)))
+    assert all(r[0].error_code == 0 and r[0].base_offset == 0 for r in results)
+    assert len(store.objects) == 1 and len(md.commits) == 1
+    (data,) = store.objects.values()
+    _, entries = read_footer_from_bytes(data)
+    assert [e.partition for e in entries] == list(range(100))
+
+
+async def test_size_triggers_flush_before_interval() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    buf = make(store, md, flush_interval_ms=60_000, flush_max_bytes=1000)
+    r = await asyncio.wait_for(buf.append(T1, 0, [batch(600), batch(600)]), 5)
+    assert [x.base_offset for x in r] == [0, 1]
+    assert len(store.objects) == 1
+
+
+async def test_not_acked_before_commit_returns() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    md.gate = asyncio.Event()
+    buf = make(store, md)
+    task = asyncio.create_task(buf.append(T1, 0, [batch()]))
+    await asyncio.sleep(0.1)
+    assert len(store.objects) == 1  # the PUT happened ...
+    assert not task.done()  # ... but no ack until the commit returns
+    md.gate.set()
+    assert (await task)[0].error_code == 0
+
+
+async def test_commits_follow_seal_order_even_when_puts_finish_out_of_order() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    store.delays = [0.2, 0.0]  # first file's PUT is slow
+    buf = make(store, md, flush_max_bytes=100)
+    first = asyncio.create_task(buf.append(T1, 0, [batch(100)]))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(buf.append(T1, 0, [batch(100)]))
+    r1, r2 = await first, await second
+    assert (r1[0].base_offset, r2[0].base_offset) == (0, 1)
+    assert len(md.commits) == 2
+
+
+async def test_put_failure_is_retriable_and_next_file_succeeds() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    store.fail_next = 1
+    buf = make(store, md)
+    r = await buf.append(T1, 0, [batch()])
+    assert r[0].error_code == KAFKA_STORAGE_ERROR
+    r = await buf.append(T1, 0, [batch()])
+    assert r[0].error_code == 0 and r[0].base_offset == 0
+    assert buf.buffered_bytes == 0
+
+
+async def test_metadata_unavailable_is_retriable() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    md.unavailable = 1
+    buf = make(store, md)
+    r = await buf.append(T1, 0, [batch()])
+    assert r[0].error_code == REQUEST_TIMED_OUT
+    assert (await buf.append(T1, 0, [batch()]))[0].error_code == 0
+
+
+async def test_back_pressure_bounds_buffered_bytes() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    md.gate = asyncio.Event()
+    buf = make(store, md, flush_max_bytes=1000, max_buffered_bytes=2000)
+    first = [asyncio.create_task(buf.append(T1, 0, [batch(1000)])) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    assert buf.buffered_bytes == 2000
+    third = asyncio.create_task(buf.append(T1, 0, [batch(1000)]))
+    await asyncio.sleep(0.05)
+    assert buf.buffered_bytes == 2000  # the third waits for space, it is not buffered
+    md.gate.set()
+    results = await asyncio.gather(*first, third)
+    assert sorted(r[0].base_offset for r in results) == [0, 1, 2]
+    assert buf.buffered_bytes == 0
+
+
+async def test_oversize_batch_alone_is_accepted() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    buf = make(store, md, flush_max_bytes=1000, max_buffered_bytes=1000)
+    r = await asyncio.wait_for(buf.append(T1, 0, [batch(5000)]), 5)
+    assert r[0].error_code == 0
+
+
+async def test_close_flushes_pending() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    buf = make(store, md, flush_interval_ms=60_000)
+    futs = await buf.append_nowait(T1, 0, [batch()])
+    await buf.close()
+    assert futs[0].result().error_code == 0
+    with pytest.raises(RuntimeError):
+        await buf.append(T1, 0, [batch()])
