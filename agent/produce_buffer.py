@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fileformat.segment import ChunkInput, ChunkPlacement, build_segment
 from metadata.api_types import MetadataClient
@@ -80,11 +81,10 @@ class _OpenFile:
     timer: asyncio.TimerHandle | None = None
 
 
-class ObjectPutter:
+class ObjectPutter(Protocol):
     """What the buffer needs of an async object store."""
 
-    async def put(self, key: str, data: bytes) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    async def put(self, key: str, data: bytes) -> None: ...
 
 
 class ProduceBuffer:
@@ -295,7 +295,9 @@ class ProduceBuffer:
                 if fut.done():
                     continue
                 if result.error_code and not result.batches:
-                    fut.set_result(BatchResult(error_code=result.error_code, error_message=result.error_message))
+                    fut.set_result(
+                        BatchResult(error_code=result.error_code, error_message=result.error_message)
+                    )
                 else:
                     fut.set_result(result.batches[i])
         if self._on_committed is not None:

@@ -59,7 +59,9 @@ class FakeMetadata:
 
 
 def batch(n: int = 100, records: int = 1) -> PendingBatch:
-    return PendingBatch(data=b"b" * n, offset_count=records, record_count=records, min_timestamp=1, max_timestamp=2)
+    return PendingBatch(
+        data=b"b" * n, offset_count=records, record_count=records, min_timestamp=1, max_timestamp=2
+    )
 
 
 def make(store: FakeStore, md: FakeMetadata, **kw: int) -> ProduceBuffer:

@@ -1,0 +1,91 @@
+"""The `skiff` command: one binary that can play every role.
+
+    skiff playground [--data-dir DIR] [--port 9092] [--metadata-port 9093]
+    skiff agent --bucket URL --metadata URL [--port 9092] [--advertised-host H] [--zone Z] ...
+    skiff metadata --db URL [--host H] [--port 9093]
+    skiff inspect PATH_OR_URL [--verify] [--json]
+
+Agent settings come from flags and `SKIFF_*` environment variables (see
+`agent.config` and docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from agent import config
+
+    parser = argparse.ArgumentParser(prog="skiff", description="A diskless, Kafka-compatible broker.")
+    parser.add_argument("--log-level", default=os.environ.get("SKIFF_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    pg = sub.add_parser("playground", help="everything in one process on an embedded default")
+    pg.add_argument("--data-dir", default=os.environ.get("SKIFF_DATA_DIR", "./skiff-data"))
+    pg.add_argument("--host", default=os.environ.get("SKIFF_HOST", "127.0.0.1"))
+    pg.add_argument("--port", type=int, default=int(os.environ.get("SKIFF_PORT", "9092")))
+    pg.add_argument("--metadata-port", type=int, default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")))
+
+    ag = sub.add_parser("agent", help="run one Kafka protocol agent")
+    config.add_arguments(ag)
+    ag.add_argument("--bucket", dest="bucket_url", default=None, help="alias of --bucket-url")
+    ag.add_argument("--metadata", dest="metadata_url", default=None, help="alias of --metadata-url")
+
+    md = sub.add_parser("metadata", help="run the metadata HTTP service")
+    md.add_argument("--db", default=os.environ.get("SKIFF_DB", "sqlite:///./skiff-data/metadata.db"))
+    md.add_argument("--host", default=os.environ.get("SKIFF_METADATA_HOST", "127.0.0.1"))
+    md.add_argument("--port", type=int, default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")))
+
+    ins = sub.add_parser("inspect", help="print a segment file's chunks")
+    ins.add_argument("target", help="a local path, file://, s3://bucket/key or memory:// URL")
+    ins.add_argument("--verify", action="store_true", help="walk the file and check every batch")
+    ins.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine at start-up
+    try:
+        if args.command == "inspect":
+            from agent.inspect_cmd import run_inspect
+
+            return run_inspect(args.target, verify=args.verify, as_json=args.json)
+        if args.command == "metadata":
+            from metadata.app import run_metadata_server
+
+            run_metadata_server(args.db, args.host, args.port)
+            return 0
+        if args.command == "agent":
+            from agent.config import AgentConfig
+            from agent.runtime import run_agent
+
+            try:
+                cfg = AgentConfig.from_args(args)
+            except ValueError as exc:
+                parser.error(str(exc))
+            return run_agent(cfg)
+        if args.command == "playground":
+            from agent.runtime import run_playground
+
+            return run_playground(
+                data_dir=args.data_dir, host=args.host, port=args.port, metadata_port=args.metadata_port
+            )
+    except KeyboardInterrupt:
+        return 130
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Fetch (api key 1), v4-v12: read committed batches from the bucket, long-poll at the tail.
+
+Per request:
+1. Fetch sessions (KIP-227) are refused the way Kafka allows: a request for a new
+   session (session_id 0) is answered sessionless (session_id 0 in the response, so the
+   client keeps sending full fetches); a request naming an existing session gets
+   FETCH_SESSION_ID_NOT_FOUND, after which clients fall back to full fetches.
+2. All partitions' chunk locations come from metadata in one `find_chunks` call (each
+   with the partition's `partition_max_bytes`); offsets outside [log start, high
+   watermark] get OFFSET_OUT_OF_RANGE, unknown partitions UNKNOWN_TOPIC_OR_PARTITION.
+3. Records are read through the block cache (`agent.fetch_reader`), with the request's
+   `max_bytes` shared across partitions in request order; the first partition with data
+   always returns at least one whole batch (KIP-74).
+4. If fewer than `min_bytes` were found and `max_wait_ms` > 0, the request waits (up to
+   `max_wait_ms`, capped by config) until a watched partition gets a commit
+   (`agent.commit_watch`: at once for this agent's commits, within one poll interval for
+   other agents'), then reads again once. It is answered as soon as data arrives.
+5. `isolation_level` read_committed is served like read_uncommitted: Skiff has no
+   transactions, so the last stable offset equals the high watermark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.response import FetchableTopicResponse, FetchResponse, PartitionData
+from kio.static.primitive import Records, i32, i64
+
+from agent.block_cache import BlockCache
+from agent.commit_watch import CommitWatch
+from agent.context import AgentContext
+from agent.fetch_reader import read_partition
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from fileformat.objectstore import AsyncObjectStore
+from metadata.types import FetchQuery, PartitionFetchInfo, Topic
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 12
+
+FETCH_CACHE = "fetch_cache"
+COMMIT_WATCH = "commit_watch"
+OBJECT_STORE = "object_store"
+
+Key = tuple[uuid.UUID, int]
+log = logging.getLogger(__name__)
+
+
+def _pdata(
+    partition: int, code: ErrorCode, *, hwm: int = -1, log_start: int = -1, records: bytes | None = None
+) -> PartitionData:
+    return PartitionData(
+        partition_index=i32(partition),
+        error_code=code,
+        high_watermark=i64(hwm),
+        last_stable_offset=i64(hwm),
+        log_start_offset=i64(log_start),
+        aborted_transactions=None,
+        records=None if records is None else Records.parse(records),
+    )
+
+
+async def _read_once(
+    ctx: AgentContext,
+    body: Any,
+    topics: dict[str, Topic],
+    slots: list[list[tuple[Key, int, int] | PartitionData]],
+) -> tuple[list[list[PartitionData]], int, dict[Key, int]]:
+    """One pass over every requested partition; returns (answers, bytes found, watermarks)."""
+    cache = ctx.service(FETCH_CACHE, BlockCache)
+    store: AsyncObjectStore = ctx.services[OBJECT_STORE]
+    queries = [
+        FetchQuery(k[0], k[1], offset, max_bytes)
+        for row in slots
+        for s in row
+        if isinstance(s, tuple)
+        for k, offset, max_bytes in [s]
+    ]
+    infos: list[PartitionFetchInfo] = []
+    batch_error: tuple[ErrorCode, str] | None = None
+    if queries:
+        try:
+            infos = await ctx.metadata.find_chunks(queries)
+        except Exception as exc:
+            batch_error = error_of(exc)
+            if batch_error[0] == ErrorCode.unknown_server_error:
+                raise
+            if batch_error[0] == ErrorCode.request_timed_out:
+                batch_error = (ErrorCode.kafka_storage_error, batch_error[1])
+    budget = int(body.max_bytes) if int(body.max_bytes) > 0 else 2**31 - 1
+    total = 0
+    watermarks: dict[Key, int] = {}
+    out: list[list[PartitionData]] = []
+    i = 0
+    for t, row in zip(body.topics, slots, strict=True):
+        answers = []
+        for p, slot in zip(t.partitions, row, strict=True):
+            if not isinstance(slot, tuple):
+                answers.append(slot)
+                continue
+            key, offset, max_bytes = slot
+            if batch_error is not None:
+                answers.append(_pdata(p.partition, batch_error[0]))
+                i += 1
+                continue
+            info = infos[i]
+            i += 1
+            if info.error_code:
+                answers.append(
+                    _pdata(
+                        p.partition,
+                        ErrorCode(info.error_code),
+                        hwm=info.high_watermark,
+                        log_start=info.log_start_offset,
+                    )
+                )
+                continue
+            watermarks[key] = info.high_watermark
+            records = b""
+            limit = min(max_bytes, budget - total)
+            if info.chunks and (limit > 0 or total == 0):
+                try:
+                    result = await read_partition(
+                        info.chunks,
+                        offset,
+                        max(limit, 0),
+                        cache=cache,
+                        load_range=store.get_range,
+                        first_batch_unbounded=total == 0,
+                    )
+                except Exception as exc:
+                    log.warning("fetch read of %s failed: %s", key, error_of(exc)[1])
+                    answers.append(
+                        _pdata(
+                            p.partition,
+                            ErrorCode.kafka_storage_error,
+                            hwm=info.high_watermark,
+                            log_start=info.log_start_offset,
+                        )
+                    )
+                    continue
+                records = result.records
+                total += len(records)
+            answers.append(
+                _pdata(
+                    p.partition,
+                    ErrorCode.none,
+                    hwm=info.high_watermark,
+                    log_start=info.log_start_offset,
+                    records=records,
+                )
+            )
+        out.append(answers)
+    return out, total, watermarks
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    session_id = int(getattr(body, "session_id", 0))
+    if session_id != 0:
+        return FetchResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.fetch_session_id_not_found,
+            session_id=i32(0),
+            responses=(),
+        )
+    names = [t.topic for t in body.topics]
+    try:
+        topics = await ctx.topics.get_by_name(names)
+    except Exception as exc:
+        code, _ = error_of(exc)
+        if code == ErrorCode.unknown_server_error:
+            raise
+        return FetchResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            session_id=i32(0),
+            responses=tuple(
+                FetchableTopicResponse(
+                    topic=t.topic,
+                    partitions=tuple(
+                        _pdata(p.partition, ErrorCode.kafka_storage_error) for p in t.partitions
+                    ),
+                )
+                for t in body.topics
+            ),
+        )
+    slots: list[list[tuple[Key, int, int] | PartitionData]] = []
+    keys: list[Key] = []
+    for t in body.topics:
+        topic = topics.get(t.topic)
+        row: list[tuple[Key, int, int] | PartitionData] = []
+        for p in t.partitions:
+            if topic is None or not 0 <= p.partition < topic.partition_count:
+                row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
+            else:
+                key = (topic.topic_id, int(p.partition))
+                keys.append(key)
+                row.append((key, int(p.fetch_offset), max(int(p.partition_max_bytes), 0)))
+        slots.append(row)
+
+    answers, total, watermarks = await _read_once(ctx, body, topics, slots)
+    max_wait_ms = min(int(body.max_wait.total_seconds() * 1000), ctx.config.fetch_max_wait_ms_cap)
+    min_bytes = max(int(body.min_bytes), 1)
+    if total < min_bytes and max_wait_ms > 0 and keys:
+        watch = ctx.service(COMMIT_WATCH, CommitWatch)
+        event = watch.watch(keys, watermarks)
+        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000.0
+        try:
+            while total < min_bytes:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except TimeoutError:
+                    break
+                event.clear()
+                answers, total, watermarks = await _read_once(ctx, body, topics, slots)
+        finally:
+            watch.unwatch(keys, event)
+    return FetchResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=i32(0),
+        responses=tuple(
+            FetchableTopicResponse(topic=t.topic, partitions=tuple(a))
+            for t, a in zip(body.topics, answers, strict=True)
+        ),
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

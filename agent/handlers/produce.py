@@ -1,0 +1,273 @@
+"""Produce (api key 0), v3-v9: validate batches, buffer them into the next file, ack after commit.
+
+Per partition of a request:
+1. the topic must exist and the partition be in range (UNKNOWN_TOPIC_OR_PARTITION);
+   Kafka creates topics on Metadata requests, not on Produce;
+2. every RecordBatch is checked (`validate_batches`): magic 2 (older formats get
+   UNSUPPORTED_FOR_MESSAGE_FORMAT), lengths inside the request, CRC-32C (CORRUPT_MESSAGE),
+   recordsCount > 0 with lastOffsetDelta = recordsCount - 1 as producers write them
+   (INVALID_RECORD), no transactional or control batches (Skiff has no transactions:
+   INVALID_RECORD), each batch at most the topic's `max.message.bytes` (MESSAGE_TOO_LARGE);
+3. for topics with `message.timestamp.type=LogAppendTime` the batch's timestamp type and
+   maxTimestamp are set to the agent's receive time and its CRC recomputed, as Kafka does;
+4. the batches go to the produce buffer (`agent.produce_buffer`); acks=0 returns no
+   response at once, acks=1/all wait for the file's commit (all is the same as 1: the
+   object store is the replication).
+
+Ordering: batches of one connection reach the buffer in request order (a pipelined
+idempotent producer depends on it), even though handlers of a connection run
+concurrently: each request takes a ticket before its first await and appends only after
+the previous request of its connection has appended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import crc32c
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9.response import (
+    PartitionProduceResponse,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from kio.static.primitive import TZAware, i32, i64
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.produce_buffer import PendingBatch, ProduceBuffer
+from fileformat.records import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    RecordBatchError,
+    TruncatedBatchError,
+    UnsupportedMagicError,
+    iter_batches,
+    validate_batch,
+)
+from metadata.configs import effective_configs
+from metadata.types import BatchResult, Topic
+
+API_KEY = 0
+MIN_VERSION = 3
+MAX_VERSION = 9
+
+PRODUCE_BUFFER = "produce_buffer"
+_ORDER = "produce_order"
+
+_MAX_TIMESTAMP_OFFSET = 35
+_TIMESTAMP_TYPE_BIT = 0x08
+
+
+class BatchRejected(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def validate_batches(
+    records: bytes, *, max_message_bytes: int, log_append_time_ms: int | None
+) -> list[PendingBatch]:
+    """Check a partition's record bytes and describe each batch for the buffer (see module doc)."""
+    if not records:
+        raise BatchRejected(ErrorCode.invalid_record, "produce request carries no records")
+    buf: bytes | bytearray = records
+    out: list[PendingBatch] = []
+    try:
+        positions = list(iter_batches(records))
+    except UnsupportedMagicError as exc:
+        raise BatchRejected(
+            ErrorCode.unsupported_for_message_format, f"only RecordBatch v2 (magic 2) is accepted: {exc}"
+        ) from None
+    except TruncatedBatchError as exc:
+        raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
+    except RecordBatchError as exc:
+        raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
+    if log_append_time_ms is not None:
+        buf = bytearray(records)
+    for pos, header in positions:
+        size = header.size
+        if size > max_message_bytes:
+            raise BatchRejected(
+                ErrorCode.message_too_large,
+                f"batch of {size} bytes exceeds the topic's max.message.bytes {max_message_bytes}",
+            )
+        try:
+            validate_batch(records, pos, max_batch_bytes=max(size, 1))
+        except RecordBatchError as exc:
+            raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
+        if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
+            raise BatchRejected(
+                ErrorCode.invalid_record,
+                f"batch at byte {pos}: {header.records_count} records with lastOffsetDelta "
+                f"{header.last_offset_delta}; producers must send contiguous offsets",
+            )
+        if header.is_transactional or header.is_control:
+            raise BatchRejected(
+                ErrorCode.invalid_record, "transactional and control batches are not supported"
+            )
+        max_ts = header.max_timestamp
+        ts_type = int(header.timestamp_type)
+        if log_append_time_ms is not None:
+            assert isinstance(buf, bytearray)
+            buf[pos + ATTRIBUTES_OFFSET + 1] |= _TIMESTAMP_TYPE_BIT  # low byte of the i16 attributes
+            struct.pack_into(">q", buf, pos + _MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+            struct.pack_into(
+                ">I", buf, pos + CRC_OFFSET, crc32c.crc32c(buf[pos + ATTRIBUTES_OFFSET : pos + size])
+            )
+            max_ts = log_append_time_ms
+            ts_type = 1
+        out.append(
+            PendingBatch(
+                data=bytes(buf[pos : pos + size]),
+                offset_count=header.last_offset_delta + 1,
+                record_count=header.records_count,
+                min_timestamp=header.base_timestamp if log_append_time_ms is None else log_append_time_ms,
+                max_timestamp=max_ts,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                timestamp_type=ts_type,
+            )
+        )
+    return out
+
+
+def _partition_response(
+    index: int,
+    code: ErrorCode,
+    *,
+    base_offset: int = -1,
+    log_start_offset: int = -1,
+    log_append_time_ms: int = -1,
+    message: str | None = None,
+) -> PartitionProduceResponse:
+    append_time = (
+        TZAware.parse(
+            datetime.datetime.fromtimestamp(log_append_time_ms // 1000, tz=datetime.UTC)
+            + datetime.timedelta(milliseconds=log_append_time_ms % 1000)
+        )
+        if log_append_time_ms >= 0
+        else None
+    )
+    return PartitionProduceResponse(
+        index=i32(index),
+        error_code=code,
+        base_offset=i64(base_offset),
+        log_append_time=append_time,
+        log_start_offset=i64(log_start_offset),
+        record_errors=(),
+        error_message=message,
+    )
+
+
+def _combine(
+    index: int, results: Sequence[BatchResult], append_time_ms: int | None
+) -> PartitionProduceResponse:
+    """One partition's answer from its batches' results: the first error, else the first offset."""
+    for r in results:
+        if r.error_code:
+            return _partition_response(index, ErrorCode(r.error_code), message=r.error_message)
+    first = results[0]
+    return _partition_response(
+        index,
+        ErrorCode.none,
+        base_offset=first.base_offset,
+        log_start_offset=first.log_start_offset,
+        log_append_time_ms=append_time_ms if append_time_ms is not None else -1,
+    )
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    buffer = ctx.service(PRODUCE_BUFFER, ProduceBuffer)
+    # Take this connection's ordering ticket before the first await (see module doc).
+    order: dict[int, asyncio.Future[None]] = ctx.services.setdefault(_ORDER, {})
+    conn_id = request.connection.connection_id
+    previous = order.get(conn_id)
+    mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    order[conn_id] = mine
+    try:
+        return await _produce(ctx, request, body, buffer, previous, mine)
+    finally:
+        if not mine.done():
+            mine.set_result(None)
+        if order.get(conn_id) is mine:
+            del order[conn_id]
+
+
+async def _produce(
+    ctx: AgentContext,
+    request: Request,
+    body: Any,
+    buffer: ProduceBuffer,
+    previous: asyncio.Future[None] | None,
+    mine: asyncio.Future[None],
+) -> Any:
+    acks = int(body.acks)
+    names = [t.name for t in body.topic_data]
+    topics: dict[str, Topic] = {}
+    lookup_error: tuple[ErrorCode, str] | None = None
+    try:
+        topics = await ctx.topics.get_by_name(names)
+    except Exception as exc:
+        lookup_error = error_of(exc)
+    now_ms = ctx.clock.wall_ms()
+
+    # (topic index, partition index) -> a ready answer, or pending futures
+    answers: dict[tuple[int, int], PartitionProduceResponse] = {}
+    pending: dict[tuple[int, int], tuple[list[asyncio.Future[BatchResult]], int | None]] = {}
+    validated: list[tuple[tuple[int, int], Topic, int, list[PendingBatch], int | None]] = []
+    for ti, t in enumerate(body.topic_data):
+        topic = topics.get(t.name)
+        configs = effective_configs(topic.configs) if topic is not None else {}
+        for pi, p in enumerate(t.partition_data):
+            key = (ti, pi)
+            if lookup_error is not None:
+                answers[key] = _partition_response(p.index, lookup_error[0], message=lookup_error[1])
+                continue
+            if topic is None or not 0 <= p.index < topic.partition_count:
+                answers[key] = _partition_response(p.index, ErrorCode.unknown_topic_or_partition)
+                continue
+            append_time = now_ms if configs["message.timestamp.type"][0] == "LogAppendTime" else None
+            try:
+                batches = validate_batches(
+                    bytes(p.records or b""),
+                    max_message_bytes=int(configs["max.message.bytes"][0]),
+                    log_append_time_ms=append_time,
+                )
+            except BatchRejected as exc:
+                answers[key] = _partition_response(p.index, exc.code, message=exc.message)
+                continue
+            validated.append((key, topic, p.index, batches, append_time))
+
+    if previous is not None:
+        await previous
+    for key, topic, partition, batches, append_time in validated:
+        futures = await buffer.append_nowait(topic.topic_id, partition, batches)
+        pending[key] = (futures, append_time)
+    mine.set_result(None)  # later requests of this connection may append now
+
+    if acks == 0:
+        return None
+    for key, (futures, append_time) in pending.items():
+        results = await asyncio.gather(*futures)
+        answers[key] = _combine(body.topic_data[key[0]].partition_data[key[1]].index, results, append_time)
+    return ProduceResponse(
+        responses=tuple(
+            TopicProduceResponse(
+                name=t.name,
+                partition_responses=tuple(answers[(ti, pi)] for pi in range(len(t.partition_data))),
+            )
+            for ti, t in enumerate(body.topic_data)
+        ),
+        throttle_time=NO_THROTTLE,
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -1,0 +1,213 @@
+"""Wiring an agent process together, and the `skiff agent` / `skiff playground` entry points.
+
+`start_agent` builds one agent from its parts (configuration, a metadata client, an
+async object store): the handler context, the produce buffer, the block cache, the
+commit watch, the Kafka listener and the membership heartbeat. `RunningAgent.close`
+stops them in the safe order: stop accepting connections, flush and commit whatever is
+buffered (so nothing a producer was promised is dropped), stop heartbeating.
+
+`run_playground` runs everything in one process on the embedded default: SQLite at
+DATA_DIR/metadata.db, a file:// bucket at DATA_DIR/bucket, one agent, and the metadata
+HTTP API (the same service object, so the HTTP view and the agent agree).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.agent_registry import AgentRegistry
+from agent.block_cache import BlockCache
+from agent.commit_watch import CommitWatch
+from agent.config import AgentConfig
+from agent.context import AgentContext, Clock
+from agent.handlers.fetch import COMMIT_WATCH, FETCH_CACHE, OBJECT_STORE
+from agent.handlers.produce import PRODUCE_BUFFER
+from agent.produce_buffer import CommittedFile, ProduceBuffer
+from agent.server import AgentServer, start_agent_server
+from fileformat.objectstore import AsyncObjectStore, open_async_store
+from metadata.api_types import MetadataClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningAgent:
+    config: AgentConfig
+    context: AgentContext
+    server: AgentServer
+    buffer: ProduceBuffer
+    cache: BlockCache
+    watch: CommitWatch
+    registry: AgentRegistry
+    store: AsyncObjectStore
+    metadata: MetadataClient
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.context.agents.self_info.host}:{self.server.port}"
+
+    async def close(self, *, close_clients: bool = True) -> None:
+        await self.server.close()
+        await self.buffer.close()
+        await self.registry.close()
+        await self.watch.close()
+        if close_clients:
+            await self.store.close()
+            await self.metadata.close()
+
+
+async def start_agent(
+    config: AgentConfig,
+    metadata: MetadataClient,
+    store: AsyncObjectStore,
+    *,
+    clock: Clock | None = None,
+) -> RunningAgent:
+    ctx = AgentContext.create(config, metadata, clock=clock)
+    cache = BlockCache(config.fetch_cache_bytes)
+    watch = CommitWatch(metadata, poll_interval_ms=getattr(config, "fetch_poll_interval_ms", 100))
+
+    def on_committed(committed: CommittedFile) -> None:
+        # Tail consumers on this agent read the file we just wrote without any GET, and
+        # long polls on its partitions are answered now rather than at the next poll.
+        cache.put_object(committed.object_key, committed.data)
+        watch.notify(
+            (c.topic_id, c.partition)
+            for c, r in zip(committed.chunks, committed.results, strict=True)
+            if any(b.error_code == 0 for b in r.batches)
+        )
+
+    buffer = ProduceBuffer(
+        store=store,
+        metadata=metadata,
+        agent_id=config.agent_id,
+        flush_interval_ms=config.flush_interval_ms,
+        flush_max_bytes=config.flush_max_bytes,
+        max_inflight_flushes=config.max_inflight_flushes,
+        max_buffered_bytes=config.max_buffered_bytes,
+        wall_clock_ms=ctx.clock.wall_ms,
+        on_committed=on_committed,
+    )
+    ctx.services[PRODUCE_BUFFER] = buffer
+    ctx.services[FETCH_CACHE] = cache
+    ctx.services[COMMIT_WATCH] = watch
+    ctx.services[OBJECT_STORE] = store
+    server = await start_agent_server(ctx, config.host, config.port)
+    registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
+    await registry.start()
+    log.info("agent %s serving Kafka on %s:%d", config.agent_id, config.host, server.port)
+    return RunningAgent(config, ctx, server, buffer, cache, watch, registry, store, metadata)
+
+
+def absolute_bucket_url(url: str) -> str:
+    """`file://relative/path` -> `file:///absolute/path` (the store wants absolute paths)."""
+    if url.startswith("file://") and not url.startswith("file:///"):
+        return "file://" + str(Path(url[len("file://") :]).resolve())
+    return url
+
+
+async def _wait_for_stop_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def run_agent(config: AgentConfig) -> int:
+    """`skiff agent`: serve until SIGINT/SIGTERM, then flush and exit."""
+    from metadata.client import open_metadata_client
+
+    async def main() -> None:
+        metadata = open_metadata_client(config.metadata_url)
+        store = open_async_store(absolute_bucket_url(config.bucket_url))
+        agent = await start_agent(config, metadata, store)
+        print(f"skiff agent {config.agent_id} listening on {config.host}:{agent.port}", flush=True)
+        try:
+            await _wait_for_stop_signal()
+        finally:
+            await agent.close()
+
+    asyncio.run(main())
+    return 0
+
+
+def _quiet_server_class() -> type:
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        """uvicorn inside our loop: signals are ours, not uvicorn's."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[no-untyped-def]
+            yield
+
+    return QuietServer
+
+
+def run_playground(*, data_dir: str, host: str, port: int, metadata_port: int) -> int:
+    """`skiff playground`: SQLite + file:// bucket under data_dir, one agent, the metadata API."""
+    import uvicorn
+
+    from metadata.app import create_app
+    from metadata.client import LocalMetadataClient
+    from metadata.service import MetadataService
+
+    root = Path(data_dir).resolve()
+    (root / "bucket").mkdir(parents=True, exist_ok=True)
+    db_url = f"sqlite:///{root / 'metadata.db'}"
+    bucket_url = f"file://{root / 'bucket'}"
+    config = AgentConfig.from_env(
+        agent_id=os.environ.get("SKIFF_AGENT_ID", "playground"),
+        host=host,
+        port=port,
+        advertised_host=os.environ.get("SKIFF_ADVERTISED_HOST")
+        or ("localhost" if host in ("0.0.0.0", "127.0.0.1") else host),
+        bucket_url=bucket_url,
+        metadata_url=db_url,
+    )
+
+    _QuietServer = _quiet_server_class()
+
+    async def main() -> None:
+        service = MetadataService.from_url(db_url)
+        metadata = LocalMetadataClient(service, owns_service=True)
+        store = open_async_store(bucket_url)
+        agent = await start_agent(config, metadata, store)
+        http = _QuietServer(
+            uvicorn.Config(
+                create_app(service), host=host, port=metadata_port, log_level="warning", access_log=False
+            )
+        )
+        http_task = asyncio.create_task(http.serve())
+        print(
+            f"Skiff playground is up.\n"
+            f"  Kafka bootstrap:  {config.resolved_advertised_host()}:{agent.port}\n"
+            f"  metadata API:     http://{host}:{metadata_port}/docs\n"
+            f"  data directory:   {root}\n"
+            f"Try:  echo hello | kcat -b localhost:{agent.port} -t demo -P\n"
+            f"      kcat -b localhost:{agent.port} -t demo -C -e\n"
+            f"Stop with Ctrl-C.",
+            flush=True,
+        )
+        try:
+            await _wait_for_stop_signal()
+        finally:
+            http.should_exit = True
+            await agent.close()
+            with contextlib.suppress(Exception):
+                await http_task
+
+    asyncio.run(main())
+    return 0
