@@ -172,8 +172,7 @@ def run_playground(*, data_dir: str, host: str, port: int, metadata_port: int) -
         agent_id=os.environ.get("SKIFF_AGENT_ID", "playground"),
         host=host,
         port=port,
-        advertised_host=os.environ.get("SKIFF_ADVERTISED_HOST")
-        or ("localhost" if host in ("0.0.0.0", "127.0.0.1") else host),
+        advertised_host=os.environ.get("SKIFF_ADVERTISED_HOST") or ("localhost" if host in ("0.0.0.0", "::") else host),
         bucket_url=bucket_url,
         metadata_url=db_url,
     )

@@ -4,4 +4,5 @@
 pytest_plugins = [
     "tests.support.s3servers",
     "tests.support.pg",
+    "tests.support.agents",
 ]

@@ -1,0 +1,121 @@
+"""Pytest plugin: real Skiff processes for end-to-end tests.
+
+- `playground`: `skiff playground` as a subprocess on free ports with a temporary data
+  directory (SQLite + file:// bucket), yielding its bootstrap address.
+- `spawn_metadata` / `spawn_agent`: factories for `skiff metadata` and `skiff agent`
+  subprocesses, for multi-agent clusters over a real S3 server and PostgreSQL.
+
+Every process logs to a file in the test's temp dir; a process that does not come up in
+time fails the test with its log, and every process is killed at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"process exited with {proc.returncode} before listening on {port}:\n{log.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"nothing listened on port {port} within {timeout_s}s:\n{log.read_text()}")
+
+
+def skiff_command() -> list[str]:
+    exe = shutil.which("skiff", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "agent.cli"]
+
+
+@dataclass
+class SkiffProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def _spawn(args: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> SkiffProcess:
+    full_env = {**os.environ, **(env or {})}
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            skiff_command() + args, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=str(REPO)
+        )
+    p = SkiffProcess(proc, port, log, args, env or {})
+    wait_for_port(port, proc, log)
+    return p
+
+
+@pytest.fixture
+def spawn_skiff(tmp_path: Path) -> Iterator[Callable[..., SkiffProcess]]:
+    """Start `skiff <args>` with `{port}` substituted by a free port; killed at teardown."""
+    started: list[SkiffProcess] = []
+
+    def spawn(*args: str, env: dict[str, str] | None = None, port: int | None = None) -> SkiffProcess:
+        port = port or free_port()
+        argv = [a.replace("{port}", str(port)) for a in args]
+        log = tmp_path / f"skiff-{len(started)}-{argv[0]}.log"
+        p = _spawn(argv, port, log, env)
+        started.append(p)
+        return p
+
+    yield spawn
+    for p in started:
+        p.kill(signal.SIGTERM)
+
+
+@pytest.fixture(scope="module")
+def playground(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data = tmp_path_factory.mktemp("playground")
+    port, mport = free_port(), free_port()
+    log = data / "playground.log"
+    p = _spawn(
+        ["playground", "--data-dir", str(data / "data"), "--port", str(port), "--metadata-port", str(mport)],
+        port,
+        log,
+        {"SKIFF_DEFAULT_PARTITIONS": "3"},
+    )
+    yield p.bootstrap
+    p.kill(signal.SIGTERM)
