@@ -1,0 +1,614 @@
+"""The object-store interface: one contract, a sync and an async flavour.
+
+A store is a flat namespace of immutable-once-written byte objects under a root
+(`s3://bucket/prefix`, `file:///path`, `memory://name[/prefix]`). Keys are relative to
+that root. The contract every implementation keeps (and `tests/contract` checks):
+
+* `put(key, data)` writes the whole object, replacing any previous one. Readers see
+  either the old or the new object, never a partial one.
+* `get(key)` returns the whole object; `get_range(key, start, length)` returns exactly
+  `length` bytes starting at `start`, or raises `InvalidRange` if the object is shorter
+  than `start + length`. `length` must be >= 1.
+* `stream_get(key, start=0)` issues the request at once (so a missing key raises
+  `ObjectNotFound` from the call itself) and returns a stream of non-empty chunks of at
+  most `chunk_size` bytes whose concatenation is `object[start:]`. `start` must be 0
+  or inside the object (`InvalidRange` otherwise). Close the stream (or use it as a
+  context manager) if you do not read it to the end.
+* `delete_many(keys)` deletes in batches of 1000 (one S3 DeleteObjects each); keys that
+  do not exist are not an error.
+* `list(prefix)` yields `ObjectInfo(key, size, last_modified)` for every key that
+  starts with `prefix` (a string prefix, not a directory), each once, in no promised
+  order (memory://, file:// and AWS S3 give UTF-8 key order; SeaweedFS lists a
+  "directory" `a/` before its sibling `a-z`). For garbage collection only: it is never
+  on the hot path, and a list taken while others write may or may not show their keys.
+* `create_if_absent(key, data)` creates the object only if no object has the key and
+  says whether it did; of concurrent callers exactly one gets True.
+* `head(key)` / `size(key)` describe an object without reading it.
+* Errors are the classes of `errors.py`, nothing else (plus `ValueError` for arguments
+  that can never be valid).
+
+Keys: 1-1024 bytes of UTF-8, segments separated by `/`; no leading or trailing `/`, no
+empty segment, no segment starting with `.` (this rules out `.` and `..` and reserves
+dot-names for the file store's temporary files), no backslash or control character, at
+most 255 bytes per segment. The same rules apply to every backend, so a key that works
+on `memory://` works on `file://` and S3 alike. A bad key raises `InvalidKey` before any
+request is made.
+
+Request accounting: every store has `stats` (`StoreStats`), counting requests by kind
+and the bytes that crossed the boundary. The counts model S3 requests for every
+backend: one per put/get/get_range/stream_get/head/create_if_absent call, one `delete`
+per batch of up to 1000 keys, one `list` per page of up to 1000 keys. A request is
+counted whether it succeeds or fails (a failed GET still costs a GET).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import itertools
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Literal, NamedTuple, Self, TypeAlias, TypeVar
+
+from .errors import InvalidKey
+
+# --------------------------------------------------------------------------- constants
+
+DELETE_BATCH = 1000
+"""Keys per delete request (the S3 DeleteObjects maximum)."""
+
+LIST_PAGE = 1000
+"""Keys per list page (the S3 ListObjectsV2 maximum)."""
+
+DEFAULT_CHUNK_SIZE = 1 << 20
+"""Default chunk size of `stream_get`."""
+
+MAX_KEY_BYTES = 1024
+MAX_SEGMENT_BYTES = 255
+
+BytesLike: TypeAlias = bytes | bytearray | memoryview
+
+RequestKind = Literal["put", "get", "get_range", "stream_get", "delete", "list", "head", "create_if_absent"]
+REQUEST_KINDS: tuple[RequestKind, ...] = (
+    "put",
+    "get",
+    "get_range",
+    "stream_get",
+    "delete",
+    "list",
+    "head",
+    "create_if_absent",
+)
+
+
+class ObjectInfo(NamedTuple):
+    """What `list` and `head` report about one object."""
+
+    key: str
+    size: int
+    last_modified: datetime  # timezone-aware (UTC)
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def _check_chars(text: str, what: str) -> None:
+    for ch in text:
+        if ch < " " or ch == "\x7f" or ch == "\\":
+            raise InvalidKey(f"{what} {text!r} contains a control character or backslash", key=text)
+
+
+def validate_key(key: str) -> str:
+    """Return `key` if it is a safe object key (see the module docstring), else raise InvalidKey."""
+    if not isinstance(key, str):
+        raise InvalidKey(f"key must be a str, not {type(key).__name__}")
+    if not key:
+        raise InvalidKey("key is empty", key=key)
+    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise InvalidKey(f"key is longer than {MAX_KEY_BYTES} bytes", key=key)
+    _check_chars(key, "key")
+    if key.startswith("/"):
+        raise InvalidKey(f"key {key!r} is absolute", key=key)
+    for segment in key.split("/"):
+        if not segment:
+            raise InvalidKey(f"key {key!r} has an empty segment (leading, trailing or double '/')", key=key)
+        if segment.startswith("."):
+            raise InvalidKey(f"key {key!r} has a segment starting with '.'", key=key)
+        if len(segment.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES:
+            raise InvalidKey(f"key {key!r} has a segment longer than {MAX_SEGMENT_BYTES} bytes", key=key)
+    return key
+
+
+def validate_prefix(prefix: str) -> str:
+    """Return `prefix` if it is a valid list prefix: "" or the start of a valid key."""
+    if not isinstance(prefix, str):
+        raise InvalidKey(f"prefix must be a str, not {type(prefix).__name__}")
+    if not prefix:
+        return prefix
+    _check_chars(prefix, "prefix")
+    if prefix.startswith("/"):
+        raise InvalidKey(f"prefix {prefix!r} is absolute", key=prefix)
+    # Every complete segment must be a valid key segment; the last one may be partial
+    # (including empty, when the prefix ends with '/'), but not a dot-name.
+    segments = prefix.split("/")
+    for segment in segments[:-1]:
+        if not segment or segment.startswith("."):
+            raise InvalidKey(f"prefix {prefix!r} has an empty or dot segment", key=prefix)
+    if segments[-1].startswith("."):
+        raise InvalidKey(f"prefix {prefix!r} has a segment starting with '.'", key=prefix)
+    return prefix
+
+
+def normalize_root_prefix(prefix: str) -> str:
+    """Normalize the prefix part of a store URL: "" or "a/b/" (validated, trailing slash)."""
+    prefix = prefix.strip("/")
+    if not prefix:
+        return ""
+    try:
+        validate_key(prefix)
+    except InvalidKey as exc:
+        raise InvalidKey(f"bad prefix in store URL: {exc}", key=prefix) from None
+    return prefix + "/"
+
+
+def check_range(start: int, length: int) -> None:
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    if length < 1:
+        raise ValueError(f"length must be >= 1, got {length}")
+
+
+def check_stream_args(start: int, chunk_size: int) -> None:
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+
+
+def batched(keys: Iterable[str], size: int = DELETE_BATCH) -> Iterator[builtins.list[str]]:
+    it = iter(keys)
+    while batch := builtins.list(itertools.islice(it, size)):
+        yield batch
+
+
+def as_bytes(data: BytesLike) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"data must be bytes-like, not {type(data).__name__}")
+
+
+# --------------------------------------------------------------------------- stats
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """An immutable copy of a store's counters.
+
+    `requests` and `errors` hold only non-zero kinds, so a test can write
+    `assert snap.requests == {"put": 1, "get_range": 2}`. `bytes_out` counts payload bytes
+    sent to the store (put, create_if_absent), `bytes_in` payload bytes received from it
+    (get, get_range, stream_get as consumed). `retries` counts extra HTTP attempts made by
+    the S3 client's retry policy (always 0 for memory:// and file://).
+    Subtracting two snapshots gives the counts in between.
+    """
+
+    requests: Mapping[str, int] = field(default_factory=dict)
+    errors: Mapping[str, int] = field(default_factory=dict)
+    bytes_in: int = 0
+    bytes_out: int = 0
+    retries: int = 0
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+    def __sub__(self, other: StatsSnapshot) -> StatsSnapshot:
+        def diff(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+            out = {k: a.get(k, 0) - b.get(k, 0) for k in set(a) | set(b)}
+            return {k: v for k, v in sorted(out.items()) if v}
+
+        return StatsSnapshot(
+            requests=diff(self.requests, other.requests),
+            errors=diff(self.errors, other.errors),
+            bytes_in=self.bytes_in - other.bytes_in,
+            bytes_out=self.bytes_out - other.bytes_out,
+            retries=self.retries - other.retries,
+        )
+
+
+class StoreStats:
+    """Thread-safe request and byte counters of one store (see `StatsSnapshot`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[str, int] = {}
+        self._errors: dict[str, int] = {}
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._retries = 0
+
+    def request(self, kind: RequestKind, *, bytes_out: int = 0) -> None:
+        with self._lock:
+            self._requests[kind] = self._requests.get(kind, 0) + 1
+            self._bytes_out += bytes_out
+
+    def error(self, kind: RequestKind) -> None:
+        with self._lock:
+            self._errors[kind] = self._errors.get(kind, 0) + 1
+
+    def received(self, nbytes: int) -> None:
+        if nbytes:
+            with self._lock:
+                self._bytes_in += nbytes
+
+    def retried(self, attempts: int) -> None:
+        if attempts:
+            with self._lock:
+                self._retries += attempts
+
+    def snapshot(self) -> StatsSnapshot:
+        with self._lock:
+            return StatsSnapshot(
+                requests={k: v for k, v in sorted(self._requests.items()) if v},
+                errors={k: v for k, v in sorted(self._errors.items()) if v},
+                bytes_in=self._bytes_in,
+                bytes_out=self._bytes_out,
+                retries=self._retries,
+            )
+
+    def reset(self) -> StatsSnapshot:
+        """Zero every counter; return the values they had."""
+        with self._lock:
+            snap = StatsSnapshot(
+                requests={k: v for k, v in sorted(self._requests.items()) if v},
+                errors={k: v for k, v in sorted(self._errors.items()) if v},
+                bytes_in=self._bytes_in,
+                bytes_out=self._bytes_out,
+                retries=self._retries,
+            )
+            self._requests.clear()
+            self._errors.clear()
+            self._bytes_in = self._bytes_out = self._retries = 0
+            return snap
+
+    def __repr__(self) -> str:
+        return f"StoreStats({self.snapshot()!r})"
+
+
+# --------------------------------------------------------------------------- streams
+
+
+class ObjectStream(Iterator[bytes]):
+    """The body of a `stream_get`: an iterator of chunks, with `read(n)` for parsers.
+
+    Close it (or use `with`) when not reading to the end; the last chunk closes it.
+    """
+
+    def __init__(self, chunks: Iterator[bytes], close: Callable[[], None], stats: StoreStats) -> None:
+        self._chunks = chunks
+        self._close = close
+        self._stats = stats
+        self._pending = b""
+        self._closed = False
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._pending:
+            chunk, self._pending = self._pending, b""
+            return chunk
+        if self._closed:
+            raise StopIteration
+        try:
+            chunk = next(self._chunks)
+        except StopIteration:
+            self.close()
+            raise
+        except BaseException:
+            self.close()
+            raise
+        self._stats.received(len(chunk))
+        return chunk
+
+    def read(self, n: int = -1) -> bytes:
+        """Read `n` bytes (fewer only at the end of the object); all remaining if n < 0."""
+        if n < 0:
+            return b"".join(self)
+        parts: builtins.list[bytes] = []
+        have = 0
+        while have < n:
+            try:
+                chunk = next(self)
+            except StopIteration:
+                break
+            if have + len(chunk) > n:
+                cut = n - have
+                chunk, self._pending = chunk[:cut], chunk[cut:]
+            parts.append(chunk)
+            have += len(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncObjectStream(AsyncIterator[bytes]):
+    """The async body of a `stream_get`: `async for chunk in stream`, or `await stream.read(n)`.
+
+    Close it (`await stream.aclose()` or `async with`) when not reading to the end.
+    """
+
+    def __init__(
+        self, chunks: AsyncIterator[bytes], aclose: Callable[[], Awaitable[None]], stats: StoreStats
+    ) -> None:
+        self._chunks = chunks
+        self._aclose = aclose
+        self._stats = stats
+        self._pending = b""
+        self._closed = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._pending:
+            chunk, self._pending = self._pending, b""
+            return chunk
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            chunk = await anext(self._chunks)
+        except StopAsyncIteration:
+            await self.aclose()
+            raise
+        except BaseException:
+            await self.aclose()
+            raise
+        self._stats.received(len(chunk))
+        return chunk
+
+    async def read(self, n: int = -1) -> bytes:
+        """Read `n` bytes (fewer only at the end of the object); all remaining if n < 0."""
+        parts: builtins.list[bytes] = []
+        have = 0
+        while n < 0 or have < n:
+            try:
+                chunk = await self.__anext__()
+            except StopAsyncIteration:
+                break
+            if n >= 0 and have + len(chunk) > n:
+                cut = n - have
+                chunk, self._pending = chunk[:cut], chunk[cut:]
+            parts.append(chunk)
+            have += len(chunk)
+        return b"".join(parts)
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+# --------------------------------------------------------------------------- interfaces
+
+
+class ObjectStore(ABC):
+    """The synchronous object store (CLI tools, compactor, Spark executors). Thread-safe."""
+
+    url: str
+    stats: StoreStats
+
+    @abstractmethod
+    def put(self, key: str, data: BytesLike) -> None:
+        """Write the whole object, replacing any previous one."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """Return the whole object. Raises ObjectNotFound."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Return exactly `length` bytes from `start`. Raises ObjectNotFound, InvalidRange."""
+
+    @abstractmethod
+    def stream_get(self, key: str, start: int = 0, *, chunk_size: int = DEFAULT_CHUNK_SIZE) -> ObjectStream:
+        """Open a stream of `object[start:]`. Raises ObjectNotFound, InvalidRange at once."""
+
+    @abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete the keys, in batches of 1000; missing keys are ignored."""
+
+    def delete(self, key: str) -> None:
+        """Delete one key (a missing key is not an error)."""
+        self.delete_many([key])
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Yield every object whose key starts with `prefix` (order not promised). GC only."""
+
+    @abstractmethod
+    def create_if_absent(self, key: str, data: BytesLike) -> bool:
+        """Create the object unless the key exists; return whether this call created it."""
+
+    @abstractmethod
+    def head(self, key: str) -> ObjectInfo:
+        """Describe the object without reading it. Raises ObjectNotFound."""
+
+    def size(self, key: str) -> int:
+        """The object's size in bytes (one head request). Raises ObjectNotFound."""
+        return self.head(key).size
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
+        """Release connections. The store must not be used afterwards."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+class AsyncObjectStore(ABC):
+    """The asyncio object store (the agent). Same contract as `ObjectStore`, awaited.
+
+    Use as `async with open_async_store(url) as store:` or call `await store.close()`.
+    """
+
+    url: str
+    stats: StoreStats
+
+    @abstractmethod
+    async def put(self, key: str, data: BytesLike) -> None: ...
+
+    @abstractmethod
+    async def get(self, key: str) -> bytes: ...
+
+    @abstractmethod
+    async def get_range(self, key: str, start: int, length: int) -> bytes: ...
+
+    @abstractmethod
+    async def stream_get(
+        self, key: str, start: int = 0, *, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> AsyncObjectStream: ...
+
+    @abstractmethod
+    async def delete_many(self, keys: Iterable[str]) -> None: ...
+
+    async def delete(self, key: str) -> None:
+        await self.delete_many([key])
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        """An async iterator (`async for info in store.list(prefix)`). GC only."""
+
+    @abstractmethod
+    async def create_if_absent(self, key: str, data: BytesLike) -> bool: ...
+
+    @abstractmethod
+    async def head(self, key: str) -> ObjectInfo: ...
+
+    async def size(self, key: str) -> int:
+        return (await self.head(key)).size
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
+        """Release connections. The store must not be used afterwards."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+# --------------------------------------------------------------------------- sync -> async
+
+
+_END = object()
+_T = TypeVar("_T")
+
+
+class SyncBackedAsyncStore(AsyncObjectStore):
+    """An AsyncObjectStore over a sync ObjectStore (memory:// and file://).
+
+    With `offload=True` every blocking call runs in `asyncio.to_thread` (file I/O);
+    with `offload=False` calls run inline (memory, where they never block). The stats
+    object is the sync store's, so both views count into the same counters.
+    """
+
+    def __init__(self, sync: ObjectStore, *, offload: bool) -> None:
+        self._sync = sync
+        self._offload = offload
+        self.url = sync.url
+        self.stats = sync.stats
+
+    async def _call(self, fn: Callable[..., _T], *args: object) -> _T:
+        if self._offload:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    async def put(self, key: str, data: BytesLike) -> None:
+        await self._call(self._sync.put, key, data)
+
+    async def get(self, key: str) -> bytes:
+        return await self._call(self._sync.get, key)
+
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        return await self._call(self._sync.get_range, key, start, length)
+
+    async def stream_get(
+        self, key: str, start: int = 0, *, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> AsyncObjectStream:
+        # The inner stream must not count bytes twice: give it a throwaway stats object
+        # by reading its raw chunk iterator through our own AsyncObjectStream.
+        inner = await self._call(lambda: self._sync.stream_get(key, start, chunk_size=chunk_size))
+        raw = inner._chunks  # the raw chunks: our own stream below counts the bytes
+
+        async def chunks() -> AsyncIterator[bytes]:
+            while True:
+                chunk = await self._call(next, raw, _END)
+                if chunk is _END:
+                    return
+                assert isinstance(chunk, bytes)
+                yield chunk
+
+        async def aclose() -> None:
+            await self._call(inner.close)
+
+        return AsyncObjectStream(chunks(), aclose, self.stats)
+
+    async def delete_many(self, keys: Iterable[str]) -> None:
+        keys = builtins.list(keys)
+        await self._call(self._sync.delete_many, keys)
+
+    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        it = await self._call(lambda: iter(self._sync.list(prefix)))
+        while True:
+            page = await self._call(lambda: builtins.list(itertools.islice(it, LIST_PAGE)))
+            if not page:
+                return
+            for info in page:
+                yield info
+
+    async def create_if_absent(self, key: str, data: BytesLike) -> bool:
+        return await self._call(self._sync.create_if_absent, key, data)
+
+    async def head(self, key: str) -> ObjectInfo:
+        return await self._call(self._sync.head, key)
+
+    async def close(self) -> None:
+        await self._call(self._sync.close)
