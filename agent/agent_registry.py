@@ -1,0 +1,215 @@
+"""Agent membership: heartbeating this agent into metadata and keeping the live-agent view.
+
+`AgentRegistry` is a background task: every `heartbeat_interval_ms` it calls
+`metadata.heartbeat_agent(self)` (the first call registers the agent) and then
+`metadata.live_agents()`, and hands the list to the `LiveAgents` view. When metadata is
+unreachable it logs, keeps the last view and tries again at the next tick: routing is
+advice (any agent serves any partition), so a stale view is harmless.
+
+`LiveAgents` is what handlers read: the brokers to list in Metadata/DescribeCluster,
+each partition's leader and each group's coordinator (rendezvous hashing, see
+`agent.routing`), and the controller id. It always contains this agent, with the address
+it actually listens on, even before the first heartbeat is answered; agents whose last
+heartbeat is older than `ttl_ms` (by this agent's clock) are left out, on top of
+whatever liveness rule metadata applies. Leaders are memoized per (topic id, partition
+count) and recomputed whenever the membership changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agent import routing
+from metadata.api_types import MetadataClient
+from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.types import AgentInfo
+
+log = logging.getLogger(__name__)
+
+_MAX_MEMOIZED_TOPICS = 100_000
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """An agent as Kafka clients see it."""
+
+    node_id: int
+    agent_id: str
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class LiveAgents:
+    def __init__(
+        self,
+        self_info: AgentInfo,
+        ttl_ms: int = 15_000,
+        wall_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self._self = self_info
+        self._ttl_ms = ttl_ms
+        self._wall_ms = wall_ms
+        self._others: tuple[AgentInfo, ...] = ()
+        self.version = 0  # bumped whenever the membership or an address changes
+        self.updated_ms = 0  # wall time of the last successful refresh, 0 = never
+        self._rebuild()
+
+    # --- updates ------------------------------------------------------------------------
+
+    @property
+    def self_info(self) -> AgentInfo:
+        return self._self
+
+    def set_self_address(self, host: str, port: int) -> None:
+        """Called by the server once it knows the port it is bound to."""
+        self._self = AgentInfo(
+            agent_id=self._self.agent_id, host=host, port=port, zone=self._self.zone,
+            last_heartbeat_ms=self._self.last_heartbeat_ms,
+        )
+        self._rebuild()
+
+    def update(self, agents: Sequence[AgentInfo]) -> None:
+        """Replace the view with metadata's live-agent list."""
+        now = self._wall_ms()
+        others: dict[str, AgentInfo] = {}
+        for a in agents:
+            if a.agent_id == self._self.agent_id:
+                continue
+            if a.last_heartbeat_ms > 0 and now - a.last_heartbeat_ms > self._ttl_ms:
+                continue
+            others[a.agent_id] = a
+        new = tuple(sorted(others.values(), key=lambda a: a.agent_id))
+        self.updated_ms = now
+        if [(a.agent_id, a.host, a.port, a.zone) for a in new] != [
+            (a.agent_id, a.host, a.port, a.zone) for a in self._others
+        ]:
+            self._others = new
+            self._rebuild()
+        else:
+            self._others = new
+
+    def _rebuild(self) -> None:
+        everyone = (self._self, *self._others)
+        ids = routing.assign_node_ids([a.agent_id for a in everyone])
+        self._agent_ids = tuple(sorted(ids))
+        self._brokers = {
+            ids[a.agent_id]: Broker(ids[a.agent_id], a.agent_id, a.host, a.port, a.zone) for a in everyone
+        }
+        self._by_agent = {b.agent_id: b for b in self._brokers.values()}
+        self._self_node_id = ids[self._self.agent_id]
+        controller = routing.controller_owner(self._agent_ids)
+        self._controller_id = ids[controller] if controller is not None else self._self_node_id
+        self._leaders: dict[tuple[uuid.UUID, int], tuple[int, ...]] = {}
+        self.version += 1
+
+    # --- reads --------------------------------------------------------------------------
+
+    @property
+    def self_node_id(self) -> int:
+        return self._self_node_id
+
+    @property
+    def controller_id(self) -> int:
+        return self._controller_id
+
+    def brokers(self) -> list[Broker]:
+        """Every live agent, this one included, by node id."""
+        return [self._brokers[n] for n in sorted(self._brokers)]
+
+    def broker(self, node_id: int) -> Broker | None:
+        return self._brokers.get(node_id)
+
+    def agent_ids(self) -> tuple[str, ...]:
+        return self._agent_ids
+
+    def leader_for(self, topic_id: uuid.UUID, partition: int) -> int:
+        owner = routing.partition_owner(topic_id, partition, self._agent_ids)
+        return self._by_agent[owner].node_id if owner is not None else self._self_node_id
+
+    def leaders_for_topic(self, topic_id: uuid.UUID, partition_count: int) -> tuple[int, ...]:
+        """Leader node id of partitions 0..partition_count-1 (memoized until membership changes)."""
+        key = (topic_id, partition_count)
+        leaders = self._leaders.get(key)
+        if leaders is None:
+            if len(self._leaders) >= _MAX_MEMOIZED_TOPICS:
+                self._leaders.clear()
+            if len(self._agent_ids) == 1:
+                leaders = (self._self_node_id,) * partition_count
+            else:
+                leaders = tuple(self.leader_for(topic_id, p) for p in range(partition_count))
+            self._leaders[key] = leaders
+        return leaders
+
+    def coordinator_for_group(self, group_id: str) -> Broker:
+        owner = routing.group_owner(group_id, self._agent_ids)
+        return self._by_agent[owner] if owner is not None else self._brokers[self._self_node_id]
+
+
+class AgentRegistry:
+    """Background heartbeat + live-agent refresh."""
+
+    def __init__(
+        self,
+        metadata: MetadataClient,
+        view: LiveAgents,
+        interval_ms: int = 3_000,
+        wall_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self._metadata = metadata
+        self._view = view
+        self._interval_s = interval_ms / 1000.0
+        self._wall_ms = wall_ms
+        self._task: asyncio.Task[None] | None = None
+        self.beats = 0
+        self.failures = 0
+
+    async def beat_once(self) -> bool:
+        """One heartbeat and refresh; False (logged) if metadata could not be reached."""
+        me = self._view.self_info
+        info = AgentInfo(me.agent_id, me.host, me.port, me.zone, last_heartbeat_ms=self._wall_ms())
+        try:
+            await self._metadata.heartbeat_agent(info)
+            agents = await self._metadata.live_agents()
+        except (MetadataUnavailable, MetadataError, OSError) as e:
+            self.failures += 1
+            log.warning("agent heartbeat failed (keeping the last agent list): %s", e)
+            return False
+        self._view.update(agents)
+        self.beats += 1
+        return True
+
+    async def start(self) -> None:
+        """Beat once now (so the agent is listed before it serves), then keep beating."""
+        if self._task is not None:
+            return
+        await self.beat_once()
+        self._task = asyncio.create_task(self._run(), name="skiff-agent-heartbeat")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self.beat_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not stop membership forever
+                self.failures += 1
+                log.exception("unexpected error in the agent heartbeat loop")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,274 @@
+"""The agent's configuration: one typed, frozen object built from flags and `SKIFF_*` variables.
+
+Every field `some_name` can be set three ways, strongest first:
+
+1. the command-line flag `--some-name VALUE` (see `add_arguments` / `from_args`);
+2. the environment variable `SKIFF_SOME_NAME`;
+3. the default written below.
+
+Values are parsed by the field's type: integers accept `_` separators and the binary
+suffixes `KiB`, `MiB`, `GiB` (`8MiB`, `100_000`); booleans accept
+`1/0, true/false, yes/no, on/off`; an empty string sets an optional field to None.
+`AgentConfig.__post_init__` checks ranges, so an invalid setting fails at start-up with
+the name of the field, never later on the hot path.
+
+Identity: `agent_id` is the agent's name in metadata (a pod name works well). Kafka
+clients need integer broker ids, derived from agent ids by `agent.routing.node_id_for_agent`
+(a decimal `agent_id` is used as is, anything else is hashed to 31 bits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+ENV_PREFIX = "SKIFF_"
+
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+def _default_agent_id() -> str:
+    return socket.gethostname() or "skiff-agent"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    # --- identity and listener ------------------------------------------------------
+    agent_id: str = field(default_factory=_default_agent_id, metadata={"help": "agent name in metadata"})
+    host: str = field(default="0.0.0.0", metadata={"help": "address the Kafka listener binds"})
+    port: int = field(default=9092, metadata={"help": "port the Kafka listener binds (0: any free port)"})
+    advertised_host: str | None = field(
+        default=None,
+        metadata={"help": "host clients are told to connect to (default: host, or the hostname if host "
+                          "is a wildcard)"},
+    )
+    advertised_port: int | None = field(
+        default=None, metadata={"help": "port clients are told to connect to (default: the bound port)"}
+    )
+    zone: str | None = field(default=None, metadata={"help": "availability zone, reported as the broker rack"})
+    cluster_id: str = field(default="skiff", metadata={"help": "cluster id reported to clients"})
+
+    # --- where state lives ----------------------------------------------------------
+    bucket_url: str = field(
+        default="file://./skiff-data/bucket", metadata={"help": "s3://bucket/prefix, file:///path or memory://"}
+    )
+    metadata_url: str = field(
+        default="sqlite:///./skiff-data/metadata.db",
+        metadata={"help": "http(s)://host:port of `skiff metadata`, or a database URL to embed metadata"},
+    )
+
+    # --- Kafka protocol server ------------------------------------------------------
+    max_request_bytes: int = field(
+        default=100 * MiB, metadata={"help": "largest request accepted (Kafka's socket.request.max.bytes)"}
+    )
+    max_inflight_requests: int = field(
+        default=64, metadata={"help": "pipelined requests per connection before the agent stops reading"}
+    )
+    connections_max_idle_ms: int = field(
+        default=600_000, metadata={"help": "close connections idle this long (0: never)"}
+    )
+
+    # --- topics ---------------------------------------------------------------------
+    auto_create_topics: bool = field(
+        default=True, metadata={"help": "create unknown topics on Metadata requests that allow it"}
+    )
+    default_partitions: int = field(
+        default=1, metadata={"help": "partitions of auto-created topics and of CreateTopics with -1"}
+    )
+    topic_cache_ttl_ms: int = field(
+        default=5_000, metadata={"help": "how long topic name/id lookups are cached"}
+    )
+
+    # --- produce path ---------------------------------------------------------------
+    flush_interval_ms: int = field(default=250, metadata={"help": "longest time a produced batch is buffered"})
+    flush_max_bytes: int = field(default=8 * MiB, metadata={"help": "file size that triggers a flush"})
+    max_inflight_flushes: int = field(default=4, metadata={"help": "concurrent file uploads"})
+    max_buffered_bytes: int = field(
+        default=64 * MiB, metadata={"help": "produce bytes held before producers are slowed down"}
+    )
+
+    # --- fetch path -----------------------------------------------------------------
+    fetch_cache_bytes: int = field(default=256 * MiB, metadata={"help": "memory for cached object ranges"})
+    fetch_max_wait_ms_cap: int = field(
+        default=30_000, metadata={"help": "upper bound applied to a fetch's max.wait.ms"}
+    )
+
+    # --- membership -----------------------------------------------------------------
+    heartbeat_interval_ms: int = field(
+        default=3_000, metadata={"help": "how often this agent heartbeats and refreshes the agent list"}
+    )
+    agent_ttl_ms: int = field(
+        default=15_000,
+        metadata={"help": "an agent silent this long is dropped from the routing view"},
+    )
+
+    def __post_init__(self) -> None:
+        def positive(name: str) -> None:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+        def non_negative(name: str) -> None:
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+        if not self.agent_id:
+            raise ValueError("agent_id must not be empty")
+        for name in ("port",):
+            non_negative(name)
+            if getattr(self, name) > 65535:
+                raise ValueError(f"{name} must be a TCP port, got {getattr(self, name)}")
+        if self.advertised_port is not None and not 0 <= self.advertised_port <= 65535:
+            raise ValueError(f"advertised_port must be a TCP port, got {self.advertised_port}")
+        for name in (
+            "max_request_bytes",
+            "max_inflight_requests",
+            "default_partitions",
+            "flush_interval_ms",
+            "flush_max_bytes",
+            "max_inflight_flushes",
+            "max_buffered_bytes",
+            "heartbeat_interval_ms",
+            "agent_ttl_ms",
+        ):
+            positive(name)
+        for name in ("connections_max_idle_ms", "topic_cache_ttl_ms", "fetch_cache_bytes", "fetch_max_wait_ms_cap"):
+            non_negative(name)
+        if self.max_request_bytes > 2**31 - 1:
+            raise ValueError("max_request_bytes must fit in a signed 32-bit size")
+        if self.max_buffered_bytes < self.flush_max_bytes:
+            raise ValueError("max_buffered_bytes must be at least flush_max_bytes")
+        if self.agent_ttl_ms <= self.heartbeat_interval_ms:
+            raise ValueError("agent_ttl_ms must be longer than heartbeat_interval_ms")
+
+    # --- derived values -------------------------------------------------------------
+
+    def resolved_advertised_host(self) -> str:
+        if self.advertised_host:
+            return self.advertised_host
+        if self.host in _WILDCARD_HOSTS:
+            return socket.gethostname() or "localhost"
+        return self.host
+
+    def resolved_advertised_port(self, bound_port: int | None = None) -> int:
+        """The port to advertise: explicit, else the port actually bound (matters for port 0)."""
+        if self.advertised_port:
+            return self.advertised_port
+        if bound_port:
+            return bound_port
+        return self.port
+
+    def replace(self, **changes: Any) -> AgentConfig:
+        return dataclasses.replace(self, **changes)
+
+    # --- construction -----------------------------------------------------------------
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> AgentConfig:
+        """Defaults, then `SKIFF_*` variables from `env` (default `os.environ`), then `overrides`."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(env_var(f.name))
+            if raw is not None:
+                values[f.name] = parse_value(f.name, _field_type(f.name), raw)
+        values.update({k: v for k, v in overrides.items()})
+        return cls(**values)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace | Sequence[str], env: Mapping[str, str] | None = None) -> AgentConfig:
+        """Flags (a parsed namespace from a parser given `add_arguments`, or raw argv) over env."""
+        if not isinstance(args, argparse.Namespace):
+            parser = argparse.ArgumentParser()
+            add_arguments(parser)
+            args = parser.parse_args(list(args))
+        flags: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = getattr(args, f.name, None)
+            if raw is not None:
+                flags[f.name] = parse_value(f.name, _field_type(f.name), raw) if isinstance(raw, str) else raw
+        return cls.from_env(env, **flags)
+
+
+def env_var(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+def flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one optional string flag per config field (parsed later, so env can fill gaps)."""
+    for f in dataclasses.fields(AgentConfig):
+        default = f.default if f.default is not dataclasses.MISSING else "(derived)"
+        parser.add_argument(
+            flag(f.name),
+            dest=f.name,
+            default=None,
+            metavar=f.name.upper(),
+            help=f"{f.metadata.get('help', '')} [env {env_var(f.name)}; default {default}]",
+        )
+
+
+def describe_fields() -> list[tuple[str, str, str, str]]:
+    """(flag, env var, default, help) for each field, for docs and `--help`."""
+    out = []
+    for f in dataclasses.fields(AgentConfig):
+        default = repr(f.default) if f.default is not dataclasses.MISSING else "(derived)"
+        out.append((flag(f.name), env_var(f.name), default, str(f.metadata.get("help", ""))))
+    return out
+
+
+@typing.no_type_check
+def _field_type(name: str) -> tuple[type, bool]:
+    """(base type, optional) of a field, from its annotation."""
+    hints = typing.get_type_hints(AgentConfig)
+    tp = hints[name]
+    optional = False
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(tp))
+        tp = args[0]
+    return tp, optional
+
+
+_SUFFIXES = {"kib": KiB, "mib": MiB, "gib": GiB, "k": KiB, "m": MiB, "g": GiB}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_value(name: str, kind: tuple[type, bool], raw: str) -> Any:
+    tp, optional = kind
+    text = raw.strip()
+    if optional and text == "":
+        return None
+    try:
+        if tp is bool:
+            low = text.lower()
+            if low in _TRUE:
+                return True
+            if low in _FALSE:
+                return False
+            raise ValueError("expected true/false")
+        if tp is int:
+            low = text.lower().replace("_", "")
+            for suffix, mult in _SUFFIXES.items():
+                if low.endswith(suffix):
+                    return int(low[: -len(suffix)]) * mult
+            return int(low)
+        if tp is str:
+            return raw
+    except ValueError as e:
+        raise ValueError(f"invalid value {raw!r} for {name} ({env_var(name)}): {e}") from None
+    raise TypeError(f"unsupported config field type {tp!r} for {name}")

@@ -1,0 +1,168 @@
+"""Request handlers, one module per Kafka API, and the registry the server dispatches through.
+
+A handler is `async def handle(ctx: AgentContext, request: Request) -> response | None`:
+
+- `request.body` is the kio request entity of exactly `request.api_version`;
+- it returns the kio response entity for that API. Returning an entity of another
+  version of the same API is allowed (handlers are usually written against the newest
+  version): the server converts it to the request's version with `agent.protocol.convert`.
+  Returning None sends no response at all (Produce with acks=0);
+- handlers of one connection run concurrently and their responses are written in
+  request order. Handlers are *started* in request order, so whatever a handler does
+  before its first `await` happens in arrival order (the produce path relies on this).
+  A spec with `exclusive=True` instead runs alone on its connection: after every earlier
+  request of that connection has finished, and before any later one starts;
+- an exception escaping a handler becomes an error response when the response has a
+  top-level error code (`MetadataError` -> its code, `MetadataUnavailable` ->
+  REQUEST_TIMED_OUT, anything else -> UNKNOWN_SERVER_ERROR); otherwise the connection is
+  closed, which every client treats as retriable. Handlers should therefore report
+  per-item errors themselves;
+- a client that disconnects cancels its in-flight handlers, so handlers must be
+  cancellation-safe.
+
+Registering: a module in this package that defines `SPEC: HandlerSpec` (or `SPECS`) is
+picked up by `default_registry()`. ApiVersions advertises exactly the registered
+(min_version, max_version) ranges, so dropping `agent/handlers/produce.py` with a SPEC
+in place is all it takes to serve Produce.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import pkgutil
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from agent.protocol import RequestHeader, api_name, kio_version_range, to_error_code
+from metadata.errors import MetadataError, MetadataUnavailable
+
+if TYPE_CHECKING:
+    from agent.context import AgentContext
+
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+@dataclass
+class ConnectionInfo:
+    """Per-connection facts a handler may want (logging, metrics, quotas)."""
+
+    connection_id: int
+    peer: str
+    client_software_name: str | None = None  # from ApiVersions v3+
+    client_software_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    header: RequestHeader
+    body: Any
+    connection: ConnectionInfo
+    registry: HandlerRegistry
+
+    @property
+    def api_key(self) -> int:
+        return self.header.api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def correlation_id(self) -> int:
+        return self.header.correlation_id
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+
+Handler = Callable[["AgentContext", Request], Awaitable[Any | None]]
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+    exclusive: bool = False
+    name: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", api_name(self.api_key) or f"api_{self.api_key}")
+        rng = kio_version_range(self.api_key)
+        if rng is None:
+            raise ValueError(f"kio has no schema for api key {self.api_key}")
+        if not rng[0] <= self.min_version <= self.max_version <= rng[1]:
+            raise ValueError(
+                f"{self.name}: versions {self.min_version}-{self.max_version} are outside what kio "
+                f"knows ({rng[0]}-{rng[1]})"
+            )
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+class HandlerRegistry:
+    def __init__(self, specs: Iterable[HandlerSpec] = ()) -> None:
+        self._specs: dict[int, HandlerSpec] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: HandlerSpec, replace: bool = False) -> None:
+        if spec.api_key in self._specs and not replace:
+            raise ValueError(f"a handler for {spec.name} (api key {spec.api_key}) is already registered")
+        self._specs[spec.api_key] = spec
+
+    def unregister(self, api_key: int) -> None:
+        self._specs.pop(api_key, None)
+
+    def get(self, api_key: int) -> HandlerSpec | None:
+        return self._specs.get(api_key)
+
+    def specs(self) -> list[HandlerSpec]:
+        return [self._specs[k] for k in sorted(self._specs)]
+
+    def __contains__(self, api_key: int) -> bool:
+        return api_key in self._specs
+
+
+def discover_specs(package: str = __name__) -> list[HandlerSpec]:
+    """Every `SPEC`/`SPECS` defined by the modules of a handler package (import errors propagate)."""
+    pkg = importlib.import_module(package)
+    found: list[HandlerSpec] = []
+    for mod_info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if mod_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package}.{mod_info.name}")
+        spec = getattr(module, "SPEC", None)
+        if isinstance(spec, HandlerSpec):
+            found.append(spec)
+        found.extend(s for s in getattr(module, "SPECS", ()) if isinstance(s, HandlerSpec))
+    return found
+
+
+def default_registry() -> HandlerRegistry:
+    return HandlerRegistry(discover_specs())
+
+
+# --- shared helpers for handlers ----------------------------------------------------------
+
+# What a handler reports when metadata cannot be reached: "the operation timed out and
+# may or may not have happened", retriable for every client.
+METADATA_UNAVAILABLE = ErrorCode.request_timed_out
+
+
+def error_of(exc: BaseException) -> tuple[ErrorCode, str]:
+    """(Kafka error code, message) for an exception raised while serving a request."""
+    if isinstance(exc, MetadataError):
+        return to_error_code(exc.error_code), exc.message
+    if isinstance(exc, MetadataUnavailable):
+        return METADATA_UNAVAILABLE, f"metadata service unavailable: {exc}"
+    return ErrorCode.unknown_server_error, f"{type(exc).__name__}: {exc}"

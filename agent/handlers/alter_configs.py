@@ -1,0 +1,101 @@
+"""AlterConfigs (api key 33), v0-v2: replace a topic's whole config set (the legacy API).
+
+Kafka semantics: the configs listed become the topic's overrides and every override not
+listed is removed (reset to its default). Per resource: the same resource twice ->
+INVALID_REQUEST for each; topics: illegal name -> INVALID_TOPIC_EXCEPTION, unknown ->
+UNKNOWN_TOPIC_OR_PARTITION, a null value -> INVALID_REQUEST, unknown names or invalid
+values -> INVALID_CONFIG; `validate_only` checks without changing anything. Broker
+resources -> INVALID_REQUEST: agents are configured statically (flags and SKIFF_*
+variables) and have no dynamic broker configs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.schema.alter_configs.v2.request import AlterConfigsRequest, AlterConfigsResource
+from kio.schema.alter_configs.v2.response import AlterConfigsResourceResponse, AlterConfigsResponse
+from kio.schema.errors import ErrorCode
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
+from agent.protocol import convert
+from metadata import configs as topic_configs
+
+API_KEY = 33
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+BROKER_CONFIGS_ARE_STATIC = (
+    "Skiff agents are configured by flags and SKIFF_* environment variables; broker configs cannot be altered."
+)
+
+
+def _result(res: Any, code: ErrorCode, message: str | None = None) -> AlterConfigsResourceResponse:
+    return AlterConfigsResourceResponse(
+        error_code=code, error_message=message, resource_type=res.resource_type, resource_name=res.resource_name
+    )
+
+
+async def alter_topic(
+    ctx: AgentContext,
+    name: str,
+    set_configs: dict[str, str],
+    delete_configs: list[str],
+    replace: bool,
+    validate_only: bool,
+    check_exists: bool = True,
+) -> tuple[ErrorCode, str | None]:
+    """Check that the topic exists, then (unless validate_only) apply; (error code, message)."""
+    try:
+        if check_exists and name not in await ctx.metadata.describe_topics([name]):
+            return ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist."
+        if validate_only:
+            return ErrorCode.none, None
+        updated = await ctx.metadata.alter_topic_configs(name, set_configs, delete_configs, replace)
+    except Exception as e:
+        code, message = error_of(e)
+        if code == ErrorCode.unknown_server_error:
+            raise
+        ctx.topics.invalidate(names=[name])
+        return code, message
+    ctx.topics.put(updated)
+    return ErrorCode.none, None
+
+
+async def _alter_one(ctx: AgentContext, res: AlterConfigsResource, validate_only: bool) -> AlterConfigsResourceResponse:
+    if res.resource_type == RESOURCE_BROKER:
+        return _result(res, ErrorCode.invalid_request, BROKER_CONFIGS_ARE_STATIC)
+    if res.resource_type != RESOURCE_TOPIC:
+        return _result(res, ErrorCode.invalid_request, f"Unsupported resource type {res.resource_type}")
+    reason = topic_configs.topic_name_error(res.resource_name)
+    if reason is not None:
+        return _result(res, ErrorCode.invalid_topic_exception, reason)
+    raw: dict[str, object] = {}
+    for c in res.configs:
+        if c.value is None:
+            return _result(res, ErrorCode.invalid_request, f"Null value not supported for : {c.name}")
+        raw[c.name] = c.value
+    try:
+        normalized = topic_configs.validate_configs(raw)
+    except topic_configs.ConfigError as e:
+        return _result(res, ErrorCode.invalid_config, str(e))
+    code, message = await alter_topic(ctx, res.resource_name, normalized, [], True, validate_only)
+    return _result(res, code, message)
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, AlterConfigsRequest)
+    counts = Counter((r.resource_type, r.resource_name) for r in body.resources)
+    out = []
+    for res in body.resources:
+        if counts[(res.resource_type, res.resource_name)] > 1:
+            out.append(_result(res, ErrorCode.invalid_request, "Duplicate resource in request."))
+        else:
+            out.append(await _alter_one(ctx, res, body.validate_only))
+    return AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(out))
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -1,0 +1,182 @@
+"""CreateTopics (api key 19), v2-v7.
+
+Each topic is checked in Kafka's order, and gets its own error code:
+
+1. the same name twice in one request -> INVALID_REQUEST for every copy;
+2. an illegal name -> INVALID_TOPIC_EXCEPTION;
+3. a name that exists -> TOPIC_ALREADY_EXISTS;
+4. a manual assignment with num_partitions or replication_factor not -1 -> INVALID_REQUEST;
+   assignments must number partitions 0..n-1 -> INVALID_REPLICA_ASSIGNMENT otherwise
+   (the broker ids are ignored: any agent serves any partition);
+5. num_partitions -1 -> `default_partitions`; 0 or below -1 -> INVALID_PARTITIONS;
+6. replication_factor -1 or any positive value is accepted and ignored (the bucket is
+   the replication); 0 or below -1 -> INVALID_REPLICATION_FACTOR;
+7. configs: unknown names, null or invalid values -> INVALID_CONFIG (`metadata.configs`).
+
+`validate_only` stops there. Otherwise the topic is created in metadata (which checks
+again, atomically: a concurrent create of the same name gets TOPIC_ALREADY_EXISTS) and
+the answer carries the topic id (v7), partition count, replication factor 1 and every
+config with its source (v5+). `timeout` is ignored: creation is synchronous.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.create_topics.v7.response import (
+    CreatableTopicConfigs,
+    CreatableTopicResult,
+    CreateTopicsResponse,
+)
+from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
+from kio.static.primitive import i8, i16, i32
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers.describe_configs import creatable_topic_configs
+from agent.protocol import convert
+from metadata import configs as topic_configs
+from metadata.errors import MetadataUnavailable
+from metadata.types import Topic
+
+log = logging.getLogger(__name__)
+
+API_KEY = 19
+MIN_VERSION = 2
+MAX_VERSION = 7
+
+
+class TopicError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _failed(name: str, code: ErrorCode, message: str | None) -> CreatableTopicResult:
+    return CreatableTopicResult(
+        name=TopicName(name), topic_id=None, error_code=code, error_message=message,
+        num_partitions=i32(-1), replication_factor=i16(-1), configs=None,
+    )
+
+
+def _succeeded(name: str, topic_id: Any, partitions: int, configs: dict[str, str]) -> CreatableTopicResult:
+    return CreatableTopicResult(
+        name=TopicName(name),
+        topic_id=topic_id,
+        error_code=ErrorCode.none,
+        error_message=None,
+        num_partitions=i32(partitions),
+        replication_factor=i16(1),
+        configs=tuple(
+            CreatableTopicConfigs(
+                name=e.name, value=e.value, read_only=e.read_only, config_source=i8(e.source),
+                is_sensitive=e.is_sensitive,
+            )
+            for e in creatable_topic_configs(configs)
+        ),
+    )
+
+
+def validate_topic(ctx: AgentContext, t: CreatableTopic) -> tuple[int, dict[str, str]]:
+    """(partition count, normalized configs) of a topic to create; TopicError if invalid."""
+    reason = topic_configs.topic_name_error(t.name)
+    if reason is not None:
+        raise TopicError(ErrorCode.invalid_topic_exception, reason)
+    if t.assignments:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            raise TopicError(
+                ErrorCode.invalid_request,
+                "A manual partition assignment was specified, but numPartitions or replicationFactor "
+                "was not set to -1.",
+            )
+        indices = sorted(a.partition_index for a in t.assignments)
+        if indices != list(range(len(indices))):
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                "Partitions in a manual assignment must be numbered consecutively from 0.",
+            )
+        partitions = len(indices)
+    elif t.num_partitions == -1:
+        partitions = ctx.config.default_partitions
+    elif t.num_partitions <= 0:
+        raise TopicError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value.")
+    else:
+        partitions = t.num_partitions
+    if t.replication_factor == 0 or t.replication_factor < -1:
+        raise TopicError(
+            ErrorCode.invalid_replication_factor,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        )
+    raw: dict[str, object] = {}
+    for c in t.configs:
+        if c.value is None:
+            raise TopicError(ErrorCode.invalid_config, f"Null value not supported for topic configs: {c.name}")
+        raw[c.name] = c.value
+    try:
+        configs = topic_configs.validate_configs(raw)
+    except topic_configs.ConfigError as e:
+        raise TopicError(ErrorCode.invalid_config, str(e)) from None
+    return partitions, configs
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, CreateTopicsRequest)
+    counts = Counter(t.name for t in body.topics)
+    duplicates = {n for n, c in counts.items() if c > 1}
+    results: list[CreatableTopicResult] = []
+
+    to_check = [t for t in body.topics if t.name not in duplicates]
+    existing: dict[str, Topic] = {}
+    lookup_error: tuple[ErrorCode, str] | None = None
+    names = [t.name for t in to_check if topic_configs.topic_name_error(t.name) is None]
+    if names:
+        try:
+            existing = await ctx.metadata.describe_topics(names)
+        except MetadataUnavailable as e:
+            lookup_error = error_of(e)
+
+    for t in body.topics:
+        if t.name in duplicates:
+            results.append(_failed(
+                t.name, ErrorCode.invalid_request,
+                f"Create topics request from client `{request.client_id}` contains multiple entries for "
+                f"the following topics: {t.name}",
+            ))
+            continue
+        try:
+            partitions, configs = validate_topic(ctx, t)
+        except TopicError as e:
+            if e.code != ErrorCode.invalid_topic_exception and t.name in existing:
+                results.append(_failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."))
+            else:
+                results.append(_failed(t.name, e.code, e.message))
+            continue
+        if lookup_error is not None:
+            results.append(_failed(t.name, *lookup_error))
+            continue
+        if t.name in existing:
+            results.append(_failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."))
+            continue
+        if body.validate_only:
+            results.append(_succeeded(t.name, None, partitions, configs))
+            continue
+        try:
+            topic = await ctx.metadata.create_topic(t.name, partitions, configs)
+        except Exception as e:
+            code, message = error_of(e)
+            if code == ErrorCode.unknown_server_error:
+                log.exception("creating topic %r failed", t.name)
+            results.append(_failed(t.name, code, message))
+            continue
+        ctx.topics.put(topic)
+        log.info("created topic %r (%s) with %d partition(s)", topic.name, topic.topic_id, topic.partition_count)
+        results.append(_succeeded(topic.name, topic.topic_id, topic.partition_count, dict(topic.configs)))
+    return CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

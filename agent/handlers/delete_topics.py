@@ -1,0 +1,104 @@
+"""DeleteTopics (api key 20), v1-v6: by name, and (v6) by topic id.
+
+v1-v5 carry `topic_names`; v6 carries `topics`, each with a name or a topic id (exactly
+one; both or neither -> INVALID_REQUEST). A topic asked twice is deleted once and both
+entries get the same answer. Errors per topic: illegal name -> INVALID_TOPIC_EXCEPTION,
+unknown name -> UNKNOWN_TOPIC_OR_PARTITION, unknown id -> UNKNOWN_TOPIC_ID, metadata
+unreachable -> REQUEST_TIMED_OUT. Deleting removes the topic from metadata at once; its
+files are garbage-collected later (invariant 3), which is not this handler's concern.
+The topic cache is invalidated, so this agent stops serving the topic immediately.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from kio.schema.delete_topics.v6.response import DeletableTopicResult, DeleteTopicsResponse
+from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.protocol import uuid_or_none
+from metadata.configs import topic_name_error
+
+log = logging.getLogger(__name__)
+
+API_KEY = 20
+MIN_VERSION = 1
+MAX_VERSION = 6
+
+
+def _result(
+    name: str | None, topic_id: uuid.UUID | None, code: ErrorCode, message: str | None = None
+) -> DeletableTopicResult:
+    return DeletableTopicResult(
+        name=TopicName(name) if name is not None else None, topic_id=topic_id, error_code=code,
+        error_message=message,
+    )
+
+
+async def _delete_by_name(ctx: AgentContext, name: str, topic_id: uuid.UUID | None) -> DeletableTopicResult:
+    reason = topic_name_error(name)
+    if reason is not None:
+        return _result(name, topic_id, ErrorCode.invalid_topic_exception, reason)
+    try:
+        if topic_id is None:
+            topic = await ctx.topics.get(name)
+            topic_id = topic.topic_id if topic is not None else None
+        await ctx.metadata.delete_topic(name)
+    except Exception as e:
+        code, message = error_of(e)
+        if code == ErrorCode.unknown_server_error:
+            log.exception("deleting topic %r failed", name)
+        return _result(name, topic_id, code, message)
+    finally:
+        ctx.topics.invalidate(names=[name])
+    log.info("deleted topic %r", name)
+    return _result(name, topic_id, ErrorCode.none)
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    wanted: list[tuple[str | None, uuid.UUID | None]] = []
+    if hasattr(body, "topic_names"):
+        wanted = [(name, None) for name in body.topic_names]
+    else:
+        wanted = [(t.name, uuid_or_none(t.topic_id)) for t in body.topics]
+
+    ids = [tid for name, tid in wanted if name is None and tid is not None]
+    by_id = {}
+    id_error: tuple[ErrorCode, str] | None = None
+    if ids:
+        try:
+            by_id = await ctx.metadata.topics_by_id(ids)
+        except Exception as e:
+            id_error = error_of(e)
+
+    done: dict[tuple[str | None, uuid.UUID | None], DeletableTopicResult] = {}
+    results: list[DeletableTopicResult] = []
+    for name, tid in wanted:
+        key = (name, tid)
+        if key in done:
+            results.append(done[key])
+            continue
+        if name is not None and tid is not None:
+            res = _result(name, tid, ErrorCode.invalid_request, "Only one of topic name or topic id may be set.")
+        elif name is not None:
+            res = await _delete_by_name(ctx, name, None)
+        elif tid is None:
+            res = _result(None, None, ErrorCode.invalid_request, "A topic name or a topic id is required.")
+        elif id_error is not None:
+            res = _result(None, tid, *id_error)
+        elif tid not in by_id:
+            res = _result(None, tid, ErrorCode.unknown_topic_id, f"Topic id {tid} does not exist.")
+        else:
+            res = await _delete_by_name(ctx, by_id[tid].name, tid)
+        done[key] = res
+        results.append(res)
+    return DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -1,0 +1,237 @@
+"""DescribeConfigs (api key 32), v1-v4: topic configs, and a few static broker configs.
+
+Topic resources (type 2) list every topic config Kafka knows (`metadata.configs`), with
+the topic's own value where it sets one (source DYNAMIC_TOPIC_CONFIG) and Kafka's
+default otherwise (source DEFAULT_CONFIG, `is_default` in the client's eyes).
+`configuration_keys` restricts the answer to the named keys (unknown keys are left
+out); `include_synonyms` adds, per config, the topic override (if any) followed by the
+default under the broker-level name Kafka would show (`log.retention.ms` for
+`retention.ms`); `include_documentation` (v3+) adds a one-line description.
+
+Broker resources (type 4) are answered for this agent's node id or the empty name (the
+cluster default), with a small set of read-only STATIC_BROKER_CONFIG entries derived
+from the agent's configuration; another broker's id gets INVALID_REQUEST, as in Kafka.
+Other resource types (broker loggers, client metrics, groups) get INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+from kio.schema.describe_configs.v4.response import (
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeConfigsSynonym,
+)
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.protocol import convert
+from metadata import configs as topic_configs
+from metadata.configs import topic_name_error
+
+API_KEY = 32
+MIN_VERSION = 1
+MAX_VERSION = 4
+
+# ConfigResource types
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+# ConfigSource values
+SOURCE_DYNAMIC_TOPIC_CONFIG = 1
+SOURCE_STATIC_BROKER_CONFIG = 4
+SOURCE_DEFAULT_CONFIG = 5
+
+# The broker-level config behind each topic config (what Kafka shows as its synonym).
+BROKER_SYNONYMS: dict[str, str] = {
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "follower.replication.throttled.replicas": "follower.replication.throttled.replicas",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "leader.replication.throttled.replicas": "leader.replication.throttled.replicas",
+    "local.retention.bytes": "log.local.retention.bytes",
+    "local.retention.ms": "log.local.retention.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.downconversion.enable": "log.message.downconversion.enable",
+    "message.format.version": "log.message.format.version",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "preallocate": "log.preallocate",
+    "retention.bytes": "log.retention.bytes",
+    "retention.ms": "log.retention.ms",
+    "segment.bytes": "log.segment.bytes",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "segment.ms": "log.roll.ms",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One described config, independent of the wire version."""
+
+    name: str
+    value: str | None
+    source: int
+    config_type: int
+    read_only: bool = False
+    is_sensitive: bool = False
+    documentation: str | None = None
+    synonyms: tuple[tuple[str, str | None, int], ...] = ()  # (name, value, source)
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == SOURCE_DEFAULT_CONFIG
+
+
+def topic_config_entries(
+    overrides: dict[str, str],
+    keys: Iterable[str] | None = None,
+    include_synonyms: bool = False,
+    include_documentation: bool = False,
+) -> list[ConfigEntry]:
+    """Every topic config (or those in `keys`), with value, source and optional synonyms."""
+    wanted = None if keys is None else set(keys)
+    out: list[ConfigEntry] = []
+    for name, (value, is_default) in sorted(topic_configs.effective_configs(overrides).items()):
+        if wanted is not None and name not in wanted:
+            continue
+        d = topic_configs.CONFIG_DEFS[name]
+        synonyms: tuple[tuple[str, str | None, int], ...] = ()
+        if include_synonyms:
+            syn: list[tuple[str, str | None, int]] = []
+            if not is_default:
+                syn.append((name, value, SOURCE_DYNAMIC_TOPIC_CONFIG))
+            syn.append((BROKER_SYNONYMS.get(name, name), d.default, SOURCE_DEFAULT_CONFIG))
+            synonyms = tuple(syn)
+        out.append(
+            ConfigEntry(
+                name=name,
+                value=value,
+                source=SOURCE_DEFAULT_CONFIG if is_default else SOURCE_DYNAMIC_TOPIC_CONFIG,
+                config_type=d.config_type,
+                documentation=(d.doc or None) if include_documentation else None,
+                synonyms=synonyms,
+            )
+        )
+    return out
+
+
+def broker_config_entries(ctx: AgentContext, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
+    cfg = ctx.config
+    me = ctx.agents.self_info
+    static: list[tuple[str, str, int]] = [
+        ("broker.id", str(ctx.agents.self_node_id), topic_configs.TYPE_INT),
+        ("node.id", str(ctx.agents.self_node_id), topic_configs.TYPE_INT),
+        ("broker.rack", cfg.zone or "", topic_configs.TYPE_STRING),
+        ("advertised.listeners", f"PLAINTEXT://{me.host}:{me.port}", topic_configs.TYPE_LIST),
+        ("auto.create.topics.enable", "true" if cfg.auto_create_topics else "false", topic_configs.TYPE_BOOLEAN),
+        ("num.partitions", str(cfg.default_partitions), topic_configs.TYPE_INT),
+        ("default.replication.factor", "1", topic_configs.TYPE_SHORT),
+        ("delete.topic.enable", "true", topic_configs.TYPE_BOOLEAN),
+        ("socket.request.max.bytes", str(cfg.max_request_bytes), topic_configs.TYPE_INT),
+        ("message.max.bytes", topic_configs.DEFAULTS[topic_configs.MAX_MESSAGE_BYTES], topic_configs.TYPE_INT),
+        ("log.cleanup.policy", topic_configs.DEFAULTS[topic_configs.CLEANUP_POLICY], topic_configs.TYPE_LIST),
+        ("log.retention.ms", topic_configs.DEFAULTS[topic_configs.RETENTION_MS], topic_configs.TYPE_LONG),
+        ("log.retention.bytes", topic_configs.DEFAULTS[topic_configs.RETENTION_BYTES], topic_configs.TYPE_LONG),
+        ("compression.type", topic_configs.DEFAULTS[topic_configs.COMPRESSION_TYPE], topic_configs.TYPE_STRING),
+        ("min.insync.replicas", "1", topic_configs.TYPE_INT),
+        ("skiff.flush.interval.ms", str(cfg.flush_interval_ms), topic_configs.TYPE_INT),
+        ("skiff.flush.max.bytes", str(cfg.flush_max_bytes), topic_configs.TYPE_INT),
+    ]
+    wanted = None if keys is None else set(keys)
+    return [
+        ConfigEntry(name, value, SOURCE_STATIC_BROKER_CONFIG, ctype, read_only=True)
+        for name, value, ctype in static
+        if wanted is None or name in wanted
+    ]
+
+
+def creatable_topic_configs(overrides: dict[str, str]) -> list[ConfigEntry]:
+    """What CreateTopics v5+ returns per created topic."""
+    return topic_config_entries(overrides)
+
+
+def _result(
+    res: DescribeConfigsResource, code: ErrorCode, message: str | None, entries: Sequence[ConfigEntry] = ()
+) -> DescribeConfigsResult:
+    return DescribeConfigsResult(
+        error_code=code,
+        error_message=message,
+        resource_type=res.resource_type,
+        resource_name=res.resource_name,
+        configs=tuple(
+            DescribeConfigsResourceResult(
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                config_source=i8(e.source),
+                is_sensitive=e.is_sensitive,
+                synonyms=tuple(
+                    DescribeConfigsSynonym(name=n, value=v, source=i8(s)) for n, v, s in e.synonyms
+                ),
+                config_type=i8(e.config_type),
+                documentation=e.documentation,
+            )
+            for e in entries
+        ),
+    )
+
+
+async def _describe_one(
+    ctx: AgentContext, res: DescribeConfigsResource, body: DescribeConfigsRequest
+) -> DescribeConfigsResult:
+    keys = res.configuration_keys if res.configuration_keys else None  # null or empty: all
+    if res.resource_type == RESOURCE_TOPIC:
+        name = res.resource_name
+        reason = topic_name_error(name)
+        if reason is not None:
+            return _result(res, ErrorCode.invalid_topic_exception, reason)
+        try:
+            topic = (await ctx.metadata.describe_topics([name])).get(name)
+        except Exception as e:
+            code, message = error_of(e)
+            if code == ErrorCode.unknown_server_error:
+                raise
+            return _result(res, code, message)
+        if topic is None:
+            return _result(res, ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
+        ctx.topics.put(topic)
+        entries = topic_config_entries(topic.configs, keys, body.include_synonyms, body.include_documentation)
+        return _result(res, ErrorCode.none, None, entries)
+    if res.resource_type == RESOURCE_BROKER:
+        own = str(ctx.agents.self_node_id)
+        if res.resource_name not in ("", own):
+            return _result(
+                res, ErrorCode.invalid_request,
+                f"Unexpected broker id, expected {own} or empty string, but received {res.resource_name}",
+            )
+        return _result(res, ErrorCode.none, None, broker_config_entries(ctx, keys))
+    return _result(res, ErrorCode.invalid_request, f"Unsupported resource type {res.resource_type}")
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, DescribeConfigsRequest)
+    results = [await _describe_one(ctx, res, body) for res in body.resources]
+    return DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

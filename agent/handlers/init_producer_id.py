@@ -1,0 +1,67 @@
+"""InitProducerId (api key 22), v0-v5: producer ids for idempotent producers.
+
+Non-transactional (`transactional_id` null): a fresh (producer id, epoch) comes from
+`metadata.init_producer_id()`, which owns the id sequence and the de-duplication state.
+As in Kafka, a producer id/epoch sent by the client (v3+, KIP-360) is ignored for a
+non-transactional producer: it always gets a new id.
+
+Transactional (`transactional_id` set): Skiff has no transaction coordinator, so the
+answer is UNSUPPORTED_VERSION (35) with producer id -1: what a Kafka broker that does not
+implement the transactional API answers. Clients treat it as fatal and say so (the Java
+producer: UnsupportedVersionException; librdkafka: the broker does not support the
+operation) instead of retrying, and it is not mistaken for an authorization problem.
+Note that librdkafka refuses transactions earlier still, because ApiVersions does not
+advertise the transactional APIs (AddPartitionsToTxn, EndTxn, ...).
+
+Metadata unreachable -> COORDINATOR_NOT_AVAILABLE, which producers retry.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v5.response import InitProducerIdResponse
+from kio.schema.types import ProducerId
+from kio.static.primitive import i16
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.protocol import to_error_code
+from metadata.errors import MetadataError, MetadataUnavailable
+
+log = logging.getLogger(__name__)
+
+API_KEY = 22
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+TRANSACTIONS_UNSUPPORTED = ErrorCode.unsupported_version
+
+
+def _error(code: ErrorCode) -> InitProducerIdResponse:
+    return InitProducerIdResponse(
+        throttle_time=NO_THROTTLE, error_code=code, producer_id=ProducerId(-1), producer_epoch=i16(-1)
+    )
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    if request.body.transactional_id is not None:
+        log.info("refusing transactional InitProducerId (transactional.id=%r): transactions are not supported",
+                 request.body.transactional_id)
+        return _error(TRANSACTIONS_UNSUPPORTED)
+    try:
+        producer_id, epoch = await ctx.metadata.init_producer_id()
+    except MetadataUnavailable as e:
+        log.warning("InitProducerId: metadata unavailable: %s", e)
+        return _error(ErrorCode.coordinator_not_available)
+    except MetadataError as e:
+        return _error(to_error_code(e.error_code))
+    return InitProducerIdResponse(
+        throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=ProducerId(producer_id),
+        producer_epoch=i16(epoch),
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

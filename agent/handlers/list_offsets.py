@@ -1,0 +1,114 @@
+"""ListOffsets (api key 2), v1-v10: offsets by timestamp, and the earliest/latest offsets.
+
+Per partition, the query timestamp is either a time in ms (the first offset whose
+timestamp is at or after it) or a special value:
+
+- -1 LATEST: the high watermark (next offset to be written);
+- -2 EARLIEST: the log start offset;
+- -3 MAX_TIMESTAMP (v7+): the offset of the record with the largest timestamp;
+- -4 EARLIEST_LOCAL (v8+, tiered storage): Skiff has no local tier, so = EARLIEST;
+- -5 LATEST_TIERED (v9+): as in Kafka for a topic without tiered storage, offset -1.
+
+All partitions of a request go to metadata in one `list_offsets` call. The isolation
+level is accepted and makes no difference (no transactions: every record is
+committed). `replica_id`, `current_leader_epoch` and `timeout` (v10) are ignored;
+leader epochs are reported as -1, as in Metadata. Errors per partition: unknown topic
+or partition -> UNKNOWN_TOPIC_OR_PARTITION; metadata unreachable -> KAFKA_STORAGE_ERROR
+(retriable: "the storage behind this partition is unavailable").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v10.request import ListOffsetsRequest
+from kio.schema.list_offsets.v10.response import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+from kio.static.primitive import i32, i64
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.protocol import convert, to_error_code
+from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.types import EARLIEST_TIMESTAMP, OffsetAnswer, OffsetQuery, Topic
+
+API_KEY = 2
+MIN_VERSION = 1
+MAX_VERSION = 10
+
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+UNAVAILABLE = ErrorCode.kafka_storage_error
+
+
+def _answer(partition: int, code: ErrorCode, offset: int = -1, timestamp: int = -1) -> ListOffsetsPartitionResponse:
+    return ListOffsetsPartitionResponse(
+        partition_index=i32(partition), error_code=code, timestamp=i64(timestamp), offset=i64(offset),
+        leader_epoch=i32(-1),
+    )
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, ListOffsetsRequest)
+    names = [t.name for t in body.topics]
+    topics: dict[str, Topic] = {}
+    topic_error: ErrorCode | None = None
+    try:
+        topics = await ctx.topics.get_by_name(names)
+    except MetadataUnavailable:
+        topic_error = UNAVAILABLE
+    except MetadataError as e:
+        topic_error = to_error_code(e.error_code)
+
+    # One slot per requested partition: either an answer now, or an index into `queries`.
+    slots: list[list[ListOffsetsPartitionResponse | int]] = []
+    queries: list[OffsetQuery] = []
+    for t in body.topics:
+        row: list[ListOffsetsPartitionResponse | int] = []
+        topic = topics.get(t.name)
+        for p in t.partitions:
+            if topic_error is not None:
+                row.append(_answer(p.partition_index, topic_error))
+            elif topic is None or not 0 <= p.partition_index < topic.partition_count:
+                row.append(_answer(p.partition_index, ErrorCode.unknown_topic_or_partition))
+            elif p.timestamp == LATEST_TIERED_TIMESTAMP:
+                row.append(_answer(p.partition_index, ErrorCode.none))
+            else:
+                ts = EARLIEST_TIMESTAMP if p.timestamp == EARLIEST_LOCAL_TIMESTAMP else int(p.timestamp)
+                row.append(len(queries))
+                queries.append(OffsetQuery(topic.topic_id, p.partition_index, ts))
+        slots.append(row)
+
+    answers: list[OffsetAnswer] = []
+    batch_error: ErrorCode | None = None
+    if queries:
+        try:
+            answers = await ctx.metadata.list_offsets(queries)
+        except Exception as e:
+            code, _ = error_of(e)
+            if code == ErrorCode.unknown_server_error:
+                raise
+            batch_error = UNAVAILABLE if isinstance(e, MetadataUnavailable) else code
+            if code == ErrorCode.unknown_topic_or_partition:
+                ctx.topics.invalidate(names=names)
+
+    out: list[ListOffsetsTopicResponse] = []
+    for t, row in zip(body.topics, slots, strict=True):
+        partitions = []
+        for p, slot in zip(t.partitions, row, strict=True):
+            if not isinstance(slot, int):
+                partitions.append(slot)
+            elif batch_error is not None:
+                partitions.append(_answer(p.partition_index, batch_error))
+            else:
+                a = answers[slot]
+                partitions.append(_answer(p.partition_index, to_error_code(a.error_code), a.offset, a.timestamp))
+        out.append(ListOffsetsTopicResponse(name=t.name, partitions=tuple(partitions)))
+    return ListOffsetsResponse(throttle_time=NO_THROTTLE, topics=tuple(out))
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -1,0 +1,236 @@
+"""Metadata (api key 3), v1-v12: brokers, the controller, topics and partition leaders.
+
+Brokers are the live agents (`ctx.agents`), this agent always among them. Partition
+leadership is advice: each partition's leader is the live agent winning the rendezvous
+hash of (topic id, partition) (`agent.routing`), so clients spread over the agents and
+one lost agent moves only its share. Each partition reports a single replica (its
+leader) in sync, and leader epoch -1 (unknown), which tells clients to skip epoch
+validation (KIP-320): leadership here carries no log state to validate.
+
+Requested topics:
+- an invalid name -> INVALID_TOPIC_EXCEPTION;
+- an unknown name -> created with `default_partitions` when the agent allows it
+  (`auto_create_topics`) and the request does (`allow_auto_topic_creation`, v4+; always
+  for v1-v3), and returned at once, ready; otherwise UNKNOWN_TOPIC_OR_PARTITION. The
+  internal names `__consumer_offsets`/`__transaction_state` are never auto-created;
+- v10+: a topic asked by id (null name) -> looked up by id, UNKNOWN_TOPIC_ID if absent.
+
+With `topics` null, every topic is listed. When metadata is unreachable, answers come
+from the topic cache where it has them; a named topic it does not have gets
+LEADER_NOT_AVAILABLE (retriable); an all-topics listing with nothing cached raises, and
+the server closes the connection so the client retries elsewhere.
+
+The response is built in v12 form and converted to the request's version by the server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.metadata.v12.response import (
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i32
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.protocol import convert, response_schema, to_error_code, uuid_or_none
+from metadata.configs import topic_name_error
+from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.types import Topic
+
+log = logging.getLogger(__name__)
+
+API_KEY = 3
+MIN_VERSION = 1
+MAX_VERSION = 12
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+# Kafka AclOperation codes, for the "authorized operations" bit fields. Skiff has no
+# authorization, so every operation that applies to the resource is allowed.
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+_CREATE_TOKENS, _DESCRIBE_TOKENS = 13, 14
+TOPIC_AUTHORIZED_OPERATIONS = sum(
+    1 << op for op in (_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE, _DESCRIBE_CONFIGS, _ALTER_CONFIGS)
+)
+CLUSTER_AUTHORIZED_OPERATIONS = sum(
+    1 << op
+    for op in (_CREATE, _ALTER, _DESCRIBE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS,
+               _IDEMPOTENT_WRITE, _CREATE_TOKENS, _DESCRIBE_TOKENS)
+)
+OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
+def brokers_of(ctx: AgentContext) -> tuple[MetadataResponseBroker, ...]:
+    return tuple(
+        MetadataResponseBroker(node_id=BrokerId(b.node_id), host=b.host, port=i32(b.port), rack=b.rack)
+        for b in ctx.agents.brokers()
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _partitions(leaders: tuple[int, ...]) -> tuple[MetadataResponsePartition, ...]:
+    """Partition entries for a leader assignment (memoized: entries are immutable and shared)."""
+    return tuple(
+        MetadataResponsePartition(
+            error_code=ErrorCode.none,
+            partition_index=i32(p),
+            leader_id=BrokerId(leader),
+            leader_epoch=i32(-1),
+            replica_nodes=(BrokerId(leader),),
+            isr_nodes=(BrokerId(leader),),
+            offline_replicas=(),
+        )
+        for p, leader in enumerate(leaders)
+    )
+
+
+def topic_entry(ctx: AgentContext, topic: Topic, with_ops: bool) -> MetadataResponseTopic:
+    partitions = _partitions(ctx.agents.leaders_for_topic(topic.topic_id, topic.partition_count))
+    return MetadataResponseTopic(
+        error_code=ErrorCode.none,
+        name=TopicName(topic.name),
+        topic_id=topic.topic_id,
+        is_internal=False,
+        partitions=partitions,
+        topic_authorized_operations=i32(TOPIC_AUTHORIZED_OPERATIONS if with_ops else OPERATIONS_NOT_REQUESTED),
+    )
+
+
+def error_entry(code: int, name: str | None, topic_id: uuid.UUID | None = None) -> MetadataResponseTopic:
+    return MetadataResponseTopic(
+        error_code=to_error_code(code),
+        name=TopicName(name) if name is not None else None,
+        topic_id=topic_id,
+        is_internal=False,
+        partitions=(),
+    )
+
+
+async def _auto_create(ctx: AgentContext, name: str) -> Topic | int:
+    """The created (or concurrently created) topic, or a Kafka error code."""
+    try:
+        topic = await ctx.metadata.create_topic(name, ctx.config.default_partitions, {})
+    except MetadataError as e:
+        if e.error_code == ErrorCode.topic_already_exists:
+            ctx.topics.invalidate(names=[name])
+            found = await ctx.topics.get(name)
+            return found if found is not None else int(ErrorCode.leader_not_available)
+        return e.error_code
+    log.info("auto-created topic %r with %d partition(s)", name, topic.partition_count)
+    ctx.topics.put(topic)
+    return topic
+
+
+async def _named_topics(
+    ctx: AgentContext, body: MetadataRequest, with_ops: bool
+) -> list[MetadataResponseTopic]:
+    out: list[MetadataResponseTopic] = []
+    names: list[str] = []
+    ids: list[uuid.UUID] = []
+    for req_topic in body.topics or ():
+        tid = uuid_or_none(req_topic.topic_id)
+        if req_topic.name is None:
+            if tid is None:
+                out.append(error_entry(ErrorCode.invalid_request, None))
+            elif tid not in ids:
+                ids.append(tid)
+        elif req_topic.name not in names:
+            names.append(req_topic.name)
+
+    valid = [n for n in names if topic_name_error(n) is None]
+    found: dict[str, Topic]
+    unavailable = False
+    try:
+        found = await ctx.topics.get_by_name(valid) if valid else {}
+    except MetadataUnavailable as e:
+        log.warning("metadata unavailable, answering Metadata from the topic cache: %s", e)
+        unavailable = True
+        found = {n: t for n in valid if (t := ctx.topics.cached(n)) is not None}
+
+    auto_create = ctx.config.auto_create_topics and body.allow_auto_topic_creation
+    for name in names:
+        if topic_name_error(name) is not None:
+            out.append(error_entry(ErrorCode.invalid_topic_exception, name))
+            continue
+        topic: Topic | int | None = found.get(name)
+        if topic is None:
+            if unavailable:
+                topic = int(ErrorCode.leader_not_available)
+            elif auto_create and name not in INTERNAL_TOPICS:
+                try:
+                    topic = await _auto_create(ctx, name)
+                except MetadataUnavailable:
+                    topic = int(ErrorCode.leader_not_available)
+            else:
+                topic = int(ErrorCode.unknown_topic_or_partition)
+        if isinstance(topic, Topic):
+            out.append(topic_entry(ctx, topic, with_ops))
+        else:
+            out.append(error_entry(topic, name))
+
+    if ids:
+        try:
+            by_id = await ctx.topics.get_by_id(ids)
+        except MetadataUnavailable:
+            by_id = None
+        for tid in ids:
+            if by_id is None:
+                out.append(error_entry(ErrorCode.leader_not_available, None, tid))
+            elif tid in by_id:
+                out.append(topic_entry(ctx, by_id[tid], with_ops))
+            else:
+                out.append(error_entry(ErrorCode.unknown_topic_id, None, tid))
+    return out
+
+
+async def _all_topics(ctx: AgentContext, with_ops: bool) -> list[MetadataResponseTopic]:
+    try:
+        topics = await ctx.topics.all_topics()
+    except MetadataUnavailable:
+        cached = ctx.topics.cached_all()
+        if cached is None:
+            raise
+        log.warning("metadata unavailable, listing topics from the cache")
+        topics = cached
+    return [topic_entry(ctx, t, with_ops) for t in topics]
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, MetadataRequest)
+    with_ops = body.include_topic_authorized_operations
+    if body.topics is None:
+        topics = await _all_topics(ctx, with_ops)
+    else:
+        topics = await _named_topics(ctx, body, with_ops)
+    response = MetadataResponse(
+        throttle_time=NO_THROTTLE,
+        brokers=brokers_of(ctx),
+        cluster_id=ctx.config.cluster_id,
+        controller_id=BrokerId(ctx.agents.controller_id),
+        topics=tuple(topics),
+    )
+    target = response_schema(API_KEY, request.api_version)
+    assert target is not None
+    out = convert(response, target)
+    # v8-v10 also carry cluster-level authorized operations, which v12 no longer has.
+    if getattr(request.body, "include_cluster_authorized_operations", False) and hasattr(
+        out, "cluster_authorized_operations"
+    ):
+        out = dataclasses.replace(out, cluster_authorized_operations=i32(CLUSTER_AUTHORIZED_OPERATIONS))
+    return out
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

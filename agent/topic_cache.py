@@ -1,0 +1,169 @@
+"""A small cache of topic lookups (name -> Topic, id -> Topic, the full list), with invalidation.
+
+Every Produce, Fetch, ListOffsets and Metadata request needs the topic behind a name or
+an id; asking metadata each time would put a round trip on every request. Entries are
+kept for `ttl_ms` (the bound on how stale another agent's change can look here: a
+topic created elsewhere is found at once, because misses are never cached, but a
+deletion or a new partition count made through another agent shows up within the TTL).
+Changes made through this agent call `put`/`invalidate` and are visible immediately.
+
+Topics are immutable values (`metadata.types.Topic`), so a cached entry can be handed
+out without copying. The full topic list (Metadata for all topics) is cached under the
+same TTL and loaded single-flight: concurrent callers share one `list_topics` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+
+from metadata.api_types import MetadataClient
+from metadata.types import Topic
+
+
+class TopicCache:
+    def __init__(
+        self,
+        metadata: MetadataClient,
+        ttl_ms: int = 5_000,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._metadata = metadata
+        self._ttl_s = ttl_ms / 1000.0
+        self._now = monotonic
+        self._by_name: dict[str, tuple[float, Topic]] = {}
+        self._by_id: dict[uuid.UUID, tuple[float, Topic]] = {}
+        self._all: tuple[float, list[Topic]] | None = None
+        self._all_loading: asyncio.Future[list[Topic]] | None = None  # the single-flight load
+        self._generation = 0  # bumped by invalidations, so a load racing one is not cached
+        self.hits = 0
+        self.misses = 0
+
+    # --- reads --------------------------------------------------------------------------
+
+    def _fresh(self, stamp: float) -> bool:
+        return self._now() - stamp < self._ttl_s
+
+    async def get_by_name(self, names: Iterable[str]) -> dict[str, Topic]:
+        """The topics that exist among `names` (missing names are absent from the result)."""
+        out: dict[str, Topic] = {}
+        missing: list[str] = []
+        for name in dict.fromkeys(names):
+            entry = self._by_name.get(name)
+            if entry is not None and self._fresh(entry[0]):
+                out[name] = entry[1]
+                self.hits += 1
+            else:
+                missing.append(name)
+        if missing:
+            self.misses += len(missing)
+            gen = self._generation
+            found = await self._metadata.describe_topics(missing)
+            if gen == self._generation:
+                for topic in found.values():
+                    self._store(topic)
+                self.invalidate_quietly(names=[n for n in missing if n not in found])
+            out.update(found)
+        return out
+
+    async def get(self, name: str) -> Topic | None:
+        return (await self.get_by_name([name])).get(name)
+
+    async def get_by_id(self, topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, Topic]:
+        out: dict[uuid.UUID, Topic] = {}
+        missing: list[uuid.UUID] = []
+        for tid in dict.fromkeys(topic_ids):
+            entry = self._by_id.get(tid)
+            if entry is not None and self._fresh(entry[0]):
+                out[tid] = entry[1]
+                self.hits += 1
+            else:
+                missing.append(tid)
+        if missing:
+            self.misses += len(missing)
+            gen = self._generation
+            found = await self._metadata.topics_by_id(missing)
+            if gen == self._generation:
+                for topic in found.values():
+                    self._store(topic)
+                self.invalidate_quietly(topic_ids=[t for t in missing if t not in found])
+            out.update(found)
+        return out
+
+    async def all_topics(self) -> list[Topic]:
+        """Every topic, sorted by name."""
+        if self._all is not None and self._fresh(self._all[0]):
+            self.hits += 1
+            return self._all[1]
+        if self._all_loading is None:
+            self.misses += 1
+            self._all_loading = asyncio.ensure_future(self._load_all())
+            self._all_loading.add_done_callback(_retrieve)
+        # shield: one caller giving up must not cancel the load the others wait for
+        return await asyncio.shield(self._all_loading)
+
+    async def _load_all(self) -> list[Topic]:
+        gen = self._generation
+        try:
+            topics = sorted(await self._metadata.list_topics(), key=lambda t: t.name)
+        finally:
+            self._all_loading = None
+        if gen == self._generation:
+            stamp = self._now()
+            self._all = (stamp, topics)
+            for topic in topics:
+                self._store(topic, stamp)
+        return topics
+
+    def cached(self, name: str) -> Topic | None:
+        """A cached topic regardless of age (for fallbacks when metadata is unreachable)."""
+        entry = self._by_name.get(name)
+        return entry[1] if entry is not None else None
+
+    def cached_all(self) -> list[Topic] | None:
+        return self._all[1] if self._all is not None else None
+
+    # --- writes -------------------------------------------------------------------------
+
+    def _store(self, topic: Topic, stamp: float | None = None) -> None:
+        stamp = self._now() if stamp is None else stamp
+        old = self._by_name.get(topic.name)
+        if old is not None and old[1].topic_id != topic.topic_id:
+            self._by_id.pop(old[1].topic_id, None)
+        self._by_name[topic.name] = (stamp, topic)
+        self._by_id[topic.topic_id] = (stamp, topic)
+
+    def put(self, topic: Topic) -> None:
+        """Record a topic this agent just created or changed."""
+        self._generation += 1
+        self._store(topic)
+        self._all = None
+
+    def invalidate(self, names: Sequence[str] = (), topic_ids: Sequence[uuid.UUID] = ()) -> None:
+        """Forget the given topics (and the full list); with no arguments, forget everything."""
+        self._generation += 1
+        self._all = None
+        if not names and not topic_ids:
+            self._by_name.clear()
+            self._by_id.clear()
+            return
+        self.invalidate_quietly(names, topic_ids)
+
+    def invalidate_quietly(self, names: Sequence[str] = (), topic_ids: Sequence[uuid.UUID] = ()) -> None:
+        """Drop entries metadata says no longer exist (no generation bump: nothing changed here)."""
+        for name in names:
+            entry = self._by_name.pop(name, None)
+            if entry is not None:
+                self._by_id.pop(entry[1].topic_id, None)
+        for tid in topic_ids:
+            entry_id = self._by_id.pop(tid, None)
+            if entry_id is not None:
+                self._by_name.pop(entry_id[1].name, None)
+
+
+def _retrieve(fut: asyncio.Future[list[Topic]]) -> None:
+    """Mark a load's exception as seen even if every waiter has gone away."""
+    if not fut.cancelled():
+        fut.exception()
