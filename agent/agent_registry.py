@@ -74,7 +74,10 @@ class LiveAgents:
     def set_self_address(self, host: str, port: int) -> None:
         """Called by the server once it knows the port it is bound to."""
         self._self = AgentInfo(
-            agent_id=self._self.agent_id, host=host, port=port, zone=self._self.zone,
+            agent_id=self._self.agent_id,
+            host=host,
+            port=port,
+            zone=self._self.zone,
             last_heartbeat_ms=self._self.last_heartbeat_ms,
         )
         self._rebuild()

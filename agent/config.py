@@ -50,18 +50,23 @@ class AgentConfig:
     port: int = field(default=9092, metadata={"help": "port the Kafka listener binds (0: any free port)"})
     advertised_host: str | None = field(
         default=None,
-        metadata={"help": "host clients are told to connect to (default: host, or the hostname if host "
-                          "is a wildcard)"},
+        metadata={
+            "help": "host clients are told to connect to (default: host, or the hostname if host "
+            "is a wildcard)"
+        },
     )
     advertised_port: int | None = field(
         default=None, metadata={"help": "port clients are told to connect to (default: the bound port)"}
     )
-    zone: str | None = field(default=None, metadata={"help": "availability zone, reported as the broker rack"})
+    zone: str | None = field(
+        default=None, metadata={"help": "availability zone, reported as the broker rack"}
+    )
     cluster_id: str = field(default="skiff", metadata={"help": "cluster id reported to clients"})
 
     # --- where state lives ----------------------------------------------------------
     bucket_url: str = field(
-        default="file://./skiff-data/bucket", metadata={"help": "s3://bucket/prefix, file:///path or memory://"}
+        default="file://./skiff-data/bucket",
+        metadata={"help": "s3://bucket/prefix, file:///path or memory://"},
     )
     metadata_url: str = field(
         default="sqlite:///./skiff-data/metadata.db",
@@ -91,7 +96,9 @@ class AgentConfig:
     )
 
     # --- produce path ---------------------------------------------------------------
-    flush_interval_ms: int = field(default=250, metadata={"help": "longest time a produced batch is buffered"})
+    flush_interval_ms: int = field(
+        default=250, metadata={"help": "longest time a produced batch is buffered"}
+    )
     flush_max_bytes: int = field(default=8 * MiB, metadata={"help": "file size that triggers a flush"})
     max_inflight_flushes: int = field(default=4, metadata={"help": "concurrent file uploads"})
     max_buffered_bytes: int = field(
@@ -100,8 +107,27 @@ class AgentConfig:
 
     # --- fetch path -----------------------------------------------------------------
     fetch_cache_bytes: int = field(default=256 * MiB, metadata={"help": "memory for cached object ranges"})
+    fetch_poll_interval_ms: int = field(
+        default=100,
+        metadata={"help": "how often waiting fetches ask metadata for commits made through other agents"},
+    )
     fetch_max_wait_ms_cap: int = field(
         default=30_000, metadata={"help": "upper bound applied to a fetch's max.wait.ms"}
+    )
+
+    # --- clients of the bucket and of metadata -----------------------------------------
+    s3_connect_timeout_ms: int = field(default=2_000, metadata={"help": "S3 connect timeout"})
+    s3_read_timeout_ms: int = field(default=10_000, metadata={"help": "S3 read timeout per attempt"})
+    s3_max_attempts: int = field(
+        default=3, metadata={"help": "S3 attempts per request (botocore standard retries)"}
+    )
+    metadata_timeout_ms: int = field(
+        default=10_000, metadata={"help": "timeout of one call to the metadata HTTP service"}
+    )
+
+    # --- operations -----------------------------------------------------------------
+    metrics_port: int = field(
+        default=0, metadata={"help": "port of the Prometheus /metrics endpoint (0: off)"}
     )
 
     # --- membership -----------------------------------------------------------------
@@ -140,9 +166,21 @@ class AgentConfig:
             "max_buffered_bytes",
             "heartbeat_interval_ms",
             "agent_ttl_ms",
+            "fetch_poll_interval_ms",
+            "s3_connect_timeout_ms",
+            "s3_read_timeout_ms",
+            "s3_max_attempts",
+            "metadata_timeout_ms",
         ):
             positive(name)
-        for name in ("connections_max_idle_ms", "topic_cache_ttl_ms", "fetch_cache_bytes", "fetch_max_wait_ms_cap"):
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be a TCP port or 0, got {self.metrics_port}")
+        for name in (
+            "connections_max_idle_ms",
+            "topic_cache_ttl_ms",
+            "fetch_cache_bytes",
+            "fetch_max_wait_ms_cap",
+        ):
             non_negative(name)
         if self.max_request_bytes > 2**31 - 1:
             raise ValueError("max_request_bytes must fit in a signed 32-bit size")
@@ -186,7 +224,9 @@ class AgentConfig:
         return cls(**values)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace | Sequence[str], env: Mapping[str, str] | None = None) -> AgentConfig:
+    def from_args(
+        cls, args: argparse.Namespace | Sequence[str], env: Mapping[str, str] | None = None
+    ) -> AgentConfig:
         """Flags (a parsed namespace from a parser given `add_arguments`, or raw argv) over env."""
         if not isinstance(args, argparse.Namespace):
             parser = argparse.ArgumentParser()

@@ -37,34 +37,51 @@ class AgentCollector(Collector):
         for kind, n in sorted(snap.requests.items()):
             requests.add_metric([kind], n)
         yield requests
-        errors = CounterMetricFamily("skiff_object_store_errors", "Failed object store requests", labels=["kind"])
+        errors = CounterMetricFamily(
+            "skiff_object_store_errors", "Failed object store requests", labels=["kind"]
+        )
         for kind, n in sorted(snap.errors.items()):
             errors.add_metric([kind], n)
         yield errors
-        moved = CounterMetricFamily("skiff_object_store_bytes", "Bytes sent to / received from the store",
-                                    labels=["direction"])
+        moved = CounterMetricFamily(
+            "skiff_object_store_bytes", "Bytes sent to / received from the store", labels=["direction"]
+        )
         moved.add_metric(["out"], snap.bytes_out)
         moved.add_metric(["in"], snap.bytes_in)
         yield moved
-        yield CounterMetricFamily("skiff_object_store_retries", "Extra attempts made by the S3 client",
-                                  value=snap.retries)
-        yield CounterMetricFamily("skiff_produce_files", "Segment files written and committed",
-                                  value=a.buffer.files_flushed)
-        yield CounterMetricFamily("skiff_produce_file_bytes", "Bytes of committed segment files",
-                                  value=a.buffer.bytes_flushed)
-        yield CounterMetricFamily("skiff_produce_flush_failures", "Flushes that failed (PUT or commit)",
-                                  value=a.buffer.flush_failures)
-        yield GaugeMetricFamily("skiff_produce_buffered_bytes", "Produce bytes held in memory",
-                                value=a.buffer.buffered_bytes)
+        yield CounterMetricFamily(
+            "skiff_object_store_retries", "Extra attempts made by the S3 client", value=snap.retries
+        )
+        yield CounterMetricFamily(
+            "skiff_produce_files", "Segment files written and committed", value=a.buffer.files_flushed
+        )
+        yield CounterMetricFamily(
+            "skiff_produce_file_bytes", "Bytes of committed segment files", value=a.buffer.bytes_flushed
+        )
+        yield CounterMetricFamily(
+            "skiff_produce_flush_failures",
+            "Flushes that failed (PUT or commit)",
+            value=a.buffer.flush_failures,
+        )
+        yield GaugeMetricFamily(
+            "skiff_produce_buffered_bytes", "Produce bytes held in memory", value=a.buffer.buffered_bytes
+        )
         yield CounterMetricFamily("skiff_fetch_cache_hits", "Block cache hits", value=a.cache.hits)
         yield CounterMetricFamily("skiff_fetch_cache_misses", "Block cache misses", value=a.cache.misses)
-        yield CounterMetricFamily("skiff_fetch_cache_loads", "Ranged GETs made by the block cache",
-                                  value=a.cache.loads)
-        yield GaugeMetricFamily("skiff_fetch_cache_bytes", "Bytes held by the block cache",
-                                value=a.cache.cached_bytes)
-        yield GaugeMetricFamily("skiff_connections", "Open Kafka connections", value=a.server.connection_count)
-        yield GaugeMetricFamily("skiff_long_poll_partitions", "Partitions watched by waiting fetches",
-                                value=a.watch.watched_partitions)
+        yield CounterMetricFamily(
+            "skiff_fetch_cache_loads", "Ranged GETs made by the block cache", value=a.cache.loads
+        )
+        yield GaugeMetricFamily(
+            "skiff_fetch_cache_bytes", "Bytes held by the block cache", value=a.cache.cached_bytes
+        )
+        yield GaugeMetricFamily(
+            "skiff_connections", "Open Kafka connections", value=a.server.connection_count
+        )
+        yield GaugeMetricFamily(
+            "skiff_long_poll_partitions",
+            "Partitions watched by waiting fetches",
+            value=a.watch.watched_partitions,
+        )
 
 
 def serve_metrics(agent: RunningAgent, host: str, port: int) -> CollectorRegistry:

@@ -277,6 +277,7 @@ class ProduceBuffer:
             results = await self._metadata.commit_file(file_spec, chunk_specs)
         except MetadataUnavailable as exc:
             self.flush_failures += 1
+            log.warning("commit of %s failed, metadata unavailable: %s", key, exc)
             # Ambiguous: the commit may or may not have happened. Retriable for the client;
             # idempotent producers are de-duplicated by sequence number on retry.
             self._fail_all(open_file, REQUEST_TIMED_OUT, f"metadata unavailable: {exc}")

@@ -264,8 +264,20 @@ def decode_entity(
 _Check = Callable[[bytes | bytearray | memoryview, int, int], int]  # (buf, pos, end) -> new pos
 
 _FIXED_SIZES = {
-    "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
-    "float64": 8, "uuid": 16, "error_code": 2, "timedelta_i32": 4, "timedelta_i64": 8, "datetime_i64": 8,
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "uuid": 16,
+    "error_code": 2,
+    "timedelta_i32": 4,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
     "uint8": 1,
 }
 

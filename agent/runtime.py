@@ -75,7 +75,7 @@ async def start_agent(
 ) -> RunningAgent:
     ctx = AgentContext.create(config, metadata, clock=clock)
     cache = BlockCache(config.fetch_cache_bytes)
-    watch = CommitWatch(metadata, poll_interval_ms=getattr(config, "fetch_poll_interval_ms", 100))
+    watch = CommitWatch(metadata, poll_interval_ms=config.fetch_poll_interval_ms)
 
     def on_committed(committed: CommittedFile) -> None:
         # Tail consumers on this agent read the file we just wrote without any GET, and
@@ -116,6 +116,20 @@ def absolute_bucket_url(url: str) -> str:
     return url
 
 
+def open_agent_store(config: AgentConfig) -> AsyncObjectStore:
+    url = absolute_bucket_url(config.bucket_url)
+    if url.startswith("s3://"):
+        from fileformat.objectstore.s3 import S3Options
+
+        options = S3Options(
+            connect_timeout=config.s3_connect_timeout_ms / 1000,
+            read_timeout=config.s3_read_timeout_ms / 1000,
+            max_attempts=config.s3_max_attempts,
+        )
+        return open_async_store(url, s3_options=options)
+    return open_async_store(url)
+
+
 async def _wait_for_stop_signal() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -130,9 +144,13 @@ def run_agent(config: AgentConfig) -> int:
     from metadata.client import open_metadata_client
 
     async def main() -> None:
-        metadata = open_metadata_client(config.metadata_url)
-        store = open_async_store(absolute_bucket_url(config.bucket_url))
+        metadata = open_metadata_client(config.metadata_url, timeout_s=config.metadata_timeout_ms / 1000)
+        store = open_agent_store(config)
         agent = await start_agent(config, metadata, store)
+        if config.metrics_port:
+            from agent.metrics import serve_metrics
+
+            serve_metrics(agent, config.host, config.metrics_port)
         print(f"skiff agent {config.agent_id} listening on {config.host}:{agent.port}", flush=True)
         try:
             await _wait_for_stop_signal()
@@ -172,7 +190,8 @@ def run_playground(*, data_dir: str, host: str, port: int, metadata_port: int) -
         agent_id=os.environ.get("SKIFF_AGENT_ID", "playground"),
         host=host,
         port=port,
-        advertised_host=os.environ.get("SKIFF_ADVERTISED_HOST") or ("localhost" if host in ("0.0.0.0", "::") else host),
+        advertised_host=os.environ.get("SKIFF_ADVERTISED_HOST")
+        or ("localhost" if host in ("0.0.0.0", "::") else host),
         bucket_url=bucket_url,
         metadata_url=db_url,
     )

@@ -170,7 +170,11 @@ class AgentServer:
 
 class _Connection:
     def __init__(
-        self, server: AgentServer, info: ConnectionInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        server: AgentServer,
+        info: ConnectionInfo,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
         self.server = server
         self.ctx = server.context
@@ -226,7 +230,9 @@ class _Connection:
                 self._protocol_error(f"negative request size {size}")
                 return None
             if size > self.config.max_request_bytes:
-                self._protocol_error(f"request size {size} exceeds max_request_bytes {self.config.max_request_bytes}")
+                self._protocol_error(
+                    f"request size {size} exceeds max_request_bytes {self.config.max_request_bytes}"
+                )
                 return None
             if size < MIN_REQUEST_HEADER_BYTES:
                 self._protocol_error(f"request size {size} is smaller than a request header")
@@ -262,7 +268,9 @@ class _Connection:
         finally:
             if not read.done():
                 read.cancel()
-                with contextlib.suppress(asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError):
+                with contextlib.suppress(
+                    asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError
+                ):
                     await read
 
     def _protocol_error(self, reason: str) -> None:
@@ -316,8 +324,9 @@ class _Connection:
             return _Outcome(encode_response(corr, v0, header_version=0))
         resp = error_response(spec.api_key, version, ErrorCode.unsupported_version)
         if resp is None:
-            self._protocol_error(f"unsupported {spec.name} version {version} (supported "
-                                 f"{spec.min_version}-{spec.max_version})")
+            self._protocol_error(
+                f"unsupported {spec.name} version {version} (supported {spec.min_version}-{spec.max_version})"
+            )
             return _CLOSE
         log.info("unsupported %s version %d from %s", spec.name, version, self.info.peer)
         return _Outcome(encode_response(corr, resp))
@@ -383,7 +392,9 @@ class _Connection:
                     self.writer.write(outcome.frame)
                     await self.writer.drain()
             except (ConnectionError, OSError) as e:
-                log.info("connection %s (%s) lost while writing: %s", self.info.connection_id, self.info.peer, e)
+                log.info(
+                    "connection %s (%s) lost while writing: %s", self.info.connection_id, self.info.peer, e
+                )
                 outcome = _CLOSE
             self._release(size)
             if outcome.close:

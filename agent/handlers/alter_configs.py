@@ -28,14 +28,15 @@ API_KEY = 33
 MIN_VERSION = 0
 MAX_VERSION = 2
 
-BROKER_CONFIGS_ARE_STATIC = (
-    "Skiff agents are configured by flags and SKIFF_* environment variables; broker configs cannot be altered."
-)
+BROKER_CONFIGS_ARE_STATIC = "Skiff agents are configured by flags and SKIFF_* environment variables; broker configs cannot be altered."
 
 
 def _result(res: Any, code: ErrorCode, message: str | None = None) -> AlterConfigsResourceResponse:
     return AlterConfigsResourceResponse(
-        error_code=code, error_message=message, resource_type=res.resource_type, resource_name=res.resource_name
+        error_code=code,
+        error_message=message,
+        resource_type=res.resource_type,
+        resource_name=res.resource_name,
     )
 
 
@@ -65,7 +66,9 @@ async def alter_topic(
     return ErrorCode.none, None
 
 
-async def _alter_one(ctx: AgentContext, res: AlterConfigsResource, validate_only: bool) -> AlterConfigsResourceResponse:
+async def _alter_one(
+    ctx: AgentContext, res: AlterConfigsResource, validate_only: bool
+) -> AlterConfigsResourceResponse:
     if res.resource_type == RESOURCE_BROKER:
         return _result(res, ErrorCode.invalid_request, BROKER_CONFIGS_ARE_STATIC)
     if res.resource_type != RESOURCE_TOPIC:

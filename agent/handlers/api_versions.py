@@ -59,7 +59,8 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         name, version = body.client_software_name, body.client_software_version
         if not (_SOFTWARE_RE.fullmatch(name) and _SOFTWARE_RE.fullmatch(version)):
             return ApiVersionsResponse(
-                error_code=ErrorCode.invalid_request, api_keys=api_version_entries(request.registry),
+                error_code=ErrorCode.invalid_request,
+                api_keys=api_version_entries(request.registry),
                 throttle_time=NO_THROTTLE,
             )
         request.connection.client_software_name = name

@@ -45,14 +45,16 @@ def check(t: CreatePartitionsTopic, topic: Topic | None) -> CreatePartitionsTopi
     current = topic.partition_count
     if t.count < current:
         return _result(
-            t.name, ErrorCode.invalid_partitions,
+            t.name,
+            ErrorCode.invalid_partitions,
             f"Topic currently has {current} partitions, which is higher than the requested {t.count}.",
         )
     if t.count == current:
         return _result(t.name, ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
     if t.assignments is not None and len(t.assignments) != t.count - current:
         return _result(
-            t.name, ErrorCode.invalid_replica_assignment,
+            t.name,
+            ErrorCode.invalid_replica_assignment,
             f"Attempted to add {t.count - current} additional partition(s), but only "
             f"{len(t.assignments)} assignment(s) were specified.",
         )

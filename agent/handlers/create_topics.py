@@ -59,8 +59,13 @@ class TopicError(Exception):
 
 def _failed(name: str, code: ErrorCode, message: str | None) -> CreatableTopicResult:
     return CreatableTopicResult(
-        name=TopicName(name), topic_id=None, error_code=code, error_message=message,
-        num_partitions=i32(-1), replication_factor=i16(-1), configs=None,
+        name=TopicName(name),
+        topic_id=None,
+        error_code=code,
+        error_message=message,
+        num_partitions=i32(-1),
+        replication_factor=i16(-1),
+        configs=None,
     )
 
 
@@ -74,7 +79,10 @@ def _succeeded(name: str, topic_id: Any, partitions: int, configs: dict[str, str
         replication_factor=i16(1),
         configs=tuple(
             CreatableTopicConfigs(
-                name=e.name, value=e.value, read_only=e.read_only, config_source=i8(e.source),
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                config_source=i8(e.source),
                 is_sensitive=e.is_sensitive,
             )
             for e in creatable_topic_configs(configs)
@@ -104,7 +112,9 @@ def validate_topic(ctx: AgentContext, t: CreatableTopic) -> tuple[int, dict[str,
     elif t.num_partitions == -1:
         partitions = ctx.config.default_partitions
     elif t.num_partitions <= 0:
-        raise TopicError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value.")
+        raise TopicError(
+            ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."
+        )
     else:
         partitions = t.num_partitions
     if t.replication_factor == 0 or t.replication_factor < -1:
@@ -115,7 +125,9 @@ def validate_topic(ctx: AgentContext, t: CreatableTopic) -> tuple[int, dict[str,
     raw: dict[str, object] = {}
     for c in t.configs:
         if c.value is None:
-            raise TopicError(ErrorCode.invalid_config, f"Null value not supported for topic configs: {c.name}")
+            raise TopicError(
+                ErrorCode.invalid_config, f"Null value not supported for topic configs: {c.name}"
+            )
         raw[c.name] = c.value
     try:
         configs = topic_configs.validate_configs(raw)
@@ -142,17 +154,22 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
 
     for t in body.topics:
         if t.name in duplicates:
-            results.append(_failed(
-                t.name, ErrorCode.invalid_request,
-                f"Create topics request from client `{request.client_id}` contains multiple entries for "
-                f"the following topics: {t.name}",
-            ))
+            results.append(
+                _failed(
+                    t.name,
+                    ErrorCode.invalid_request,
+                    f"Create topics request from client `{request.client_id}` contains multiple entries for "
+                    f"the following topics: {t.name}",
+                )
+            )
             continue
         try:
             partitions, configs = validate_topic(ctx, t)
         except TopicError as e:
             if e.code != ErrorCode.invalid_topic_exception and t.name in existing:
-                results.append(_failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."))
+                results.append(
+                    _failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+                )
             else:
                 results.append(_failed(t.name, e.code, e.message))
             continue
@@ -160,7 +177,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             results.append(_failed(t.name, *lookup_error))
             continue
         if t.name in existing:
-            results.append(_failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."))
+            results.append(
+                _failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+            )
             continue
         if body.validate_only:
             results.append(_succeeded(t.name, None, partitions, configs))
@@ -174,7 +193,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             results.append(_failed(t.name, code, message))
             continue
         ctx.topics.put(topic)
-        log.info("created topic %r (%s) with %d partition(s)", topic.name, topic.topic_id, topic.partition_count)
+        log.info(
+            "created topic %r (%s) with %d partition(s)", topic.name, topic.topic_id, topic.partition_count
+        )
         results.append(_succeeded(topic.name, topic.topic_id, topic.partition_count, dict(topic.configs)))
     return CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
 

@@ -35,7 +35,9 @@ def _result(
     name: str | None, topic_id: uuid.UUID | None, code: ErrorCode, message: str | None = None
 ) -> DeletableTopicResult:
     return DeletableTopicResult(
-        name=TopicName(name) if name is not None else None, topic_id=topic_id, error_code=code,
+        name=TopicName(name) if name is not None else None,
+        topic_id=topic_id,
+        error_code=code,
         error_message=message,
     )
 
@@ -85,7 +87,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             results.append(done[key])
             continue
         if name is not None and tid is not None:
-            res = _result(name, tid, ErrorCode.invalid_request, "Only one of topic name or topic id may be set.")
+            res = _result(
+                name, tid, ErrorCode.invalid_request, "Only one of topic name or topic id may be set."
+            )
         elif name is not None:
             res = await _delete_by_name(ctx, name, None)
         elif tid is None:

@@ -29,19 +29,25 @@ ENDPOINT_BROKERS = 1
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, DescribeClusterRequest)
-    ops = CLUSTER_AUTHORIZED_OPERATIONS if body.include_cluster_authorized_operations else OPERATIONS_NOT_REQUESTED
+    ops = (
+        CLUSTER_AUTHORIZED_OPERATIONS
+        if body.include_cluster_authorized_operations
+        else OPERATIONS_NOT_REQUESTED
+    )
     if body.endpoint_type != ENDPOINT_BROKERS:
         return DescribeClusterResponse(
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.mismatched_endpoint_type,
             error_message="The request was sent to an endpoint of type BROKER, but we wanted an endpoint of "
-                          "type CONTROLLER",
+            "type CONTROLLER",
             endpoint_type=i8(ENDPOINT_BROKERS),
             cluster_id=ctx.config.cluster_id,
             brokers=(),
         )
     brokers = tuple(
-        DescribeClusterBroker(broker_id=BrokerId(b.node_id), host=b.host, port=i32(b.port), rack=b.rack, is_fenced=False)
+        DescribeClusterBroker(
+            broker_id=BrokerId(b.node_id), host=b.host, port=i32(b.port), rack=b.rack, is_fenced=False
+        )
         for b in ctx.agents.brokers()
     )
     return DescribeClusterResponse(

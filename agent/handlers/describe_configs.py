@@ -143,16 +143,32 @@ def broker_config_entries(ctx: AgentContext, keys: Iterable[str] | None = None) 
         ("node.id", str(ctx.agents.self_node_id), topic_configs.TYPE_INT),
         ("broker.rack", cfg.zone or "", topic_configs.TYPE_STRING),
         ("advertised.listeners", f"PLAINTEXT://{me.host}:{me.port}", topic_configs.TYPE_LIST),
-        ("auto.create.topics.enable", "true" if cfg.auto_create_topics else "false", topic_configs.TYPE_BOOLEAN),
+        (
+            "auto.create.topics.enable",
+            "true" if cfg.auto_create_topics else "false",
+            topic_configs.TYPE_BOOLEAN,
+        ),
         ("num.partitions", str(cfg.default_partitions), topic_configs.TYPE_INT),
         ("default.replication.factor", "1", topic_configs.TYPE_SHORT),
         ("delete.topic.enable", "true", topic_configs.TYPE_BOOLEAN),
         ("socket.request.max.bytes", str(cfg.max_request_bytes), topic_configs.TYPE_INT),
-        ("message.max.bytes", topic_configs.DEFAULTS[topic_configs.MAX_MESSAGE_BYTES], topic_configs.TYPE_INT),
+        (
+            "message.max.bytes",
+            topic_configs.DEFAULTS[topic_configs.MAX_MESSAGE_BYTES],
+            topic_configs.TYPE_INT,
+        ),
         ("log.cleanup.policy", topic_configs.DEFAULTS[topic_configs.CLEANUP_POLICY], topic_configs.TYPE_LIST),
         ("log.retention.ms", topic_configs.DEFAULTS[topic_configs.RETENTION_MS], topic_configs.TYPE_LONG),
-        ("log.retention.bytes", topic_configs.DEFAULTS[topic_configs.RETENTION_BYTES], topic_configs.TYPE_LONG),
-        ("compression.type", topic_configs.DEFAULTS[topic_configs.COMPRESSION_TYPE], topic_configs.TYPE_STRING),
+        (
+            "log.retention.bytes",
+            topic_configs.DEFAULTS[topic_configs.RETENTION_BYTES],
+            topic_configs.TYPE_LONG,
+        ),
+        (
+            "compression.type",
+            topic_configs.DEFAULTS[topic_configs.COMPRESSION_TYPE],
+            topic_configs.TYPE_STRING,
+        ),
         ("min.insync.replicas", "1", topic_configs.TYPE_INT),
         ("skiff.flush.interval.ms", str(cfg.flush_interval_ms), topic_configs.TYPE_INT),
         ("skiff.flush.max.bytes", str(cfg.flush_max_bytes), topic_configs.TYPE_INT),
@@ -221,7 +237,8 @@ async def _describe_one(
         own = str(ctx.agents.self_node_id)
         if res.resource_name not in ("", own):
             return _result(
-                res, ErrorCode.invalid_request,
+                res,
+                ErrorCode.invalid_request,
                 f"Unexpected broker id, expected {own} or empty string, but received {res.resource_name}",
             )
         return _result(res, ErrorCode.none, None, broker_config_entries(ctx, keys))

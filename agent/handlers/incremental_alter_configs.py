@@ -52,7 +52,10 @@ class _Invalid(Exception):
 
 def _result(res: Any, code: ErrorCode, message: str | None = None) -> AlterConfigsResourceResponse:
     return AlterConfigsResourceResponse(
-        error_code=code, error_message=message, resource_type=res.resource_type, resource_name=res.resource_name
+        error_code=code,
+        error_message=message,
+        resource_type=res.resource_type,
+        resource_name=res.resource_name,
     )
 
 
@@ -67,7 +70,9 @@ def plan_changes(res: AlterConfigsResource, current: dict[str, str]) -> tuple[di
     for c in res.configs:
         d = topic_configs.CONFIG_DEFS.get(c.name)
         if c.config_operation not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
-            raise _Invalid(ErrorCode.invalid_request, f"Unknown config operation {c.config_operation} for {c.name}")
+            raise _Invalid(
+                ErrorCode.invalid_request, f"Unknown config operation {c.config_operation} for {c.name}"
+            )
         if d is None:
             raise _Invalid(ErrorCode.invalid_config, f"Unknown topic config name: {c.name}")
         if c.config_operation == OP_DELETE:
@@ -81,7 +86,9 @@ def plan_changes(res: AlterConfigsResource, current: dict[str, str]) -> tuple[di
         else:
             if d.config_type != topic_configs.TYPE_LIST:
                 verb = "append" if c.config_operation == OP_APPEND else "subtract"
-                raise _Invalid(ErrorCode.invalid_config, f"Config value {verb} is not allowed for config key: {c.name}")
+                raise _Invalid(
+                    ErrorCode.invalid_config, f"Config value {verb} is not allowed for config key: {c.name}"
+                )
             items = _items(topic_configs.config_value(current, c.name))
             change = _items(c.value)
             if c.config_operation == OP_APPEND:
@@ -96,7 +103,9 @@ def plan_changes(res: AlterConfigsResource, current: dict[str, str]) -> tuple[di
     return set_configs, delete_configs
 
 
-async def _alter_one(ctx: AgentContext, res: AlterConfigsResource, validate_only: bool) -> AlterConfigsResourceResponse:
+async def _alter_one(
+    ctx: AgentContext, res: AlterConfigsResource, validate_only: bool
+) -> AlterConfigsResourceResponse:
     if res.resource_type == RESOURCE_BROKER:
         return _result(res, ErrorCode.invalid_request, BROKER_CONFIGS_ARE_STATIC)
     if res.resource_type != RESOURCE_TOPIC:
@@ -107,7 +116,9 @@ async def _alter_one(ctx: AgentContext, res: AlterConfigsResource, validate_only
         return _result(res, ErrorCode.invalid_topic_exception, reason)
     dupes = [n for n, k in Counter(c.name for c in res.configs).items() if k > 1]
     if dupes:
-        return _result(res, ErrorCode.invalid_request, f"Error due to duplicate config keys: {', '.join(dupes)}")
+        return _result(
+            res, ErrorCode.invalid_request, f"Error due to duplicate config keys: {', '.join(dupes)}"
+        )
     try:
         topic = (await ctx.metadata.describe_topics([name])).get(name)
     except Exception as e:
@@ -121,7 +132,9 @@ async def _alter_one(ctx: AgentContext, res: AlterConfigsResource, validate_only
         set_configs, delete_configs = plan_changes(res, dict(topic.configs))
     except _Invalid as e:
         return _result(res, e.code, e.message)
-    code, message = await alter_topic(ctx, name, set_configs, delete_configs, False, validate_only, check_exists=False)
+    code, message = await alter_topic(
+        ctx, name, set_configs, delete_configs, False, validate_only, check_exists=False
+    )
     return _result(res, code, message)
 
 

@@ -48,8 +48,10 @@ def _error(code: ErrorCode) -> InitProducerIdResponse:
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     if request.body.transactional_id is not None:
-        log.info("refusing transactional InitProducerId (transactional.id=%r): transactions are not supported",
-                 request.body.transactional_id)
+        log.info(
+            "refusing transactional InitProducerId (transactional.id=%r): transactions are not supported",
+            request.body.transactional_id,
+        )
         return _error(TRANSACTIONS_UNSUPPORTED)
     try:
         producer_id, epoch = await ctx.metadata.init_producer_id()
@@ -59,7 +61,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     except MetadataError as e:
         return _error(to_error_code(e.error_code))
     return InitProducerIdResponse(
-        throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=ProducerId(producer_id),
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        producer_id=ProducerId(producer_id),
         producer_epoch=i16(epoch),
     )
 

@@ -45,9 +45,14 @@ LATEST_TIERED_TIMESTAMP = -5
 UNAVAILABLE = ErrorCode.kafka_storage_error
 
 
-def _answer(partition: int, code: ErrorCode, offset: int = -1, timestamp: int = -1) -> ListOffsetsPartitionResponse:
+def _answer(
+    partition: int, code: ErrorCode, offset: int = -1, timestamp: int = -1
+) -> ListOffsetsPartitionResponse:
     return ListOffsetsPartitionResponse(
-        partition_index=i32(partition), error_code=code, timestamp=i64(timestamp), offset=i64(offset),
+        partition_index=i32(partition),
+        error_code=code,
+        timestamp=i64(timestamp),
+        offset=i64(offset),
         leader_epoch=i32(-1),
     )
 
@@ -106,7 +111,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 partitions.append(_answer(p.partition_index, batch_error))
             else:
                 a = answers[slot]
-                partitions.append(_answer(p.partition_index, to_error_code(a.error_code), a.offset, a.timestamp))
+                partitions.append(
+                    _answer(p.partition_index, to_error_code(a.error_code), a.offset, a.timestamp)
+                )
         out.append(ListOffsetsTopicResponse(name=t.name, partitions=tuple(partitions)))
     return ListOffsetsResponse(throttle_time=NO_THROTTLE, topics=tuple(out))
 

@@ -67,8 +67,17 @@ TOPIC_AUTHORIZED_OPERATIONS = sum(
 )
 CLUSTER_AUTHORIZED_OPERATIONS = sum(
     1 << op
-    for op in (_CREATE, _ALTER, _DESCRIBE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS,
-               _IDEMPOTENT_WRITE, _CREATE_TOKENS, _DESCRIBE_TOKENS)
+    for op in (
+        _CREATE,
+        _ALTER,
+        _DESCRIBE,
+        _CLUSTER_ACTION,
+        _DESCRIBE_CONFIGS,
+        _ALTER_CONFIGS,
+        _IDEMPOTENT_WRITE,
+        _CREATE_TOKENS,
+        _DESCRIBE_TOKENS,
+    )
 )
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
@@ -105,7 +114,9 @@ def topic_entry(ctx: AgentContext, topic: Topic, with_ops: bool) -> MetadataResp
         topic_id=topic.topic_id,
         is_internal=False,
         partitions=partitions,
-        topic_authorized_operations=i32(TOPIC_AUTHORIZED_OPERATIONS if with_ops else OPERATIONS_NOT_REQUESTED),
+        topic_authorized_operations=i32(
+            TOPIC_AUTHORIZED_OPERATIONS if with_ops else OPERATIONS_NOT_REQUESTED
+        ),
     )
 
 

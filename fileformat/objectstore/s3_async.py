@@ -94,6 +94,24 @@ class AsyncS3Store(AsyncObjectStore):
         await self._c()
         return self
 
+    async def _bounded(self, call: Any, body_bytes: int, kind: RequestKind, key: str) -> Any:
+        """Await a request with an overall deadline.
+
+        aiohttp arms its read timeout only once a request body is fully handed over, so a
+        PUT to a server that stopped answering can wait forever (seen with a SIGSTOPped
+        server); this bound (every attempt's connect + read timeouts, plus the body at
+        1 MiB/s) guarantees a dead endpoint surfaces as StorageUnavailable.
+        """
+        o = self.options
+        budget = o.max_attempts * (o.connect_timeout + o.read_timeout + body_bytes / (1 << 20))
+        try:
+            return await asyncio.wait_for(call, budget)
+        except TimeoutError:
+            self.stats.error(kind)
+            raise StorageUnavailable(
+                f"{self.url}: {kind} {key!r}: no answer within {budget:.1f}s", key=key
+            ) from None
+
     def _fail(self, kind: RequestKind, exc: BaseException, key: str | None) -> StorageError:
         self.stats.error(kind)
         return _translate(exc, url=self.url, op=kind, key=key)
@@ -104,7 +122,7 @@ class AsyncS3Store(AsyncObjectStore):
         client = await self._c()
         self.stats.request("put", bytes_out=len(body))
         try:
-            await client.put_object(**args)
+            await self._bounded(client.put_object(**args), len(body), "put", key)
         except _ASYNC_TRANSLATED as exc:
             raise self._fail("put", exc, key) from exc
 
@@ -114,7 +132,7 @@ class AsyncS3Store(AsyncObjectStore):
         client = await self._c()
         self.stats.request("create_if_absent", bytes_out=len(body))
         try:
-            await client.put_object(**args)
+            await self._bounded(client.put_object(**args), len(body), "create_if_absent", key)
         except _ASYNC_TRANSLATED as exc:
             err = _translate(exc, url=self.url, op="create_if_absent", key=key)
             if isinstance(err, PreconditionFailed):

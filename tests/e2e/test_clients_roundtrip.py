@@ -28,7 +28,9 @@ def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> Non
     fut.result(timeout=30)
 
 
-def consume_all_confluent(bootstrap: str, topic: str, expected: int, partitions: int = PARTITIONS) -> list[Got]:
+def consume_all_confluent(
+    bootstrap: str, topic: str, expected: int, partitions: int = PARTITIONS
+) -> list[Got]:
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -79,7 +81,14 @@ def test_confluent_kafka_roundtrip(playground: str, codec: str, acks: str) -> No
             delivered.append((m.partition(), m.offset()))  # type: ignore[attr-defined]
 
     for m in msgs:
-        p.produce(topic, key=m.key, value=m.value, partition=m.partition, headers=list(m.headers), on_delivery=on_delivery)
+        p.produce(
+            topic,
+            key=m.key,
+            value=m.value,
+            partition=m.partition,
+            headers=list(m.headers),
+            on_delivery=on_delivery,
+        )
         p.poll(0)
     assert p.flush(60) == 0
     assert not errors
@@ -103,7 +112,8 @@ def test_kafka_python_roundtrip(playground: str, codec: str | None) -> None:
     msgs = make_messages(COUNT, PARTITIONS, seed=topic)
     producer = KafkaProducer(bootstrap_servers=playground, compression_type=codec, acks="all", linger_ms=5)
     futures = [
-        producer.send(topic, key=m.key, value=m.value, partition=m.partition, headers=list(m.headers)) for m in msgs
+        producer.send(topic, key=m.key, value=m.value, partition=m.partition, headers=list(m.headers))
+        for m in msgs
     ]
     producer.flush(60)
     for f in futures:
@@ -117,7 +127,8 @@ def test_kafka_python_roundtrip(playground: str, codec: str | None) -> None:
     while len(got) < COUNT and time.monotonic() < deadline:
         for tp, records in consumer.poll(timeout_ms=500).items():
             got.extend(
-                Got(tp.partition, r.offset, r.key, r.value, tuple((k, v) for k, v in r.headers)) for r in records
+                Got(tp.partition, r.offset, r.key, r.value, tuple((k, v) for k, v in r.headers))
+                for r in records
             )
     consumer.close()
     check_consumed(msgs, got)
@@ -133,17 +144,23 @@ def test_aiokafka_roundtrip(playground: str, codec: str | None) -> None:
     msgs = make_messages(COUNT, PARTITIONS, seed=topic)
 
     async def run() -> list[Got]:
-        producer = AIOKafkaProducer(bootstrap_servers=playground, compression_type=codec, acks="all", linger_ms=5)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=playground, compression_type=codec, acks="all", linger_ms=5
+        )
         await producer.start()
         try:
             futs = [
-                await producer.send(topic, key=m.key, value=m.value, partition=m.partition, headers=list(m.headers))
+                await producer.send(
+                    topic, key=m.key, value=m.value, partition=m.partition, headers=list(m.headers)
+                )
                 for m in msgs
             ]
             await asyncio.gather(*futs)
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(bootstrap_servers=playground, enable_auto_commit=False, fetch_max_wait_ms=200)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=playground, enable_auto_commit=False, fetch_max_wait_ms=200
+        )
         await consumer.start()
         got: list[Got] = []
         try:
@@ -172,8 +189,22 @@ def test_kcat_roundtrip(playground: str, codec: str) -> None:
     lines = [f"key{i}:value-{i}-" + "x" * (i % 50) for i in range(200)]
     for part in (0, 1):
         subprocess.run(
-            ["kcat", "-b", playground, "-t", topic, "-P", "-K", ":", "-p", str(part), "-z", codec,
-             "-X", "acks=all"],
+            [
+                "kcat",
+                "-b",
+                playground,
+                "-t",
+                topic,
+                "-P",
+                "-K",
+                ":",
+                "-p",
+                str(part),
+                "-z",
+                codec,
+                "-X",
+                "acks=all",
+            ],
             input="\n".join(lines[part::2]).encode(),
             check=True,
             timeout=60,

@@ -198,7 +198,18 @@ def test_s3_and_metadata_pauses_are_survived(
     server: S3Server = start_moto(tmp_path / "moto")
     try:
         bucket = S3Bucket(server, server.new_bucket())
-        cluster = start_cluster(spawn_skiff, bucket, pg_url, n_agents=1)
+        # short client timeouts so that a 4 s pause turns into failed requests, not waits
+        cluster = start_cluster(
+            spawn_skiff,
+            bucket,
+            pg_url,
+            n_agents=1,
+            extra_env={
+                "SKIFF_S3_READ_TIMEOUT_MS": "1000",
+                "SKIFF_S3_MAX_ATTEMPTS": "2",
+                "SKIFF_METADATA_TIMEOUT_MS": "1000",
+            },
+        )
         (a,) = cluster.agents
         topic = f"pause-{uuid.uuid4().hex[:6]}"
         create_topic(a.bootstrap, topic, partitions=2)
@@ -216,7 +227,7 @@ def test_s3_and_metadata_pauses_are_survived(
         for i, m in enumerate(msgs):
             if i == 100:
                 os.kill(server.process.pid, signal.SIGSTOP)
-                threading.Timer(4, os.kill, (server.process.pid, signal.SIGCONT)).start()
+                threading.Timer(8, os.kill, (server.process.pid, signal.SIGCONT)).start()
             if i == 250:
                 p.flush(120)
                 os.kill(cluster.metadata.proc.pid, signal.SIGSTOP)
@@ -234,5 +245,9 @@ def test_s3_and_metadata_pauses_are_survived(
         assert p.flush(180) == 0
         assert not errors, errors[:3]
         check_consumed(msgs, consume_all_confluent(a.bootstrap, topic, len(msgs), partitions=2))
+        # the pauses really caused failed flushes that the clients retried through
+        log = a.log.read_text()
+        assert "failed" in log and "PUT" in log, log[-2000:]
+        assert "metadata unavailable" in log, log[-2000:]
     finally:
         server.process.stop()

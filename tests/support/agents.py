@@ -37,7 +37,9 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"process exited with {proc.returncode} before listening on {port}:\n{log.read_text()}")
+            pytest.fail(
+                f"process exited with {proc.returncode} before listening on {port}:\n{log.read_text()}"
+            )
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
