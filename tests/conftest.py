@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.support.s3servers",
     "tests.support.pg",
     "tests.support.agents",
+    "tests.support.java_client",
 ]

@@ -182,6 +182,8 @@ def test_threads_commit_concurrently(svc: MetadataService) -> None:
     assert sum(1 for a in accepted if a.duplicate) > 10  # the retries did happen
     check_invariants(svc, accepted, topic_ids)
     assert svc.count_rows()["files"] == 8 * 25  # no lost commit
+    assert svc._combiner is not None and svc._combiner.requests == 8 * 25
+    assert svc._combiner.groups < svc._combiner.requests  # concurrent commits were grouped
 
 
 @pytest.mark.slow
@@ -361,3 +363,86 @@ def test_failed_replace_leaves_no_trace(svc: MetadataService, monkeypatch: pytes
     assert _snapshot(svc) == before
     svc.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/1", 20, 1), [out])
     assert svc.file_states(["f/0", "f/1", "c/1"]) == {"f/0": "deleting", "f/1": "deleting", "c/1": "live"}
+
+
+# ------------------------------------------------------------------ group commit
+
+
+def test_group_commit_semantics(svc: MetadataService) -> None:
+    """Files committed in one group get exactly what they would get one by one, in order."""
+    t = svc.create_topic("t", 2, {})
+    tid = t.topic_id
+
+    def item(key: str, *batches: tuple[int, int, int]) -> tuple[FileSpec, list[ChunkSpec]]:
+        """batches: (partition, offsets, sequence or -1)"""
+        specs = [
+            ChunkSpec(tid, p, (BatchSpec(i * 10, 10, n, n, 1, 7 if seq >= 0 else -1, 0, seq),))
+            for i, (p, n, seq) in enumerate(batches)
+        ]
+        return FileSpec(key, 100), specs
+
+    # Two new files on the same partitions; the second holds a retry of the first's batch.
+    a = item("g/a", (0, 2, 0), (1, 1, -1))
+    b = item("g/b", (0, 2, 0), (0, 3, 2), (1, 4, -1))
+    ra, rb = svc._commit_group([a, b])
+    assert [x.batches[0].base_offset for x in ra] == [0, 0]
+    assert [x.batches[0].base_offset for x in rb] == [0, 2, 1]  # duplicate -> original offset 0
+    assert [s.high_watermark for s in svc.partition_states([PartitionKey(tid, 0), PartitionKey(tid, 1)])] == [
+        5,
+        5,
+    ]
+    # A group holding an already committed file falls back to one transaction per file:
+    # the old one is answered as a re-commit, the new one commits.
+    c = item("g/c", (1, 1, -1))
+    ra2, rc = svc._commit_group([a, c])
+    assert ra2 == ra and rc[0].batches[0].base_offset == 5
+    # The same key twice in a group: committed once, then answered as a re-commit.
+    d = item("g/d", (0, 1, -1))
+    rd1, rd2 = svc._commit_group([d, d])
+    assert rd1 == rd2 and rd1[0].batches[0].base_offset == 5
+    assert svc.partition_states([PartitionKey(tid, 0)])[0].high_watermark == 6
+    rows = svc.count_rows()
+    assert rows["files"] == 4 and rows["chunks"] == 6  # b's duplicate has no chunk row
+    check_invariants(svc, [], [])
+
+
+def test_group_committer_order_errors_and_handoff() -> None:
+    from metadata.group_commit import GroupCommitter
+
+    seen: list[list[int]] = []
+    release = threading.Event()
+
+    def run_group(reqs: list[int]) -> list[int]:
+        if not seen:
+            release.wait(10)  # hold the first group so that the others queue up
+        seen.append(list(reqs))
+        if -1 in reqs:
+            raise ValueError("bad group")
+        return [r * 10 for r in reqs]
+
+    gc: GroupCommitter[int, int] = GroupCommitter(run_group, max_items=3)
+    out: dict[int, object] = {}
+
+    def call(i: int) -> None:
+        try:
+            out[i] = gc.submit(i)
+        except ValueError as e:
+            out[i] = e
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    time.sleep(0.1)
+    others = []
+    for i in [1, 2, 3, -1, 5]:
+        th = threading.Thread(target=call, args=(i,))
+        th.start()
+        others.append(th)
+        time.sleep(0.05)  # arrival order
+    release.set()
+    for th in [first, *others]:
+        th.join(10)
+    assert seen == [[0], [1, 2, 3], [-1, 5]]
+    assert out[0] == 0 and out[1] == 10 and out[3] == 30
+    assert isinstance(out[-1], ValueError) and isinstance(out[5], ValueError)
+    assert (gc.groups, gc.requests) == (3, 6)
+    assert gc.submit(9) == 90  # idle again: the caller leads at once

@@ -1,0 +1,913 @@
+// Skiff test harness: the reference Java Kafka client (kafka-clients 4.3) driven from pytest.
+//
+// One program, several subcommands. Every result is printed to stdout as JSON, one object per
+// line, each with a "type" field; diagnostics go to stderr. Exit status: 0 success, 1 failure
+// (the last stderr line is then a JSON object {"type":"error",...}), 2 bad usage.
+//
+//   produce   --bootstrap H:P --topic T --partitions N --count C [--codec none|gzip|snappy|lz4|zstd]
+//             [--acks 0|1|all] [--idempotent true|false] [--key-prefix k] [--headers]
+//             [--value-size BYTES] [--prop k=v ...]
+//   consume   --bootstrap H:P --topic T [--partitions N] --expect C [--group G] [--from-committed]
+//             [--commit] [--timeout-ms MS] [--prop k=v ...]
+//   admin     --bootstrap H:P create-topic T N [--rf R] [--config k=v ...] | delete-topic T
+//             | list-topics | describe-topic T | describe-configs T | describe-cluster
+//             | list-offsets T | list-groups | group-offsets G
+//   api-oracle [--kind response|request] [--show]   (reads "api_key api_version hex" lines on stdin)
+//
+// Built and run by tests/support/java_client.py; see that module for the JSON formats.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.PrintWriter;
+import java.io.StringWriter;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.CreateTopicsResult;
+import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.GroupListing;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.ListTopicsOptions;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.CloseOptions;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.message.FetchResponseData;
+import org.apache.kafka.common.message.ProduceRequestData;
+import org.apache.kafka.common.protocol.ApiKeys;
+import org.apache.kafka.common.protocol.ApiMessage;
+import org.apache.kafka.common.protocol.ByteBufferAccessor;
+import org.apache.kafka.common.protocol.ObjectSerializationCache;
+import org.apache.kafka.common.record.internal.MemoryRecords;
+import org.apache.kafka.common.record.internal.MutableRecordBatch;
+import org.apache.kafka.common.record.internal.Record;
+import org.apache.kafka.common.requests.AbstractRequest;
+import org.apache.kafka.common.requests.AbstractResponse;
+import org.apache.kafka.common.requests.RequestAndSize;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.utils.BufferSupplier;
+import org.apache.kafka.common.utils.CloseableIterator;
+
+public final class SkiffJavaClient {
+
+    /** Thrown for bad command lines: exit status 2. */
+    static final class UsageError extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        UsageError(String message) {
+            super(message);
+        }
+    }
+
+    /** Thrown when the operation ran but did not succeed: exit status 1. */
+    static final class Failure extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        Failure(String message) {
+            super(message);
+        }
+    }
+
+    public static void main(String[] argv) {
+        int status;
+        try {
+            if (argv.length == 0) {
+                throw new UsageError("usage: SkiffJavaClient produce|consume|admin|api-oracle ...");
+            }
+            Args args = new Args(Arrays.copyOfRange(argv, 1, argv.length));
+            switch (argv[0]) {
+                case "produce":
+                    produce(args);
+                    break;
+                case "consume":
+                    consume(args);
+                    break;
+                case "admin":
+                    admin(args);
+                    break;
+                case "api-oracle":
+                    apiOracle(args);
+                    break;
+                default:
+                    throw new UsageError("unknown subcommand: " + argv[0]);
+            }
+            status = 0;
+        } catch (UsageError e) {
+            reportError(e, "usage");
+            status = 2;
+        } catch (Throwable e) {
+            reportError(unwrap(e), "failure");
+            status = 1;
+        }
+        System.out.flush();
+        System.err.flush();
+        // Client threads can linger (e.g. a producer stuck on an unreachable broker): exit hard.
+        Runtime.getRuntime().halt(status);
+    }
+
+    static Throwable unwrap(Throwable e) {
+        while ((e instanceof ExecutionException || e instanceof java.util.concurrent.CompletionException)
+                && e.getCause() != null) {
+            e = e.getCause();
+        }
+        return e;
+    }
+
+    static void reportError(Throwable e, String kind) {
+        StringWriter trace = new StringWriter();
+        e.printStackTrace(new PrintWriter(trace));
+        System.err.println(trace);
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("type", "error");
+        out.put("kind", kind);
+        out.put("class", e.getClass().getName());
+        out.put("message", String.valueOf(e.getMessage()));
+        System.err.println(Json.write(out));
+    }
+
+    static void emit(Map<String, Object> obj) {
+        System.out.println(Json.write(obj));
+    }
+
+    static Map<String, Object> obj(Object... kv) {
+        Map<String, Object> m = new LinkedHashMap<>();
+        for (int i = 0; i < kv.length; i += 2) {
+            m.put((String) kv[i], kv[i + 1]);
+        }
+        return m;
+    }
+
+    // ------------------------------------------------------------------ produce
+
+    static void produce(Args args) throws Exception {
+        String bootstrap = args.required("--bootstrap");
+        String topic = args.required("--topic");
+        int partitions = args.intValue("--partitions", 1);
+        int count = args.intValue("--count", 1);
+        String codec = args.value("--codec", "none");
+        String acks = args.value("--acks", "all");
+        String idempotent = args.value("--idempotent", null);
+        String keyPrefix = args.value("--key-prefix", "k");
+        boolean headers = args.flag("--headers");
+        int valueSize = args.intValue("--value-size", 0);
+        args.checkNoPositionals();
+
+        Properties props = new Properties();
+        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ProducerConfig.CLIENT_ID_CONFIG, "skiff-java-producer");
+        props.put(ProducerConfig.ACKS_CONFIG, acks);
+        props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
+        props.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+        props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+        props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
+        if (idempotent != null) {
+            props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, idempotent);
+        }
+        props.putAll(args.props());
+
+        final RecordMetadata[] metas = new RecordMetadata[count];
+        final Exception[] errors = new Exception[count];
+        final String[] keys = new String[count];
+        final CountDownLatch done = new CountDownLatch(count);
+        long start = System.nanoTime();
+        KafkaProducer<byte[], byte[]> producer =
+                new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer());
+        try {
+            for (int i = 0; i < count; i++) {
+                final int index = i;
+                keys[i] = keyPrefix + "-" + i;
+                RecordHeaders hs = new RecordHeaders();
+                if (headers) {
+                    hs.add("idx", Integer.toString(i).getBytes(StandardCharsets.UTF_8));
+                    hs.add("src", "skiff-java".getBytes(StandardCharsets.UTF_8));
+                    hs.add("nil", null);
+                }
+                ProducerRecord<byte[], byte[]> rec = new ProducerRecord<>(
+                        topic, i % partitions, null, keys[i].getBytes(StandardCharsets.UTF_8),
+                        valueFor(i, valueSize), hs);
+                producer.send(rec, (meta, exc) -> {
+                    synchronized (metas) {
+                        metas[index] = meta;
+                        errors[index] = exc;
+                    }
+                    done.countDown();
+                });
+            }
+            producer.flush();
+            if (!done.await(60, TimeUnit.SECONDS)) {
+                throw new Failure("timed out waiting for send callbacks");
+            }
+        } finally {
+            producer.close(Duration.ofSeconds(10));
+        }
+        long elapsedMs = (System.nanoTime() - start) / 1_000_000;
+        int failed = 0;
+        String firstError = null;
+        synchronized (metas) {
+            for (int i = 0; i < count; i++) {
+                Map<String, Object> line = obj("type", "ack", "index", i, "key", keys[i]);
+                if (errors[i] != null) {
+                    failed++;
+                    String msg = errors[i].getClass().getName() + ": " + errors[i].getMessage();
+                    if (firstError == null) {
+                        firstError = msg;
+                    }
+                    line.put("partition", i % partitions);
+                    line.put("error", msg);
+                } else {
+                    RecordMetadata m = metas[i];
+                    line.put("partition", m.partition());
+                    line.put("offset", m.hasOffset() ? m.offset() : -1L);
+                    line.put("timestamp", m.hasTimestamp() ? m.timestamp() : -1L);
+                }
+                emit(line);
+            }
+        }
+        emit(obj("type", "summary", "count", count, "acked", count - failed, "failed", failed,
+                "elapsed_ms", elapsedMs, "first_error", firstError));
+        if (failed > 0) {
+            throw new Failure(failed + " of " + count + " sends failed; first: " + firstError);
+        }
+    }
+
+    /** Deterministic value of record i: "v-<i>", padded with '.' up to size bytes if size > 0. */
+    static byte[] valueFor(int i, int size) {
+        String base = "v-" + i;
+        if (size <= base.length()) {
+            return base.getBytes(StandardCharsets.UTF_8);
+        }
+        StringBuilder sb = new StringBuilder(size);
+        sb.append(base).append('-');
+        while (sb.length() < size) {
+            sb.append((char) ('a' + (sb.length() % 26)));
+        }
+        return sb.toString().getBytes(StandardCharsets.UTF_8);
+    }
+
+    // ------------------------------------------------------------------ consume
+
+    static void consume(Args args) throws Exception {
+        String bootstrap = args.required("--bootstrap");
+        String topic = args.required("--topic");
+        int partitions = args.intValue("--partitions", -1);
+        int expect = args.intValue("--expect", 0);
+        String group = args.value("--group", null);
+        boolean fromCommitted = args.flag("--from-committed");
+        boolean commit = args.flag("--commit");
+        long timeoutMs = Long.parseLong(args.value("--timeout-ms", group == null ? "30000" : "60000"));
+        args.checkNoPositionals();
+        if ((fromCommitted || commit) && group == null) {
+            throw new UsageError("--from-committed and --commit need --group");
+        }
+
+        Properties props = new Properties();
+        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ConsumerConfig.CLIENT_ID_CONFIG, "skiff-java-consumer");
+        props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        props.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+        if (group != null) {
+            props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        }
+        props.putAll(args.props());
+
+        long start = System.nanoTime();
+        long deadline = start + timeoutMs * 1_000_000L;
+        int received = 0;
+        Map<Integer, Long> nextOffsets = new TreeMap<>();
+        KafkaConsumer<byte[], byte[]> consumer =
+                new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        try {
+            if (group == null) {
+                List<TopicPartition> tps = new ArrayList<>();
+                if (partitions < 0) {
+                    consumer.partitionsFor(topic, Duration.ofMillis(timeoutMs))
+                            .forEach(p -> tps.add(new TopicPartition(topic, p.partition())));
+                } else {
+                    for (int p = 0; p < partitions; p++) {
+                        tps.add(new TopicPartition(topic, p));
+                    }
+                }
+                consumer.assign(tps);
+                consumer.seekToBeginning(tps);
+            } else {
+                consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                    @Override
+                    public void onPartitionsRevoked(Collection<TopicPartition> parts) {}
+
+                    @Override
+                    public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                        if (!fromCommitted) {
+                            consumer.seekToBeginning(parts);
+                        }
+                    }
+                });
+            }
+            while (received < expect && System.nanoTime() < deadline) {
+                ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(200));
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    List<Object> hs = new ArrayList<>();
+                    for (Header h : r.headers()) {
+                        hs.add(Arrays.asList(h.key(), str(h.value())));
+                    }
+                    emit(obj("type", "record", "partition", r.partition(), "offset", r.offset(),
+                            "key", str(r.key()), "value", str(r.value()),
+                            "value_size", r.value() == null ? -1 : r.value().length, "headers", hs,
+                            "timestamp", r.timestamp(), "timestamp_type", r.timestampType().toString(),
+                            "leader_epoch", r.leaderEpoch().orElse(null)));
+                    nextOffsets.put(r.partition(), r.offset() + 1);
+                    received++;
+                }
+            }
+            if (commit) {
+                consumer.commitSync(Duration.ofMillis(timeoutMs));
+            }
+        } finally {
+            consumer.close(CloseOptions.timeout(Duration.ofSeconds(5)));
+        }
+        Map<String, Object> next = new LinkedHashMap<>();
+        nextOffsets.forEach((p, o) -> next.put(Integer.toString(p), o));
+        emit(obj("type", "summary", "count", received, "expected", expect, "timed_out", received < expect,
+                "elapsed_ms", (System.nanoTime() - start) / 1_000_000, "next_offsets", next));
+        if (received < expect) {
+            throw new Failure("received " + received + " of " + expect + " records within " + timeoutMs + " ms");
+        }
+    }
+
+    static String str(byte[] b) {
+        return b == null ? null : new String(b, StandardCharsets.UTF_8);
+    }
+
+    // ------------------------------------------------------------------ admin
+
+    static void admin(Args args) throws Exception {
+        String bootstrap = args.required("--bootstrap");
+        int timeoutMs = args.intValue("--timeout-ms", 30000);
+        int rf = args.intValue("--rf", -1);
+        Map<String, String> configs = args.multiKv("--config");
+        List<String> pos = args.positionals();
+        if (pos.isEmpty()) {
+            throw new UsageError("admin needs an operation");
+        }
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(AdminClientConfig.CLIENT_ID_CONFIG, "skiff-java-admin");
+        props.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, Integer.toString(Math.min(timeoutMs, 15000)));
+        props.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, Integer.toString(timeoutMs));
+        props.putAll(args.props());
+        String op = pos.get(0);
+        try (Admin admin = Admin.create(props)) {
+            switch (op) {
+                case "create-topic": {
+                    need(pos, 3, "create-topic TOPIC PARTITIONS");
+                    String topic = pos.get(1);
+                    int n = Integer.parseInt(pos.get(2));
+                    NewTopic nt = new NewTopic(topic, Optional.of(n),
+                            rf < 0 ? Optional.empty() : Optional.of((short) rf));
+                    if (!configs.isEmpty()) {
+                        nt.configs(configs);
+                    }
+                    CreateTopicsResult res = admin.createTopics(List.of(nt));
+                    res.all().get();
+                    String id = null;
+                    try {
+                        Uuid uuid = res.topicId(topic).get();
+                        id = uuid == null ? null : uuid.toString();
+                    } catch (ExecutionException e) {
+                        id = null;
+                    }
+                    emit(obj("type", "created", "topic", topic, "partitions", n, "topic_id", id));
+                    break;
+                }
+                case "delete-topic": {
+                    need(pos, 2, "delete-topic TOPIC");
+                    admin.deleteTopics(List.of(pos.get(1))).all().get();
+                    emit(obj("type", "deleted", "topic", pos.get(1)));
+                    break;
+                }
+                case "list-topics": {
+                    Set<String> names = admin.listTopics(new ListTopicsOptions().listInternal(true)).names().get();
+                    emit(obj("type", "topics", "topics", new ArrayList<>(new TreeSet<>(names))));
+                    break;
+                }
+                case "describe-topic": {
+                    need(pos, 2, "describe-topic TOPIC");
+                    TopicDescription d = admin.describeTopics(List.of(pos.get(1))).allTopicNames().get()
+                            .get(pos.get(1));
+                    List<Object> parts = new ArrayList<>();
+                    for (TopicPartitionInfo p : d.partitions()) {
+                        parts.add(obj("partition", p.partition(), "leader", p.leader() == null ? null : p.leader().id(),
+                                "replicas", nodeIds(p.replicas()), "isr", nodeIds(p.isr())));
+                    }
+                    emit(obj("type", "topic", "topic", d.name(), "topic_id",
+                            d.topicId() == null ? null : d.topicId().toString(), "internal", d.isInternal(),
+                            "partitions", parts));
+                    break;
+                }
+                case "describe-configs": {
+                    need(pos, 2, "describe-configs TOPIC");
+                    ConfigResource r = new ConfigResource(ConfigResource.Type.TOPIC, pos.get(1));
+                    Config c = admin.describeConfigs(List.of(r)).all().get().get(r);
+                    Map<String, Object> entries = new TreeMap<>();
+                    for (ConfigEntry e : c.entries()) {
+                        entries.put(e.name(), obj("value", e.value(), "source", String.valueOf(e.source()),
+                                "default", e.isDefault(), "read_only", e.isReadOnly(),
+                                "sensitive", e.isSensitive()));
+                    }
+                    emit(obj("type", "configs", "resource", "topic", "name", pos.get(1), "configs", entries));
+                    break;
+                }
+                case "describe-cluster": {
+                    DescribeClusterResult d = admin.describeCluster();
+                    List<Object> nodes = new ArrayList<>();
+                    for (Node n : d.nodes().get()) {
+                        nodes.add(node(n));
+                    }
+                    Node controller = d.controller().get();
+                    emit(obj("type", "cluster", "cluster_id", d.clusterId().get(),
+                            "controller", controller == null || controller.isEmpty() ? null : node(controller),
+                            "nodes", nodes));
+                    break;
+                }
+                case "list-offsets": {
+                    need(pos, 2, "list-offsets TOPIC");
+                    String topic = pos.get(1);
+                    TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+                    Map<TopicPartition, OffsetSpec> earliest = new HashMap<>();
+                    Map<TopicPartition, OffsetSpec> latest = new HashMap<>();
+                    for (TopicPartitionInfo p : d.partitions()) {
+                        earliest.put(new TopicPartition(topic, p.partition()), OffsetSpec.earliest());
+                        latest.put(new TopicPartition(topic, p.partition()), OffsetSpec.latest());
+                    }
+                    Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> e =
+                            admin.listOffsets(earliest).all().get();
+                    Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> l =
+                            admin.listOffsets(latest).all().get();
+                    List<Object> parts = new ArrayList<>();
+                    for (TopicPartitionInfo p : d.partitions()) {
+                        TopicPartition tp = new TopicPartition(topic, p.partition());
+                        parts.add(obj("partition", p.partition(), "earliest", e.get(tp).offset(),
+                                "latest", l.get(tp).offset()));
+                    }
+                    emit(obj("type", "offsets", "topic", topic, "partitions", parts));
+                    break;
+                }
+                case "list-groups": {
+                    List<String> groups = new ArrayList<>();
+                    for (GroupListing g : admin.listGroups().all().get()) {
+                        groups.add(g.groupId());
+                    }
+                    groups.sort(null);
+                    emit(obj("type", "groups", "groups", groups));
+                    break;
+                }
+                case "group-offsets": {
+                    need(pos, 2, "group-offsets GROUP");
+                    Map<TopicPartition, OffsetAndMetadata> offs =
+                            admin.listConsumerGroupOffsets(pos.get(1)).partitionsToOffsetAndMetadata().get();
+                    List<Object> out = new ArrayList<>();
+                    List<TopicPartition> tps = new ArrayList<>(offs.keySet());
+                    tps.sort((a, b) -> a.topic().equals(b.topic())
+                            ? Integer.compare(a.partition(), b.partition()) : a.topic().compareTo(b.topic()));
+                    for (TopicPartition tp : tps) {
+                        OffsetAndMetadata om = offs.get(tp);
+                        out.add(obj("topic", tp.topic(), "partition", tp.partition(),
+                                "offset", om == null ? null : om.offset(),
+                                "metadata", om == null ? null : om.metadata()));
+                    }
+                    emit(obj("type", "group_offsets", "group", pos.get(1), "offsets", out));
+                    break;
+                }
+                default:
+                    throw new UsageError("unknown admin operation: " + op);
+            }
+        }
+    }
+
+    static void need(List<String> pos, int n, String usage) {
+        if (pos.size() != n) {
+            throw new UsageError("usage: admin " + usage);
+        }
+    }
+
+    static List<Object> nodeIds(List<Node> nodes) {
+        List<Object> ids = new ArrayList<>();
+        for (Node n : nodes) {
+            ids.add(n.id());
+        }
+        return ids;
+    }
+
+    static Map<String, Object> node(Node n) {
+        return obj("id", n.id(), "host", n.host(), "port", n.port(), "rack", n.rack());
+    }
+
+    // ------------------------------------------------------------------ api-oracle
+
+    /**
+     * Reads lines "API_KEY API_VERSION HEX" (HEX: the body after the size prefix and the header) and
+     * parses each with Kafka's own classes. ok = parsed and every byte consumed. roundtrip = writing
+     * the parsed message back at the same version gives the same bytes.
+     */
+    static void apiOracle(Args args) throws Exception {
+        String kind = args.value("--kind", "response");
+        boolean show = args.flag("--show");
+        args.checkNoPositionals();
+        if (!kind.equals("response") && !kind.equals("request")) {
+            throw new UsageError("--kind must be response or request");
+        }
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        int lineNo = 0;
+        int bad = 0;
+        while ((line = in.readLine()) != null) {
+            lineNo++;
+            line = line.trim();
+            if (line.isEmpty() || line.startsWith("#")) {
+                continue;
+            }
+            Map<String, Object> out = oracleLine(lineNo, line, kind, show);
+            if (!Boolean.TRUE.equals(out.get("ok"))) {
+                bad++;
+            }
+            emit(out);
+            System.out.flush();
+        }
+        emit(obj("type", "summary", "lines", lineNo, "failed", bad));
+    }
+
+    static Map<String, Object> oracleLine(int lineNo, String line, String kind, boolean show) {
+        Map<String, Object> out = obj("type", "oracle", "line", lineNo);
+        String[] parts = line.split("\\s+");
+        if (parts.length < 2 || parts.length > 3) {
+            out.put("ok", false);
+            out.put("error", "malformed input line: expected 'api_key api_version hex'");
+            return out;
+        }
+        int key;
+        short version;
+        byte[] body;
+        try {
+            key = Integer.parseInt(parts[0]);
+            version = Short.parseShort(parts[1]);
+            body = hex(parts.length == 3 ? parts[2] : "");
+        } catch (RuntimeException e) {
+            out.put("ok", false);
+            out.put("error", "malformed input line: " + e);
+            return out;
+        }
+        out.put("api_key", key);
+        out.put("api_version", (int) version);
+        out.put("size", body.length);
+        if (!ApiKeys.hasId(key)) {
+            out.put("ok", false);
+            out.put("unsupported_by_oracle", true);
+            out.put("error", "unknown api key " + key);
+            return out;
+        }
+        ApiKeys api = ApiKeys.forId(key);
+        out.put("api_name", api.name);
+        out.put("oracle_versions", Arrays.asList((int) api.oldestVersion(), (int) api.latestVersion(true)));
+        if (!api.isVersionSupported(version)) {
+            out.put("ok", false);
+            out.put("unsupported_by_oracle", true);
+            out.put("error", api.name + " v" + version + " is not supported by kafka-clients "
+                    + "(supports v" + api.oldestVersion() + "..v" + api.latestVersion(true) + ")");
+            return out;
+        }
+        ByteBufferAccessor acc = new ByteBufferAccessor(ByteBuffer.wrap(body));
+        ApiMessage data;
+        try {
+            if (kind.equals("response")) {
+                AbstractResponse resp = AbstractResponse.parseResponse(api, acc, version);
+                data = resp.data();
+            } else {
+                RequestAndSize rs = AbstractRequest.parseRequest(api, version, acc);
+                data = rs.request.data();
+            }
+        } catch (Throwable e) {
+            out.put("ok", false);
+            out.put("error", e.getClass().getName() + ": " + e.getMessage());
+            return out;
+        }
+        int remaining = acc.remaining();
+        out.put("remaining", remaining);
+        out.put("unknown_tagged_fields", data.unknownTaggedFields().size());
+        if (remaining != 0) {
+            out.put("ok", false);
+            out.put("error", remaining + " trailing byte(s) after the " + api.name + " v" + version + " " + kind);
+        } else {
+            out.put("ok", true);
+            out.put("error", null);
+        }
+        String recordsError = checkRecords(data, out, show);
+        if (recordsError != null) {
+            out.put("ok", false);
+            out.put("error", recordsError);
+        }
+        try {
+            ObjectSerializationCache cache = new ObjectSerializationCache();
+            int size = data.size(cache, version);
+            ByteBuffer buf = ByteBuffer.allocate(size);
+            data.write(new ByteBufferAccessor(buf), cache, version);
+            byte[] again = buf.array();
+            int consumed = body.length - remaining;
+            int diff = -1;
+            for (int i = 0; i < Math.max(again.length, consumed); i++) {
+                if (i >= again.length || i >= consumed || again[i] != body[i]) {
+                    diff = i;
+                    break;
+                }
+            }
+            out.put("roundtrip", diff < 0);
+            if (diff >= 0) {
+                out.put("roundtrip_diff_at", diff);
+                out.put("roundtrip_size", again.length);
+            }
+        } catch (Throwable e) {
+            out.put("roundtrip", false);
+            out.put("roundtrip_error", e.getClass().getName() + ": " + e.getMessage());
+        }
+        if (show) {
+            out.put("data", data.toString());
+        }
+        return out;
+    }
+
+    /**
+     * The record batches inside a Fetch response or a Produce request are opaque bytes to the
+     * message parser: check each batch's CRC and decode every record (decompressing). A partial
+     * batch at the end of a fetched partition is legal and skipped, as the consumer does. Adds
+     * "batches" and "records" counts (and, with --show, "batch_offsets": [topic, partition,
+     * base offset, last offset] per batch); returns an error message or null.
+     */
+    static String checkRecords(ApiMessage data, Map<String, Object> out, boolean show) {
+        List<Object[]> sets = new ArrayList<>();
+        if (data instanceof FetchResponseData) {
+            for (FetchResponseData.FetchableTopicResponse t : ((FetchResponseData) data).responses()) {
+                String name = t.topic() == null || t.topic().isEmpty() ? String.valueOf(t.topicId()) : t.topic();
+                for (FetchResponseData.PartitionData p : t.partitions()) {
+                    sets.add(new Object[] {name, p.partitionIndex(), p.records()});
+                }
+            }
+        } else if (data instanceof ProduceRequestData) {
+            for (ProduceRequestData.TopicProduceData t : ((ProduceRequestData) data).topicData()) {
+                String name = t.name() == null || t.name().isEmpty() ? String.valueOf(t.topicId()) : t.name();
+                for (ProduceRequestData.PartitionProduceData p : t.partitionData()) {
+                    sets.add(new Object[] {name, p.index(), p.records()});
+                }
+            }
+        } else {
+            return null;
+        }
+        int batches = 0;
+        int records = 0;
+        List<Object> offsets = new ArrayList<>();
+        for (Object[] set : sets) {
+            if (!(set[2] instanceof MemoryRecords)) {
+                continue;
+            }
+            for (MutableRecordBatch batch : ((MemoryRecords) set[2]).batches()) {
+                String where = set[0] + "-" + set[1] + " batch at offset " + batch.baseOffset();
+                try {
+                    batch.ensureValid();
+                    try (CloseableIterator<Record> it = batch.streamingIterator(BufferSupplier.NO_CACHING)) {
+                        while (it.hasNext()) {
+                            it.next();
+                            records++;
+                        }
+                    }
+                } catch (Throwable e) {
+                    out.put("batches", batches);
+                    out.put("records", records);
+                    return "invalid record batch in " + where + ": " + e.getClass().getName() + ": " + e.getMessage();
+                }
+                batches++;
+                if (show) {
+                    offsets.add(Arrays.asList(set[0], set[1], batch.baseOffset(), batch.lastOffset()));
+                }
+            }
+        }
+        out.put("batches", batches);
+        out.put("records", records);
+        if (show) {
+            out.put("batch_offsets", offsets);
+        }
+        return null;
+    }
+
+    static byte[] hex(String s) {
+        if (s.length() % 2 != 0) {
+            throw new IllegalArgumentException("odd number of hex digits");
+        }
+        byte[] b = new byte[s.length() / 2];
+        for (int i = 0; i < b.length; i++) {
+            int hi = Character.digit(s.charAt(2 * i), 16);
+            int lo = Character.digit(s.charAt(2 * i + 1), 16);
+            if (hi < 0 || lo < 0) {
+                throw new IllegalArgumentException("bad hex digit near index " + (2 * i));
+            }
+            b[i] = (byte) ((hi << 4) | lo);
+        }
+        return b;
+    }
+
+    // ------------------------------------------------------------------ argument parsing
+
+    static final class Args {
+        private final Map<String, List<String>> options = new LinkedHashMap<>();
+        private final Set<String> flags = new TreeSet<>();
+        private final List<String> positionals = new ArrayList<>();
+        private static final Set<String> FLAGS = Set.of("--headers", "--from-committed", "--commit", "--show");
+
+        Args(String[] argv) {
+            for (int i = 0; i < argv.length; i++) {
+                String a = argv[i];
+                if (a.startsWith("--")) {
+                    int eq = a.indexOf('=');
+                    if (FLAGS.contains(a)) {
+                        flags.add(a);
+                    } else if (eq > 0 && !a.equals("--prop") && !a.equals("--config")) {
+                        options.computeIfAbsent(a.substring(0, eq), k -> new ArrayList<>()).add(a.substring(eq + 1));
+                    } else if (i + 1 < argv.length) {
+                        options.computeIfAbsent(a, k -> new ArrayList<>()).add(argv[++i]);
+                    } else {
+                        throw new UsageError("option " + a + " needs a value");
+                    }
+                } else {
+                    positionals.add(a);
+                }
+            }
+        }
+
+        String value(String name, String dflt) {
+            List<String> v = options.get(name);
+            return v == null ? dflt : v.get(v.size() - 1);
+        }
+
+        String required(String name) {
+            String v = value(name, null);
+            if (v == null) {
+                throw new UsageError("missing required option " + name);
+            }
+            return v;
+        }
+
+        int intValue(String name, int dflt) {
+            String v = value(name, null);
+            try {
+                return v == null ? dflt : Integer.parseInt(v);
+            } catch (NumberFormatException e) {
+                throw new UsageError(name + " must be an integer, got " + v);
+            }
+        }
+
+        boolean flag(String name) {
+            return flags.contains(name);
+        }
+
+        Map<String, String> multiKv(String name) {
+            Map<String, String> out = new LinkedHashMap<>();
+            for (String kv : options.getOrDefault(name, List.of())) {
+                int eq = kv.indexOf('=');
+                if (eq <= 0) {
+                    throw new UsageError(name + " takes key=value, got " + kv);
+                }
+                out.put(kv.substring(0, eq), kv.substring(eq + 1));
+            }
+            return out;
+        }
+
+        Properties props() {
+            Properties p = new Properties();
+            p.putAll(multiKv("--prop"));
+            return p;
+        }
+
+        List<String> positionals() {
+            return positionals;
+        }
+
+        void checkNoPositionals() {
+            if (!positionals.isEmpty()) {
+                throw new UsageError("unexpected arguments: " + positionals);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ JSON writer
+
+    static final class Json {
+        static String write(Object o) {
+            StringBuilder sb = new StringBuilder();
+            write(sb, o);
+            return sb.toString();
+        }
+
+        @SuppressWarnings("unchecked")
+        static void write(StringBuilder sb, Object o) {
+            if (o == null) {
+                sb.append("null");
+            } else if (o instanceof String) {
+                string(sb, (String) o);
+            } else if (o instanceof Boolean || o instanceof Integer || o instanceof Long || o instanceof Short) {
+                sb.append(o);
+            } else if (o instanceof Map) {
+                sb.append('{');
+                boolean first = true;
+                for (Map.Entry<String, Object> e : ((Map<String, Object>) o).entrySet()) {
+                    if (!first) {
+                        sb.append(',');
+                    }
+                    first = false;
+                    string(sb, e.getKey());
+                    sb.append(':');
+                    write(sb, e.getValue());
+                }
+                sb.append('}');
+            } else if (o instanceof Collection) {
+                sb.append('[');
+                boolean first = true;
+                for (Object x : (Collection<Object>) o) {
+                    if (!first) {
+                        sb.append(',');
+                    }
+                    first = false;
+                    write(sb, x);
+                }
+                sb.append(']');
+            } else {
+                string(sb, o.toString());
+            }
+        }
+
+        static void string(StringBuilder sb, String s) {
+            sb.append('"');
+            for (int i = 0; i < s.length(); i++) {
+                char c = s.charAt(i);
+                switch (c) {
+                    case '"':
+                        sb.append("\\\"");
+                        break;
+                    case '\\':
+                        sb.append("\\\\");
+                        break;
+                    case '\n':
+                        sb.append("\\n");
+                        break;
+                    case '\r':
+                        sb.append("\\r");
+                        break;
+                    case '\t':
+                        sb.append("\\t");
+                        break;
+                    default:
+                        if (c < 0x20) {
+                            sb.append(String.format("\\u%04x", (int) c));
+                        } else {
+                            sb.append(c);
+                        }
+                }
+            }
+            sb.append('"');
+        }
+    }
+}
