@@ -8,6 +8,7 @@ bytes, contiguous offsets, per-partition order, nothing missing or duplicated.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import time
 import uuid
@@ -225,3 +226,19 @@ def test_kcat_roundtrip(playground: str, codec: str) -> None:
         for line in lines[part::2]
     ]
     check_consumed(sent, got)
+
+
+def test_playground_data_survives_restart(spawn_skiff, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = tmp_path / "data"
+    first = spawn_skiff("playground", "--data-dir", str(data), "--port", "{port}", "--metadata-port", "0")
+    topic = f"restart-{uuid.uuid4().hex[:6]}"
+    create_topic(first.bootstrap, topic)
+    msgs = make_messages(120, PARTITIONS, seed=topic)
+    p = Producer({"bootstrap.servers": first.bootstrap, "acks": "all"})
+    for m in msgs:
+        p.produce(topic, key=m.key, value=m.value, partition=m.partition, headers=list(m.headers))
+    assert p.flush(60) == 0
+    first.kill(signal.SIGTERM)
+    assert first.proc.returncode == 0, first.log.read_text()[-2000:]
+    second = spawn_skiff("playground", "--data-dir", str(data), "--port", "{port}", "--metadata-port", "0")
+    check_consumed(msgs, consume_all_confluent(second.bootstrap, topic, len(msgs)))
