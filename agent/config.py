@@ -107,6 +107,12 @@ class AgentConfig:
 
     # --- fetch path -----------------------------------------------------------------
     fetch_cache_bytes: int = field(default=256 * MiB, metadata={"help": "memory for cached object ranges"})
+    chunk_cache_ttl_ms: int = field(
+        default=30_000,
+        metadata={
+            "help": "how long chunk locations learnt from metadata are reused (keep below the GC grace)"
+        },
+    )
     fetch_poll_interval_ms: int = field(
         default=100,
         metadata={"help": "how often waiting fetches ask metadata for commits made through other agents"},
@@ -167,6 +173,7 @@ class AgentConfig:
             "heartbeat_interval_ms",
             "agent_ttl_ms",
             "fetch_poll_interval_ms",
+            "chunk_cache_ttl_ms",
             "s3_connect_timeout_ms",
             "s3_read_timeout_ms",
             "s3_max_attempts",

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from agent.agent_registry import AgentRegistry
 from agent.block_cache import BlockCache
+from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.config import AgentConfig
 from agent.context import AgentContext, Clock
-from agent.handlers.fetch import COMMIT_WATCH, FETCH_CACHE, OBJECT_STORE
+from agent.handlers.fetch import CHUNK_CACHE, COMMIT_WATCH, FETCH_CACHE, OBJECT_STORE
 from agent.handlers.produce import PRODUCE_BUFFER
 from agent.produce_buffer import CommittedFile, ProduceBuffer
 from agent.server import AgentServer, start_agent_server
@@ -75,6 +76,7 @@ async def start_agent(
 ) -> RunningAgent:
     ctx = AgentContext.create(config, metadata, clock=clock)
     cache = BlockCache(config.fetch_cache_bytes)
+    locations = ChunkLocationCache(ttl_ms=config.chunk_cache_ttl_ms)
     watch = CommitWatch(metadata, poll_interval_ms=config.fetch_poll_interval_ms)
 
     def on_committed(committed: CommittedFile) -> None:
@@ -100,6 +102,7 @@ async def start_agent(
     )
     ctx.services[PRODUCE_BUFFER] = buffer
     ctx.services[FETCH_CACHE] = cache
+    ctx.services[CHUNK_CACHE] = locations
     ctx.services[COMMIT_WATCH] = watch
     ctx.services[OBJECT_STORE] = store
     server = await start_agent_server(ctx, config.host, config.port)

@@ -21,3 +21,24 @@ class MetadataUnavailable(Exception):
 
 class ConflictError(MetadataError):
     """A compare-and-set failed (e.g. compaction inputs changed meanwhile)."""
+
+
+# Kafka protocol error codes the metadata service uses (the values of kio's ErrorCode).
+UNKNOWN_SERVER_ERROR = -1
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
+# ConflictError's code. Kafka has no generic compare-and-set failure; ILLEGAL_GENERATION
+# ("the generation you worked from is stale") is the closest in meaning, and the only
+# caller (the compactor) is not a Kafka client. Over HTTP a conflict is always a 409.
+ILLEGAL_GENERATION = 22
+CONFLICT = ILLEGAL_GENERATION
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+UNKNOWN_PRODUCER_ID = 59

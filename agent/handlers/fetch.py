@@ -31,6 +31,7 @@ from kio.schema.fetch.v12.response import FetchableTopicResponse, FetchResponse,
 from kio.static.primitive import Records, i32, i64
 
 from agent.block_cache import BlockCache
+from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.context import AgentContext
 from agent.fetch_reader import read_partition
@@ -43,6 +44,7 @@ MIN_VERSION = 4
 MAX_VERSION = 12
 
 FETCH_CACHE = "fetch_cache"
+CHUNK_CACHE = "chunk_cache"
 COMMIT_WATCH = "commit_watch"
 OBJECT_STORE = "object_store"
 
@@ -80,11 +82,18 @@ async def _read_once(
         if isinstance(s, tuple)
         for k, offset, max_bytes in [s]
     ]
-    infos: list[PartitionFetchInfo] = []
+    locations = ctx.service(CHUNK_CACHE, ChunkLocationCache)
+    infos: list[PartitionFetchInfo | None] = [
+        locations.lookup((q.topic_id, q.partition), q.offset, q.max_bytes) for q in queries
+    ]
+    misses = [i for i, info in enumerate(infos) if info is None]
     batch_error: tuple[ErrorCode, str] | None = None
-    if queries:
+    if misses:
         try:
-            infos = await ctx.metadata.find_chunks(queries)
+            answered = await ctx.metadata.find_chunks([queries[i] for i in misses])
+            for i, info in zip(misses, answered, strict=True):
+                infos[i] = info
+                locations.store((queries[i].topic_id, queries[i].partition), info)
         except Exception as exc:
             batch_error = error_of(exc)
             if batch_error[0] == ErrorCode.unknown_server_error:
@@ -103,12 +112,13 @@ async def _read_once(
                 answers.append(slot)
                 continue
             key, offset, max_bytes = slot
-            if batch_error is not None:
-                answers.append(_pdata(p.partition, batch_error[0]))
-                i += 1
-                continue
-            info = infos[i]
+            found = infos[i]
             i += 1
+            if found is None:  # metadata failed and the cache could not answer
+                code = batch_error[0] if batch_error is not None else ErrorCode.kafka_storage_error
+                answers.append(_pdata(p.partition, code))
+                continue
+            info = found
             if info.error_code:
                 answers.append(
                     _pdata(

@@ -95,3 +95,11 @@ def db_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{os.path.join(os.fspath(tmp_path), 'metadata.db')}"
     return str(request.getfixturevalue("pg_url"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that use the PostgreSQL fixtures directly carry the `postgres` marker too."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if any(n in names for n in ("pg_url", "pg_module_url", "pg_admin_url")):
+            item.add_marker(pytest.mark.postgres)

@@ -1,0 +1,250 @@
+"""Benchmark: metadata commit_file throughput and latency.
+
+For each backend (SQLite file, PostgreSQL), partitions per file (1, 100, 1000) and number
+of concurrent committers (1, 8), commit files for `--duration` seconds with the service
+in-process (direct calls, no HTTP) and print commits/s and p50/p99 commit latency (and
+how many files each transaction committed on average: concurrent commits are grouped).
+
+Each committer plays an agent: every file holds one chunk of one batch (10 records,
+1 KiB) for each of `partitions` partitions drawn at random from a 1000-partition topic, so
+concurrent committers contend on the same partition rows, as agents do. With
+`--idempotent` (the default, as Kafka producers are idempotent by default since 3.0),
+every batch comes from an idempotent producer, so each commit also reads and writes
+producer state.
+
+    python bench/metadata_commit.py --duration 4
+    python bench/metadata_commit.py --backends postgresql --partitions 100 --concurrency 1,8
+
+PostgreSQL: a fresh database is created (and dropped) per cell on the server given by
+--pg-admin-url (default postgresql://postgres@127.0.0.1:5432/postgres).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from metadata.service import MetadataService  # noqa: E402
+from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionKey  # noqa: E402
+
+TOPIC_PARTITIONS = 1000
+BATCH_BYTES = 1024
+RECORDS = 10
+
+
+@dataclass
+class Cell:
+    backend: str
+    partitions: int
+    committers: int
+    commits: int
+    seconds: float
+    latencies_ms: list[float]
+    files_per_txn: float = 1.0
+
+    def row(self) -> list[str]:
+        lat = sorted(self.latencies_ms)
+        p50 = statistics.median(lat)
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        rate = self.commits / self.seconds
+        return [
+            self.backend,
+            str(self.partitions),
+            str(self.committers),
+            f"{rate:,.0f}",
+            f"{rate * self.partitions:,.0f}",
+            f"{p50:.2f}",
+            f"{p99:.2f}",
+            f"{lat[-1]:.1f}",
+            f"{self.files_per_txn:.1f}",
+        ]
+
+
+HEADER = [
+    "backend",
+    "partitions/file",
+    "committers",
+    "commits/s",
+    "chunks/s",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+    "files/txn",
+]
+
+
+def _pg_database(admin_url: str) -> tuple[str, str]:
+    import psycopg
+
+    name = f"skiff_bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = admin_url.rpartition("/")[0]
+    return name, f"{base}/{name}"
+
+
+def _pg_drop(admin_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_cell(
+    backend: str,
+    partitions: int,
+    committers: int,
+    duration: float,
+    warmup: float,
+    idempotent: bool,
+    args: argparse.Namespace,
+) -> Cell:
+    tmp = None
+    pg_name = None
+    if backend == "sqlite":
+        tmp = tempfile.TemporaryDirectory(prefix="skiff-bench-")
+        url = f"sqlite:///{tmp.name}/metadata.db"
+    else:
+        pg_name, url = _pg_database(args.pg_admin_url)
+    svc = MetadataService.from_url(
+        url, pool_size=max(8, committers), max_overflow=0, group_commit=args.group_commit
+    )
+    try:
+        topic = svc.create_topic("bench", TOPIC_PARTITIONS, {})
+        tid = topic.topic_id
+        pids = [svc.init_producer_id()[0] for _ in range(committers)]
+        stop_at = [0.0]
+        measure_from = [0.0]
+        results: list[tuple[int, list[float]]] = [(0, [])] * committers
+        errors: list[BaseException] = []
+        start = threading.Barrier(committers + 1)
+        gc.collect()
+        gc.freeze()  # as run_metadata_server does: long-lived objects out of full collections
+
+        def committer(i: int) -> None:
+            try:
+                rng = random.Random(i)
+                seqs = [0] * TOPIC_PARTITIONS
+                lat: list[float] = []
+                n = 0
+                start.wait()
+                while True:
+                    chosen = sorted(rng.sample(range(TOPIC_PARTITIONS), partitions))
+                    specs = []
+                    for j, p in enumerate(chosen):
+                        if idempotent:
+                            b = BatchSpec(
+                                j * BATCH_BYTES, BATCH_BYTES, RECORDS, RECORDS, 1, pids[i], 0, seqs[p]
+                            )
+                            seqs[p] += RECORDS
+                        else:
+                            b = BatchSpec(j * BATCH_BYTES, BATCH_BYTES, RECORDS, RECORDS, 1)
+                        specs.append(ChunkSpec(tid, p, (b,)))
+                    f = FileSpec(f"bench/{uuid.uuid4().hex}", partitions * BATCH_BYTES, 0, f"c{i}")
+                    t0 = time.perf_counter()
+                    r = svc.commit_file(f, specs)
+                    t1 = time.perf_counter()
+                    if r[0].batches[0].error_code != 0:
+                        raise RuntimeError(f"commit failed: {r[0]}")
+                    if t0 >= measure_from[0]:
+                        lat.append((t1 - t0) * 1000)
+                        n += 1
+                    if t1 >= stop_at[0]:
+                        break
+                results[i] = (n, lat)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=committer, args=(i,)) for i in range(committers)]
+        for th in threads:
+            th.start()
+        now = time.perf_counter()
+        measure_from[0] = now + warmup
+        stop_at[0] = now + warmup + duration
+        start.wait()
+        for th in threads:
+            th.join()
+        if errors:
+            raise errors[0]
+        # Sanity: offsets were assigned to every committed record.
+        states = svc.partition_states([PartitionKey(tid, p) for p in range(TOPIC_PARTITIONS)])
+        assert sum(s.high_watermark for s in states) == svc.count_rows()["chunks"] * RECORDS
+        lat = [x for _, xs in results for x in xs]
+        per_txn = 1.0
+        if svc._combiner is not None and svc._combiner.groups:
+            per_txn = svc._combiner.requests / svc._combiner.groups
+        return Cell(backend, partitions, committers, sum(n for n, _ in results), duration, lat, per_txn)
+    finally:
+        svc.close()
+        if tmp is not None:
+            tmp.cleanup()
+        if pg_name is not None:
+            _pg_drop(args.pg_admin_url, pg_name)
+
+
+def print_table(cells: list[Cell]) -> None:
+    rows = [HEADER] + [c.row() for c in cells]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(HEADER, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows[1:]:
+        print(
+            "| "
+            + " | ".join(
+                v.rjust(w) if i > 0 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))
+            )
+            + " |"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=4.0, help="measured seconds per cell")
+    ap.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds per cell")
+    ap.add_argument("--backends", default="sqlite,postgresql")
+    ap.add_argument("--partitions", default="1,100,1000", help="partitions per file")
+    ap.add_argument("--concurrency", default="1,8", help="concurrent committers")
+    ap.add_argument("--idempotent", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument(
+        "--group-commit",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="group concurrent commits into one transaction (the service's default)",
+    )
+    ap.add_argument(
+        "--pg-admin-url",
+        default=os.environ.get("SKIFF_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
+    args = ap.parse_args(argv)
+    print(
+        f"# {platform.node()} {platform.machine()} cpus={os.cpu_count()} python={platform.python_version()} "
+        f"idempotent={args.idempotent} group_commit={args.group_commit} duration={args.duration}s",
+        flush=True,
+    )
+    cells = []
+    for backend in args.backends.split(","):
+        for partitions in (int(x) for x in args.partitions.split(",")):
+            for committers in (int(x) for x in args.concurrency.split(",")):
+                cell = run_cell(
+                    backend, partitions, committers, args.duration, args.warmup, args.idempotent, args
+                )
+                print("  " + " ".join(cell.row()), file=sys.stderr, flush=True)
+                cells.append(cell)
+    print_table(cells)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

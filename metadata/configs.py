@@ -1,0 +1,275 @@
+"""Kafka topic configs: names, defaults, validation. Pure (no I/O).
+
+Every topic-level config Kafka 3.x knows is accepted, with Kafka's name, type, default and
+range, so that tools that create topics with configs Skiff ignores (Kafka Streams sets
+`segment.bytes`/`segment.ms` on its internal topics, Connect sets `min.insync.replicas`)
+keep working. The ones Skiff acts on are marked `effective=True`; the rest are stored and
+described but have no effect (there are no segments, replicas or local disks).
+
+`validate_configs(overrides)` returns the normalized overrides (the form stored on the
+topic) or raises `ConfigError`; `effective_configs(overrides)` gives every config with its
+value and whether it is the default, for DescribeConfigs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+# DescribeConfigs config_type values (Kafka's ConfigType enum in DescribeConfigs v3+).
+TYPE_BOOLEAN = 1
+TYPE_STRING = 2
+TYPE_INT = 3
+TYPE_SHORT = 4
+TYPE_LONG = 5
+TYPE_DOUBLE = 6
+TYPE_LIST = 7
+
+CLEANUP_POLICY = "cleanup.policy"
+COMPRESSION_TYPE = "compression.type"
+DELETE_RETENTION_MS = "delete.retention.ms"
+MAX_COMPACTION_LAG_MS = "max.compaction.lag.ms"
+MAX_MESSAGE_BYTES = "max.message.bytes"
+MESSAGE_TIMESTAMP_TYPE = "message.timestamp.type"
+MIN_CLEANABLE_DIRTY_RATIO = "min.cleanable.dirty.ratio"
+MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+RETENTION_BYTES = "retention.bytes"
+RETENTION_MS = "retention.ms"
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+class ConfigError(ValueError):
+    """An unknown config name or an invalid value (Kafka's INVALID_CONFIG)."""
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    config_type: int  # TYPE_*
+    default: str
+    normalize: Callable[[str], str]  # validates and returns the stored form; raises ValueError
+    effective: bool  # whether Skiff acts on it
+    doc: str = ""
+
+
+def _long(lo: int = INT64_MIN, hi: int = INT64_MAX) -> Callable[[str], str]:
+    def norm(v: str) -> str:
+        s = v.strip()
+        if not re.fullmatch(r"[+-]?[0-9]+", s):
+            raise ValueError(f"{v!r} is not an integer")
+        n = int(s)
+        if not lo <= n <= hi:
+            raise ValueError(f"{n} is out of range [{lo}, {hi}]")
+        return str(n)
+
+    return norm
+
+
+def _int(lo: int = INT32_MIN, hi: int = INT32_MAX) -> Callable[[str], str]:
+    return _long(max(lo, INT32_MIN), min(hi, INT32_MAX))
+
+
+def _double(lo: float, hi: float) -> Callable[[str], str]:
+    def norm(v: str) -> str:
+        try:
+            x = float(v.strip())
+        except ValueError:
+            raise ValueError(f"{v!r} is not a number") from None
+        if not lo <= x <= hi:  # also rejects NaN
+            raise ValueError(f"{x} is out of range [{lo}, {hi}]")
+        return v.strip()
+
+    return norm
+
+
+def _bool(v: str) -> str:
+    s = v.strip().lower()
+    if s not in ("true", "false"):
+        raise ValueError(f"{v!r} is not a boolean (true|false)")
+    return s
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def norm(v: str) -> str:
+        s = v.strip()
+        if s not in choices:
+            raise ValueError(f"{v!r} is not one of {', '.join(choices)}")
+        return s
+
+    return norm
+
+
+def _cleanup_policy(v: str) -> str:
+    items = [p.strip() for p in v.split(",")]
+    if not items or any(p not in ("delete", "compact") for p in items):
+        raise ValueError(f"{v!r} must be a comma-separated list of delete, compact")
+    # Kafka keeps the list as given; we drop repeats and keep the order.
+    return ",".join(dict.fromkeys(items))
+
+
+def _any_string(v: str) -> str:
+    return v
+
+
+def _replica_list(v: str) -> str:
+    s = v.strip()
+    if s in ("", "*") or re.fullmatch(r"\s*[0-9]+\s*:\s*[0-9]+\s*(,\s*[0-9]+\s*:\s*[0-9]+\s*)*", s):
+        return s
+    raise ValueError(f"{v!r} must be '*' or a list of partition:broker pairs")
+
+
+_L = INT64_MAX
+CONFIG_DEFS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef(
+            CLEANUP_POLICY,
+            TYPE_LIST,
+            "delete",
+            _cleanup_policy,
+            True,
+            "delete: old data is removed by retention; compact: only the latest record per key is kept",
+        ),
+        ConfigDef(
+            COMPRESSION_TYPE,
+            TYPE_STRING,
+            "producer",
+            _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+            False,
+        ),
+        ConfigDef(
+            DELETE_RETENTION_MS,
+            TYPE_LONG,
+            "86400000",
+            _long(0),
+            True,
+            "how long tombstones are kept on compacted topics",
+        ),
+        ConfigDef("file.delete.delay.ms", TYPE_LONG, "60000", _long(0), False),
+        ConfigDef("flush.messages", TYPE_LONG, str(_L), _long(1), False),
+        ConfigDef("flush.ms", TYPE_LONG, str(_L), _long(0), False),
+        ConfigDef("follower.replication.throttled.replicas", TYPE_LIST, "", _replica_list, False),
+        ConfigDef("index.interval.bytes", TYPE_INT, "4096", _int(0), False),
+        ConfigDef("leader.replication.throttled.replicas", TYPE_LIST, "", _replica_list, False),
+        ConfigDef("local.retention.bytes", TYPE_LONG, "-2", _long(-2), False),
+        ConfigDef("local.retention.ms", TYPE_LONG, "-2", _long(-2), False),
+        ConfigDef(MAX_COMPACTION_LAG_MS, TYPE_LONG, str(_L), _long(1), True),
+        ConfigDef(
+            MAX_MESSAGE_BYTES, TYPE_INT, "1048588", _int(0), True, "largest record batch accepted, in bytes"
+        ),
+        ConfigDef("message.downconversion.enable", TYPE_BOOLEAN, "true", _bool, False),
+        ConfigDef("message.format.version", TYPE_STRING, "3.0-IV1", _any_string, False),
+        ConfigDef("message.timestamp.after.max.ms", TYPE_LONG, str(_L), _long(0), False),
+        ConfigDef("message.timestamp.before.max.ms", TYPE_LONG, str(_L), _long(0), False),
+        ConfigDef("message.timestamp.difference.max.ms", TYPE_LONG, str(_L), _long(0), False),
+        ConfigDef(
+            MESSAGE_TIMESTAMP_TYPE,
+            TYPE_STRING,
+            CREATE_TIME,
+            _one_of(CREATE_TIME, LOG_APPEND_TIME),
+            True,
+            "LogAppendTime: the commit time replaces the producer's timestamps",
+        ),
+        ConfigDef(MIN_CLEANABLE_DIRTY_RATIO, TYPE_DOUBLE, "0.5", _double(0.0, 1.0), True),
+        ConfigDef(MIN_COMPACTION_LAG_MS, TYPE_LONG, "0", _long(0), True),
+        ConfigDef(MIN_INSYNC_REPLICAS, TYPE_INT, "1", _int(1), False),
+        ConfigDef("preallocate", TYPE_BOOLEAN, "false", _bool, False),
+        ConfigDef("remote.storage.enable", TYPE_BOOLEAN, "false", _bool, False),
+        ConfigDef(RETENTION_BYTES, TYPE_LONG, "-1", _long(), True, "per-partition size limit; -1: none"),
+        ConfigDef(RETENTION_MS, TYPE_LONG, "604800000", _long(-1), True, "age limit; -1: none"),
+        ConfigDef("segment.bytes", TYPE_INT, "1073741824", _int(14), False),
+        ConfigDef("segment.index.bytes", TYPE_INT, "10485760", _int(4), False),
+        ConfigDef("segment.jitter.ms", TYPE_LONG, "0", _long(0), False),
+        ConfigDef("segment.ms", TYPE_LONG, "604800000", _long(1), False),
+        ConfigDef("unclean.leader.election.enable", TYPE_BOOLEAN, "false", _bool, False),
+    ]
+}
+
+DEFAULTS: dict[str, str] = {name: d.default for name, d in CONFIG_DEFS.items()}
+
+
+def validate_config(name: str, value: object) -> str:
+    """The normalized stored form of one config value; ConfigError if unknown or invalid."""
+    d = CONFIG_DEFS.get(name)
+    if d is None:
+        raise ConfigError(f"Unknown topic config name: {name}")
+    if not isinstance(value, str):
+        raise ConfigError(f"Invalid value {value!r} for configuration {name}: a string is required")
+    try:
+        return d.normalize(value)
+    except ValueError as e:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: {e}") from None
+
+
+def validate_config_names(names: Iterable[str]) -> None:
+    for name in names:
+        if name not in CONFIG_DEFS:
+            raise ConfigError(f"Unknown topic config name: {name}")
+
+
+def validate_configs(overrides: Mapping[str, object]) -> dict[str, str]:
+    """Validate explicit topic configs; returns them normalized (what the topic stores)."""
+    return {name: validate_config(name, value) for name, value in overrides.items()}
+
+
+def effective_configs(overrides: Mapping[str, str]) -> dict[str, tuple[str, bool]]:
+    """Every known config -> (value, is_default), as DescribeConfigs reports them."""
+    out: dict[str, tuple[str, bool]] = {}
+    for name, d in CONFIG_DEFS.items():
+        if name in overrides:
+            out[name] = (overrides[name], False)
+        else:
+            out[name] = (d.default, True)
+    return out
+
+
+def config_value(overrides: Mapping[str, str], name: str) -> str:
+    v = overrides.get(name)
+    return v if v is not None else CONFIG_DEFS[name].default
+
+
+def config_int(overrides: Mapping[str, str], name: str) -> int:
+    return int(config_value(overrides, name))
+
+
+def cleanup_policies(overrides: Mapping[str, str]) -> frozenset[str]:
+    return frozenset(p.strip() for p in config_value(overrides, CLEANUP_POLICY).split(",") if p.strip())
+
+
+def is_compacted(overrides: Mapping[str, str]) -> bool:
+    return "compact" in cleanup_policies(overrides)
+
+
+def uses_log_append_time(overrides: Mapping[str, str]) -> bool:
+    return config_value(overrides, MESSAGE_TIMESTAMP_TYPE) == LOG_APPEND_TIME
+
+
+# --- topic names ------------------------------------------------------------------------
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def topic_name_error(name: object) -> str | None:
+    """Why `name` is not a legal Kafka topic name, or None if it is (Kafka's Topic.validate)."""
+    if not isinstance(name, str) or not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return 'Topic name cannot be "." or ".."'
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}"
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        return (
+            f"Topic name {name!r} is illegal, it contains a character other than ASCII alphanumerics, "
+            "'.', '_' and '-'"
+        )
+    return None

@@ -1,0 +1,1 @@
+"""Alembic migrations for the metadata tables; run with `metadata.db.upgrade_to_head`."""

@@ -1,0 +1,148 @@
+"""The metadata tables (SQLAlchemy Core), for SQLite and PostgreSQL.
+
+The migrations in `metadata/migrations/versions/` create exactly these; a test compares
+the two (Alembic's autogenerate diff must be empty).
+
+Times are milliseconds since the epoch (BIGINT) from the service's injected clock.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    Uuid,
+)
+
+# Explicit constraint names, so that migrations are reproducible on every backend.
+metadata_obj = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid); BIGINT elsewhere.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+FILE_LIVE = "live"
+FILE_DELETING = "deleting"
+
+topics = Table(
+    "topics",
+    metadata_obj,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("partition_count", Integer, nullable=False),
+    # Only the explicitly set configs, normalized (metadata.configs knows the defaults).
+    Column("configs", JSON, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+)
+
+partitions = Table(
+    "partitions",
+    metadata_obj,
+    Column("topic_id", Uuid(), ForeignKey("topics.topic_id"), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("log_start_offset", BigInteger, nullable=False),
+    Column("high_watermark", BigInteger, nullable=False),
+)
+
+files = Table(
+    "files",
+    metadata_obj,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("object_key", String(1024), nullable=False, unique=True),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("level", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("writer", String(255), nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("committed_ms", BigInteger, nullable=False),
+    # When the file became `deleting` (its last chunk went away): GC waits a grace period
+    # after this before deleting the object, as readers may still hold its location.
+    Column("deleting_since_ms", BigInteger, nullable=True),
+    CheckConstraint("state IN ('live', 'deleting')", name="state"),
+    Index(None, "state", "deleting_since_ms"),
+)
+
+chunks = Table(
+    "chunks",
+    metadata_obj,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("file_id", BigId, ForeignKey("files.id"), nullable=False),
+    Column("topic_id", Uuid(), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("byte_position", BigInteger, nullable=False),
+    Column("byte_length", BigInteger, nullable=False),
+    Column("base_offset", BigInteger, nullable=False),
+    Column("last_offset", BigInteger, nullable=False),
+    Column("record_count", BigInteger, nullable=False),
+    Column("batch_count", Integer, nullable=False),
+    Column("max_timestamp", BigInteger, nullable=False),
+    Column("offsets_absolute", Boolean, nullable=False),
+    # Serialized pyroaring BitMap of (offset - base_offset) present; NULL: all present.
+    Column("present_offsets", LargeBinary, nullable=True),
+    CheckConstraint("last_offset >= base_offset", name="offsets"),
+    # find_chunks: the first chunk with last_offset >= x, then onwards, LIMIT-ed. Chunks of
+    # a partition never overlap, so last_offset is unique within a partition.
+    Index(None, "topic_id", "partition", "last_offset", unique=True),
+    Index(None, "file_id"),
+)
+
+producer_state = Table(
+    "producer_state",
+    metadata_obj,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("producer_id", BigInteger, primary_key=True),
+    Column("producer_epoch", Integer, nullable=False),
+    # The last (up to 5) batches: [[first_seq, last_seq, base_offset, last_offset], ...], oldest first.
+    Column("batches", JSON, nullable=False),
+    Column("last_update_ms", BigInteger, nullable=False),
+)
+
+# A counter row per named sequence (portable; PostgreSQL row lock, SQLite write lock).
+sequences = Table(
+    "sequences",
+    metadata_obj,
+    Column("name", String(64), primary_key=True),
+    Column("next_value", BigInteger, nullable=False),
+)
+PRODUCER_ID_SEQUENCE = "producer_id"
+
+group_offsets = Table(
+    "group_offsets",
+    metadata_obj,
+    Column("group_id", Text, primary_key=True),
+    Column("topic", String(255), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("committed_offset", BigInteger, nullable=False),
+    Column("metadata", Text, nullable=True),
+    Column("leader_epoch", Integer, nullable=False),
+    Column("commit_time_ms", BigInteger, nullable=False),
+)
+
+agents = Table(
+    "agents",
+    metadata_obj,
+    Column("agent_id", String(255), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("zone", String(255), nullable=True),
+    Column("last_heartbeat_ms", BigInteger, nullable=False),
+)

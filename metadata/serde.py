@@ -1,0 +1,323 @@
+"""The HTTP/JSON wire format: pydantic models mirroring `metadata.types`, and conversions.
+
+Field names are those of the dataclasses. UUIDs travel as strings, bitmaps
+(`present_offsets`) as base64. Integers are range-checked (int32/int64) so that a
+malformed request is a 422, never a database overflow. Used by both `metadata.app`
+(server) and `metadata.client.HttpMetadataClient`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from pydantic import Base64Bytes, BaseModel, ConfigDict, Field
+
+from metadata import types as t
+
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+NonNegInt32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
+NonNegInt64 = Annotated[int, Field(ge=0, le=2**63 - 1)]
+Name = Annotated[str, Field(max_length=1024)]
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- values
+
+
+class TopicM(_M):
+    name: Name
+    topic_id: uuid.UUID
+    partition_count: Int32
+    configs: dict[str, str] = {}
+
+
+class FileSpecM(_M):
+    object_key: Name
+    size_bytes: NonNegInt64
+    level: NonNegInt32 = 0
+    writer: Annotated[str, Field(max_length=255)] = ""
+
+
+class BatchSpecM(_M):
+    byte_offset: NonNegInt64
+    byte_length: NonNegInt64
+    offset_count: NonNegInt64
+    record_count: NonNegInt64
+    max_timestamp: Int64
+    producer_id: Int64 = -1
+    producer_epoch: Int32 = -1
+    base_sequence: Int32 = -1
+    timestamp_type: Int32 = 0
+
+
+class ChunkSpecM(_M):
+    topic_id: uuid.UUID
+    partition: Int32
+    batches: list[BatchSpecM]
+
+
+class BatchResultM(_M):
+    error_code: Int32
+    base_offset: Int64 = -1
+    log_append_time_ms: Int64 = -1
+    log_start_offset: Int64 = -1
+    error_message: str | None = None
+
+
+class ChunkResultM(_M):
+    error_code: Int32
+    batches: list[BatchResultM]
+    error_message: str | None = None
+
+
+class PartitionKeyM(_M):
+    topic_id: uuid.UUID
+    partition: Int32
+
+
+class FetchQueryM(_M):
+    topic_id: uuid.UUID
+    partition: Int32
+    offset: Int64
+    max_bytes: Int64
+
+
+class ChunkLocationM(_M):
+    chunk_id: Int64
+    object_key: str
+    byte_position: Int64
+    byte_length: Int64
+    base_offset: Int64
+    last_offset: Int64
+    record_count: Int64
+    max_timestamp: Int64
+    offsets_absolute: bool = False
+    present_offsets: Base64Bytes | None = None
+
+
+class PartitionFetchInfoM(_M):
+    error_code: Int32
+    log_start_offset: Int64 = -1
+    high_watermark: Int64 = -1
+    chunks: list[ChunkLocationM] = []
+
+
+class PartitionStateM(_M):
+    error_code: Int32
+    log_start_offset: Int64 = -1
+    high_watermark: Int64 = -1
+
+
+class OffsetQueryM(_M):
+    topic_id: uuid.UUID
+    partition: Int32
+    timestamp: Int64
+
+
+class OffsetAnswerM(_M):
+    error_code: Int32
+    offset: Int64 = -1
+    timestamp: Int64 = -1
+
+
+class OutputChunkM(_M):
+    topic_id: uuid.UUID
+    partition: Int32
+    byte_position: NonNegInt64
+    byte_length: NonNegInt64
+    base_offset: NonNegInt64
+    last_offset: NonNegInt64
+    record_count: NonNegInt64
+    batch_count: NonNegInt32
+    max_timestamp: Int64
+    present_offsets: Base64Bytes | None = None
+
+
+class GroupOffsetM(_M):
+    topic: Name
+    partition: Int32
+    offset: Int64
+    metadata: str | None = None
+    leader_epoch: Int32 = -1
+
+
+class AgentInfoM(_M):
+    agent_id: Annotated[str, Field(min_length=1, max_length=255)]
+    host: Annotated[str, Field(max_length=255)]
+    port: Annotated[int, Field(ge=0, le=65535)]
+    zone: Annotated[str, Field(max_length=255)] | None = None
+    last_heartbeat_ms: Int64 = 0
+
+
+# ---------------------------------------------------------------- requests and responses
+
+
+class CreateTopicRequest(_M):
+    name: str
+    partition_count: Int32
+    configs: dict[str, str] = {}
+
+
+class TopicNameRequest(_M):
+    name: str
+
+
+class TopicNamesRequest(_M):
+    names: list[str]
+
+
+class TopicIdsRequest(_M):
+    topic_ids: list[uuid.UUID]
+
+
+class AlterConfigsRequest(_M):
+    name: str
+    set_configs: dict[str, str] = {}
+    delete_configs: list[str] = []
+    replace: bool = False
+
+
+class AddPartitionsRequest(_M):
+    name: str
+    new_partition_count: Int32
+
+
+class CommitFileRequest(_M):
+    file: FileSpecM
+    chunks: list[ChunkSpecM]
+
+
+class FindChunksRequest(_M):
+    queries: list[FetchQueryM]
+
+
+class PartitionStatesRequest(_M):
+    keys: list[PartitionKeyM]
+
+
+class ListOffsetsRequest(_M):
+    queries: list[OffsetQueryM]
+
+
+class ProducerIdResponse(_M):
+    producer_id: Int64
+    producer_epoch: Int32
+
+
+class ReplaceChunksRequest(_M):
+    input_chunk_ids: list[Int64]
+    file: FileSpecM
+    outputs: list[OutputChunkM]
+
+
+class CommitOffsetsRequest(_M):
+    group_id: str
+    offsets: list[GroupOffsetM]
+
+
+class FetchOffsetsRequest(_M):
+    group_id: str
+    topics: list[str] | None = None
+
+
+class ErrorResponse(_M):
+    error_code: int
+    message: str
+
+
+class OkResponse(_M):
+    ok: bool = True
+
+
+# ---------------------------------------------------------------- conversions
+
+
+def topic_to_m(x: t.Topic) -> TopicM:
+    return TopicM(
+        name=x.name, topic_id=x.topic_id, partition_count=x.partition_count, configs=dict(x.configs)
+    )
+
+
+def topic_from_m(m: TopicM) -> t.Topic:
+    return t.Topic(
+        name=m.name, topic_id=m.topic_id, partition_count=m.partition_count, configs=dict(m.configs)
+    )
+
+
+def file_to_m(x: t.FileSpec) -> FileSpecM:
+    return FileSpecM(object_key=x.object_key, size_bytes=x.size_bytes, level=x.level, writer=x.writer)
+
+
+def file_from_m(m: FileSpecM) -> t.FileSpec:
+    return t.FileSpec(object_key=m.object_key, size_bytes=m.size_bytes, level=m.level, writer=m.writer)
+
+
+def chunk_spec_to_m(x: t.ChunkSpec) -> ChunkSpecM:
+    return ChunkSpecM(
+        topic_id=x.topic_id,
+        partition=x.partition,
+        batches=[BatchSpecM.model_construct(**b.__dict__) for b in x.batches],
+    )
+
+
+def chunk_spec_from_m(m: ChunkSpecM) -> t.ChunkSpec:
+    return t.ChunkSpec(
+        topic_id=m.topic_id,
+        partition=m.partition,
+        batches=tuple(t.BatchSpec(**b.__dict__) for b in m.batches),
+    )
+
+
+def chunk_result_to_m(x: t.ChunkResult) -> ChunkResultM:
+    return ChunkResultM(
+        error_code=x.error_code,
+        batches=[BatchResultM.model_construct(**b.__dict__) for b in x.batches],
+        error_message=x.error_message,
+    )
+
+
+def chunk_result_from_m(m: ChunkResultM) -> t.ChunkResult:
+    return t.ChunkResult(
+        error_code=m.error_code,
+        batches=tuple(t.BatchResult(**b.__dict__) for b in m.batches),
+        error_message=m.error_message,
+    )
+
+
+def location_to_m(x: t.ChunkLocation) -> ChunkLocationM:
+    return ChunkLocationM.model_construct(**x.__dict__)
+
+
+def location_from_m(m: ChunkLocationM) -> t.ChunkLocation:
+    return t.ChunkLocation(**m.__dict__)
+
+
+def fetch_info_to_m(x: t.PartitionFetchInfo) -> PartitionFetchInfoM:
+    return PartitionFetchInfoM.model_construct(
+        error_code=x.error_code,
+        log_start_offset=x.log_start_offset,
+        high_watermark=x.high_watermark,
+        chunks=[location_to_m(c) for c in x.chunks],
+    )
+
+
+def fetch_info_from_m(m: PartitionFetchInfoM) -> t.PartitionFetchInfo:
+    return t.PartitionFetchInfo(
+        error_code=m.error_code,
+        log_start_offset=m.log_start_offset,
+        high_watermark=m.high_watermark,
+        chunks=tuple(location_from_m(c) for c in m.chunks),
+    )
+
+
+def output_to_m(x: t.OutputChunk) -> OutputChunkM:
+    return OutputChunkM(**x.__dict__)
+
+
+def output_from_m(m: OutputChunkM) -> t.OutputChunk:
+    return t.OutputChunk(**m.__dict__)
