@@ -37,6 +37,7 @@ class _Entry:
     stamp: float
     log_start: int
     hwm: int
+    tail_stamp: float  # when `hwm` was last confirmed (metadata answer or own commit)
     chunks: list[ChunkLocation] = field(default_factory=list)  # sorted by base_offset
     bases: list[int] = field(default_factory=list)
 
@@ -83,6 +84,21 @@ class ChunkLocationCache:
         self.hits += 1
         return PartitionFetchInfo(0, entry.log_start, entry.hwm, tuple(out))
 
+    def known_tail(self, key: Key, offset: int, max_age_ms: int) -> PartitionFetchInfo | None:
+        """An empty answer for a fetch exactly at a high watermark confirmed within
+        `max_age_ms`: the consumer is at the tail and can go straight to waiting (commits
+        through this agent and the commit watch's polls update the watermark)."""
+        entry = self._entries.get(key)
+        if entry is None or offset != entry.hwm or self._now() - entry.tail_stamp > max_age_ms / 1000.0:
+            return None
+        return PartitionFetchInfo(0, entry.log_start, entry.hwm, ())
+
+    def saw_high_watermark(self, key: Key, high_watermark: int) -> None:
+        """Someone (the commit watch) saw this watermark: if it is news, stop trusting the tail."""
+        entry = self._entries.get(key)
+        if entry is not None and high_watermark > entry.hwm:
+            entry.tail_stamp = float("-inf")
+
     def store(self, key: Key, info: PartitionFetchInfo) -> None:
         """Learn from a metadata answer (errors drop what we knew)."""
         if info.error_code:
@@ -114,10 +130,12 @@ class ChunkLocationCache:
         entry = self._entries.get(key)
         now = self._now()
         if entry is None or now - entry.stamp > self._ttl_s:
-            entry = _Entry(now, log_start, hwm)
+            entry = _Entry(now, log_start, hwm, now)
             self._entries[key] = entry
         elif refresh:
             entry.stamp = now
+        if hwm >= entry.hwm:
+            entry.tail_stamp = now
         entry.log_start = max(entry.log_start, log_start)
         entry.hwm = max(entry.hwm, hwm)
         for c in chunks:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from metadata.api_types import MetadataClient
 from metadata.types import PartitionKey
@@ -28,7 +28,13 @@ Key = tuple[uuid.UUID, int]
 
 
 class CommitWatch:
-    def __init__(self, metadata: MetadataClient, *, poll_interval_ms: int = 100) -> None:
+    def __init__(
+        self,
+        metadata: MetadataClient,
+        *,
+        poll_interval_ms: int = 100,
+        on_high_watermark: Callable[[Key, int], None] | None = None,
+    ) -> None:
         if poll_interval_ms <= 0:
             raise ValueError("poll_interval_ms must be positive")
         self._metadata = metadata
@@ -37,6 +43,7 @@ class CommitWatch:
         self._known_hwm: dict[Key, int] = {}
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
+        self._on_hwm = on_high_watermark
 
     def watch(self, keys: Iterable[Key], known_hwm: dict[Key, int] | None = None) -> asyncio.Event:
         event = asyncio.Event()
@@ -87,6 +94,8 @@ class CommitWatch:
                     before = self._known_hwm.get(key)
                     if before is not None and state.high_watermark > before:
                         moved.append(key)
+                        if self._on_hwm is not None:
+                            self._on_hwm(key, state.high_watermark)
                     self._known_hwm[key] = state.high_watermark
                 self.notify(moved)
         finally:

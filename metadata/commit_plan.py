@@ -144,7 +144,9 @@ def plan_commit(
                     continue
                 if v.duplicate_of is not None:
                     d = v.duplicate_of
-                    batch_results.append(BatchResult(NONE, d.base_offset, d.append_time_ms, log_start))
+                    batch_results.append(
+                        BatchResult(NONE, d.base_offset, d.append_time_ms, log_start, duplicate=True)
+                    )
                     run = None
                     continue
             base = nxt
@@ -211,7 +213,7 @@ def answer_recommit(
             if r is not None:
                 cur, cur_next = r, r.base_offset
             if cur is not None and cur.byte_position <= b.byte_offset < cur.byte_position + cur.byte_length:
-                out.append(BatchResult(NONE, cur_next, -1, prow.log_start_offset))
+                out.append(BatchResult(NONE, cur_next, -1, prow.log_start_offset, duplicate=True))
                 cur_next += b.offset_count
                 continue
             cur = None
@@ -220,7 +222,11 @@ def answer_recommit(
                 v = idempotence.check(entry, b.producer_epoch, b.base_sequence, last_seq(b))
                 if v.duplicate_of is not None:
                     d = v.duplicate_of
-                    out.append(BatchResult(NONE, d.base_offset, d.append_time_ms, prow.log_start_offset))
+                    out.append(
+                        BatchResult(
+                            NONE, d.base_offset, d.append_time_ms, prow.log_start_offset, duplicate=True
+                        )
+                    )
                     continue
             out.append(
                 BatchResult(

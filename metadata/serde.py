@@ -67,6 +67,7 @@ class BatchResultM(_M):
     log_append_time_ms: Int64 = -1
     log_start_offset: Int64 = -1
     error_message: str | None = None
+    duplicate: bool = False
 
 
 class ChunkResultM(_M):

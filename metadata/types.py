@@ -75,6 +75,9 @@ class BatchResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    # True when this batch was not stored by this commit: a retried duplicate answered
+    # with its original offset (or a re-commit of an already committed file).
+    duplicate: bool = False
 
 
 @dataclass(frozen=True)

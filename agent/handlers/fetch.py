@@ -83,8 +83,11 @@ async def _read_once(
         for k, offset, max_bytes in [s]
     ]
     locations = ctx.service(CHUNK_CACHE, ChunkLocationCache)
+    trust_ms = ctx.config.fetch_poll_interval_ms
     infos: list[PartitionFetchInfo | None] = [
-        locations.lookup((q.topic_id, q.partition), q.offset, q.max_bytes) for q in queries
+        locations.lookup((q.topic_id, q.partition), q.offset, q.max_bytes)
+        or locations.known_tail((q.topic_id, q.partition), q.offset, trust_ms)
+        for q in queries
     ]
     misses = [i for i, info in enumerate(infos) if info is None]
     batch_error: tuple[ErrorCode, str] | None = None
