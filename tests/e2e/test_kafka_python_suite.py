@@ -41,3 +41,11 @@ def test_passing_tests_pass(bootstrap: str, tmp_path: Path) -> None:
         f"{len(report['regressions'])} kafka-python test(s) from passing.txt did not pass "
         f"(report {report_path}, log {report['log']}):\n" + json.dumps(reasons, indent=1)[:20000]
     )
+
+
+def test_every_test_not_passing_has_a_reason() -> None:
+    not_passing = (Path(suite.__file__).parent / "not-passing.txt").read_text().splitlines()
+    entries = [line for line in not_passing if line.strip() and not line.startswith("#")]
+    assert entries and all(" # " in line and line.split(" # ", 1)[1].strip() for line in entries)
+    listed = {line.split(" # ", 1)[0].strip() for line in entries}
+    assert not listed & set(suite.read_ids(suite.PASSING_FILE))
