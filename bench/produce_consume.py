@@ -1,0 +1,344 @@
+"""Produce/consume benchmark: one `skiff agent` process, librdkafka clients, three stores.
+
+    python bench/produce_consume.py [--stores file,moto,seaweedfs] [--mib 256] [--partitions 100]
+
+For each store (file://, moto's S3 server, SeaweedFS), in one run:
+1. raw ceiling: this process PUTs the same number of bytes as 8 MiB objects, 4 at a time
+   (the agent's default flush size and in-flight flushes), straight to the store;
+2. produce at full speed: 1 KiB records over 100 partitions, acks=all, no compression;
+   MiB/s, ack latency p50/p99 (librdkafka's own per-message latency), PUTs and bytes per
+   PUT from the agent's metrics, and the CPU the S3 server process used;
+3. produce at a fixed 16 MiB/s (below the 32 MiB/s line): ack latency p50/p99 and PUTs/s;
+4. consume everything from a freshly restarted agent (cold cache: every byte comes from
+   the store): MiB/s and GETs per GiB;
+5. end-to-end latency: a tailing consumer and a producer at 1,000 records/s (linger 20 ms);
+   each value carries its send time.
+Prints one markdown table per store, for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from fileformat.objectstore import open_store  # noqa: E402
+from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
+from tests.support.s3servers import S3Server, start_moto, start_seaweed  # noqa: E402
+
+MiB = 1 << 20
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(
+            r'^(skiff_\w+?)(?:_total)?(?:\{kind="(\w+)"\})?(?:\{direction="(\w+)"\})? ([0-9.e+]+)$', line
+        )
+        if m:
+            name = (
+                m.group(1)
+                + (f":{m.group(2)}" if m.group(2) else "")
+                + (f":{m.group(3)}" if m.group(3) else "")
+            )
+            out[name] = float(m.group(4))
+    return out
+
+
+class Agent:
+    def __init__(self, bucket_url: str, db_url: str, env: dict[str, str], workdir: Path) -> None:
+        self.bucket_url, self.db_url, self.env, self.workdir = bucket_url, db_url, env, workdir
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = self.workdir / "agent.log"
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    *skiff_command(),
+                    "--log-level",
+                    "WARNING",
+                    "agent",
+                    "--bucket",
+                    self.bucket_url,
+                    "--metadata",
+                    self.db_url,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--metrics-port",
+                    str(self.metrics_port),
+                    "--agent-id",
+                    "bench",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+            )
+        wait_for_port(self.port, self.proc, log)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def raw_ceiling(url: str, total_bytes: int, env: dict[str, str]) -> float:
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        store = open_store(url)
+        body = os.urandom(8 * MiB)
+        n = max(1, total_bytes // len(body))
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(4) as ex:
+            list(ex.map(lambda i: store.put(f"raw/{i}.bin", body), range(n)))
+        elapsed = time.perf_counter() - t0
+        store.close()
+        return n * len(body) / MiB / elapsed
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def produce(
+    bootstrap: str, topic: str, total_bytes: int, record_bytes: int, rate_mib_s: float | None
+) -> dict:
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "queue.buffering.max.kbytes": 32 * 1024,
+            "enable.idempotence": False,
+        }
+    )
+    latencies: list[float] = []
+    errors = 0
+
+    def on_delivery(err: object, m: object) -> None:
+        nonlocal errors
+        if err:
+            errors += 1
+        else:
+            latencies.append(m.latency())  # type: ignore[attr-defined]
+
+    value = os.urandom(record_bytes)
+    n = total_bytes // record_bytes
+    t0 = time.perf_counter()
+    for i in range(n):
+        if rate_mib_s:
+            due = t0 + i * record_bytes / (rate_mib_s * MiB)
+            delay = due - time.perf_counter()
+            if delay > 0.002:
+                p.poll(delay)
+        while True:
+            try:
+                p.produce(topic, value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(300)
+    elapsed = time.perf_counter() - t0
+    return {
+        "mib_s": n * record_bytes / MiB / elapsed,
+        "p50_ms": pct(latencies, 0.5) * 1000,
+        "p99_ms": pct(latencies, 0.99) * 1000,
+        "errors": errors,
+        "seconds": elapsed,
+        "records": n,
+    }
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, expected: int) -> dict:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * MiB,
+            "max.partition.fetch.bytes": 4 * MiB,
+        }
+    )
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = nbytes = 0
+    t0 = time.perf_counter()
+    while got < expected and time.perf_counter() - t0 < 600:
+        for m in c.consume(10000, 1.0):
+            if m.error() is None:
+                got += 1
+                nbytes += len(m.value() or b"")
+    elapsed = time.perf_counter() - t0
+    c.close()
+    return {"mib_s": nbytes / MiB / elapsed, "records": got}
+
+
+def end_to_end(bootstrap: str, topic: str, seconds: float = 5.0, rate: int = 1000) -> dict:
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "e2e", "fetch.wait.max.ms": 500, "fetch.min.bytes": 1}
+    )
+    c.assign([TopicPartition(topic, 0, -1)])  # the tail
+    c.poll(1.0)
+    lat: list[float] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            for m in c.consume(1000, 0.2):
+                if m.error() is None and m.value():
+                    lat.append(time.time() - float(m.value().decode()))
+
+    t = threading.Thread(target=consume)
+    t.start()
+    # linger 20 ms: a few records per request, as a latency-minded producer would batch
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20})
+    t0 = time.perf_counter()
+    for i in range(int(seconds * rate)):
+        due = t0 + i / rate
+        while time.perf_counter() < due:
+            p.poll(0.0005)
+        p.produce(topic, str(time.time()).encode(), partition=0)
+    p.flush(60)
+    time.sleep(1.5)
+    stop.set()
+    t.join()
+    c.close()
+    return {"p50_ms": pct(lat, 0.5) * 1000, "p99_ms": pct(lat, 0.99) * 1000, "samples": len(lat)}
+
+
+def run_store(kind: str, mib: int, partitions: int, record_bytes: int) -> None:
+    work = Path(tempfile.mkdtemp(prefix=f"skiff-bench-{kind}-"))
+    server: S3Server | None = None
+    env: dict[str, str] = {}
+    if kind == "file":
+        (work / "bucket").mkdir()
+        url = f"file://{work / 'bucket'}"
+    else:
+        (work / kind).mkdir()
+        server = (start_moto if kind == "moto" else start_seaweed)(work / kind)
+        env = server.env
+        url = f"s3://{server.new_bucket()}"
+    agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", env, work)
+    try:
+        total = mib * MiB
+        ceiling = raw_ceiling(url, total, env)
+        agent.start()
+        admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+        created = admin.create_topics(
+            [NewTopic("bench", partitions, 1), NewTopic("paced", partitions, 1), NewTopic("e2e", 1, 1)]
+        )
+        for fut in created.values():
+            fut.result(30)
+        time.sleep(1)
+        m0 = scrape(agent.metrics_port)
+        cpu0 = proc_cpu_s(server.process.pid) if server else 0.0
+        agent_cpu0 = proc_cpu_s(agent.proc.pid)  # type: ignore[union-attr]
+        full = produce(agent.bootstrap, "bench", total, record_bytes, None)
+        cpu1 = proc_cpu_s(server.process.pid) if server else 0.0
+        agent_cpu1 = proc_cpu_s(agent.proc.pid)  # type: ignore[union-attr]
+        m1 = scrape(agent.metrics_port)
+        puts = m1.get("skiff_object_store_requests:put", 0) - m0.get("skiff_object_store_requests:put", 0)
+        files = m1["skiff_produce_files"] - m0["skiff_produce_files"]
+        file_bytes = m1["skiff_produce_file_bytes"] - m0["skiff_produce_file_bytes"]
+        paced_bytes = min(total, 16 * MiB * 10)
+        m2 = scrape(agent.metrics_port)
+        paced = produce(agent.bootstrap, "paced", paced_bytes, record_bytes, 16.0)
+        m3 = scrape(agent.metrics_port)
+        paced_puts = m3.get("skiff_object_store_requests:put", 0) - m2.get(
+            "skiff_object_store_requests:put", 0
+        )
+        e2e = end_to_end(agent.bootstrap, "e2e")
+        agent.stop()
+        agent.start()  # cold cache: every fetched byte comes from the store
+        g0 = scrape(agent.metrics_port)
+        cons = consume_all(agent.bootstrap, "bench", partitions, full["records"])
+        g1 = scrape(agent.metrics_port)
+        gets = g1.get("skiff_object_store_requests:get_range", 0) - g0.get(
+            "skiff_object_store_requests:get_range", 0
+        )
+        gib = total / (1 << 30)
+        print(f"\n### {kind} ({mib} MiB of {record_bytes}-byte records, {partitions} partitions)\n")
+        print("| measure | value |\n|---|---|")
+        print(f"| raw store PUT ceiling (8 MiB objects, 4 in flight) | {ceiling:.1f} MiB/s |")
+        print(
+            f"| produce, full speed | {full['mib_s']:.1f} MiB/s ({full['mib_s'] / ceiling:.0%} of the ceiling) |"
+        )
+        print(
+            f"| produce ack latency p50 / p99 (full speed) | {full['p50_ms']:.0f} / {full['p99_ms']:.0f} ms |"
+        )
+        print(
+            f"| produce at 16 MiB/s: ack latency p50 / p99 | {paced['p50_ms']:.0f} / {paced['p99_ms']:.0f} ms |"
+        )
+        print(f"| produce at 16 MiB/s: PUTs per second | {paced_puts / paced['seconds']:.2f} |")
+        print(
+            f"| files written (full speed), mean size | {files:.0f}, {file_bytes / max(files, 1) / MiB:.2f} MiB |"
+        )
+        print(f"| PUTs per GiB produced | {puts / gib:.0f} |")
+        print(f"| agent CPU per GiB produced | {(agent_cpu1 - agent_cpu0) / gib:.1f} s |")
+        if server:
+            print(f"| S3 server CPU per GiB produced | {(cpu1 - cpu0) / gib:.1f} s |")
+        print(f"| consume, cold cache | {cons['mib_s']:.1f} MiB/s |")
+        print(f"| ranged GETs per GiB consumed | {gets / gib:.0f} |")
+        print(
+            f"| end-to-end latency p50 / p99 (1,000 rec/s) | {e2e['p50_ms']:.0f} / {e2e['p99_ms']:.0f} ms |"
+        )
+        if full["errors"] or paced["errors"] or cons["records"] != full["records"]:
+            print(
+                f"| errors | produce {full['errors'] + paced['errors']}, consumed {cons['records']}/{full['records']} |"
+            )
+    finally:
+        agent.stop()
+        if server:
+            server.process.stop(grace=3)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--stores", default="file,moto,seaweedfs")
+    ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--partitions", type=int, default=100)
+    ap.add_argument("--record-bytes", type=int, default=1024)
+    args = ap.parse_args()
+    print(f"# produce/consume benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
+    for kind in args.stores.split(","):
+        run_store(kind, args.mib, args.partitions, args.record_bytes)
+
+
+if __name__ == "__main__":
+    main()
