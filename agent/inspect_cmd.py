@@ -152,7 +152,8 @@ def run_inspect(target: str, *, verify: bool = False, as_json: bool = False) -> 
             }
             print(json.dumps(out, indent=2))
         else:
-            console = Console()
+            # piped output (files, grep) gets full-width rows rather than an 80-column squeeze
+            console = Console(width=None if sys.stdout.isatty() else 220)
             kind = "compactor output (absolute offsets)" if header.offsets_absolute else "agent file"
             console.print(f"[bold]{target}[/]: {source.size()} bytes, {len(entries)} chunks, {kind}")
             table = Table()
