@@ -106,6 +106,7 @@ class Agent:
                 env={**os.environ, **self.env},
             )
         wait_for_port(self.port, self.proc, log)  # type: ignore[arg-type]
+        wait_for_port(self.metrics_port, self.proc, log)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -213,7 +213,7 @@ def answer_recommit(
             if r is not None:
                 cur, cur_next = r, r.base_offset
             if cur is not None and cur.byte_position <= b.byte_offset < cur.byte_position + cur.byte_length:
-                out.append(BatchResult(NONE, cur_next, -1, prow.log_start_offset, duplicate=True))
+                out.append(BatchResult(NONE, cur_next, -1, prow.log_start_offset))
                 cur_next += b.offset_count
                 continue
             cur = None
