@@ -124,7 +124,8 @@ def validate_batches(
             ts_type = 1
         out.append(
             PendingBatch(
-                data=bytes(buf[pos : pos + size]),
+                # one batch per partition is the common case: keep the request's bytes, no copy
+                data=bytes(buf) if (pos == 0 and size == len(buf)) else bytes(buf[pos : pos + size]),
                 offset_count=header.last_offset_delta + 1,
                 record_count=header.records_count,
                 min_timestamp=header.base_timestamp if log_append_time_ms is None else log_append_time_ms,
@@ -237,7 +238,7 @@ async def _produce(
             append_time = now_ms if configs["message.timestamp.type"][0] == "LogAppendTime" else None
             try:
                 batches = validate_batches(
-                    bytes(p.records or b""),
+                    p.records or b"",
                     max_message_bytes=int(configs["max.message.bytes"][0]),
                     log_append_time_ms=append_time,
                 )
