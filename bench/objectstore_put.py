@@ -34,7 +34,6 @@ def thread_cpu():
 def run_store(store, label, conc=1):
     store.put("warm", b"x")
     # sequential: CPU measured in this thread only (the server is another process)
-    samples = []
     t0 = time.perf_counter()
     c0 = time.process_time()
     for i in range(N):
@@ -84,7 +83,7 @@ def main(kind):
         ep = server.endpoint_url
         os.environ.update(server.env)
         results = []
-        for rnd in range(int(os.environ.get("ROUNDS", "2"))):
+        for _round in range(int(os.environ.get("ROUNDS", "2"))):
             results.append(run_store(Raw(ep, bucket, Config()), "botocore defaults"))
             results.append(
                 run_store(
