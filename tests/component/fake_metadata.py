@@ -83,7 +83,8 @@ class FlakyMetadataClient:
         self, name: str, set_configs: dict[str, str], delete_configs: Sequence[str], replace: bool
     ) -> Topic:
         return await self._go(
-            "alter_topic_configs", lambda: self.inner.alter_topic_configs(name, set_configs, delete_configs, replace)
+            "alter_topic_configs",
+            lambda: self.inner.alter_topic_configs(name, set_configs, delete_configs, replace),
         )
 
     async def add_partitions(self, name: str, new_partition_count: int) -> Topic:
@@ -107,7 +108,9 @@ class FlakyMetadataClient:
     async def replace_chunks(
         self, input_chunk_ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk]
     ) -> None:
-        return await self._go("replace_chunks", lambda: self.inner.replace_chunks(input_chunk_ids, file, outputs))
+        return await self._go(
+            "replace_chunks", lambda: self.inner.replace_chunks(input_chunk_ids, file, outputs)
+        )
 
     async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None:
         return await self._go("commit_offsets", lambda: self.inner.commit_offsets(group_id, offsets))
@@ -166,17 +169,26 @@ class AgentHarness:
 
     def start(self, agents: int = 1, registry: HandlerRegistry | None = None) -> AgentHarness:
         self._thread.start()
-        self.service = MetadataService.from_url(f"sqlite:///{self.data_dir}/metadata.db", sqlite_synchronous="OFF")
+        self.service = MetadataService.from_url(
+            f"sqlite:///{self.data_dir}/metadata.db", sqlite_synchronous="OFF"
+        )
         self.metadata = FlakyMetadataClient(LocalMetadataClient(self.service, owns_service=True))
         for i in range(agents):
             self.add_agent(str(i + 1), registry=registry)
         return self
 
-    def add_agent(self, agent_id: str, registry: HandlerRegistry | None = None, **config: Any) -> RunningAgent:
+    def add_agent(
+        self, agent_id: str, registry: HandlerRegistry | None = None, **config: Any
+    ) -> RunningAgent:
         assert self.metadata is not None
         merged = {
-            "agent_id": agent_id, "host": "127.0.0.1", "port": 0, "heartbeat_interval_ms": 200, "agent_ttl_ms": 5000,
-            **self.config_overrides, **config,
+            "agent_id": agent_id,
+            "host": "127.0.0.1",
+            "port": 0,
+            "heartbeat_interval_ms": 200,
+            "agent_ttl_ms": 5000,
+            **self.config_overrides,
+            **config,
         }
         cfg = AgentConfig(**merged)
 

@@ -67,7 +67,9 @@ def _kafka_error(future: Any) -> KafkaError:
 
 def _metadata(names: list[str] | None, auto: bool = False, version: int = 12) -> Any:
     req = MetadataRequest(
-        topics=None if names is None else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(n)) for n in names),
+        topics=None
+        if names is None
+        else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(n)) for n in names),
         allow_auto_topic_creation=auto,
         include_topic_authorized_operations=False,
     )
@@ -78,9 +80,17 @@ def _metadata(names: list[str] | None, auto: bool = False, version: int = 12) ->
 
 def _create_raw(harness: AgentHarness, name: str, partitions: int = 1) -> None:
     req = CreateTopicsRequest(
-        topics=(CreatableTopic(name=TopicName(name), num_partitions=i32(partitions), replication_factor=i16(-1),
-                               assignments=(), configs=()),),
-        timeout=ZERO, validate_only=False,
+        topics=(
+            CreatableTopic(
+                name=TopicName(name),
+                num_partitions=i32(partitions),
+                replication_factor=i16(-1),
+                assignments=(),
+                configs=(),
+            ),
+        ),
+        timeout=ZERO,
+        validate_only=False,
     )
     assert request_once(harness.bootstrap, req).topics[0].error_code == ErrorCode.none
 
@@ -91,7 +101,11 @@ def _create_raw(harness: AgentHarness, name: str, partitions: int = 1) -> None:
 def test_create_topics_and_list_them(admin):
     a, b, c = _name(), _name(), _name()
     futures = admin.create_topics(
-        [NewTopic(a, 3), NewTopic(b, -1, config={"cleanup.policy": "compact"}), NewTopic(c, 2, replication_factor=3)]
+        [
+            NewTopic(a, 3),
+            NewTopic(b, -1, config={"cleanup.policy": "compact"}),
+            NewTopic(c, 2, replication_factor=3),
+        ]
     )
     for f in futures.values():
         assert f.result(TIMEOUT) is None
@@ -108,7 +122,9 @@ def test_create_topics_validate_only_creates_nothing(admin):
     name = _name()
     assert admin.create_topics([NewTopic(name, 2)], validate_only=True)[name].result(TIMEOUT) is None
     assert name not in admin.list_topics(timeout=TIMEOUT).topics
-    err = _kafka_error(admin.create_topics([NewTopic(name, 1, config={"nope": "1"})], validate_only=True)[name])
+    err = _kafka_error(
+        admin.create_topics([NewTopic(name, 1, config={"nope": "1"})], validate_only=True)[name]
+    )
     assert err.code() == KafkaError.INVALID_CONFIG
 
 
@@ -118,9 +134,21 @@ def test_create_topics_validate_only_creates_nothing(admin):
         (NewTopic("bad name!", 1), KafkaError.TOPIC_EXCEPTION, "illegal"),
         (NewTopic("x" * 250, 1), KafkaError.TOPIC_EXCEPTION, "249"),
         (NewTopic("..", 1), KafkaError.TOPIC_EXCEPTION, ""),
-        (NewTopic("cfg-unknown", 1, config={"no.such.config": "1"}), KafkaError.INVALID_CONFIG, "Unknown topic config"),
-        (NewTopic("cfg-bad-value", 1, config={"retention.ms": "soon"}), KafkaError.INVALID_CONFIG, "retention.ms"),
-        (NewTopic("cfg-bad-policy", 1, config={"cleanup.policy": "shred"}), KafkaError.INVALID_CONFIG, "cleanup"),
+        (
+            NewTopic("cfg-unknown", 1, config={"no.such.config": "1"}),
+            KafkaError.INVALID_CONFIG,
+            "Unknown topic config",
+        ),
+        (
+            NewTopic("cfg-bad-value", 1, config={"retention.ms": "soon"}),
+            KafkaError.INVALID_CONFIG,
+            "retention.ms",
+        ),
+        (
+            NewTopic("cfg-bad-policy", 1, config={"cleanup.policy": "shred"}),
+            KafkaError.INVALID_CONFIG,
+            "cleanup",
+        ),
     ],
 )
 def test_create_topics_errors_are_what_kafka_reports(admin, topic, code, text):
@@ -211,26 +239,38 @@ def test_incremental_alter_configs(admin):
     set_op, delete_op = AlterConfigOpType.SET, AlterConfigOpType.DELETE
     append_op, subtract_op = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT
 
-    assert _incremental(admin, name, ConfigEntry("retention.bytes", "123", incremental_operation=set_op)).result(
-        TIMEOUT) is None
+    assert (
+        _incremental(admin, name, ConfigEntry("retention.bytes", "123", incremental_operation=set_op)).result(
+            TIMEOUT
+        )
+        is None
+    )
     got = _describe(admin, name)
     assert got["retention.bytes"].value == "123" and got["retention.ms"].value == "5000"  # others kept
 
-    _incremental(admin, name, ConfigEntry("retention.ms", None, incremental_operation=delete_op)).result(TIMEOUT)
+    _incremental(admin, name, ConfigEntry("retention.ms", None, incremental_operation=delete_op)).result(
+        TIMEOUT
+    )
     assert _describe(admin, name)["retention.ms"].is_default
 
-    _incremental(admin, name, ConfigEntry("cleanup.policy", "compact", incremental_operation=append_op)).result(
-        TIMEOUT)
+    _incremental(
+        admin, name, ConfigEntry("cleanup.policy", "compact", incremental_operation=append_op)
+    ).result(TIMEOUT)
     assert _describe(admin, name)["cleanup.policy"].value == "delete,compact"
-    _incremental(admin, name, ConfigEntry("cleanup.policy", "delete", incremental_operation=subtract_op)).result(
-        TIMEOUT)
+    _incremental(
+        admin, name, ConfigEntry("cleanup.policy", "delete", incremental_operation=subtract_op)
+    ).result(TIMEOUT)
     assert _describe(admin, name)["cleanup.policy"].value == "compact"
 
-    err = _kafka_error(_incremental(admin, name, ConfigEntry("retention.ms", "1", incremental_operation=append_op)))
+    err = _kafka_error(
+        _incremental(admin, name, ConfigEntry("retention.ms", "1", incremental_operation=append_op))
+    )
     assert err.code() == KafkaError.INVALID_CONFIG
     err = _kafka_error(_incremental(admin, name, ConfigEntry("bogus.key", "1", incremental_operation=set_op)))
     assert err.code() == KafkaError.INVALID_CONFIG
-    err = _kafka_error(_incremental(admin, _name(), ConfigEntry("retention.ms", "1", incremental_operation=set_op)))
+    err = _kafka_error(
+        _incremental(admin, _name(), ConfigEntry("retention.ms", "1", incremental_operation=set_op))
+    )
     assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
@@ -382,9 +422,17 @@ def test_auto_creation_can_be_disabled(tmp_path):
         resp = request_once(h.bootstrap, _metadata([name], auto=True))
         assert resp.topics[0].error_code == ErrorCode.unknown_topic_or_partition
         req = CreateTopicsRequest(
-            topics=(CreatableTopic(name=TopicName(name), num_partitions=i32(-1), replication_factor=i16(-1),
-                                   assignments=(), configs=()),),
-            timeout=ZERO, validate_only=False,
+            topics=(
+                CreatableTopic(
+                    name=TopicName(name),
+                    num_partitions=i32(-1),
+                    replication_factor=i16(-1),
+                    assignments=(),
+                    configs=(),
+                ),
+            ),
+            timeout=ZERO,
+            validate_only=False,
         )
         assert request_once(h.bootstrap, req).topics[0].num_partitions == 4
     finally:
@@ -397,8 +445,12 @@ def test_metadata_by_topic_id(harness):
     tid = request_once(harness.bootstrap, _metadata([name])).topics[0].topic_id
     missing = uuid.uuid4()
     req = MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=tid, name=None), MetadataRequestTopic(topic_id=missing, name=None)),
-        allow_auto_topic_creation=False, include_topic_authorized_operations=True,
+        topics=(
+            MetadataRequestTopic(topic_id=tid, name=None),
+            MetadataRequestTopic(topic_id=missing, name=None),
+        ),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=True,
     )
     resp = request_once(harness.bootstrap, req)
     assert (resp.topics[0].name, resp.topics[0].error_code) == (name, ErrorCode.none)
@@ -422,22 +474,39 @@ def test_metadata_every_version(harness, version):
 def _latest_requests(name: str) -> dict[int, Any]:
     return {
         19: CreateTopicsRequest(
-            topics=(CreatableTopic(name=TopicName(name + "-new"), num_partitions=i32(1), replication_factor=i16(1),
-                                   assignments=(), configs=(CreatableTopicConfig(name="retention.ms", value="1"),)),),
-            timeout=ZERO, validate_only=True,
+            topics=(
+                CreatableTopic(
+                    name=TopicName(name + "-new"),
+                    num_partitions=i32(1),
+                    replication_factor=i16(1),
+                    assignments=(),
+                    configs=(CreatableTopicConfig(name="retention.ms", value="1"),),
+                ),
+            ),
+            timeout=ZERO,
+            validate_only=True,
         ),
-        20: DeleteTopicsRequest(topics=(DeleteTopicState(name=TopicName(name + "-absent"), topic_id=None),),
-                                timeout=ZERO),
+        20: DeleteTopicsRequest(
+            topics=(DeleteTopicState(name=TopicName(name + "-absent"), topic_id=None),), timeout=ZERO
+        ),
         32: DescribeConfigsRequest(
-            resources=(DescribeConfigsResource(resource_type=i8(2), resource_name=name, configuration_keys=None),),
-            include_synonyms=True, include_documentation=True,
+            resources=(
+                DescribeConfigsResource(resource_type=i8(2), resource_name=name, configuration_keys=None),
+            ),
+            include_synonyms=True,
+            include_documentation=True,
         ),
         60: DescribeClusterRequest(include_cluster_authorized_operations=True, include_fenced_brokers=False),
         22: InitProducerIdRequest(transactional_id=None, transaction_timeout=ZERO),
         2: ListOffsetsRequest(
-            replica_id=BrokerId(-1), isolation_level=i8(1),
-            topics=(ListOffsetsTopic(name=TopicName(name), partitions=(
-                ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),)),),
+            replica_id=BrokerId(-1),
+            isolation_level=i8(1),
+            topics=(
+                ListOffsetsTopic(
+                    name=TopicName(name),
+                    partitions=(ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),),
+                ),
+            ),
             timeout=ZERO,
         ),
     }
@@ -473,12 +542,14 @@ def test_describe_configs_synonyms_and_documentation(harness):
     _create_raw(harness, name, 1)
     req = DescribeConfigsRequest(
         resources=(
-            DescribeConfigsResource(resource_type=i8(2), resource_name=name,
-                                    configuration_keys=("retention.ms", "cleanup.policy")),
+            DescribeConfigsResource(
+                resource_type=i8(2), resource_name=name, configuration_keys=("retention.ms", "cleanup.policy")
+            ),
             DescribeConfigsResource(resource_type=i8(4), resource_name="999999", configuration_keys=None),
             DescribeConfigsResource(resource_type=i8(8), resource_name="", configuration_keys=None),
         ),
-        include_synonyms=True, include_documentation=True,
+        include_synonyms=True,
+        include_documentation=True,
     )
     topic, other_broker, logger = request_once(harness.bootstrap, req).results
     assert {c.name for c in topic.configs} == {"retention.ms", "cleanup.policy"}
@@ -501,7 +572,10 @@ def test_delete_topics_by_id(harness):
     first, second = request_once(harness.bootstrap, req).responses
     assert (first.name, first.topic_id, first.error_code) == (name, tid, ErrorCode.none)
     assert (second.topic_id, second.error_code) == (missing, ErrorCode.unknown_topic_id)
-    assert request_once(harness.bootstrap, _metadata([name])).topics[0].error_code == ErrorCode.unknown_topic_or_partition
+    assert (
+        request_once(harness.bootstrap, _metadata([name])).topics[0].error_code
+        == ErrorCode.unknown_topic_or_partition
+    )
 
 
 def test_create_topics_request_level_checks(harness):
@@ -511,30 +585,63 @@ def test_create_topics_request_level_checks(harness):
 
     req = CreateTopicsRequest(
         topics=(
-            CreatableTopic(name=TopicName(dup), num_partitions=i32(1), replication_factor=i16(1), assignments=(),
-                           configs=()),
-            CreatableTopic(name=TopicName(dup), num_partitions=i32(1), replication_factor=i16(1), assignments=(),
-                           configs=()),
-            CreatableTopic(name=TopicName(_name()), num_partitions=i32(0), replication_factor=i16(1), assignments=(),
-                           configs=()),
-            CreatableTopic(name=TopicName(_name()), num_partitions=i32(1), replication_factor=i16(0), assignments=(),
-                           configs=()),
-            CreatableTopic(name=TopicName(_name()), num_partitions=i32(1), replication_factor=i16(1), assignments=(),
-                           configs=(CreatableTopicConfig(name="retention.ms", value=None),)),
             CreatableTopic(
-                name=TopicName(assignment_topic), num_partitions=i32(-1), replication_factor=i16(-1), configs=(),
+                name=TopicName(dup),
+                num_partitions=i32(1),
+                replication_factor=i16(1),
+                assignments=(),
+                configs=(),
+            ),
+            CreatableTopic(
+                name=TopicName(dup),
+                num_partitions=i32(1),
+                replication_factor=i16(1),
+                assignments=(),
+                configs=(),
+            ),
+            CreatableTopic(
+                name=TopicName(_name()),
+                num_partitions=i32(0),
+                replication_factor=i16(1),
+                assignments=(),
+                configs=(),
+            ),
+            CreatableTopic(
+                name=TopicName(_name()),
+                num_partitions=i32(1),
+                replication_factor=i16(0),
+                assignments=(),
+                configs=(),
+            ),
+            CreatableTopic(
+                name=TopicName(_name()),
+                num_partitions=i32(1),
+                replication_factor=i16(1),
+                assignments=(),
+                configs=(CreatableTopicConfig(name="retention.ms", value=None),),
+            ),
+            CreatableTopic(
+                name=TopicName(assignment_topic),
+                num_partitions=i32(-1),
+                replication_factor=i16(-1),
+                configs=(),
                 assignments=tuple(
                     CreatableReplicaAssignment(partition_index=i32(p), broker_ids=(BrokerId(1), BrokerId(2)))
                     for p in range(3)
                 ),
             ),
         ),
-        timeout=ZERO, validate_only=False,
+        timeout=ZERO,
+        validate_only=False,
     )
     codes = [t.error_code for t in request_once(harness.bootstrap, req).topics]
     assert codes == [
-        ErrorCode.invalid_request, ErrorCode.invalid_request, ErrorCode.invalid_partitions,
-        ErrorCode.invalid_replication_factor, ErrorCode.invalid_config, ErrorCode.none,
+        ErrorCode.invalid_request,
+        ErrorCode.invalid_request,
+        ErrorCode.invalid_partitions,
+        ErrorCode.invalid_replication_factor,
+        ErrorCode.invalid_config,
+        ErrorCode.none,
     ]
     md = request_once(harness.bootstrap, _metadata([assignment_topic, dup]))
     assert len(md.topics[0].partitions) == 3
@@ -545,33 +652,51 @@ def test_create_topics_request_level_checks(harness):
 
 
 def test_init_producer_id(harness):
-    first = request_once(harness.bootstrap, InitProducerIdRequest(transactional_id=None, transaction_timeout=ZERO))
-    second = request_once(harness.bootstrap, InitProducerIdRequest(transactional_id=None, transaction_timeout=ZERO))
+    first = request_once(
+        harness.bootstrap, InitProducerIdRequest(transactional_id=None, transaction_timeout=ZERO)
+    )
+    second = request_once(
+        harness.bootstrap, InitProducerIdRequest(transactional_id=None, transaction_timeout=ZERO)
+    )
     assert first.error_code == second.error_code == ErrorCode.none
     assert first.producer_id >= 0 and second.producer_id != first.producer_id and first.producer_epoch >= 0
     txn = request_once(
-        harness.bootstrap, InitProducerIdRequest(transactional_id=TransactionalId("tx"), transaction_timeout=ZERO)
+        harness.bootstrap,
+        InitProducerIdRequest(transactional_id=TransactionalId("tx"), transaction_timeout=ZERO),
     )
     assert txn.error_code == ErrorCode.unsupported_version and txn.producer_id == -1
 
 
 def _list_offsets(name: str, queries: list[tuple[int, int]]) -> ListOffsetsRequest:
     return ListOffsetsRequest(
-        replica_id=BrokerId(-1), isolation_level=i8(0), timeout=ZERO,
-        topics=(ListOffsetsTopic(name=TopicName(name), partitions=tuple(
-            ListOffsetsPartition(partition_index=i32(p), timestamp=i64(ts)) for p, ts in queries)),),
+        replica_id=BrokerId(-1),
+        isolation_level=i8(0),
+        timeout=ZERO,
+        topics=(
+            ListOffsetsTopic(
+                name=TopicName(name),
+                partitions=tuple(
+                    ListOffsetsPartition(partition_index=i32(p), timestamp=i64(ts)) for p, ts in queries
+                ),
+            ),
+        ),
     )
 
 
 def test_list_offsets_special_timestamps_and_errors(harness):
     name = _name()
     _create_raw(harness, name, 2)
-    resp = request_once(harness.bootstrap, _list_offsets(name, [(0, -1), (0, -2), (1, -3), (1, -4), (0, -5),
-                                                                 (0, 1_000), (2, -1)]))
+    resp = request_once(
+        harness.bootstrap,
+        _list_offsets(name, [(0, -1), (0, -2), (1, -3), (1, -4), (0, -5), (0, 1_000), (2, -1)]),
+    )
     parts = resp.topics[0].partitions
     assert [(p.partition_index, p.error_code, p.offset) for p in parts[:5]] == [
-        (0, ErrorCode.none, 0), (0, ErrorCode.none, 0), (1, ErrorCode.none, parts[2].offset),
-        (1, ErrorCode.none, 0), (0, ErrorCode.none, -1),
+        (0, ErrorCode.none, 0),
+        (0, ErrorCode.none, 0),
+        (1, ErrorCode.none, parts[2].offset),
+        (1, ErrorCode.none, 0),
+        (0, ErrorCode.none, -1),
     ]
     assert parts[5].error_code == ErrorCode.none
     assert parts[6].error_code == ErrorCode.unknown_topic_or_partition
@@ -595,14 +720,24 @@ def test_metadata_outage_degrades_to_retriable_errors(tmp_path):
         assert resp.topics[1].error_code == ErrorCode.leader_not_available
         assert [t.name for t in request_once(h.bootstrap, _metadata(None)).topics] == [cached]
         req = CreateTopicsRequest(
-            topics=(CreatableTopic(name=TopicName(_name()), num_partitions=i32(1), replication_factor=i16(1),
-                                   assignments=(), configs=()),),
-            timeout=ZERO, validate_only=False,
+            topics=(
+                CreatableTopic(
+                    name=TopicName(_name()),
+                    num_partitions=i32(1),
+                    replication_factor=i16(1),
+                    assignments=(),
+                    configs=(),
+                ),
+            ),
+            timeout=ZERO,
+            validate_only=False,
         )
         assert request_once(h.bootstrap, req).topics[0].error_code == ErrorCode.request_timed_out
         offsets = request_once(h.bootstrap, _list_offsets(cached, [(0, -1)]))
         assert offsets.topics[0].partitions[0].error_code == ErrorCode.kafka_storage_error
-        pid = request_once(h.bootstrap, InitProducerIdRequest(transactional_id=None, transaction_timeout=ZERO))
+        pid = request_once(
+            h.bootstrap, InitProducerIdRequest(transactional_id=None, transaction_timeout=ZERO)
+        )
         assert pid.error_code == ErrorCode.coordinator_not_available
         h.metadata.down = False
         assert request_once(h.bootstrap, req).topics[0].error_code == ErrorCode.none
@@ -631,7 +766,9 @@ def test_several_agents_share_topics_and_spread_leadership(tmp_path):
         tid = answers[0].topics[0].topic_id
         agent_by_node = {a.node_id: a.ctx.config.agent_id for a in h.agents}
         ids = [a.ctx.config.agent_id for a in h.agents]
-        assert [agent_by_node[n] for n in leaders[0]] == [routing.partition_owner(tid, p, ids) for p in range(48)]
+        assert [agent_by_node[n] for n in leaders[0]] == [
+            routing.partition_owner(tid, p, ids) for p in range(48)
+        ]
         assert len({r.controller_id for r in answers}) == 1
         # kcat sees all three brokers
         out = _kcat("-b", h.agents[1].bootstrap, "-L", "-t", name)
@@ -686,16 +823,27 @@ def test_every_response_parses_and_reserializes_identically_with_kafkas_java_cla
     requests[18] = ApiVersionsRequest(client_software_name="skiff-test", client_software_version="1")
     requests[37] = CreatePartitionsRequest(
         topics=(CreatePartitionsTopic(name=TopicName(name), count=i32(3), assignments=None),),
-        timeout=ZERO, validate_only=True,
+        timeout=ZERO,
+        validate_only=True,
     )
     requests[33] = AlterConfigsRequest(
-        resources=(AlterConfigsResource(resource_type=i8(2), resource_name=name,
-                                        configs=(AlterableConfig(name="retention.ms", value="5"),)),),
+        resources=(
+            AlterConfigsResource(
+                resource_type=i8(2),
+                resource_name=name,
+                configs=(AlterableConfig(name="retention.ms", value="5"),),
+            ),
+        ),
         validate_only=True,
     )
     requests[44] = IncrementalAlterConfigsRequest(
-        resources=(IncResource(resource_type=i8(2), resource_name=name, configs=(
-            IncAlterableConfig(name="retention.ms", config_operation=i8(0), value="5"),)),),
+        resources=(
+            IncResource(
+                resource_type=i8(2),
+                resource_name=name,
+                configs=(IncAlterableConfig(name="retention.ms", config_operation=i8(0), value="5"),),
+            ),
+        ),
         validate_only=True,
     )
     items: list[tuple[int, int, bytes]] = []
@@ -715,8 +863,11 @@ def test_every_response_parses_and_reserializes_identically_with_kafkas_java_cla
             body_at = 4 + (1 if protocol.response_header_version(key, version) >= 1 else 0)
             items.append((key, version, frame[body_at:]))
     results = build_java_client().api_oracle(items)
-    bad = [(k, v, r) for (k, v, _), r in zip(items, results, strict=True)
-           if not r["ok"] or r["remaining"] or not r["roundtrip"] or r["unknown_tagged_fields"]]
+    bad = [
+        (k, v, r)
+        for (k, v, _), r in zip(items, results, strict=True)
+        if not r["ok"] or r["remaining"] or not r["roundtrip"] or r["unknown_tagged_fields"]
+    ]
     assert not bad
     assert len(items) >= 50
 
@@ -732,10 +883,14 @@ def test_agents_find_each_other_by_heartbeat_and_survive_a_metadata_outage(tmp_p
         while len(first.ctx.agents.brokers()) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert {b.agent_id for b in first.ctx.agents.brokers()} == {"1", "second"}
-        described = request_once(first.bootstrap, DescribeClusterRequest(
-            include_cluster_authorized_operations=False, include_fenced_brokers=False))
+        described = request_once(
+            first.bootstrap,
+            DescribeClusterRequest(include_cluster_authorized_operations=False, include_fenced_brokers=False),
+        )
         assert {(b.broker_id, b.port) for b in described.brokers} == {
-            (first.node_id, first.port), (second.node_id, second.port)}
+            (first.node_id, first.port),
+            (second.node_id, second.port),
+        }
         assert h.metadata is not None
         h.metadata.down = True
         failures = first.registry.failures

@@ -60,7 +60,9 @@ def _api_versions(version: int) -> Any:
 
 
 def _metadata_all() -> MetadataRequest:
-    return MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
 
 
 def _still_serving(bootstrap: str) -> None:
@@ -113,8 +115,10 @@ class Script:
                     self.release = asyncio.Event()
                 await self.release.wait()
             return InitProducerIdResponse(
-                throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                producer_id=ProducerId(request.correlation_id), producer_epoch=i16(0),
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.none,
+                producer_id=ProducerId(request.correlation_id),
+                producer_epoch=i16(0),
             )
         finally:
             self.running -= 1
@@ -130,8 +134,11 @@ class Script:
         finally:
             self.exclusive_running = False
         return DescribeClusterResponse(
-            throttle_time=NO_THROTTLE, error_code=ErrorCode.none, cluster_id=str(request.correlation_id),
-            controller_id=BrokerId(-1), brokers=(),
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            cluster_id=str(request.correlation_id),
+            controller_id=BrokerId(-1),
+            brokers=(),
         )
 
     async def create_topics_raises(self, ctx: AgentContext, request: Request) -> Any:
@@ -181,7 +188,9 @@ def test_api_versions_answers_in_each_version_with_the_registry(harness, version
 def test_unsupported_api_versions_version_gets_v0_error_35_and_the_connection_stays(harness, version):
     with connect(harness.bootstrap) as sock:
         if version == 4:
-            frame = encode_request(ApiVersionsRequestV4(client_software_name="x", client_software_version="1"), 5)
+            frame = encode_request(
+                ApiVersionsRequestV4(client_software_name="x", client_software_version="1"), 5
+            )
         else:  # a version kio does not know either: header v2, body unparseable to us
             frame = encode_request(_api_versions(3), 5, api_version=version)
         sock.sendall(frame)
@@ -259,7 +268,9 @@ def test_request_just_above_the_limit_is_refused(tmp_path):
             frame = encode_request(_api_versions(3), 1)
             padded = frame[4:] + b"\x00" * (1024 - len(frame) + 4)
             sock.sendall(struct.pack(">i", len(padded)) + padded)
-            assert protocol.decode_response(recv_frame(sock), type(request_once(h.bootstrap, _api_versions(3))))
+            assert protocol.decode_response(
+                recv_frame(sock), type(request_once(h.bootstrap, _api_versions(3)))
+            )
     finally:
         h.stop()
 
@@ -381,7 +392,9 @@ def test_a_handler_returning_none_sends_nothing(scripted):
     h, _ = scripted
     with connect(h.bootstrap) as sock:
         sock.sendall(
-            encode_request(_pid("sleep:0.05"), 1) + encode_request(_pid("none"), 2) + encode_request(_pid("x"), 3)
+            encode_request(_pid("sleep:0.05"), 1)
+            + encode_request(_pid("none"), 2)
+            + encode_request(_pid("x"), 3)
         )
         assert _read_pid(sock)[0] == 1
         assert _read_pid(sock)[0] == 3

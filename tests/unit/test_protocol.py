@@ -120,7 +120,9 @@ def test_uvarint():
 
 
 def test_request_roundtrip_through_encode_and_decode():
-    body = MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=True)
+    body = MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=True
+    )
     frame = protocol.encode_request(body, correlation_id=9, client_id="me")
     assert struct.unpack(">i", frame[:4])[0] == len(frame) - 4
     header, pos = protocol.parse_request_header(frame[4:])
@@ -167,7 +169,9 @@ def _all_schemas() -> list[type]:
     return out
 
 
-@pytest.mark.parametrize("cls", _all_schemas(), ids=lambda c: f"{c.__module__.split('.')[2]}.v{c.__version__}.{c.__name__}")
+@pytest.mark.parametrize(
+    "cls", _all_schemas(), ids=lambda c: f"{c.__module__.split('.')[2]}.v{c.__version__}.{c.__name__}"
+)
 def test_bounds_check_agrees_with_kio_on_every_request_schema(cls):
     """The pre-parse walk must end exactly where kio's reader does, for every request kio knows."""
 
@@ -188,7 +192,10 @@ def test_bounds_check_agrees_with_kio_on_every_request_schema(cls):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([(3, 1), (3, 12), (19, 7), (32, 4), (2, 9), (18, 3), (20, 6), (44, 1)]), st.binary(max_size=64))
+@given(
+    st.sampled_from([(3, 1), (3, 12), (19, 7), (32, 4), (2, 9), (18, 3), (20, 6), (44, 1)]),
+    st.binary(max_size=64),
+)
 def test_random_bodies_never_raise_anything_but_malformed(api, data):
     header = protocol.RequestHeader(api[0], api[1], 1, None, protocol.request_header_version(*api))
     try:
@@ -208,7 +215,10 @@ def test_response_frames_have_size_header_and_body():
     assert size == len(frame) - 4 and corr == 77
     # header v0 (ApiVersions), then: error 0, compact array of 1, one entry + its empty tags,
     # throttle 0 and the top-level tagged fields: all default, so none is written (count 0).
-    assert bytes(frame[8:]) == b"\x00\x00" + b"\x02" + b"\x00\x12\x00\x00\x00\x03\x00" + b"\x00\x00\x00\x00" + b"\x00"
+    assert (
+        bytes(frame[8:])
+        == b"\x00\x00" + b"\x02" + b"\x00\x12\x00\x00\x00\x03\x00" + b"\x00\x00\x00\x00" + b"\x00"
+    )
     assert protocol.decode_response(bytes(frame[4:]), ApiVersionsResponse) == (77, resp)
 
 
@@ -223,10 +233,16 @@ def test_default_tagged_fields_are_not_written():
     _, back = protocol.decode_response(frame[4:], CreateTopicsResponse)
     assert back == resp
     tagged = CreatableTopicResult(
-        name=TopicName("t"), topic_id=None, error_code=ErrorCode.none, error_message=None, configs=None,
+        name=TopicName("t"),
+        topic_id=None,
+        error_code=ErrorCode.none,
+        error_message=None,
+        configs=None,
         topic_config_error_code=i16(40),
     )
-    bigger = bytes(protocol.encode_response(1, CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=(tagged,))))
+    bigger = bytes(
+        protocol.encode_response(1, CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=(tagged,)))
+    )
     assert len(bigger) == len(frame) + 4  # tag, size, int16
 
 
@@ -242,11 +258,18 @@ def _metadata_v12() -> MetadataResponse:
         controller_id=BrokerId(1),
         topics=(
             MetadataResponseTopic(
-                error_code=ErrorCode.none, name=TopicName("t"), topic_id=tid, is_internal=False,
+                error_code=ErrorCode.none,
+                name=TopicName("t"),
+                topic_id=tid,
+                is_internal=False,
                 partitions=(
                     MetadataResponsePartition(
-                        error_code=ErrorCode.none, partition_index=i32(0), leader_id=BrokerId(1),
-                        leader_epoch=i32(-1), replica_nodes=(BrokerId(1),), isr_nodes=(BrokerId(1),),
+                        error_code=ErrorCode.none,
+                        partition_index=i32(0),
+                        leader_id=BrokerId(1),
+                        leader_epoch=i32(-1),
+                        replica_nodes=(BrokerId(1),),
+                        isr_nodes=(BrokerId(1),),
                         offline_replicas=(),
                     ),
                 ),
@@ -325,8 +348,17 @@ def test_default_registry_serves_the_admin_apis():
     reg = default_registry()
     ranges = {s.api_key: (s.min_version, s.max_version) for s in reg.specs()}
     expected = {
-        2: (1, 10), 3: (1, 12), 18: (0, 3), 19: (2, 7), 20: (1, 6), 22: (0, 5), 32: (1, 4), 33: (0, 2),
-        37: (0, 3), 44: (0, 1), 60: (0, 2),
+        2: (1, 10),
+        3: (1, 12),
+        18: (0, 3),
+        19: (2, 7),
+        20: (1, 6),
+        22: (0, 5),
+        32: (1, 4),
+        33: (0, 2),
+        37: (0, 3),
+        44: (0, 1),
+        60: (0, 2),
     }
     for key, rng in expected.items():
         assert ranges[key] == rng
@@ -356,7 +388,9 @@ def test_config_from_env_and_flags():
     cfg = AgentConfig.from_env(env)
     assert cfg.agent_id == "7" and cfg.port == 19092 and cfg.flush_max_bytes == 16 * MiB
     assert cfg.auto_create_topics is False and cfg.zone is None and cfg.max_buffered_bytes == 2**30
-    cfg2 = AgentConfig.from_args(["--port", "9093", "--zone", "eu-1a", "--advertised-host", "kafka.local"], env)
+    cfg2 = AgentConfig.from_args(
+        ["--port", "9093", "--zone", "eu-1a", "--advertised-host", "kafka.local"], env
+    )
     assert cfg2.port == 9093 and cfg2.zone == "eu-1a" and cfg2.advertised_host == "kafka.local"
     assert cfg2.flush_max_bytes == 16 * MiB  # from env, not overridden
     parser = argparse.ArgumentParser()

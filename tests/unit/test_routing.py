@@ -145,11 +145,13 @@ def test_live_agents_always_contains_itself():
 def test_live_agents_routes_over_the_live_set_and_drops_stale_agents():
     now = [1_000_000]
     view = _view(now)
-    view.update([
-        AgentInfo("agent-b", "10.0.0.2", 9092, "az2", last_heartbeat_ms=now[0] - 1000),
-        AgentInfo("agent-c", "10.0.0.3", 9092, None, last_heartbeat_ms=now[0] - 60_000),  # stale
-        AgentInfo("agent-a", "stale-address", 1, None, last_heartbeat_ms=now[0]),  # ourselves: ignored
-    ])
+    view.update(
+        [
+            AgentInfo("agent-b", "10.0.0.2", 9092, "az2", last_heartbeat_ms=now[0] - 1000),
+            AgentInfo("agent-c", "10.0.0.3", 9092, None, last_heartbeat_ms=now[0] - 60_000),  # stale
+            AgentInfo("agent-a", "stale-address", 1, None, last_heartbeat_ms=now[0]),  # ourselves: ignored
+        ]
+    )
     brokers = {b.agent_id: b for b in view.brokers()}
     assert set(brokers) == {"agent-a", "agent-b"}
     assert brokers["agent-a"].host == "10.0.0.1" and brokers["agent-b"].rack == "az2"
