@@ -28,6 +28,7 @@ from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.config import AgentConfig
 from agent.context import AgentContext, Clock
+from agent.group_coordinator import GROUP_COORDINATOR, GroupCoordinator
 from agent.handlers.fetch import CHUNK_CACHE, COMMIT_WATCH, FETCH_CACHE, OBJECT_STORE
 from agent.handlers.produce import PRODUCE_BUFFER
 from agent.produce_buffer import CommittedFile, ProduceBuffer
@@ -61,6 +62,7 @@ class RunningAgent:
 
     async def close(self, *, close_clients: bool = True) -> None:
         await self.server.close()
+        self.context.service(GROUP_COORDINATOR, GroupCoordinator).close()
         await self.buffer.close()
         await self.registry.close()
         await self.watch.close()
@@ -115,6 +117,7 @@ async def start_agent(
     ctx.services[CHUNK_CACHE] = locations
     ctx.services[COMMIT_WATCH] = watch
     ctx.services[OBJECT_STORE] = store
+    ctx.services[GROUP_COORDINATOR] = GroupCoordinator()
     server = await start_agent_server(ctx, config.host, config.port)
     registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
     await registry.start()

@@ -245,6 +245,12 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         offsets = svc.fetch_offsets(req.group_id, req.topics)
         return [s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets]
 
+    @app.post("/v1/groups/delete-offsets", response_model=s.OkResponse, tags=["groups"])
+    def delete_group_offsets(req: s.FetchOffsetsRequest) -> s.OkResponse:
+        """Forget every committed offset of a group (DeleteGroups); `topics` is ignored."""
+        svc.delete_group_offsets(req.group_id)
+        return s.OkResponse()
+
     # ---------------------------------------------------------------- agents
 
     @app.post("/v1/agents/heartbeat", response_model=s.OkResponse, tags=["agents"])

@@ -132,6 +132,9 @@ class LocalMetadataClient:
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         return await self._run(self.service.fetch_offsets, group_id, None if topics is None else list(topics))
 
+    async def delete_group_offsets(self, group_id: str) -> None:
+        await self._run(self.service.delete_group_offsets, group_id)
+
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None:
         await self._run(self.service.heartbeat_agent, agent)
@@ -308,6 +311,10 @@ class HttpMetadataClient:
         )
         data = await self._call("POST", "/v1/groups/fetch-offsets", req)
         return [GroupOffset(**m.__dict__) for m in self._parse(_GROUP_OFFSETS, data)]
+
+    async def delete_group_offsets(self, group_id: str) -> None:
+        req = s.FetchOffsetsRequest.model_construct(group_id=group_id, topics=None)
+        await self._call("POST", "/v1/groups/delete-offsets", req)
 
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None:

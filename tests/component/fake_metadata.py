@@ -118,6 +118,9 @@ class FlakyMetadataClient:
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         return await self._go("fetch_offsets", lambda: self.inner.fetch_offsets(group_id, topics))
 
+    async def delete_group_offsets(self, group_id: str) -> None:
+        return await self._go("delete_group_offsets", lambda: self.inner.delete_group_offsets(group_id))
+
     async def heartbeat_agent(self, agent: AgentInfo) -> None:
         return await self._go("heartbeat_agent", lambda: self.inner.heartbeat_agent(agent))
 

@@ -1,0 +1,81 @@
+"""FindCoordinator (api key 10), v0-v6: which agent coordinates a consumer group.
+
+The coordinator of a group is the agent `LiveAgents.coordinator_for_group` picks by
+rendezvous hashing over the live agents, so every agent gives the same answer (as long as
+they agree on who is alive) and a lost agent moves only its share of the groups.
+v0-v3 ask for one key, v4+ for a batch (`coordinator_keys`), answered one entry each.
+Key type 0 is a group; Skiff has no transactions, so a transaction key (type 1) and any
+other type get COORDINATOR_NOT_AVAILABLE (retriable, which is what clients expect while a
+coordinator is not there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v6.response import Coordinator
+from kio.static.primitive import i32
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.protocol import response_schema
+
+API_KEY = 10
+MIN_VERSION = 0
+MAX_VERSION = 6
+
+GROUP_KEY_TYPE = 0
+
+
+def _find(ctx: AgentContext, key: str, key_type: int) -> Coordinator:
+    if key_type != GROUP_KEY_TYPE:
+        return Coordinator(
+            key=key,
+            node_id=i32(-1),  # type: ignore[arg-type]
+            host="",
+            port=i32(-1),
+            error_code=ErrorCode.coordinator_not_available,
+            error_message="Skiff has no transaction coordinator",
+        )
+    if not key:
+        return Coordinator(
+            key=key,
+            node_id=i32(-1),  # type: ignore[arg-type]
+            host="",
+            port=i32(-1),
+            error_code=ErrorCode.invalid_group_id,
+            error_message="empty group id",
+        )
+    b = ctx.agents.coordinator_for_group(key)
+    return Coordinator(
+        key=key,
+        node_id=i32(b.node_id),  # type: ignore[arg-type]
+        host=b.host,
+        port=i32(b.port),
+        error_code=ErrorCode.none,
+        error_message=None,
+    )
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    cls = response_schema(API_KEY, request.api_version)
+    assert cls is not None
+    if request.api_version >= 4:
+        found = tuple(_find(ctx, k, int(body.key_type)) for k in body.coordinator_keys)
+        return cls(throttle_time=NO_THROTTLE, coordinators=found)
+    c = _find(ctx, body.key, int(getattr(body, "key_type", GROUP_KEY_TYPE)))
+    kwargs: dict[str, Any] = {
+        "error_code": c.error_code,
+        "node_id": c.node_id,
+        "host": c.host,
+        "port": c.port,
+    }
+    if request.api_version >= 1:
+        kwargs["throttle_time"] = NO_THROTTLE
+        kwargs["error_message"] = c.error_message
+    return cls(**kwargs)
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

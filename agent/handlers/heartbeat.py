@@ -1,0 +1,34 @@
+"""Heartbeat (api key 12), v0-v4: keeps a member's session alive; tells it to rejoin
+(REBALANCE_IN_PROGRESS) or that it is out of date (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+FENCED_INSTANCE_ID). See `agent.group_coordinator`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.heartbeat.v4.response import HeartbeatResponse
+
+from agent.context import AgentContext
+from agent.group_coordinator import coordinator, owns_group
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.protocol import convert
+
+API_KEY = 12
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, HeartbeatRequest)
+    if not owns_group(ctx, body.group_id):
+        code = ErrorCode.not_coordinator
+    else:
+        code = coordinator(ctx).heartbeat(
+            body.group_id, int(body.generation_id), body.member_id, body.group_instance_id
+        )
+    return HeartbeatResponse(throttle_time=NO_THROTTLE, error_code=code)
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

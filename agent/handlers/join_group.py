@@ -1,0 +1,78 @@
+"""JoinGroup (api key 11), v0-v9: the join phase of the classic group protocol.
+
+The state machine is `agent.group_coordinator`; this module translates. A group this
+agent does not coordinate gets NOT_COORDINATOR (the client finds the coordinator again).
+v4+ clients are asked to rejoin with a member id the coordinator hands out
+(MEMBER_ID_REQUIRED, KIP-394); older ones get a member id at once. The answer waits
+until the join phase ends (bounded by the rebalance timeout).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.join_group.v9.request import JoinGroupRequest
+from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
+from kio.static.primitive import i32
+
+from agent.context import AgentContext
+from agent.group_coordinator import JoinResult, coordinator, owns_group
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.protocol import convert
+
+API_KEY = 11
+MIN_VERSION = 0
+MAX_VERSION = 9
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000)
+
+
+def _response(r: JoinResult, version: int) -> JoinGroupResponse:
+    return JoinGroupResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=r.error,
+        generation_id=i32(r.generation_id),
+        protocol_type=r.protocol_type,
+        # non-nullable before v7
+        protocol_name=r.protocol_name if version >= 7 else (r.protocol_name or ""),
+        leader=r.leader,
+        skip_assignment=r.skip_assignment,
+        member_id=r.member_id,
+        members=tuple(
+            JoinGroupResponseMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata
+            )
+            for m in r.members
+        ),
+    )
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, JoinGroupRequest)
+    if not owns_group(ctx, body.group_id):
+        return _response(JoinResult(ErrorCode.not_coordinator, member_id=body.member_id), request.api_version)
+    session_ms = _ms(body.session_timeout)
+    rebalance_ms = _ms(body.rebalance_timeout) if request.api_version >= 1 else session_ms
+    fut = coordinator(ctx).join(
+        body.group_id,
+        body.member_id,
+        body.group_instance_id,
+        body.protocol_type,
+        [(p.name, p.metadata) for p in body.protocols],
+        session_ms,
+        rebalance_ms,
+        client_id=request.client_id or "",
+        client_host=request.connection.peer,
+        require_known_member_id=request.api_version >= 4,
+    )
+    result = await fut
+    if request.api_version < 7 and result.skip_assignment:
+        # Before v9 a leader cannot be told to skip the assignment: it assigns again, harmlessly.
+        result = JoinResult(**{**result.__dict__, "skip_assignment": False})
+    return _response(result, request.api_version)
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

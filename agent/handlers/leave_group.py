@@ -1,0 +1,47 @@
+"""LeaveGroup (api key 13), v0-v5: members leave at once instead of timing out.
+
+v0-v2 name one member (`member_id`) and get one error code; v3+ (KIP-345) name a batch
+of members by member id and/or `group.instance.id` and get one answer each. The group
+rebalances without them. See `agent.group_coordinator`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.leave_group.v5.response import LeaveGroupResponse, MemberResponse
+
+from agent.context import AgentContext
+from agent.group_coordinator import LeaveRequest, coordinator, owns_group
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+
+API_KEY = 13
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    batched = request.api_version >= 3
+    leaving = (
+        [LeaveRequest(m.member_id, m.group_instance_id) for m in body.members]
+        if batched
+        else [LeaveRequest(body.member_id)]
+    )
+    if not owns_group(ctx, body.group_id):
+        return LeaveGroupResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.not_coordinator, members=())
+    codes = coordinator(ctx).leave(body.group_id, leaving)
+    if not batched:
+        return LeaveGroupResponse(throttle_time=NO_THROTTLE, error_code=codes[0], members=())
+    return LeaveGroupResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        members=tuple(
+            MemberResponse(member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=c)
+            for m, c in zip(leaving, codes, strict=True)
+        ),
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

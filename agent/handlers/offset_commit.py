@@ -1,0 +1,114 @@
+"""OffsetCommit (api key 8), v2-v9: consumer offsets, durable in metadata.
+
+A commit with generation -1 and no member id is a "simple" commit (a consumer with
+`assign()` and no group management, or an admin tool): always allowed. Otherwise the
+member and generation must be the group's current ones (ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while assignments are being
+handed out), as `GroupCoordinator.validate_commit` decides. A group this agent does not
+coordinate gets NOT_COORDINATOR on every partition. Unknown topics or partitions get
+UNKNOWN_TOPIC_OR_PARTITION, metadata strings over 4096 bytes OFFSET_METADATA_TOO_LARGE;
+the rest is written in one metadata call, whose failure is reported on every partition
+(REQUEST_TIMED_OUT when metadata is unreachable: retriable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.offset_commit.v9.request import OffsetCommitRequest
+from kio.schema.offset_commit.v9.response import (
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
+from kio.static.primitive import i32
+
+from agent.context import AgentContext
+from agent.group_coordinator import coordinator, owns_group
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.protocol import convert
+from metadata.types import GroupOffset, Topic
+
+API_KEY = 8
+MIN_VERSION = 2
+MAX_VERSION = 9
+
+MAX_METADATA_BYTES = 4096
+
+
+def _all(body: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:
+    return OffsetCommitResponse(
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            OffsetCommitResponseTopic(
+                name=t.name,
+                partitions=tuple(
+                    OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, OffsetCommitRequest)
+    if not owns_group(ctx, body.group_id):
+        return _all(body, ErrorCode.not_coordinator)
+    instance_id = body.group_instance_id if request.api_version >= 7 else None
+    code = coordinator(ctx).validate_commit(
+        body.group_id, int(body.generation_id_or_member_epoch), body.member_id, instance_id
+    )
+    if code != ErrorCode.none:
+        return _all(body, code)
+    try:
+        topics: dict[str, Topic] = await ctx.topics.get_by_name([t.name for t in body.topics])
+    except Exception as e:
+        return _all(body, error_of(e)[0])
+
+    codes: list[list[ErrorCode]] = []
+    offsets: list[GroupOffset] = []
+    for t in body.topics:
+        topic = topics.get(t.name)
+        row: list[ErrorCode] = []
+        for p in t.partitions:
+            if topic is None or not 0 <= p.partition_index < topic.partition_count:
+                row.append(ErrorCode.unknown_topic_or_partition)
+            elif p.committed_metadata is not None and len(p.committed_metadata.encode()) > MAX_METADATA_BYTES:
+                row.append(ErrorCode.offset_metadata_too_large)
+            else:
+                row.append(ErrorCode.none)
+                offsets.append(
+                    GroupOffset(
+                        t.name,
+                        int(p.partition_index),
+                        int(p.committed_offset),
+                        p.committed_metadata,
+                        int(p.committed_leader_epoch),
+                    )
+                )
+        codes.append(row)
+    if offsets:
+        try:
+            await ctx.metadata.commit_offsets(body.group_id, offsets)
+        except Exception as e:
+            failed = error_of(e)[0]
+            codes = [[failed if c == ErrorCode.none else c for c in row] for row in codes]
+    return OffsetCommitResponse(
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            OffsetCommitResponseTopic(
+                name=t.name,
+                partitions=tuple(
+                    OffsetCommitResponsePartition(partition_index=i32(p.partition_index), error_code=c)
+                    for p, c in zip(t.partitions, row, strict=True)
+                ),
+            )
+            for t, row in zip(body.topics, codes, strict=True)
+        ),
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -1,0 +1,134 @@
+"""OffsetFetch (api key 9), v1-v9: committed offsets of a group, from metadata.
+
+v1-v7 ask about one group; v8+ (KIP-709) about a batch of groups, answered per group.
+`topics` null (v2+) means every partition the group has committed; a requested
+partition without a commit gets offset -1 and no error, as in Kafka. A group this agent
+does not coordinate gets NOT_COORDINATOR (top-level in v2+, per group in v8+, per
+partition in v1, which has no top-level error). `require_stable` changes nothing: Skiff
+has no transactional offset commits, so nothing is ever pending.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.offset_fetch.v7.response import (
+    OffsetFetchResponse as OffsetFetchResponseV7,
+)
+from kio.schema.offset_fetch.v7.response import (
+    OffsetFetchResponsePartition as PartitionV7,
+)
+from kio.schema.offset_fetch.v7.response import (
+    OffsetFetchResponseTopic as TopicV7,
+)
+from kio.schema.offset_fetch.v9.response import (
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopics,
+)
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i64
+
+from agent.context import AgentContext
+from agent.group_coordinator import owns_group
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from metadata.types import GroupOffset
+
+API_KEY = 9
+MIN_VERSION = 1
+MAX_VERSION = 9
+
+Requested = list[tuple[str, list[int]]] | None
+
+
+def _partition(
+    index: int, offset: int = -1, meta: str | None = "", epoch: int = -1, code: ErrorCode = ErrorCode.none
+) -> OffsetFetchResponsePartitions:
+    return OffsetFetchResponsePartitions(
+        partition_index=i32(index),
+        committed_offset=i64(offset),
+        committed_leader_epoch=i32(epoch),
+        metadata=meta,
+        error_code=code,
+    )
+
+
+async def _fetch_group(ctx: AgentContext, group_id: str, requested: Requested) -> OffsetFetchResponseGroup:
+    def fail(code: ErrorCode) -> OffsetFetchResponseGroup:
+        topics = tuple(
+            OffsetFetchResponseTopics(
+                name=TopicName(name), partitions=tuple(_partition(p, code=code) for p in parts)
+            )
+            for name, parts in requested or []
+        )
+        return OffsetFetchResponseGroup(group_id=GroupId(group_id), topics=topics, error_code=code)
+
+    if not owns_group(ctx, group_id):
+        return fail(ErrorCode.not_coordinator)
+    try:
+        found = await ctx.metadata.fetch_offsets(
+            group_id, None if requested is None else [name for name, _ in requested]
+        )
+    except Exception as e:
+        return fail(error_of(e)[0])
+    by_key: dict[tuple[str, int], GroupOffset] = {(o.topic, o.partition): o for o in found}
+    if requested is None:
+        names: dict[str, list[int]] = {}
+        for o in found:
+            names.setdefault(o.topic, []).append(o.partition)
+        requested = list(names.items())
+    topics = []
+    for name, parts in requested:
+        out = []
+        for p in parts:
+            c = by_key.get((name, p))
+            out.append(_partition(p) if c is None else _partition(p, c.offset, c.metadata, c.leader_epoch))
+        topics.append(OffsetFetchResponseTopics(name=TopicName(name), partitions=tuple(out)))
+    return OffsetFetchResponseGroup(
+        group_id=GroupId(group_id), topics=tuple(topics), error_code=ErrorCode.none
+    )
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    if request.api_version >= 8:
+        groups = []
+        for g in body.groups:
+            req: Requested = (
+                None
+                if g.topics is None
+                else [(t.name, [int(p) for p in t.partition_indexes]) for t in g.topics]
+            )
+            groups.append(await _fetch_group(ctx, g.group_id, req))
+        return OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
+    req1: Requested = (
+        None
+        if body.topics is None
+        else [(t.name, [int(p) for p in t.partition_indexes]) for t in body.topics]
+    )
+    g = await _fetch_group(ctx, body.group_id, req1)
+    return OffsetFetchResponseV7(
+        throttle_time=NO_THROTTLE,
+        error_code=g.error_code,
+        topics=tuple(
+            TopicV7(
+                name=t.name,
+                partitions=tuple(
+                    PartitionV7(
+                        partition_index=p.partition_index,
+                        committed_offset=p.committed_offset,
+                        committed_leader_epoch=p.committed_leader_epoch,
+                        metadata=p.metadata,
+                        error_code=p.error_code if request.api_version < 2 else ErrorCode.none,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in g.topics
+        ),
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

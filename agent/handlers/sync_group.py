@@ -1,0 +1,52 @@
+"""SyncGroup (api key 14), v0-v5: the leader hands out assignments, everyone gets theirs.
+
+Followers wait until the leader's SyncGroup arrives (or the group rebalances, which
+answers REBALANCE_IN_PROGRESS). Assignments are opaque bytes; see `agent.group_coordinator`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.sync_group.v5.request import SyncGroupRequest
+from kio.schema.sync_group.v5.response import SyncGroupResponse
+
+from agent.context import AgentContext
+from agent.group_coordinator import SyncResult, coordinator, owns_group
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.protocol import convert
+
+API_KEY = 14
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+def _response(r: SyncResult) -> SyncGroupResponse:
+    return SyncGroupResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=r.error,
+        protocol_type=r.protocol_type,
+        protocol_name=r.protocol_name,
+        assignment=r.assignment,
+    )
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, SyncGroupRequest)
+    if not owns_group(ctx, body.group_id):
+        return _response(SyncResult(ErrorCode.not_coordinator))
+    v5 = request.api_version >= 5
+    fut = coordinator(ctx).sync(
+        body.group_id,
+        int(body.generation_id),
+        body.member_id,
+        body.group_instance_id,
+        [(a.member_id, a.assignment) for a in body.assignments],
+        body.protocol_type if v5 else None,
+        body.protocol_name if v5 else None,
+    )
+    return _response(await fut)
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
