@@ -312,26 +312,18 @@ class MetadataService:
         """Lock the partition rows (sorted (topic_id, partition) order; FOR UPDATE on PG) and
         read their state and topic configs. Missing keys are absent from the result."""
         ordered = sorted(set(keys))
-        states: dict[Key, tuple[int, int]] = {}
-        for batch in self._key_batches(ordered):
-            if self._pg:
-                doc = conn.execute(
-                    _PG_LOCK_PARTITIONS,
-                    {"tids": _uuid_arr(k[0] for k in batch), "parts": _arr(k[1] for k in batch)},
-                ).scalar()
-                for i, ls, hw in json.loads(doc) if doc else ():
-                    states[batch[i - 1]] = (ls, hw)
-                continue
-            rows = conn.execute(
-                select(
-                    partitions.c.topic_id,
-                    partitions.c.partition,
-                    partitions.c.log_start_offset,
-                    partitions.c.high_watermark,
-                ).where(tuple_(partitions.c.topic_id, partitions.c.partition).in_(list(batch)))
-            )
-            for r in rows:
-                states[(r.topic_id, r.partition)] = (r.log_start_offset, r.high_watermark)
+        if self._pg:
+            states: dict[Key, tuple[int, int]] = {}
+            doc = conn.execute(
+                _PG_LOCK_PARTITIONS,
+                {"tids": _uuid_arr(k[0] for k in ordered), "parts": _arr(k[1] for k in ordered)},
+            ).scalar()
+            for i, ls, hw in json.loads(doc) if doc else ():
+                states[ordered[i - 1]] = (ls, hw)
+        else:
+            # SQLite write transactions start with BEGIN IMMEDIATE: the database is already
+            # locked, so locking the rows is just reading them
+            states = self._read_partitions(conn, ordered)
         if not states:
             return {}
         configs_by_topic = self._topic_configs(conn, {k[0] for k in states})

@@ -12,7 +12,8 @@ variables) and have no dynamic broker configs.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from kio.schema.alter_configs.v2.request import AlterConfigsRequest, AlterConfigsResource
 from kio.schema.alter_configs.v2.response import AlterConfigsResourceResponse, AlterConfigsResponse
@@ -23,6 +24,17 @@ from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
 from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 from agent.protocol import convert
 from metadata import configs as topic_configs
+
+
+class _Resource(Protocol):
+    @property
+    def resource_type(self) -> Any: ...
+    @property
+    def resource_name(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Resource)
+T = TypeVar("T")
 
 API_KEY = 33
 MIN_VERSION = 0
@@ -89,15 +101,22 @@ async def _alter_one(
     return _result(res, code, message)
 
 
+async def alter_each(
+    resources: Sequence[R], alter_one: Callable[[R], Awaitable[T]], refuse: Callable[[R, ErrorCode, str], T]
+) -> list[T]:
+    """Answer each resource in order; one named twice in a request is refused, as Kafka does."""
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    return [
+        refuse(res, ErrorCode.invalid_request, "Duplicate resource in request.")
+        if counts[(res.resource_type, res.resource_name)] > 1
+        else await alter_one(res)
+        for res in resources
+    ]
+
+
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, AlterConfigsRequest)
-    counts = Counter((r.resource_type, r.resource_name) for r in body.resources)
-    out = []
-    for res in body.resources:
-        if counts[(res.resource_type, res.resource_name)] > 1:
-            out.append(_result(res, ErrorCode.invalid_request, "Duplicate resource in request."))
-        else:
-            out.append(await _alter_one(ctx, res, body.validate_only))
+    out = await alter_each(body.resources, lambda res: _alter_one(ctx, res, body.validate_only), _result)
     return AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(out))
 
 

@@ -31,7 +31,7 @@ from kio.schema.incremental_alter_configs.v1.response import (
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
-from agent.handlers.alter_configs import BROKER_CONFIGS_ARE_STATIC, alter_topic
+from agent.handlers.alter_configs import BROKER_CONFIGS_ARE_STATIC, alter_each, alter_topic
 from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 from agent.protocol import convert
 from metadata import configs as topic_configs
@@ -140,13 +140,7 @@ async def _alter_one(
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, IncrementalAlterConfigsRequest)
-    counts = Counter((r.resource_type, r.resource_name) for r in body.resources)
-    out = []
-    for res in body.resources:
-        if counts[(res.resource_type, res.resource_name)] > 1:
-            out.append(_result(res, ErrorCode.invalid_request, "Duplicate resource in request."))
-        else:
-            out.append(await _alter_one(ctx, res, body.validate_only))
+    out = await alter_each(body.resources, lambda res: _alter_one(ctx, res, body.validate_only), _result)
     return IncrementalAlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(out))
 
 

@@ -49,7 +49,7 @@ from fileformat.records import (
     iter_batches,
     validate_batch,
 )
-from metadata.configs import effective_configs
+from metadata.configs import config_value
 from metadata.types import BatchResult, Topic
 
 API_KEY = 0
@@ -226,7 +226,6 @@ async def _produce(
     validated: list[tuple[tuple[int, int], Topic, int, list[PendingBatch], int | None]] = []
     for ti, t in enumerate(body.topic_data):
         topic = topics.get(t.name)
-        configs = effective_configs(topic.configs) if topic is not None else {}
         for pi, p in enumerate(t.partition_data):
             key = (ti, pi)
             if lookup_error is not None:
@@ -235,11 +234,12 @@ async def _produce(
             if topic is None or not 0 <= p.index < topic.partition_count:
                 answers[key] = _partition_response(p.index, ErrorCode.unknown_topic_or_partition)
                 continue
-            append_time = now_ms if configs["message.timestamp.type"][0] == "LogAppendTime" else None
+            log_append = config_value(topic.configs, "message.timestamp.type") == "LogAppendTime"
+            append_time = now_ms if log_append else None
             try:
                 batches = validate_batches(
                     p.records or b"",
-                    max_message_bytes=int(configs["max.message.bytes"][0]),
+                    max_message_bytes=int(config_value(topic.configs, "max.message.bytes")),
                     log_append_time_ms=append_time,
                 )
             except BatchRejected as exc:

@@ -24,13 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.s3servers import free_port
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 30.0) -> None:
