@@ -27,6 +27,7 @@ from metadata.types import (
     PartitionFetchInfo,
     PartitionKey,
     PartitionState,
+    PartitionWatermark,
     Topic,
 )
 
@@ -47,6 +48,9 @@ class MetadataClient(Protocol):
     async def commit_file(self, file: FileSpec, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]: ...
     async def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]: ...
     async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]: ...
+    async def wait_for_commits(
+        self, known: Sequence[PartitionWatermark], timeout_ms: int
+    ) -> list[PartitionWatermark]: ...  # long poll: the partitions whose watermark moved, or [] at timeout
     async def list_offsets(self, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]: ...
     async def init_producer_id(self) -> tuple[int, int]: ...  # (producer_id, producer_epoch)
 
@@ -59,6 +63,10 @@ class MetadataClient(Protocol):
     async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None: ...
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]: ...
     async def delete_group_offsets(self, group_id: str) -> None: ...
+    async def delete_partition_offsets(  # one transaction; (topic, partition)s without a commit ignored
+        self, group_id: str, partitions: Sequence[tuple[str, int]]
+    ) -> None: ...
+    async def groups_with_offsets(self, group_ids: Sequence[str] | None) -> list[str]: ...  # None: all
 
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None: ...  # registers on first call

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 
+from metadata import commit_feed
 from metadata import serde as s
 from metadata.db import is_db_unavailable
 from metadata.errors import (
@@ -219,6 +221,23 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         states = svc.partition_states([s.t.PartitionKey(**k.__dict__) for k in req.keys])
         return [s.PartitionStateM.model_construct(**x.__dict__) for x in states]
 
+    @app.post("/v1/wait-for-commits", response_model=list[s.PartitionWatermarkM], tags=["fetch"])
+    async def wait_for_commits(req: s.WaitForCommitsRequest) -> list[s.PartitionWatermarkM]:
+        """Long poll (see metadata.commit_feed): answers when a commit moves the high
+        watermark of one of the partitions past the known value, or with [] after timeout_ms."""
+        svc.ensure_commit_listener()
+
+        async def read(keys: Sequence[s.t.PartitionKey]) -> list[s.t.PartitionState]:
+            return await run_in_threadpool(svc.partition_states, list(keys))
+
+        moved = await commit_feed.wait_for_commits(
+            svc.commit_feed,
+            read,
+            [s.t.PartitionWatermark(**k.__dict__) for k in req.known],
+            req.timeout_ms,
+        )
+        return [s.PartitionWatermarkM.model_construct(**m.__dict__) for m in moved]
+
     @app.post("/v1/list-offsets", response_model=list[s.OffsetAnswerM], tags=["fetch"])
     def list_offsets(req: s.ListOffsetsRequest) -> list[s.OffsetAnswerM]:
         answers = svc.list_offsets([s.t.OffsetQuery(**q.__dict__) for q in req.queries])
@@ -250,6 +269,17 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         """Forget every committed offset of a group (DeleteGroups); `topics` is ignored."""
         svc.delete_group_offsets(req.group_id)
         return s.OkResponse()
+
+    @app.post("/v1/groups/delete-partition-offsets", response_model=s.OkResponse, tags=["groups"])
+    def delete_partition_offsets(req: s.DeletePartitionOffsetsRequest) -> s.OkResponse:
+        """Forget the committed offsets of some partitions of a group, in one transaction (OffsetDelete)."""
+        svc.delete_partition_offsets(req.group_id, [(p.topic, p.partition) for p in req.partitions])
+        return s.OkResponse()
+
+    @app.post("/v1/groups/with-offsets", response_model=list[str], tags=["groups"])
+    def groups_with_offsets(req: s.GroupsWithOffsetsRequest) -> list[str]:
+        """The group ids (of `group_ids`, or all when null) that have committed offsets (ListGroups)."""
+        return svc.groups_with_offsets(req.group_ids)
 
     # ---------------------------------------------------------------- agents
 
@@ -294,6 +324,10 @@ def run_metadata_server(
         # machine) and show up as the p99 of commit latency.
         gc.collect()
         gc.freeze()
-        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+        # On SIGTERM, requests in flight get 5 s to finish: commits take milliseconds, and
+        # agents' commit long polls (up to 10 s) are cut short; agents retry elsewhere.
+        uvicorn.run(
+            app, host=host, port=port, log_level=log_level, access_log=False, timeout_graceful_shutdown=5
+        )
     finally:
         service.close()

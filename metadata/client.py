@@ -25,6 +25,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
+from metadata import commit_feed
 from metadata import serde as s
 from metadata.api_types import MetadataClient
 from metadata.db import is_db_unavailable
@@ -43,6 +44,7 @@ from metadata.types import (
     PartitionFetchInfo,
     PartitionKey,
     PartitionState,
+    PartitionWatermark,
     Topic,
 )
 
@@ -113,6 +115,16 @@ class LocalMetadataClient:
     async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
         return await self._run(self.service.partition_states, list(keys))
 
+    async def wait_for_commits(
+        self, known: Sequence[PartitionWatermark], timeout_ms: int
+    ) -> list[PartitionWatermark]:
+        if self._closed:
+            raise MetadataUnavailable("metadata client is closed")
+        self.service.ensure_commit_listener()
+        return await commit_feed.wait_for_commits(
+            self.service.commit_feed, self.partition_states, list(known), timeout_ms
+        )
+
     async def list_offsets(self, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]:
         return await self._run(self.service.list_offsets, list(queries))
 
@@ -134,6 +146,14 @@ class LocalMetadataClient:
 
     async def delete_group_offsets(self, group_id: str) -> None:
         await self._run(self.service.delete_group_offsets, group_id)
+
+    async def delete_partition_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> None:
+        await self._run(self.service.delete_partition_offsets, group_id, list(partitions))
+
+    async def groups_with_offsets(self, group_ids: Sequence[str] | None) -> list[str]:
+        return await self._run(
+            self.service.groups_with_offsets, None if group_ids is None else list(group_ids)
+        )
 
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None:
@@ -161,7 +181,9 @@ _ANSWERS = TypeAdapter(list[s.OffsetAnswerM])
 _TOPIC_LIST = TypeAdapter(list[s.TopicM])
 _TOPIC_MAP = TypeAdapter(dict[str, s.TopicM])
 _GROUP_OFFSETS = TypeAdapter(list[s.GroupOffsetM])
+_GROUP_IDS = TypeAdapter(list[str])
 _AGENTS = TypeAdapter(list[s.AgentInfoM])
+_WATERMARKS = TypeAdapter(list[s.PartitionWatermarkM])
 
 
 class HttpMetadataClient:
@@ -184,10 +206,21 @@ class HttpMetadataClient:
             headers={"content-type": "application/json"},
         )
 
-    async def _call(self, method: str, path: str, body: BaseModel | None = None) -> bytes:
+    async def _call(
+        self, method: str, path: str, body: BaseModel | None = None, *, extra_timeout_s: float = 0.0
+    ) -> bytes:
         content = body.model_dump_json().encode() if body is not None else None
+        timeout: Any = httpx.USE_CLIENT_DEFAULT
+        if extra_timeout_s:
+            base = self._http.timeout
+            timeout = httpx.Timeout(
+                connect=base.connect,
+                read=(base.read or 0.0) + extra_timeout_s,
+                write=base.write,
+                pool=(base.pool or 0.0) + extra_timeout_s,
+            )
         try:
-            resp = await self._http.request(method, path, content=content)
+            resp = await self._http.request(method, path, content=content, timeout=timeout)
         except httpx.TransportError as e:  # connect errors, timeouts, protocol errors
             raise MetadataUnavailable(f"metadata service at {self.base_url} unreachable: {e!r}") from e
         except RuntimeError as e:  # e.g. the client is closed
@@ -276,6 +309,16 @@ class HttpMetadataClient:
         data = await self._call("POST", "/v1/partition-states", req)
         return [PartitionState(**m.__dict__) for m in self._parse(_STATES, data)]
 
+    async def wait_for_commits(
+        self, known: Sequence[PartitionWatermark], timeout_ms: int
+    ) -> list[PartitionWatermark]:
+        req = s.WaitForCommitsRequest.model_construct(
+            known=[s.PartitionWatermarkM.model_construct(**k.__dict__) for k in known], timeout_ms=timeout_ms
+        )
+        # The call may legitimately take timeout_ms: the HTTP timeout is on top of it.
+        data = await self._call("POST", "/v1/wait-for-commits", req, extra_timeout_s=timeout_ms / 1000.0)
+        return [PartitionWatermark(**m.__dict__) for m in self._parse(_WATERMARKS, data)]
+
     async def list_offsets(self, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]:
         req = s.ListOffsetsRequest.model_construct(
             queries=[s.OffsetQueryM.model_construct(**q.__dict__) for q in queries]
@@ -315,6 +358,19 @@ class HttpMetadataClient:
     async def delete_group_offsets(self, group_id: str) -> None:
         req = s.FetchOffsetsRequest.model_construct(group_id=group_id, topics=None)
         await self._call("POST", "/v1/groups/delete-offsets", req)
+
+    async def delete_partition_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> None:
+        req = s.DeletePartitionOffsetsRequest.model_construct(
+            group_id=group_id,
+            partitions=[s.TopicPartitionM.model_construct(topic=t, partition=p) for t, p in partitions],
+        )
+        await self._call("POST", "/v1/groups/delete-partition-offsets", req)
+
+    async def groups_with_offsets(self, group_ids: Sequence[str] | None) -> list[str]:
+        req = s.GroupsWithOffsetsRequest.model_construct(
+            group_ids=None if group_ids is None else list(group_ids)
+        )
+        return self._parse(_GROUP_IDS, await self._call("POST", "/v1/groups/with-offsets", req))
 
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None:

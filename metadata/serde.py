@@ -201,6 +201,18 @@ class PartitionStatesRequest(_M):
     keys: list[PartitionKeyM]
 
 
+class PartitionWatermarkM(_M):
+    topic_id: uuid.UUID
+    partition: Int32
+    high_watermark: Int64
+    error_code: Int32 = 0
+
+
+class WaitForCommitsRequest(_M):
+    known: list[PartitionWatermarkM]
+    timeout_ms: Int32
+
+
 class ListOffsetsRequest(_M):
     queries: list[OffsetQueryM]
 
@@ -224,6 +236,20 @@ class CommitOffsetsRequest(_M):
 class FetchOffsetsRequest(_M):
     group_id: str
     topics: list[str] | None = None
+
+
+class TopicPartitionM(_M):
+    topic: str
+    partition: Int32
+
+
+class DeletePartitionOffsetsRequest(_M):
+    group_id: str
+    partitions: list[TopicPartitionM]
+
+
+class GroupsWithOffsetsRequest(_M):
+    group_ids: list[str] | None = None
 
 
 class ErrorResponse(_M):

@@ -26,6 +26,7 @@ executemany. Concurrent commits in one process are grouped into one transaction
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -50,6 +51,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import IntegrityError
 
 from metadata import bitmaps, configs, idempotence
+from metadata.commit_feed import NOTIFY_CHANNEL, CommitFeed, PgCommitListener, notify_payload
 from metadata.commit_plan import (
     CommitPlan,
     PartitionRow,
@@ -269,6 +271,9 @@ class MetadataService:
         self._owns_engine = owns_engine
         self._pg = is_postgresql(engine)
         self._insert = pg_dialect.insert if self._pg else sqlite_dialect.insert
+        self.commit_feed = CommitFeed()
+        self._listener: PgCommitListener | None = None
+        self._listener_lock = threading.Lock()
         self._combiner: GroupCommitter[tuple[FileSpec, Sequence[ChunkSpec]], list[ChunkResult]] | None = None
         if group_commit:
             self._combiner = GroupCommitter(self._commit_group, max_items=64, max_weight=20_000)
@@ -296,6 +301,8 @@ class MetadataService:
         )
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
         if self._owns_engine:
             self.engine.dispose()
 
@@ -655,6 +662,14 @@ class MetadataService:
                     locked[k].high_watermark = hwm
                 plans.append(plan)
             self._write_commit(conn, [f for f, _ in items], plans, tindex, locked, pstate, now)
+            moved = [(tindex.ids[k[0]], k[1]) for p in plans for k in p.hwms]
+            if self._pg and moved:
+                # Delivered to every replica's listener if (and only if) this commits.
+                conn.execute(
+                    text("SELECT pg_notify(:channel, :payload)"),
+                    {"channel": NOTIFY_CHANNEL, "payload": notify_payload(moved)},
+                )
+        self.commit_feed.publish(moved)
         return [p.results for p in plans]
 
     def _lock_for_commit(
@@ -897,6 +912,25 @@ class MetadataService:
             s = states.get((k.topic_id, k.partition))
             out.append(PartitionState(NONE, s[0], s[1]) if s else PartitionState(UNKNOWN_TOPIC_OR_PARTITION))
         return out
+
+    def ensure_commit_listener(self) -> None:
+        """On PostgreSQL, start (once) the thread that publishes other replicas' commits
+        into `commit_feed` (see metadata.commit_feed); on SQLite every writer is in this
+        process, so the feed already sees every commit."""
+        if not self._pg or self._listener is not None:
+            return
+        with self._listener_lock:
+            if self._listener is not None:
+                return
+            dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+            def connect() -> object:
+                import psycopg
+
+                return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+
+            self._listener = PgCommitListener(self.commit_feed, connect)
+            self._listener.start()
 
     _LOC_COLS = (
         chunks.c.id,
@@ -1245,6 +1279,32 @@ class MetadataService:
         """Forget a group's committed offsets (DeleteGroups)."""
         with write_tx(self.engine) as conn:
             conn.execute(delete(group_offsets).where(group_offsets.c.group_id == group_id))
+
+    def delete_partition_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> None:
+        """Forget the committed offsets of some (topic, partition)s of a group, in one
+        transaction (OffsetDelete); partitions without a commit are ignored."""
+        keys = sorted(set(partitions))
+        if not keys:
+            return
+        g = group_offsets.c
+        with write_tx(self.engine) as conn:
+            for i in range(0, len(keys), 500):  # bounded statement size, one transaction
+                conn.execute(
+                    delete(group_offsets).where(
+                        g.group_id == group_id, tuple_(g.topic, g.partition).in_(keys[i : i + 500])
+                    )
+                )
+
+    def groups_with_offsets(self, group_ids: Sequence[str] | None) -> list[str]:
+        """The group ids (of `group_ids`, or all when None) that have committed offsets, sorted."""
+        g = group_offsets.c
+        stmt = select(g.group_id).distinct()
+        if group_ids is not None:
+            if not group_ids:
+                return []
+            stmt = stmt.where(g.group_id.in_(sorted(set(group_ids))))
+        with read_tx(self.engine) as conn:
+            return [r[0] for r in conn.execute(stmt.order_by(g.group_id)).all()]
 
     # ------------------------------------------------------------------ agents
 

@@ -94,6 +94,17 @@ class PartitionKey:
 
 
 @dataclass(frozen=True)
+class PartitionWatermark:
+    """A partition's high watermark as someone knows it (`wait_for_commits`' question) or
+    as it now is (its answer; `error_code` set if the partition is gone)."""
+
+    topic_id: uuid.UUID
+    partition: int
+    high_watermark: int
+    error_code: int = 0
+
+
+@dataclass(frozen=True)
 class FetchQuery:
     topic_id: uuid.UUID
     partition: int

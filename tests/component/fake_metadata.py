@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from agent.agent_registry import AgentRegistry
 from agent.config import AgentConfig
 from agent.context import AgentContext
+from agent.group_coordinator import GROUP_COORDINATOR, GroupCoordinator
 from agent.handlers import HandlerRegistry
 from agent.protocol import decode_response, encode_request, response_schema
 from agent.server import AgentServer, start_agent_server
@@ -44,6 +45,7 @@ from metadata.types import (
     PartitionFetchInfo,
     PartitionKey,
     PartitionState,
+    PartitionWatermark,
     Topic,
 )
 
@@ -99,6 +101,11 @@ class FlakyMetadataClient:
     async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
         return await self._go("partition_states", lambda: self.inner.partition_states(keys))
 
+    async def wait_for_commits(
+        self, known: Sequence[PartitionWatermark], timeout_ms: int
+    ) -> list[PartitionWatermark]:
+        return await self._go("wait_for_commits", lambda: self.inner.wait_for_commits(known, timeout_ms))
+
     async def list_offsets(self, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]:
         return await self._go("list_offsets", lambda: self.inner.list_offsets(queries))
 
@@ -120,6 +127,14 @@ class FlakyMetadataClient:
 
     async def delete_group_offsets(self, group_id: str) -> None:
         return await self._go("delete_group_offsets", lambda: self.inner.delete_group_offsets(group_id))
+
+    async def delete_partition_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> None:
+        return await self._go(
+            "delete_partition_offsets", lambda: self.inner.delete_partition_offsets(group_id, partitions)
+        )
+
+    async def groups_with_offsets(self, group_ids: Sequence[str] | None) -> list[str]:
+        return await self._go("groups_with_offsets", lambda: self.inner.groups_with_offsets(group_ids))
 
     async def heartbeat_agent(self, agent: AgentInfo) -> None:
         return await self._go("heartbeat_agent", lambda: self.inner.heartbeat_agent(agent))
@@ -226,6 +241,9 @@ class AgentHarness:
             for a in self.agents:
                 await a.registry.close()
                 await a.server.close()
+                groups = a.ctx.services.get(GROUP_COORDINATOR)  # started by the first group request
+                if isinstance(groups, GroupCoordinator):
+                    await groups.close()
             if self.metadata is not None:
                 await self.metadata.close()
 

@@ -59,6 +59,7 @@ POST_ENDPOINTS = [
     "/v1/commit-file",
     "/v1/find-chunks",
     "/v1/partition-states",
+    "/v1/wait-for-commits",
     "/v1/list-offsets",
     "/v1/replace-chunks",
     "/v1/groups/commit-offsets",

@@ -674,6 +674,25 @@ async def test_group_offsets(md: LocalMetadataClient) -> None:
     assert await md.fetch_offsets("g/x y", None) == []
 
 
+async def test_groups_with_offsets_and_partition_offset_delete(md: LocalMetadataClient) -> None:
+    assert await md.groups_with_offsets(None) == []
+    await md.commit_offsets("g", [GroupOffset("a", 0, 5), GroupOffset("a", 1, 6), GroupOffset("b", 0, 7)])
+    await md.commit_offsets("other", [GroupOffset("a", 0, 1)])
+    await md.commit_offsets("", [GroupOffset("a", 0, 2)])
+    assert await md.groups_with_offsets(None) == ["", "g", "other"]
+    assert await md.groups_with_offsets(["g", "nope", "g"]) == ["g"]
+    assert await md.groups_with_offsets([]) == []
+    # one transaction over the listed partitions only; partitions without a commit are ignored
+    await md.delete_partition_offsets("g", [("a", 0), ("b", 0), ("a", 9), ("zz", 0), ("a", 0)])
+    assert await md.fetch_offsets("g", None) == [GroupOffset("a", 1, 6)]
+    assert await md.fetch_offsets("other", None) == [GroupOffset("a", 0, 1)]  # other groups untouched
+    await md.delete_partition_offsets("g", [])
+    await md.delete_partition_offsets("g", [("a", 1)])
+    assert await md.groups_with_offsets(None) == ["", "other"]  # no offset left: no longer listed
+    await md.delete_group_offsets("other")
+    assert await md.groups_with_offsets(["other", ""]) == [""]
+
+
 async def test_agents_heartbeat_and_ttl(md: LocalMetadataClient, clock: FakeClock) -> None:
     await md.heartbeat_agent(AgentInfo("a1", "h1", 9092, "z1"))
     clock.advance(4000)
