@@ -10,8 +10,9 @@ plus the last known (log start, high watermark). A lookup is answered only when 
 cache can answer exactly what metadata would: the fetch offset lies in
 [log start, known high watermark) and the cached chunks run contiguously from the chunk
 holding it until `max_bytes` is covered or the known high watermark is reached. A fetch
-at or past the known high watermark (a consumer at the tail) always goes to metadata,
-or is woken by the commit watch: the cache never hides new data for long.
+at or past the known high watermark (a consumer at the tail) goes to metadata unless the
+watermark was confirmed recently or the commit watch follows the partition (then news
+of a later commit will wake the waiting fetch): the cache never hides new data for long.
 
 The cache learns from every metadata answer and from this agent's own commits
 (`add_committed`), so consumers tailing a partition written through this agent are
@@ -84,12 +85,17 @@ class ChunkLocationCache:
         self.hits += 1
         return PartitionFetchInfo(0, entry.log_start, entry.hwm, tuple(out))
 
-    def known_tail(self, key: Key, offset: int, max_age_ms: int) -> PartitionFetchInfo | None:
-        """An empty answer for a fetch exactly at a high watermark confirmed within
-        `max_age_ms`: the consumer is at the tail and can go straight to waiting (commits
-        through this agent and the commit watch's polls update the watermark)."""
+    def known_tail(
+        self, key: Key, offset: int, max_age_ms: int, *, confirmed: bool = False
+    ) -> PartitionFetchInfo | None:
+        """An empty answer for a fetch exactly at the known high watermark, if that was
+        confirmed within `max_age_ms`, or is `confirmed` by the caller (the commit watch
+        follows the partition and will hear of any later commit): the consumer is at the
+        tail and can go straight to waiting."""
         entry = self._entries.get(key)
-        if entry is None or offset != entry.hwm or self._now() - entry.tail_stamp > max_age_ms / 1000.0:
+        if entry is None or offset != entry.hwm:
+            return None
+        if not confirmed and self._now() - entry.tail_stamp > max_age_ms / 1000.0:
             return None
         return PartitionFetchInfo(0, entry.log_start, entry.hwm, ())
 

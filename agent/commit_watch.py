@@ -1,30 +1,91 @@
-"""Wake long-poll fetches when new data is committed to the partitions they watch.
+"""Long-poll fetches in the purgatory, woken by commits to the partitions they watch.
 
-Two sources of news:
-- this agent's own commits (the produce buffer reports each committed file): waiters on
-  those partitions are woken at once, with no round trip;
-- commits made through other agents: while anyone waits, a poller asks metadata for the
-  watched partitions' high watermarks every `poll_interval_ms` and wakes the waiters of
-  partitions whose watermark moved. The added end-to-end latency for cross-agent
-  long polls is therefore at most one poll interval (plus one metadata round trip).
+A fetch that found fewer than `min_bytes` waits as a `DelayedFetch` in a
+`DelayedOperationPurgatory` (agent.purgatory: Kafka's design, on timing wheels): watched
+on its partitions, it completes exactly once, either by its condition (a high watermark
+this agent knows is past the one the fetch's last read saw, for one of its partitions)
+or by its timeout (`max_wait_ms`). The fetch then reads again (agent.handlers.fetch).
 
-A waiter is an `asyncio.Event` registered under the partitions it watches; it is set at
-most once and removed by its owner (`unwatch`) whether it fired or timed out.
+News of commits comes from two places:
+- this agent's own commits (`committed(key, high_watermark)`, called by the produce
+  buffer's commit callback): the watchers of the partition are checked at once;
+- commits made through other agents: a follower task long-polls the metadata service's
+  `wait_for_commits` (metadata.commit_feed) with the partitions this agent follows and
+  the watermarks it knows. Metadata answers as soon as a commit moves one of them, so
+  the latency this adds is about one metadata round trip (measured in
+  bench/cross_agent_wakeup.py), not a poll interval.
+
+Following: a partition is followed from the first fetch that waits on it until no fetch
+has waited on it for `follow_linger_ms`, so a consumer at the tail, whose fetches come
+and go, does not restart the long poll on every fetch; a newly followed partition
+restarts it. At most `MAX_FOLLOWED_PARTITIONS` are followed; fetches on others still
+complete on this agent's commits and on their timeout. If the long poll fails (metadata
+unreachable), the follower retries every `retry_interval_ms`, so waiting fetches still
+hear of other agents' commits within about that interval, or time out.
+
+Loop-confined like the purgatory: every method runs on the agent's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
+from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
+from agent.timing_wheel import SystemTimer
 from metadata.api_types import MetadataClient
-from metadata.types import PartitionKey
+from metadata.types import PartitionWatermark
 
 log = logging.getLogger(__name__)
 
 Key = tuple[uuid.UUID, int]
+
+MAX_FOLLOWED_PARTITIONS = 10_000
+# How long news from the long poll waits for this agent's own commit of the partition to
+# settle (see CommitWatch._follow) before waking fetches anyway.
+LOCAL_SETTLE_MS = 50
+
+
+class DelayedFetch(DelayedOperation):
+    """A waiting fetch: done when `known[k] > seen[k]` for one of its partitions `k`.
+
+    `known` is the watch's shared map of the newest watermarks it has heard of; the
+    future gets True if the fetch completed by news, False if by its timeout.
+    """
+
+    __slots__ = ("_known", "_seen", "_future")
+
+    def __init__(
+        self, delay_ms: int, known: dict[Key, int], seen: dict[Key, int], future: asyncio.Future[bool]
+    ) -> None:
+        super().__init__(delay_ms)
+        self._known = known
+        self._seen = seen
+        self._future = future
+
+    def _news(self) -> bool:
+        known = self._known
+        return any(known.get(k, -1) > hwm for k, hwm in self._seen.items())
+
+    def try_complete(self) -> bool:
+        return self._news()
+
+    def on_complete(self) -> None:
+        if not self._future.done():
+            self._future.set_result(self._news())
+
+    def on_expiration(self) -> None:
+        pass
+
+    def wake(self) -> None:
+        """Complete now as if by news (the fetch reads again), whatever the watermarks say."""
+        if not self._future.done():
+            self._future.set_result(True)
+        self.force_complete()
 
 
 class CommitWatch:
@@ -32,80 +93,194 @@ class CommitWatch:
         self,
         metadata: MetadataClient,
         *,
-        poll_interval_ms: int = 100,
+        retry_interval_ms: int = 100,
+        long_poll_ms: int = 10_000,
+        follow_linger_ms: int = 60_000,
         on_high_watermark: Callable[[Key, int], None] | None = None,
+        timer: SystemTimer | None = None,
     ) -> None:
-        if poll_interval_ms <= 0:
-            raise ValueError("poll_interval_ms must be positive")
+        if retry_interval_ms <= 0 or long_poll_ms <= 0 or follow_linger_ms <= 0:
+            raise ValueError("retry_interval_ms, long_poll_ms and follow_linger_ms must be positive")
         self._metadata = metadata
-        self._poll_interval_s = poll_interval_ms / 1000.0
-        self._waiters: dict[Key, set[asyncio.Event]] = {}
-        self._known_hwm: dict[Key, int] = {}
-        self._poller: asyncio.Task[None] | None = None
-        self._closed = False
+        self._retry_s = retry_interval_ms / 1000.0
+        self._long_poll_ms = long_poll_ms
+        self._linger_s = follow_linger_ms / 1000.0
         self._on_hwm = on_high_watermark
+        self.purgatory: DelayedOperationPurgatory[DelayedFetch] = DelayedOperationPurgatory(
+            "fetch", timer=timer
+        )
+        self._known: dict[Key, int] = {}  # followed partitions -> newest watermark heard of
+        self._followed: dict[Key, float] = {}  # followed partitions -> last wait (monotonic s)
+        self._follow_changed: asyncio.Event | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._closed = False
+        # Set by the runtime to the produce buffer's `is_committing`.
+        self.local_commit_pending: Callable[[Key], bool] = lambda _key: False
+        # No long poll has failed since the last answered one (optimistic at the start: a
+        # commit the first poll has not seen yet is still reported, since metadata compares
+        # with the watermarks the poll carries).
+        self._healthy = False
+        self.long_polls = 0  # answered long polls (for metrics and tests)
 
-    def watch(self, keys: Iterable[Key], known_hwm: dict[Key, int] | None = None) -> asyncio.Event:
-        event = asyncio.Event()
-        for key in keys:
-            self._waiters.setdefault(key, set()).add(event)
-            if known_hwm and key in known_hwm:
-                self._known_hwm[key] = max(self._known_hwm.get(key, -1), known_hwm[key])
-        if self._poller is None and not self._closed:
-            self._poller = asyncio.get_running_loop().create_task(self._poll())
-        return event
-
-    def unwatch(self, keys: Iterable[Key], event: asyncio.Event) -> None:
-        for key in keys:
-            waiters = self._waiters.get(key)
-            if waiters is None:
-                continue
-            waiters.discard(event)
-            if not waiters:
-                del self._waiters[key]
-                self._known_hwm.pop(key, None)
-
-    def notify(self, keys: Iterable[Key]) -> None:
-        for key in keys:
-            for event in self._waiters.get(key, ()):
-                event.set()
+    def start(self) -> None:
+        """Drive the purgatory's timer from the running loop."""
+        self.purgatory.start()
 
     @property
-    def watched_partitions(self) -> int:
-        return len(self._waiters)
+    def followed_partitions(self) -> int:
+        return len(self._followed)
 
-    async def _poll(self) -> None:
-        try:
-            while self._waiters and not self._closed:
-                await asyncio.sleep(self._poll_interval_s)
-                keys = list(self._waiters)
-                if not keys:
-                    break
-                try:
-                    states = await self._metadata.partition_states([PartitionKey(t, p) for t, p in keys])
-                except Exception as exc:  # metadata briefly down: waiters time out normally
-                    log.debug("commit watch poll failed: %s", exc)
+    @property
+    def waiting(self) -> int:
+        return self.purgatory.delayed
+
+    def confirms_tail(self, key: Key, high_watermark: int) -> bool:
+        """True if `key` is followed, the follower is healthy and the newest watermark it
+        knows is `high_watermark`: a later commit through any agent will reach waiting
+        fetches, so a fetch at that offset may wait without asking metadata first."""
+        return self._healthy and self._known.get(key) == high_watermark
+
+    async def wait(self, seen: dict[Key, int], timeout_ms: int) -> bool:
+        """Wait until a commit moves one of `seen`'s partitions past its watermark (True)
+        or `timeout_ms` passes (False)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        now = time.monotonic()
+        added = False
+        for key, hwm in seen.items():
+            known = self._known.get(key)
+            if known is None:
+                if key not in self._followed and len(self._followed) >= MAX_FOLLOWED_PARTITIONS:
                     continue
-                moved = []
-                for key, state in zip(keys, states, strict=True):
-                    if state.error_code:
-                        moved.append(key)  # let the fetch see the error promptly
-                        continue
-                    before = self._known_hwm.get(key)
-                    if before is not None and state.high_watermark > before:
-                        moved.append(key)
-                        if self._on_hwm is not None:
-                            self._on_hwm(key, state.high_watermark)
-                    self._known_hwm[key] = state.high_watermark
-                self.notify(moved)
+                added |= key not in self._followed
+                self._followed[key] = now
+                self._known[key] = hwm
+            else:
+                self._followed[key] = now
+                if known > hwm and self._on_hwm is not None:
+                    # The read that produced `seen` was behind what we heard: make the
+                    # next read ask metadata rather than trust a cached tail.
+                    self._on_hwm(key, known)
+                elif known < hwm:
+                    self._known[key] = hwm
+        if added:
+            self._start_follower()
+        op = DelayedFetch(timeout_ms, self._known, seen, future)
+        self.purgatory.try_complete_else_watch(op, list(seen))
+        try:
+            return await future
         finally:
-            self._poller = None
+            if not op.is_completed:  # the fetch was cancelled: leave the timer now
+                op.force_complete()
+
+    def committed(self, key: Key, high_watermark: int) -> None:
+        """This agent committed data to `key`, which now ends at `high_watermark` (the
+        chunk cache already knows the new chunks)."""
+        if self._on_hwm is not None:
+            self._on_hwm(key, high_watermark)
+        if key in self._known:
+            if high_watermark > self._known[key]:
+                self._known[key] = high_watermark
+            # Also when the long poll told us first (deferred news, see _follow).
+            self.purgatory.check_and_complete(key)
+
+    def _settle(self, key: Key) -> None:
+        hwm = self._known.get(key)
+        if hwm is not None:
+            self._learn(key, hwm, force=True)
+
+    def _learn(self, key: Key, high_watermark: int, *, force: bool = False) -> None:
+        if self._on_hwm is not None:
+            self._on_hwm(key, high_watermark)
+        if key in self._known and (force or high_watermark > self._known[key]):
+            self._known[key] = max(high_watermark, self._known[key])
+            self.purgatory.check_and_complete(key)
+
+    def _fail(self, key: Key) -> None:
+        """Metadata says the partition is gone: answer its waiters now (their next read
+        reports the error) and stop following it."""
+        self._followed.pop(key, None)
+        self._known.pop(key, None)
+        for op in self.purgatory.watchers_for(key):
+            op.wake()
+
+    # -- following other agents' commits -----------------------------------------------
+
+    def _start_follower(self) -> None:
+        if self._follow_changed is not None:
+            self._follow_changed.set()
+        if self._follower is None and not self._closed:
+            self._follow_changed = asyncio.Event()
+            self._follower = asyncio.get_running_loop().create_task(self._follow(), name="commit-follower")
+
+    def _expire_followed(self) -> None:
+        cutoff = time.monotonic() - self._linger_s
+        for key in [k for k, t in self._followed.items() if t < cutoff]:
+            if any(not op.is_completed for op in self.purgatory.watchers_for(key)):
+                continue
+            del self._followed[key]
+            self._known.pop(key, None)
+
+    async def _follow(self) -> None:
+        changed = self._follow_changed
+        assert changed is not None
+        self._healthy = True
+        try:
+            while not self._closed:
+                self._expire_followed()
+                if not self._followed:
+                    break
+                changed.clear()
+                known = [PartitionWatermark(t, p, self._known[(t, p)]) for t, p in self._followed]
+                call = asyncio.ensure_future(self._metadata.wait_for_commits(known, self._long_poll_ms))
+                wake = asyncio.ensure_future(changed.wait())
+                try:
+                    await asyncio.wait({call, wake}, return_when=asyncio.FIRST_COMPLETED)
+                except asyncio.CancelledError:
+                    call.cancel()
+                    raise
+                finally:
+                    wake.cancel()
+                if not call.done():  # a partition was added: ask again with it
+                    call.cancel()
+                    with contextlib.suppress(BaseException):
+                        await call
+                    continue
+                try:
+                    moved = call.result()
+                except Exception as exc:  # metadata unreachable: waiters time out normally
+                    self._healthy = False
+                    log.debug("commit follow failed: %s", exc)
+                    await asyncio.sleep(self._retry_s)
+                    continue
+                self.long_polls += 1
+                self._healthy = True
+                loop = asyncio.get_running_loop()
+                for m in moved:
+                    key = (m.topic_id, m.partition)
+                    if m.error_code:
+                        self._fail(key)
+                    elif key in self._known and self.local_commit_pending(key):
+                        # Most likely our own commit, answered to the long poll before our
+                        # commit call returned: `committed()` will wake the waiters once the
+                        # chunk cache has the new chunks, so their re-read needs no metadata
+                        # call. Record the watermark now (the next long poll must not answer
+                        # it again) and wake them anyway after LOCAL_SETTLE_MS.
+                        if m.high_watermark > self._known[key]:
+                            self._known[key] = m.high_watermark
+                            loop.call_later(LOCAL_SETTLE_MS / 1000.0, self._settle, key)
+                    else:
+                        self._learn(key, m.high_watermark)
+        finally:
+            self._healthy = False
+            self._follower = None
+            self._follow_changed = None
 
     async def close(self) -> None:
         self._closed = True
-        if self._poller is not None:
-            self._poller.cancel()
-            try:
-                await self._poller
-            except asyncio.CancelledError:
-                pass
+        follower = self._follower
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+        await self.purgatory.shutdown()

@@ -116,6 +116,7 @@ class ProduceBuffer:
         self._wall_clock_ms = wall_clock_ms
         self._on_committed = on_committed
         self._inflight = asyncio.Semaphore(max_inflight_flushes)
+        self._committing: dict[tuple[uuid.UUID, int], int] = {}  # partition -> commits in flight
         self._open: _OpenFile | None = None
         self._next_seq = 0
         self._buffered_bytes = 0
@@ -131,6 +132,10 @@ class ProduceBuffer:
     @property
     def buffered_bytes(self) -> int:
         return self._buffered_bytes
+
+    def is_committing(self, key: tuple[uuid.UUID, int]) -> bool:
+        """True while a commit of a file holding data for `key` awaits metadata's answer."""
+        return key in self._committing
 
     async def append(
         self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
@@ -273,6 +278,8 @@ class ProduceBuffer:
         if previous is not None:
             await asyncio.shield(previous)  # commit strictly in seal order
         file_spec = FileSpec(object_key=key, size_bytes=len(data), level=0, writer=self._agent_id)
+        for k in keys:
+            self._committing[k] = self._committing.get(k, 0) + 1
         try:
             results = await self._metadata.commit_file(file_spec, chunk_specs)
         except MetadataUnavailable as exc:
@@ -286,6 +293,13 @@ class ProduceBuffer:
             self.flush_failures += 1
             self._fail_all(open_file, exc.error_code, exc.message)
             return
+        finally:
+            for k in keys:
+                left = self._committing[k] - 1
+                if left:
+                    self._committing[k] = left
+                else:
+                    del self._committing[k]
         if len(results) != len(chunk_specs):
             raise RuntimeError("metadata returned a result count that does not match the chunks")
         self.files_flushed += 1

@@ -11,10 +11,12 @@ Per request:
 3. Records are read through the block cache (`agent.fetch_reader`), with the request's
    `max_bytes` shared across partitions in request order; the first partition with data
    always returns at least one whole batch (KIP-74).
-4. If fewer than `min_bytes` were found and `max_wait_ms` > 0, the request waits (up to
-   `max_wait_ms`, capped by config) until a watched partition gets a commit
-   (`agent.commit_watch`: at once for this agent's commits, within one poll interval for
-   other agents'), then reads again once. It is answered as soon as data arrives.
+4. If fewer than `min_bytes` were found and `max_wait_ms` > 0, the request waits in the
+   fetch purgatory (`agent.commit_watch`, up to `max_wait_ms`, capped by config) until a
+   commit moves one of its partitions past what it read (at once for this agent's
+   commits, about one metadata round trip for other agents'), then reads again, and
+   waits again for the rest of `max_wait_ms` while it still has fewer than `min_bytes`.
+   Partitions answered with an error are not waited on.
 5. `isolation_level` read_committed is served like read_uncommitted: Skiff has no
    transactions, so the last stable offset equals the high watermark.
 """
@@ -83,10 +85,16 @@ async def _read_once(
         for k, offset, max_bytes in [s]
     ]
     locations = ctx.service(CHUNK_CACHE, ChunkLocationCache)
+    watch = ctx.service(COMMIT_WATCH, CommitWatch)
     trust_ms = ctx.config.fetch_poll_interval_ms
     infos: list[PartitionFetchInfo | None] = [
         locations.lookup((q.topic_id, q.partition), q.offset, q.max_bytes)
-        or locations.known_tail((q.topic_id, q.partition), q.offset, trust_ms)
+        or locations.known_tail(
+            (q.topic_id, q.partition),
+            q.offset,
+            trust_ms,
+            confirmed=watch.confirms_tail((q.topic_id, q.partition), q.offset),
+        )
         for q in queries
     ]
     misses = [i for i, info in enumerate(infos) if info is None]
@@ -203,7 +211,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             ),
         )
     slots: list[list[tuple[Key, int, int] | PartitionData]] = []
-    keys: list[Key] = []
     for t in body.topics:
         topic = topics.get(t.topic)
         row: list[tuple[Key, int, int] | PartitionData] = []
@@ -212,30 +219,21 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
             else:
                 key = (topic.topic_id, int(p.partition))
-                keys.append(key)
                 row.append((key, int(p.fetch_offset), max(int(p.partition_max_bytes), 0)))
         slots.append(row)
 
     answers, total, watermarks = await _read_once(ctx, body, topics, slots)
     max_wait_ms = min(int(body.max_wait.total_seconds() * 1000), ctx.config.fetch_max_wait_ms_cap)
     min_bytes = max(int(body.min_bytes), 1)
-    if total < min_bytes and max_wait_ms > 0 and keys:
+    if total < min_bytes and max_wait_ms > 0 and watermarks:
         watch = ctx.service(COMMIT_WATCH, CommitWatch)
-        event = watch.watch(keys, watermarks)
-        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000.0
-        try:
-            while total < min_bytes:
-                remaining = deadline - asyncio.get_running_loop().time()
-                if remaining <= 0:
-                    break
-                try:
-                    await asyncio.wait_for(event.wait(), remaining)
-                except TimeoutError:
-                    break
-                event.clear()
-                answers, total, watermarks = await _read_once(ctx, body, topics, slots)
-        finally:
-            watch.unwatch(keys, event)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000.0
+        while total < min_bytes and watermarks:
+            remaining_ms = int((deadline - loop.time()) * 1000)
+            if remaining_ms <= 0 or not await watch.wait(watermarks, remaining_ms):
+                break
+            answers, total, watermarks = await _read_once(ctx, body, topics, slots)
     return FetchResponse(
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,

@@ -1,4 +1,5 @@
-"""The fetch path in one process: long polls answered by commits, no round trips at the tail.
+"""The fetch path in one process: long polls answered by commits, no round trips at the tail
+(also for a consumer on another agent than the producer's).
 
 An agent (`agent.runtime.start_agent`) over real metadata (SQLite) and a memory:// bucket;
 aiokafka clients on the same event loop. The metadata client is wrapped to count calls.
@@ -7,6 +8,7 @@ aiokafka clients on the same event loop. The metadata client is wrapped to count
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -15,13 +17,19 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import TopicName
+from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from agent.config import AgentConfig
 from agent.runtime import RunningAgent, start_agent
 from fileformat.objectstore import open_async_store
+from fileformat.records import build_batch, iter_batches
 from metadata.client import LocalMetadataClient
 from metadata.service import MetadataService
 from tests.component.fake_metadata import FlakyMetadataClient
+from tests.support.kafka_wire import send_request
 
 
 @pytest.fixture
@@ -119,3 +127,81 @@ async def test_catch_up_reads_use_ranged_gets_then_cache(
     assert sorted(o for p, o, _ in first if p == 0) == list(range(100))
     assert gets1 > gets0  # the cold read went to the bucket
     assert gets2 == gets1  # the warm read did not
+
+
+def _raw_fetch(bootstrap: str, topic: str, offset: int, max_wait_ms: int) -> tuple[int, bytes]:
+    """One Fetch v12 of partition 0 at `offset`: (error code, record bytes)."""
+    req = FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        topics=(
+            FetchTopic(
+                topic=TopicName(topic),
+                partitions=(
+                    FetchPartition(
+                        partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    part = send_request(bootstrap, req, timeout_s=30).parse().responses[0].partitions[0]
+    return int(part.error_code), bytes(part.records or b"")
+
+
+def _raw_produce(bootstrap: str, topic: str, value: bytes) -> int:
+    req = ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=(
+                    PartitionProduceData(
+                        index=i32(0), records=Records.parse(build_batch([(0, 1, None, value, ())]))
+                    ),
+                ),
+            ),
+        ),
+    )
+    pr = send_request(bootstrap, req, timeout_s=30).parse().responses[0].partition_responses[0]
+    assert int(pr.error_code) == 0
+    return int(pr.base_offset)
+
+
+async def test_idle_tail_consumer_on_another_agent_costs_no_metadata_reads(tmp_path: Path) -> None:
+    """Agent B takes the writes, agent A serves a consumer at the tail. While A follows
+    the partition's commits (the metadata long poll), A's repeated fetches at the tail ask
+    metadata nothing; a write through B still reaches the consumer's parked fetch."""
+    service = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    md = FlakyMetadataClient(LocalMetadataClient(service, owns_service=True))
+    bucket = f"memory://two-{uuid.uuid4().hex}"
+    agents = []
+    for name in ("a", "b"):
+        cfg = AgentConfig.from_env({}, agent_id=name, host="127.0.0.1", port=0, flush_interval_ms=20)
+        agents.append(await start_agent(cfg, md, open_async_store(bucket)))  # type: ignore[arg-type]
+    a, b = (f"127.0.0.1:{x.port}" for x in agents)
+    try:
+        await md.create_topic("idle", 1, {})
+        assert await asyncio.to_thread(_raw_produce, b, "idle", b"first") == 0
+        assert (await asyncio.to_thread(_raw_fetch, a, "idle", 0, 0))[1]
+        # At the tail: the first wait starts following the partition (the long poll).
+        assert await asyncio.to_thread(_raw_fetch, a, "idle", 1, 200) == (0, b"")
+        topic_id = (await md.describe_topics(["idle"]))["idle"].topic_id
+        assert agents[0].watch.confirms_tail((topic_id, 0), 1)
+        before = md.calls.count("find_chunks")
+        for _ in range(5):
+            assert await asyncio.to_thread(_raw_fetch, a, "idle", 1, 200) == (0, b"")
+        assert md.calls.count("find_chunks") == before
+        parked = asyncio.ensure_future(asyncio.to_thread(_raw_fetch, a, "idle", 1, 20_000))
+        await asyncio.sleep(0.3)
+        assert await asyncio.to_thread(_raw_produce, b, "idle", b"second") == 1
+        code, records = await asyncio.wait_for(parked, 15)
+        assert code == 0 and [h.base_offset for _, h in iter_batches(records)] == [1]
+    finally:
+        for x in agents:
+            await x.close()

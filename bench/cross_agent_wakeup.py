@@ -1,0 +1,194 @@
+"""Cross-agent long-poll wake-up: what waking a fetch on another agent adds to latency.
+
+    python bench/cross_agent_wakeup.py [--trials 100] [--db sqlite|postgresql://...]
+
+Starts `skiff metadata` (SQLite file by default, or the PostgreSQL URL given) and two
+`skiff agent` processes on one file:// bucket. A consumer parks a Fetch (max_wait 10 s,
+min_bytes 1) at the tail of a one-partition topic on agent A; once it is parked, one
+record is produced (Produce v9, acks=all) either through agent A itself ("same agent") or
+through agent B ("cross agent"). Per trial:
+- produce->ack: from sending the Produce to its response (flush interval + PUT + commit);
+- produce->fetch: from sending the Produce to the parked Fetch's response with the record.
+The two modes alternate trial by trial in one run, so the difference of their
+produce->fetch medians is what learning of another agent's commit costs: the metadata
+long poll (`wait_for_commits`) answering agent A, plus the fetch's re-read. Before the
+commit feed, agents polled metadata every `fetch_poll_interval_ms` (100 ms), which alone
+added up to 100 ms (50 ms on average).
+Prints a markdown table for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic  # noqa: E402
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData  # noqa: E402
+from kio.schema.types import TopicName  # noqa: E402
+from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64  # noqa: E402
+
+from fileformat.records import build_batch  # noqa: E402
+from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
+from tests.support.kafka_wire import KafkaWire  # noqa: E402
+
+TOPIC = "wakeup"
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def start(args: list[str], port: int, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [*skiff_command(), *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env
+    )
+    wait_for_port(port, proc, log)
+    return proc
+
+
+def fetch_request(offset: int) -> FetchRequest:
+    return FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        topics=(
+            FetchTopic(
+                topic=TopicName(TOPIC),
+                partitions=(
+                    FetchPartition(
+                        partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+def produce_request(value: bytes) -> ProduceRequest:
+    batch = build_batch([(0, int(time.time() * 1000), None, value, ())])
+    return ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(TOPIC),
+                partition_data=(PartitionProduceData(index=i32(0), records=Records.parse(batch)),),
+            ),
+        ),
+    )
+
+
+def trial(fetcher: KafkaWire, producer: KafkaWire, offset: int) -> tuple[float, float]:
+    """(produce->ack, produce->fetch) seconds for one record at `offset`."""
+    got: dict[str, float] = {}
+
+    def fetch() -> None:
+        resp = fetcher.request(fetch_request(offset)).parse()
+        got["fetch"] = time.perf_counter()
+        part = resp.responses[0].partitions[0]
+        if int(part.error_code) != 0 or part.records is None or not bytes(part.records):
+            got["error"] = (
+                f"fetch at {offset}: error {part.error_code}, {len(bytes(part.records or b''))} bytes"
+            )
+
+    t = threading.Thread(target=fetch)
+    t.start()
+    time.sleep(0.15)  # let the fetch park in the purgatory
+    sent = time.perf_counter()
+    resp = producer.request(produce_request(b"x" * 100)).parse()
+    acked = time.perf_counter()
+    pr = resp.responses[0].partition_responses[0]
+    assert int(pr.error_code) == 0 and int(pr.base_offset) == offset, pr
+    t.join(30)
+    assert "fetch" in got, "the parked fetch was not answered"
+    assert "error" not in got, got["error"]
+    return acked - sent, got["fetch"] - sent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=100, help="trials per mode")
+    ap.add_argument("--db", default="sqlite", help="'sqlite' or a PostgreSQL URL (an empty database)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        db = f"sqlite:///{root / 'metadata.db'}" if args.db == "sqlite" else args.db
+        env = {**os.environ, "SKIFF_LOG_LEVEL": "WARNING"}
+        procs = []
+        try:
+            md_port = free_port()
+            procs.append(
+                start(["metadata", "--db", db, "--port", str(md_port)], md_port, root / "md.log", env)
+            )
+            ports = [free_port(), free_port()]
+            for i, port in enumerate(ports):
+                agent_args = [
+                    "agent",
+                    "--bucket",
+                    f"file://{root / 'bucket'}",
+                    "--metadata",
+                    f"http://127.0.0.1:{md_port}",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                ]
+                procs.append(
+                    start(agent_args, port, root / f"agent{i}.log", {**env, "SKIFF_AGENT_ID": f"a{i}"})
+                )
+            a, b = (f"127.0.0.1:{p}" for p in ports)
+            admin = AdminClient({"bootstrap.servers": a})
+            admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
+            results: dict[str, list[tuple[float, float]]] = {"same agent": [], "cross agent": []}
+            with (
+                KafkaWire(a, timeout_s=60) as fa,
+                KafkaWire(a, timeout_s=60) as pa,
+                KafkaWire(b, timeout_s=60) as pb,
+            ):
+                offset = 0
+                for _ in range(3):  # warm-up: connections, caches, the long poll
+                    for producer in (pa, pb):
+                        trial(fa, producer, offset)
+                        offset += 1
+                for _ in range(args.trials):
+                    for mode, producer in (("same agent", pa), ("cross agent", pb)):
+                        results[mode].append(trial(fa, producer, offset))
+                        offset += 1
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=30)
+    print(f"{args.trials} trials per mode, metadata on {'SQLite' if args.db == 'sqlite' else 'PostgreSQL'}\n")
+    print("| mode | produce->ack p50 / p99 (ms) | produce->fetch p50 / p99 (ms) |")
+    print("|---|---|---|")
+    for mode, rows in results.items():
+        acks = [r[0] * 1000 for r in rows]
+        fetches = [r[1] * 1000 for r in rows]
+        print(
+            f"| {mode} | {pct(acks, 0.5):.1f} / {pct(acks, 0.99):.1f} | "
+            f"{pct(fetches, 0.5):.1f} / {pct(fetches, 0.99):.1f} |"
+        )
+    same = statistics.median(r[1] - r[0] for r in results["same agent"]) * 1000
+    cross = statistics.median(r[1] - r[0] for r in results["cross agent"]) * 1000
+    print(f"\nack->fetch median: same agent {same:.1f} ms, cross agent {cross:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
