@@ -115,7 +115,10 @@ class AgentConfig:
     )
     fetch_poll_interval_ms: int = field(
         default=100,
-        metadata={"help": "how often waiting fetches ask metadata for commits made through other agents"},
+        metadata={
+            "help": "retry interval of the metadata long poll for other agents' commits when it fails; "
+            "how long a consumer's tail position is trusted without asking metadata"
+        },
     )
     fetch_max_wait_ms_cap: int = field(
         default=30_000, metadata={"help": "upper bound applied to a fetch's max.wait.ms"}
@@ -143,6 +146,30 @@ class AgentConfig:
     agent_ttl_ms: int = field(
         default=15_000,
         metadata={"help": "an agent silent this long is dropped from the routing view"},
+    )
+
+    # --- consumer groups --------------------------------------------------------------
+    group_initial_rebalance_delay_ms: int = field(
+        default=3_000,
+        metadata={
+            "help": "how long an empty group's first rebalance waits for more members, re-armed while "
+            "new ones arrive, up to the rebalance timeout (Kafka's group.initial.rebalance.delay.ms; "
+            "0: no wait)"
+        },
+    )
+    group_min_session_timeout_ms: int = field(
+        default=6_000,
+        metadata={
+            "help": "shortest session.timeout.ms a group member may ask for, else INVALID_SESSION_TIMEOUT "
+            "(Kafka's group.min.session.timeout.ms)"
+        },
+    )
+    group_max_session_timeout_ms: int = field(
+        default=1_800_000,
+        metadata={
+            "help": "longest session.timeout.ms a group member may ask for, else INVALID_SESSION_TIMEOUT "
+            "(Kafka's group.max.session.timeout.ms)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -195,6 +222,12 @@ class AgentConfig:
             raise ValueError("max_buffered_bytes must be at least flush_max_bytes")
         if self.agent_ttl_ms <= self.heartbeat_interval_ms:
             raise ValueError("agent_ttl_ms must be longer than heartbeat_interval_ms")
+        non_negative("group_initial_rebalance_delay_ms")
+        positive("group_min_session_timeout_ms")
+        if self.group_max_session_timeout_ms < self.group_min_session_timeout_ms:
+            raise ValueError("group_max_session_timeout_ms must be at least group_min_session_timeout_ms")
+        if self.group_max_session_timeout_ms > 2**31 - 1:
+            raise ValueError("group_max_session_timeout_ms must fit in a signed 32-bit int (a Kafka int32)")
 
     # --- derived values -------------------------------------------------------------
 

@@ -12,63 +12,99 @@ States, as in Kafka's GroupMetadata:
     CompletingRebalance --leader's SyncGroup--> Stable
     Stable --join (new member, changed metadata, leader rejoin) / leave / expiry--> PreparingRebalance
     CompletingRebalance --join / leave / expiry / sync timeout--> PreparingRebalance
-    PreparingRebalance --last member gone--> Empty (at the end of the join phase)
-    any --DeleteGroups (only when Empty)--> Dead (and forgotten)
+    PreparingRebalance --nobody left at the end of the join phase--> Empty (then forgotten)
+    Empty --DeleteGroups--> Dead (forgotten)
 
 - JoinGroup: a member without an id (v4+) first gets MEMBER_ID_REQUIRED with a fresh id and
-  is *pending* until it joins with it. Joins park on a future; the join phase ends when
-  every known member has rejoined and no pending member is left, or when the rebalance
-  timeout (the largest of the members') expires: members that did not rejoin are removed
-  (static ones are kept). A group leaving Empty waits `initial_rebalance_delay_ms` first
-  (re-armed while new members keep arriving, bounded by the rebalance timeout), as
-  Kafka's `group.initial.rebalance.delay.ms`. The protocol is chosen among those every
-  member supports, by vote of each member's first supported preference; a member that
-  shares none with the group gets INCONSISTENT_GROUP_PROTOCOL. The leader's join answer
-  lists every member's metadata for that protocol; the others get an empty list.
+  is *pending* until it joins with it. Joins park on a future. The protocol is chosen among
+  those every member supports, by vote of each member's first supported preference; a
+  member that shares none with the group gets INCONSISTENT_GROUP_PROTOCOL. The leader's
+  join answer lists every member's metadata for that protocol; the others get an empty list.
 - SyncGroup: followers park until the leader's SyncGroup carries the assignments; then all
-  get theirs and the group is Stable. If not every member has synced within the
-  rebalance timeout, those that did not are removed and the group rebalances.
-- Heartbeat: resets the member's session timer; answers REBALANCE_IN_PROGRESS while
-  preparing a rebalance, ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID.
-- A member whose session timer fires is removed and the group rebalances.
+  get theirs and the group is Stable.
+- Heartbeat: keeps the member's session; answers REBALANCE_IN_PROGRESS while preparing a
+  rebalance, ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID.
 - Static membership (`group.instance.id`): a join with a known instance id and no member
   id replaces the old member id; if the group is Stable and the metadata unchanged, no
   rebalance happens (the leader, if it was the leader, gets the member list with
   `skip_assignment`). Requests with the old member id get FENCED_INSTANCE_ID.
 
-Protocol metadata and assignments are opaque bytes, carried as the clients sent them.
-Time comes from an injected `Scheduler` (asyncio's `call_later` by default), so the unit
-tests drive the whole state machine on a fake clock.
+Time: delayed operations on the request purgatory (`agent.purgatory`), as in Kafka's
+GroupCoordinator, with its two purgatories per coordinator:
+
+- *Rebalance* purgatory.
+  - `DelayedJoin`, watched on `("join", group)`: the join phase. It completes as soon as
+    every known member has (re)joined and no pending member is left (the group key is
+    checked after every join, leave and member removal), else at the rebalance timeout
+    (the largest of the members'). Completing it removes the dynamic members that did not
+    rejoin (static ones stay, and if only such members are left the phase waits another
+    rebalance timeout, until their sessions expire), starts the next generation and
+    answers the joins; a group left with no member becomes Empty.
+  - `InitialDelayedJoin` (`group.initial.rebalance.delay.ms`): a group leaving Empty
+    waits the initial delay before completing its first join phase, re-armed while new
+    members keep arriving, in all at most the rebalance timeout. Only its delay completes
+    it, as in Kafka.
+  - `DelayedSync`, watched on `("sync", group)`: every member of a new generation must
+    send SyncGroup within the rebalance timeout; at the timeout, those that did not are
+    removed and the group rebalances. It completes early once all have synced (or the
+    group moved on).
+- *Heartbeat* purgatory: `DelayedHeartbeat`, watched on `(group, member id)`, is the
+  member's session. Each heartbeat, join, sync (and offset commit) of the member completes
+  the current one (`check_and_complete` on its key with the heartbeat marked satisfied)
+  and schedules the next one, `session.timeout.ms` ahead. A member waiting for the end of
+  a join or sync phase is satisfied (those phases have their own timeouts), except a new
+  member, whose first join may last `NEW_MEMBER_JOIN_TIMEOUT_MS`. At expiry an
+  unsatisfied member is removed and the group rebalances. A pending member id
+  (MEMBER_ID_REQUIRED) gets a `DelayedHeartbeat` of one session timeout that completes
+  when it joins, and forgets the id if it does not.
+
+Purgatory callbacks run on the event loop (the coordinator is loop-confined, like the
+purgatory): `start()` starts both purgatories' drivers on the running loop, `close()`
+answers every waiter with NOT_COORDINATOR and stops them. Unit tests pass purgatories on a
+manual clock and drive them with `advance_clock()`.
+
+Empty groups are forgotten at once. An Empty group has no member, so the only state it
+still holds is its generation number and protocol type, and neither matters: member ids
+are random, so no stale member can be mistaken for a current one whatever the generation,
+and a new generation starts at 1 exactly as for a new group (the initial rebalance delay
+applies to both alike). What users expect to outlive the members, the committed offsets,
+is in metadata, and the handlers look there for groups not in memory: ListGroups lists
+every group with committed offsets that this agent coordinates (state Empty),
+DescribeGroups reports such a group Empty (Dead when it has no offsets either), and
+DeleteGroups / OffsetDelete accept it. Kafka differs only in keeping an Empty group
+without offsets around until its next offsets-cleanup pass; forgetting it at once means
+memory never grows with groups that came and went.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import logging
+import struct
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from agent.protocol import to_error_code
+from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
+from metadata.errors import MetadataError, MetadataUnavailable
+
 if TYPE_CHECKING:
+    from agent.config import AgentConfig
     from agent.context import AgentContext
+
+log = logging.getLogger(__name__)
 
 GROUP_COORDINATOR = "group_coordinator"
 
-
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
-
-
-class Scheduler(Protocol):
-    def call_later(self, delay_s: float, callback: Callable[[], None]) -> Cancellable: ...
-
-
-class AsyncioScheduler:
-    def call_later(self, delay_s: float, callback: Callable[[], None]) -> Cancellable:
-        return asyncio.get_running_loop().call_later(delay_s, callback)
+# How long a new member's first JoinGroup may wait before the member is dropped (Kafka's
+# GroupCoordinator.NewMemberJoinTimeoutMs, KIP-394): a client that gave up on a long join
+# phase and retries must not leave defunct members holding the group.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 
 
 class GroupState(enum.Enum):
@@ -119,7 +155,9 @@ class Member:
     assignment: bytes = b""
     join_future: asyncio.Future[JoinResult] | None = None
     sync_future: asyncio.Future[SyncResult] | None = None
-    session_timer: Cancellable | None = None
+    is_new: bool = False  # joined, but no join phase has completed with it yet
+    heartbeat_satisfied: bool = False
+    is_leaving: bool = False
 
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
@@ -134,6 +172,19 @@ class Member:
     def awaiting_join(self) -> bool:
         return self.join_future is not None and not self.join_future.done()
 
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_future is not None and not self.sync_future.done()
+
+    @property
+    def has_satisfied_heartbeat(self) -> bool:
+        """Kafka's MemberMetadata.hasSatisfiedHeartbeat."""
+        if self.is_new:
+            return self.heartbeat_satisfied  # new members may expire while awaiting their join
+        if self.awaiting_join or self.awaiting_sync:
+            return True  # the join / sync phase has its own timeout
+        return self.heartbeat_satisfied
+
 
 @dataclass
 class Group:
@@ -144,15 +195,26 @@ class Group:
     generation_id: int = 0
     leader_id: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending: dict[str, Cancellable] = field(default_factory=dict)  # member ids given out, not joined yet
+    pending: set[str] = field(default_factory=set)  # member ids given out, not joined yet
+    pending_sync: set[str] = field(default_factory=set)  # this generation's members yet to sync
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
-    rebalance_timer: Cancellable | None = None
-    initial_delay_active: bool = False
-    new_member_added: bool = False
-    rebalance_deadline: float = 0.0
+    initial_delay: bool = False  # an InitialDelayedJoin holds the join phase
+    new_member_added: bool = False  # ... and a member arrived since it was armed
+
+    @property
+    def join_key(self) -> tuple[str, str]:
+        return ("join", self.group_id)
+
+    @property
+    def sync_key(self) -> tuple[str, str]:
+        return ("sync", self.group_id)
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def all_joined(self) -> bool:
+        """Kafka's hasAllMembersJoined: every member awaits the join, no id is pending."""
+        return not self.pending and all(m.awaiting_join for m in self.members.values())
 
     def candidate_protocols(self) -> list[str]:
         """Protocols every member supports, in the first member's order of preference."""
@@ -172,6 +234,21 @@ class Group:
         if protocol_type != self.protocol_type:
             return False
         return bool(set(self.candidate_protocols()) & set(protocols))
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the members subscribe to, read from their consumer-protocol metadata for
+        the chosen protocol (Kafka's GroupMetadata.subscribedTopics). None when unknown (not
+        a "consumer" group, no protocol chosen yet, metadata that does not parse): then every
+        topic counts as subscribed."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            found = subscription_topics(m.metadata_for(self.protocol_name))
+            if found is None:
+                return None
+            topics |= found
+        return topics
 
     def select_protocol(self) -> str:
         candidates = self.candidate_protocols()
@@ -209,53 +286,195 @@ class LeaveRequest:
     group_instance_id: str | None = None
 
 
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+def subscription_topics(metadata: bytes) -> set[str] | None:
+    """The topics of a ConsumerProtocolSubscription (any version: all start with
+    `version: int16, topics: [string]`), None if it does not parse."""
+    try:
+        (version, count) = struct.unpack_from(">hi", metadata, 0)
+        if version < 0:
+            return None
+        pos = 6
+        topics: set[str] = set()
+        for _ in range(max(count, 0)):
+            (size,) = struct.unpack_from(">h", metadata, pos)
+            pos += 2
+            if size < 0 or pos + size > len(metadata):
+                return None
+            topics.add(metadata[pos : pos + size].decode())
+            pos += size
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+# ---------------------------------------------------------------------- delayed operations
+
+
+class DelayedHeartbeat(DelayedOperation):
+    """A member's session (or a pending member id's wait for its join), Kafka's DelayedHeartbeat."""
+
+    __slots__ = ("coordinator", "group", "member_id", "pending")
+
+    def __init__(
+        self, coordinator: GroupCoordinator, group: Group, member_id: str, pending: bool, delay_ms: int
+    ) -> None:
+        super().__init__(delay_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.member_id = member_id
+        self.pending = pending
+
+    def try_complete(self) -> bool:
+        return self.coordinator._heartbeat_satisfied(self.group, self.member_id, self.pending)
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self.coordinator._on_heartbeat_expired(self.group, self.member_id, self.pending)
+
+
+class DelayedJoin(DelayedOperation):
+    """The join phase: complete once every member has (re)joined, or at the rebalance timeout."""
+
+    __slots__ = ("coordinator", "group")
+
+    def __init__(self, coordinator: GroupCoordinator, group: Group, delay_ms: int) -> None:
+        super().__init__(delay_ms)
+        self.coordinator = coordinator
+        self.group = group
+
+    def try_complete(self) -> bool:
+        return not self.coordinator._alive(self.group) or self.group.all_joined()
+
+    def on_complete(self) -> None:
+        self.coordinator._on_complete_join(self.group)
+
+    def on_expiration(self) -> None:
+        pass
+
+
+class InitialDelayedJoin(DelayedJoin):
+    """The first join phase of a group leaving Empty: only its delay completes it."""
+
+    __slots__ = ("remaining_ms",)
+
+    def __init__(self, coordinator: GroupCoordinator, group: Group, delay_ms: int, remaining_ms: int) -> None:
+        super().__init__(coordinator, group, delay_ms)
+        self.remaining_ms = remaining_ms
+
+    def try_complete(self) -> bool:
+        return not self.coordinator._alive(self.group)
+
+    def on_complete(self) -> None:
+        self.coordinator._on_initial_delay_done(self)
+
+
+class DelayedSync(DelayedOperation):
+    """Every member of `generation_id` must send SyncGroup before the rebalance timeout."""
+
+    __slots__ = ("coordinator", "group", "generation_id")
+
+    def __init__(
+        self, coordinator: GroupCoordinator, group: Group, generation_id: int, delay_ms: int
+    ) -> None:
+        super().__init__(delay_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.generation_id = generation_id
+
+    def try_complete(self) -> bool:
+        group = self.group
+        return (
+            not self.coordinator._alive(group)
+            or group.generation_id != self.generation_id
+            or group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+            or not group.pending_sync
+        )
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self.coordinator._on_sync_expired(self.group, self.generation_id)
+
+
+# ---------------------------------------------------------------------- the coordinator
+
+
 class GroupCoordinator:
     """All groups this agent coordinates. Single-threaded: call it from one event loop."""
 
     def __init__(
         self,
         *,
-        scheduler: Scheduler | None = None,
-        monotonic: Callable[[], float] | None = None,
-        initial_rebalance_delay_ms: int = 0,
+        initial_rebalance_delay_ms: int = 3_000,
         min_session_timeout_ms: int = 6_000,
         max_session_timeout_ms: int = 1_800_000,
+        new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
+        heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat] | None = None,
+        rebalance_purgatory: DelayedOperationPurgatory[DelayedOperation] | None = None,
     ) -> None:
-        self._scheduler = scheduler or AsyncioScheduler()
-        self._monotonic = monotonic or (lambda: asyncio.get_running_loop().time())
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
+        self.new_member_join_timeout_ms = new_member_join_timeout_ms
+        self.heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat] = (
+            heartbeat_purgatory if heartbeat_purgatory is not None else DelayedOperationPurgatory("Heartbeat")
+        )
+        self.rebalance_purgatory: DelayedOperationPurgatory[DelayedOperation] = (
+            rebalance_purgatory if rebalance_purgatory is not None else DelayedOperationPurgatory("Rebalance")
+        )
         self.groups: dict[str, Group] = {}
+
+    @classmethod
+    def from_config(cls, config: AgentConfig) -> GroupCoordinator:
+        return cls(
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+        )
+
+    def start(self) -> None:
+        """Drive both purgatories from the running event loop."""
+        self.heartbeat_purgatory.start()
+        self.rebalance_purgatory.start()
+
+    async def close(self) -> None:
+        """Answer every waiter with NOT_COORDINATOR, forget every group, stop the purgatories."""
+        groups = list(self.groups.values())
+        self.groups.clear()
+        for group in groups:
+            group.state = GroupState.DEAD
+            for m in group.members.values():
+                self._complete(m.join_future, JoinResult(ErrorCode.not_coordinator, m.member_id))
+                self._complete(m.sync_future, SyncResult(ErrorCode.not_coordinator))
+                m.join_future = m.sync_future = None
+            self._complete_dead_group_ops(group)
+        await self.heartbeat_purgatory.shutdown()
+        await self.rebalance_purgatory.shutdown()
 
     # ------------------------------------------------------------------ helpers
 
-    def _new_future(self, result: JoinResult | SyncResult | None = None) -> asyncio.Future:  # type: ignore[type-arg]
+    @staticmethod
+    def _new_future(result: JoinResult | SyncResult | None = None) -> asyncio.Future:  # type: ignore[type-arg]
         fut: asyncio.Future = asyncio.get_event_loop().create_future()  # type: ignore[type-arg]
         if result is not None:
             fut.set_result(result)
         return fut
 
     @staticmethod
-    def _complete(fut: asyncio.Future | None, result: object) -> None:  # type: ignore[type-arg]
+    def _complete(fut: asyncio.Future | None, result: object) -> bool:  # type: ignore[type-arg]
         if fut is not None and not fut.done():
             fut.set_result(result)
+            return True
+        return False
 
-    def _schedule_session(self, group: Group, member: Member) -> None:
-        if member.session_timer is not None:
-            member.session_timer.cancel()
-        member.session_timer = self._scheduler.call_later(
-            member.session_timeout_ms / 1000, lambda: self._on_session_expired(group, member)
-        )
-
-    def _on_session_expired(self, group: Group, member: Member) -> None:
-        member.session_timer = None
-        if group.members.get(member.member_id) is not member:
-            return
-        if member.awaiting_join or (member.sync_future is not None and not member.sync_future.done()):
-            self._schedule_session(group, member)  # waiting on us: the rebalance timers govern
-            return
-        self._remove_member(group, member)
+    def _alive(self, group: Group) -> bool:
+        return group.state != GroupState.DEAD and self.groups.get(group.group_id) is group
 
     def _fenced(self, group: Group, member_id: str, instance_id: str | None) -> bool:
         if instance_id is None:
@@ -263,10 +482,63 @@ class GroupCoordinator:
         known = group.static.get(instance_id)
         return known is not None and known != member_id
 
-    def _cancel_timer(self, group: Group) -> None:
-        if group.rebalance_timer is not None:
-            group.rebalance_timer.cancel()
-            group.rebalance_timer = None
+    def _check_join(self, group: Group) -> None:
+        if group.state == GroupState.PREPARING_REBALANCE:
+            self.rebalance_purgatory.check_and_complete(group.join_key)
+
+    def _maybe_forget(self, group: Group) -> None:
+        """Drop an Empty group with nobody in it (see the module docstring)."""
+        if group.state == GroupState.EMPTY and not group.members and not group.pending:
+            if self.groups.get(group.group_id) is group:
+                del self.groups[group.group_id]
+            group.state = GroupState.DEAD
+            self._complete_dead_group_ops(group)
+
+    def _complete_dead_group_ops(self, group: Group) -> None:
+        """Let the operations of a group that is gone complete (with no effect)."""
+        self.rebalance_purgatory.check_and_complete(group.join_key)
+        self.rebalance_purgatory.check_and_complete(group.sync_key)
+        for member_id in [*group.members, *group.pending]:
+            self.heartbeat_purgatory.check_and_complete((group.group_id, member_id))
+
+    # ------------------------------------------------------------------ heartbeats (sessions)
+
+    def _heartbeat(self, group: Group, member: Member) -> None:
+        """Complete the member's current heartbeat expectation and schedule the next one
+        (Kafka's completeAndScheduleNextHeartbeatExpiration)."""
+        key = (group.group_id, member.member_id)
+        member.heartbeat_satisfied = True
+        self.heartbeat_purgatory.check_and_complete(key)
+        member.heartbeat_satisfied = False
+        timeout = self.new_member_join_timeout_ms if member.is_new else member.session_timeout_ms
+        op = DelayedHeartbeat(self, group, member.member_id, False, timeout)
+        self.heartbeat_purgatory.try_complete_else_watch(op, (key,))
+
+    def _heartbeat_satisfied(self, group: Group, member_id: str, pending: bool) -> bool:
+        if not self._alive(group):
+            return True
+        if pending:
+            return member_id not in group.pending  # it joined, or left
+        member = group.members.get(member_id)
+        return member is None or member.is_leaving or member.has_satisfied_heartbeat
+
+    def _on_heartbeat_expired(self, group: Group, member_id: str, pending: bool) -> None:
+        if not self._alive(group):
+            return
+        if pending:
+            if member_id in group.pending:
+                log.info(
+                    "group %s: pending member %s did not join within its session", group.group_id, member_id
+                )
+                group.pending.discard(member_id)
+                self._after_pending_removed(group)
+            return
+        member = group.members.get(member_id)
+        if member is None or member.has_satisfied_heartbeat:
+            return
+        log.info("group %s: member %s missed its session timeout, removing it", group.group_id, member_id)
+        self._drop(group, member)
+        self._after_member_removed(group)
 
     # ------------------------------------------------------------------ join
 
@@ -299,37 +571,38 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return now(ErrorCode.unknown_member_id)
-            group = self.groups[group_id] = Group(group_id)
+            group = Group(group_id)  # registered once it holds a member or a pending id
         names = [n for n, _ in protocols]
         if not group.supports(protocol_type, names):
             return now(ErrorCode.inconsistent_group_protocol)
         protos = [(n, bytes(d)) for n, d in protocols]
 
+        def new_member(mid: str) -> Member:
+            return Member(
+                mid,
+                group_instance_id,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                protos,
+            )
+
         if not member_id:
-            return self._join_unknown(
-                group,
-                group_instance_id,
-                protocol_type,
-                protos,
-                session_timeout_ms,
-                rebalance_timeout_ms,
-                client_id,
-                client_host,
-                require_known_member_id,
-            )
+            member = new_member(f"{client_id or 'member'}-{uuid.uuid4()}")
+            if group_instance_id is not None:
+                old_id = group.static.get(group_instance_id)
+                if old_id is not None and old_id in group.members:
+                    return self._replace_static(group, group.members[old_id], member)
+                return self._add_member_and_rebalance(group, member)
+            if require_known_member_id:
+                self._add_pending(group, member.member_id, session_timeout_ms)
+                return now(ErrorCode.member_id_required, member.member_id)
+            return self._add_member_and_rebalance(group, member)
         if member_id in group.pending:
-            group.pending.pop(member_id).cancel()
-            member = Member(
-                member_id,
-                group_instance_id,
-                client_id,
-                client_host,
-                session_timeout_ms,
-                rebalance_timeout_ms,
-                protocol_type,
-                protos,
-            )
-            return self._add_and_rebalance(group, member)
+            group.pending.discard(member_id)  # its pending DelayedHeartbeat completes below
+            return self._add_member_and_rebalance(group, new_member(member_id))
         if self._fenced(group, member_id, group_instance_id):
             return now(ErrorCode.fenced_instance_id)
         existing = group.members.get(member_id)
@@ -340,71 +613,63 @@ class GroupCoordinator:
         changed = existing.protocols != protos
         if group.state == GroupState.PREPARING_REBALANCE:
             existing.protocols = protos
-            return self._await_join(group, existing)
-        if group.state == GroupState.COMPLETING_REBALANCE:
-            if not changed:  # it lost the join answer: say it again
-                return self._new_future(self._join_answer(group, existing))
-            existing.protocols = protos
-            fut = self._await_join(group, existing, check=False)
-            self._prepare_rebalance(group)
+            fut = self._await_join(existing)
+            self._heartbeat(group, existing)
+            self._check_join(group)
             return fut
-        if group.state == GroupState.STABLE:
-            if changed or member_id == group.leader_id:
-                existing.protocols = protos
-                fut = self._await_join(group, existing, check=False)
-                self._prepare_rebalance(group)
-                return fut
+        if group.state == GroupState.COMPLETING_REBALANCE and not changed:
+            # It lost the join answer: say it again.
+            self._heartbeat(group, existing)
             return self._new_future(self._join_answer(group, existing))
+        if group.state == GroupState.STABLE and not changed and member_id != group.leader_id:
+            # A follower with nothing new: the current generation stands (a leader's join
+            # always rebalances, so that it can react to changes its metadata does not show).
+            self._heartbeat(group, existing)
+            return self._new_future(self._join_answer(group, existing))
+        if group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            existing.protocols = protos
+            fut = self._await_join(existing)
+            self._heartbeat(group, existing)
+            self._prepare_rebalance(group, f"member {member_id} rejoined")
+            return fut
         return now(ErrorCode.unknown_member_id)
 
-    def _join_unknown(
-        self,
-        group: Group,
-        instance_id: str | None,
-        protocol_type: str,
-        protos: list[tuple[str, bytes]],
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        client_id: str,
-        client_host: str,
-        require_known_member_id: bool,
-    ) -> asyncio.Future[JoinResult]:
-        new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-        member = Member(
-            new_id,
-            instance_id,
-            client_id,
-            client_host,
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            protocol_type,
-            protos,
-        )
-        if instance_id is not None:
-            old_id = group.static.get(instance_id)
-            if old_id is not None and old_id in group.members:
-                return self._replace_static(group, group.members[old_id], member)
-            return self._add_and_rebalance(group, member)
-        if require_known_member_id:
-            timer = self._scheduler.call_later(
-                session_timeout_ms / 1000, lambda: self._on_pending_expired(group, new_id)
-            )
-            group.pending[new_id] = timer
-            return self._new_future(JoinResult(ErrorCode.member_id_required, member_id=new_id))
-        return self._add_and_rebalance(group, member)
+    def _add_pending(self, group: Group, member_id: str, session_timeout_ms: int) -> None:
+        """KIP-394: hand out a member id; it must join with it within one session timeout."""
+        self.groups.setdefault(group.group_id, group)
+        group.pending.add(member_id)
+        op = DelayedHeartbeat(self, group, member_id, True, session_timeout_ms)
+        self.heartbeat_purgatory.try_complete_else_watch(op, ((group.group_id, member_id),))
 
-    def _on_pending_expired(self, group: Group, member_id: str) -> None:
-        if group.pending.pop(member_id, None) is not None:
-            self._maybe_complete_join(group)
+    def _add_member_and_rebalance(self, group: Group, member: Member) -> asyncio.Future[JoinResult]:
+        self.groups.setdefault(group.group_id, group)
+        group.members[member.member_id] = member
+        if group.protocol_type is None or len(group.members) == 1:
+            group.protocol_type = member.protocol_type
+        if member.group_instance_id is not None:
+            group.static[member.group_instance_id] = member.member_id
+        member.is_new = True
+        if group.state == GroupState.PREPARING_REBALANCE and group.initial_delay:
+            group.new_member_added = True
+        fut = self._await_join(member)
+        self._heartbeat(group, member)
+        if group.state == GroupState.PREPARING_REBALANCE:
+            self._check_join(group)
+        else:
+            self._prepare_rebalance(group, f"new member {member.member_id} joined")
+        return fut
 
     def _replace_static(self, group: Group, old: Member, new: Member) -> asyncio.Future[JoinResult]:
         """A static member came back with a new member id: the new id takes the old one's place."""
-        fenced = JoinResult(ErrorCode.fenced_instance_id, member_id=old.member_id)
-        self._complete(old.join_future, fenced)
+        self._complete(old.join_future, JoinResult(ErrorCode.fenced_instance_id, member_id=old.member_id))
         self._complete(old.sync_future, SyncResult(ErrorCode.fenced_instance_id))
-        if old.session_timer is not None:
-            old.session_timer.cancel()
+        old.join_future = old.sync_future = None
         del group.members[old.member_id]
+        old.is_leaving = True
+        self.heartbeat_purgatory.check_and_complete((group.group_id, old.member_id))
+        if old.member_id in group.pending_sync:
+            group.pending_sync.discard(old.member_id)
+            group.pending_sync.add(new.member_id)
         new.assignment = old.assignment
         group.members[new.member_id] = new
         assert new.group_instance_id is not None
@@ -412,7 +677,7 @@ class GroupCoordinator:
         was_leader = group.leader_id == old.member_id
         if was_leader:
             group.leader_id = new.member_id
-        self._schedule_session(group, new)
+        self._heartbeat(group, new)
         unchanged = old.protocols == new.protocols
         if group.state == GroupState.STABLE and unchanged:
             answer = self._join_answer(group, new)
@@ -428,36 +693,19 @@ class GroupCoordinator:
                     skip_assignment=True,
                 )
             return self._new_future(answer)
-        fut = self._await_join(group, new, check=False)
+        fut = self._await_join(new)
         if group.state == GroupState.PREPARING_REBALANCE:
-            self._maybe_complete_join(group)
+            self._check_join(group)
         else:
-            self._prepare_rebalance(group)
+            self._prepare_rebalance(group, f"static member {new.group_instance_id} rejoined")
         return fut
 
-    def _add_and_rebalance(self, group: Group, member: Member) -> asyncio.Future[JoinResult]:
-        group.members[member.member_id] = member
-        if group.protocol_type is None or len(group.members) == 1:
-            group.protocol_type = member.protocol_type
-        if member.group_instance_id is not None:
-            group.static[member.group_instance_id] = member.member_id
-        group.new_member_added = True
-        self._schedule_session(group, member)
-        fut = self._await_join(group, member, check=False)
-        if group.state == GroupState.PREPARING_REBALANCE:
-            self._maybe_complete_join(group)
-        else:
-            self._prepare_rebalance(group)
-        return fut
-
-    def _await_join(self, group: Group, member: Member, check: bool = True) -> asyncio.Future[JoinResult]:
+    def _await_join(self, member: Member) -> asyncio.Future[JoinResult]:
         old = member.join_future
         fut: asyncio.Future[JoinResult] = self._new_future()
         member.join_future = fut
         if old is not None and not old.done():  # a duplicate join: the older one is superseded
-            self._complete(old, JoinResult(ErrorCode.rebalance_in_progress, member_id=member.member_id))
-        if check:
-            self._maybe_complete_join(group)
+            old.set_result(JoinResult(ErrorCode.rebalance_in_progress, member_id=member.member_id))
         return fut
 
     def _join_answer(self, group: Group, member: Member) -> JoinResult:
@@ -481,99 +729,107 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ rebalance
 
-    def _prepare_rebalance(self, group: Group) -> None:
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
         if group.state == GroupState.COMPLETING_REBALANCE:
             for m in group.members.values():
                 m.assignment = b""
-                self._complete(m.sync_future, SyncResult(ErrorCode.rebalance_in_progress))
-                m.sync_future = None
-        self._cancel_timer(group)
-        timeout_ms = group.rebalance_timeout_ms()
-        now = self._monotonic()
-        group.rebalance_deadline = now + timeout_ms / 1000
-        if group.state == GroupState.EMPTY and self.initial_rebalance_delay_ms > 0:
-            group.initial_delay_active = True
-            group.new_member_added = False
-            delay = min(self.initial_rebalance_delay_ms, timeout_ms)
-            group.rebalance_timer = self._scheduler.call_later(
-                delay / 1000, lambda: self._on_initial_delay(group)
-            )
-        else:
-            group.initial_delay_active = False
-            group.rebalance_timer = self._scheduler.call_later(
-                timeout_ms / 1000, lambda: self._on_rebalance_timeout(group)
-            )
+                self._answer_sync(group, m, SyncResult(ErrorCode.rebalance_in_progress))
+        was_empty = group.state == GroupState.EMPTY
         group.state = GroupState.PREPARING_REBALANCE
-        self._maybe_complete_join(group)
-
-    def _on_initial_delay(self, group: Group) -> None:
-        group.rebalance_timer = None
-        remaining = group.rebalance_deadline - self._monotonic()
-        if group.new_member_added and remaining > 0:
+        if group.pending_sync:
+            group.pending_sync.clear()
+        self.rebalance_purgatory.check_and_complete(group.sync_key)  # the sync wait is over
+        log.info(
+            "group %s: preparing to rebalance (generation %d, %s)",
+            group.group_id,
+            group.generation_id,
+            reason,
+        )
+        timeout_ms = group.rebalance_timeout_ms()
+        op: DelayedJoin
+        if was_empty and self.initial_rebalance_delay_ms > 0:
+            delay = min(self.initial_rebalance_delay_ms, timeout_ms)
+            group.initial_delay = True
             group.new_member_added = False
-            delay = min(self.initial_rebalance_delay_ms / 1000, remaining)
-            group.rebalance_timer = self._scheduler.call_later(delay, lambda: self._on_initial_delay(group))
+            op = InitialDelayedJoin(self, group, delay, max(timeout_ms - delay, 0))
+        else:
+            op = DelayedJoin(self, group, timeout_ms)
+        self.rebalance_purgatory.try_complete_else_watch(op, (group.join_key,))
+
+    def _on_initial_delay_done(self, op: InitialDelayedJoin) -> None:
+        group = op.group
+        if not self._alive(group) or group.state != GroupState.PREPARING_REBALANCE:
             return
-        group.initial_delay_active = False
-        if not self._maybe_complete_join(group):
-            group.rebalance_timer = self._scheduler.call_later(
-                max(remaining, 0.0), lambda: self._on_rebalance_timeout(group)
-            )
+        if group.new_member_added and op.remaining_ms > 0:
+            # Members keep arriving: wait another initial delay, within the rebalance timeout.
+            group.new_member_added = False
+            delay = min(self.initial_rebalance_delay_ms, op.remaining_ms)
+            nxt = InitialDelayedJoin(self, group, delay, op.remaining_ms - delay)
+            self.rebalance_purgatory.try_complete_else_watch(nxt, (group.join_key,))
+            return
+        self._on_complete_join(group)
 
-    def _on_rebalance_timeout(self, group: Group) -> None:
-        group.rebalance_timer = None
-        if group.state == GroupState.PREPARING_REBALANCE:
-            self._complete_join(group)
-
-    def _maybe_complete_join(self, group: Group) -> bool:
-        if group.state != GroupState.PREPARING_REBALANCE or group.initial_delay_active:
-            return False
-        if group.pending or not all(m.awaiting_join for m in group.members.values()):
-            return False
-        self._complete_join(group)
-        return True
-
-    def _complete_join(self, group: Group) -> None:
-        self._cancel_timer(group)
-        group.initial_delay_active = False
+    def _on_complete_join(self, group: Group) -> None:
+        """The join phase is over (Kafka's onCompleteJoin)."""
+        if not self._alive(group) or group.state != GroupState.PREPARING_REBALANCE:
+            return
+        group.initial_delay = group.new_member_added = False
         for m in list(group.members.values()):
             if not m.awaiting_join and m.group_instance_id is None:
+                log.info(
+                    "group %s: member %s did not rejoin in time, removing it", group.group_id, m.member_id
+                )
                 self._drop(group, m)
-        for timer in group.pending.values():
-            timer.cancel()
-        group.pending.clear()
-        group.generation_id += 1
         joined = [m for m in group.members.values() if m.awaiting_join]
-        if not joined:
-            # Nobody rejoined (static members that did not come back stay until they expire).
-            for m in list(group.members.values()):
-                self._drop(group, m)
+        if not joined and group.members:
+            # Only static members that did not rejoin are left: wait for them to come back
+            # or for their sessions to expire (which completes this phase).
+            op = DelayedJoin(self, group, group.rebalance_timeout_ms())
+            self.rebalance_purgatory.try_complete_else_watch(op, (group.join_key,))
+            return
+        group.generation_id += 1
+        if not group.members:
             group.state = GroupState.EMPTY
             group.protocol_name = None
             group.leader_id = None
+            log.info("group %s: empty at generation %d", group.group_id, group.generation_id)
+            self._maybe_forget(group)
             return
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members or not group.members[group.leader_id].awaiting_join:
             group.leader_id = joined[0].member_id
         group.state = GroupState.COMPLETING_REBALANCE
+        log.info(
+            "group %s: generation %d with %d member(s), protocol %s",
+            group.group_id,
+            group.generation_id,
+            len(group.members),
+            group.protocol_name,
+        )
         for m in group.members.values():
             fut = m.join_future
             m.join_future = None
             self._complete(fut, self._join_answer(group, m))
-            self._schedule_session(group, m)
-        generation = group.generation_id
-        group.rebalance_timer = self._scheduler.call_later(
-            group.rebalance_timeout_ms() / 1000, lambda: self._on_sync_timeout(group, generation)
-        )
+            m.is_new = False
+            self._heartbeat(group, m)
+            group.pending_sync.add(m.member_id)
+        op_sync = DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms())
+        self.rebalance_purgatory.try_complete_else_watch(op_sync, (group.sync_key,))
 
-    def _on_sync_timeout(self, group: Group, generation: int) -> None:
-        group.rebalance_timer = None
-        if group.state != GroupState.COMPLETING_REBALANCE or group.generation_id != generation:
+    def _on_sync_expired(self, group: Group, generation_id: int) -> None:
+        if not self._alive(group) or group.generation_id != generation_id:
             return
-        for m in list(group.members.values()):
-            if m.sync_future is None:
-                self._drop(group, m)
-        self._after_removal(group)
+        if group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return
+        missing = [group.members[mid] for mid in list(group.pending_sync) if mid in group.members]
+        log.info(
+            "group %s: %s did not send SyncGroup in time, removing them",
+            group.group_id,
+            ", ".join(m.member_id for m in missing),
+        )
+        for m in missing:
+            self._drop(group, m)
+        self._prepare_rebalance(group, "members did not sync")
 
     # ------------------------------------------------------------------ sync
 
@@ -607,31 +863,44 @@ class GroupCoordinator:
         if group.state == GroupState.PREPARING_REBALANCE:
             return now(ErrorCode.rebalance_in_progress)
         if group.state == GroupState.STABLE:
-            self._schedule_session(group, member)
+            self._synced(group, member_id)
+            self._heartbeat(group, member)
             return self._new_future(self._sync_answer(group, member))
         if group.state != GroupState.COMPLETING_REBALANCE:
             return now(ErrorCode.unknown_member_id)
-        self._schedule_session(group, member)
         fut: asyncio.Future[SyncResult] = self._new_future()
         self._complete(member.sync_future, SyncResult(ErrorCode.rebalance_in_progress))
         member.sync_future = fut
+        self._heartbeat(group, member)
         if member_id == group.leader_id:
             given = {mid: bytes(a) for mid, a in assignments}
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
-            self._cancel_timer(group)
             group.state = GroupState.STABLE
             for m in group.members.values():
-                sf = m.sync_future
-                m.sync_future = None
-                self._complete(sf, self._sync_answer(group, m))
+                self._answer_sync(group, m, self._sync_answer(group, m))
+        self._synced(group, member_id)
         return fut
+
+    def _synced(self, group: Group, member_id: str) -> None:
+        if member_id in group.pending_sync:
+            group.pending_sync.discard(member_id)
+            if not group.pending_sync:
+                self.rebalance_purgatory.check_and_complete(group.sync_key)
+
+    def _answer_sync(self, group: Group, member: Member, result: SyncResult) -> None:
+        """Answer a parked SyncGroup; the member's session restarts from here (as Kafka's
+        propagateAssignment does: its expiry may have been ignored while it waited)."""
+        fut = member.sync_future
+        member.sync_future = None
+        if self._complete(fut, result):
+            self._heartbeat(group, member)
 
     @staticmethod
     def _sync_answer(group: Group, member: Member) -> SyncResult:
         return SyncResult(ErrorCode.none, member.assignment, group.protocol_type, group.protocol_name)
 
-    # ------------------------------------------------------------------ heartbeat, leave, expiry
+    # ------------------------------------------------------------------ heartbeat, leave, removal
 
     def heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
@@ -646,7 +915,7 @@ class GroupCoordinator:
             return ErrorCode.unknown_member_id
         if generation_id != group.generation_id:
             return ErrorCode.illegal_generation
-        self._schedule_session(group, member)
+        self._heartbeat(group, member)
         if group.state == GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
@@ -656,7 +925,7 @@ class GroupCoordinator:
         if group is None:
             return [ErrorCode.unknown_member_id for _ in members]
         out: list[ErrorCode] = []
-        removed = False
+        removed_member = removed_pending = False
         for req in members:
             member_id = req.member_id
             if not member_id and req.group_instance_id is not None:
@@ -665,59 +934,51 @@ class GroupCoordinator:
                 out.append(ErrorCode.fenced_instance_id)
                 continue
             if member_id in group.pending:
-                group.pending.pop(member_id).cancel()
-                removed = True
+                group.pending.discard(member_id)
+                self.heartbeat_purgatory.check_and_complete((group.group_id, member_id))
+                removed_pending = True
                 out.append(ErrorCode.none)
                 continue
             member = group.members.get(member_id)
             if member is None:
                 out.append(ErrorCode.unknown_member_id)
                 continue
+            log.info("group %s: member %s left", group.group_id, member_id)
             self._drop(group, member)
-            removed = True
+            removed_member = True
             out.append(ErrorCode.none)
-        if removed:
-            self._after_removal(group)
+        if removed_member:
+            self._after_member_removed(group)
+        elif removed_pending:
+            self._after_pending_removed(group)
         return out
 
     def _drop(self, group: Group, member: Member) -> None:
-        """Forget a member; whoever waits on it is told UNKNOWN_MEMBER_ID."""
+        """Forget a member (no state change); whoever waits on it is told UNKNOWN_MEMBER_ID."""
         group.members.pop(member.member_id, None)
+        group.pending_sync.discard(member.member_id)
         if member.group_instance_id is not None and group.static.get(member.group_instance_id) == (
             member.member_id
         ):
             del group.static[member.group_instance_id]
-        if member.session_timer is not None:
-            member.session_timer.cancel()
-            member.session_timer = None
         self._complete(member.join_future, JoinResult(ErrorCode.unknown_member_id, member.member_id))
         self._complete(member.sync_future, SyncResult(ErrorCode.unknown_member_id))
         member.join_future = member.sync_future = None
+        member.is_leaving = True
+        self.heartbeat_purgatory.check_and_complete((group.group_id, member.member_id))
 
-    def _remove_member(self, group: Group, member: Member) -> None:
-        self._drop(group, member)
-        self._after_removal(group)
-
-    def _after_removal(self, group: Group) -> None:
+    def _after_member_removed(self, group: Group) -> None:
+        """Kafka's removeMemberAndUpdateGroup, after the member is gone."""
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            if group.members:
-                self._prepare_rebalance(group)
-            else:
-                self._to_empty(group)
+            self._prepare_rebalance(group, "a member left")
         elif group.state == GroupState.PREPARING_REBALANCE:
-            if not group.members and not group.pending:
-                self._cancel_timer(group)
-                group.generation_id += 1
-                self._to_empty(group)
-            else:
-                self._maybe_complete_join(group)
+            self._check_join(group)
 
-    def _to_empty(self, group: Group) -> None:
-        self._cancel_timer(group)
-        group.state = GroupState.EMPTY
-        group.protocol_name = None
-        group.leader_id = None
-        group.initial_delay_active = False
+    def _after_pending_removed(self, group: Group) -> None:
+        if group.state == GroupState.PREPARING_REBALANCE:
+            self._check_join(group)
+        elif group.state == GroupState.EMPTY:
+            self._maybe_forget(group)
 
     # ------------------------------------------------------------------ offsets, admin
 
@@ -739,16 +1000,19 @@ class GroupCoordinator:
             return ErrorCode.illegal_generation
         if group.state == GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
-        self._schedule_session(group, member)
+        self._heartbeat(group, member)  # a commit is as good as a heartbeat, as in Kafka
         return ErrorCode.none
 
     def list_groups(self) -> list[Group]:
+        """The groups in memory (the ListGroups handler adds those known only from metadata)."""
         return [g for g in self.groups.values() if g.state != GroupState.DEAD]
 
-    def describe(self, group_id: str) -> GroupDescription:
+    def describe(self, group_id: str) -> GroupDescription | None:
+        """The group as DescribeGroups shows it; None if it is not in memory (the handler then
+        reports it Empty if it has committed offsets, else Dead)."""
         group = self.groups.get(group_id)
         if group is None:
-            return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
+            return None
         stable = group.state == GroupState.STABLE
         proto = group.protocol_name or ""
         return GroupDescription(
@@ -770,45 +1034,45 @@ class GroupCoordinator:
         )
 
     def is_empty(self, group_id: str) -> bool:
+        """No member: the group is Empty or not in memory (maybe known from its offsets)."""
         group = self.groups.get(group_id)
         return group is None or (group.state == GroupState.EMPTY and not group.members)
 
     def delete(self, group_id: str) -> ErrorCode:
-        """DeleteGroups: only an empty group (or one this agent does not know) can go."""
+        """DeleteGroups: only an empty group (or one this agent does not hold) can go."""
         if not self.is_empty(group_id):
             return ErrorCode.non_empty_group
         group = self.groups.pop(group_id, None)
         if group is not None:
-            for t in group.pending.values():
-                t.cancel()
-            self._cancel_timer(group)
             group.state = GroupState.DEAD
+            self._complete_dead_group_ops(group)  # pending member ids
+            group.pending.clear()
         return ErrorCode.none
-
-    def close(self) -> None:
-        """Stop every timer and answer every waiter (the agent is shutting down)."""
-        for group in self.groups.values():
-            self._cancel_timer(group)
-            for t in group.pending.values():
-                t.cancel()
-            for m in group.members.values():
-                if m.session_timer is not None:
-                    m.session_timer.cancel()
-                self._complete(m.join_future, JoinResult(ErrorCode.not_coordinator, m.member_id))
-                self._complete(m.sync_future, SyncResult(ErrorCode.not_coordinator))
-        self.groups.clear()
 
 
 # ---------------------------------------------------------------------- handler helpers
 
 
 def coordinator(ctx: AgentContext) -> GroupCoordinator:
-    """The agent's coordinator (created on first use if the runtime did not register one)."""
+    """The agent's coordinator (created and started on first use if the runtime did not
+    register one; call it from a handler, i.e. on the running loop)."""
     found = ctx.services.get(GROUP_COORDINATOR)
     if found is None:
-        found = ctx.services[GROUP_COORDINATOR] = GroupCoordinator()
+        found = ctx.services[GROUP_COORDINATOR] = GroupCoordinator.from_config(ctx.config)
+        found.start()
     assert isinstance(found, GroupCoordinator)
     return found
+
+
+def admin_error_of(exc: BaseException) -> ErrorCode:
+    """What an admin request about groups (ListGroups, DescribeGroups, DeleteGroups,
+    OffsetDelete) answers when metadata fails: COORDINATOR_NOT_AVAILABLE while it cannot be
+    reached (admin clients find the coordinator again and retry), else metadata's error."""
+    if isinstance(exc, MetadataUnavailable):
+        return ErrorCode.coordinator_not_available
+    if isinstance(exc, MetadataError):
+        return to_error_code(exc.error_code)
+    return ErrorCode.unknown_server_error
 
 
 def owns_group(ctx: AgentContext, group_id: str) -> bool:

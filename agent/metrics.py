@@ -8,7 +8,9 @@ plain integer counters and pay nothing per request for metrics:
 - `skiff_produce_files_total`, `skiff_produce_file_bytes_total`, `skiff_produce_flush_failures_total`,
   `skiff_produce_buffered_bytes`: the produce buffer;
 - `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the block cache;
-- `skiff_connections`, `skiff_long_poll_partitions`.
+- `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
+- `skiff_purgatory_delayed{purgatory}`, `skiff_purgatory_watched{purgatory}` for the
+  fetch, heartbeat and rebalance purgatories; `skiff_groups`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from agent.group_coordinator import GROUP_COORDINATOR, GroupCoordinator
 
 if TYPE_CHECKING:
     from agent.runtime import RunningAgent
@@ -78,9 +82,35 @@ class AgentCollector(Collector):
             "skiff_connections", "Open Kafka connections", value=a.server.connection_count
         )
         yield GaugeMetricFamily(
-            "skiff_long_poll_partitions",
-            "Partitions watched by waiting fetches",
-            value=a.watch.watched_partitions,
+            "skiff_fetch_followed_partitions",
+            "Partitions whose commits through other agents this agent follows (long poll on metadata)",
+            value=a.watch.followed_partitions,
+        )
+        groups = a.context.service(GROUP_COORDINATOR, GroupCoordinator)
+        delayed = GaugeMetricFamily(
+            "skiff_purgatory_delayed", "Operations waiting in a purgatory", labels=["purgatory"]
+        )
+        watched = GaugeMetricFamily(
+            "skiff_purgatory_watched",
+            "Watcher-list entries of a purgatory (completed ones until purged)",
+            labels=["purgatory"],
+        )
+        for name, p in (
+            ("fetch", a.watch.purgatory),
+            ("heartbeat", groups.heartbeat_purgatory),
+            ("rebalance", groups.rebalance_purgatory),
+        ):
+            delayed.add_metric([name], p.delayed)
+            watched.add_metric([name], p.watched)
+        yield delayed
+        yield watched
+        yield GaugeMetricFamily(
+            "skiff_groups", "Groups held by this agent's coordinator", value=len(groups.list_groups())
+        )
+        yield CounterMetricFamily(
+            "skiff_fetch_commit_long_polls",
+            "Answered long polls of metadata for other agents' commits",
+            value=a.watch.long_polls,
         )
 
 

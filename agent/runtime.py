@@ -26,7 +26,7 @@ from agent.agent_registry import AgentRegistry
 from agent.block_cache import BlockCache
 from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
-from agent.config import AgentConfig
+from agent.config import AgentConfig, env_var
 from agent.context import AgentContext, Clock
 from agent.group_coordinator import GROUP_COORDINATOR, GroupCoordinator
 from agent.handlers.fetch import CHUNK_CACHE, COMMIT_WATCH, FETCH_CACHE, OBJECT_STORE
@@ -62,7 +62,7 @@ class RunningAgent:
 
     async def close(self, *, close_clients: bool = True) -> None:
         await self.server.close()
-        self.context.service(GROUP_COORDINATOR, GroupCoordinator).close()
+        await self.context.service(GROUP_COORDINATOR, GroupCoordinator).close()
         await self.buffer.close()
         await self.registry.close()
         await self.watch.close()
@@ -83,7 +83,9 @@ async def start_agent(
     locations = ChunkLocationCache(ttl_ms=config.chunk_cache_ttl_ms)
     watch = CommitWatch(
         metadata,
-        poll_interval_ms=config.fetch_poll_interval_ms,
+        retry_interval_ms=config.fetch_poll_interval_ms,
+        long_poll_ms=max(1, min(10_000, config.metadata_timeout_ms)),
+        follow_linger_ms=max(60_000, 2 * config.fetch_max_wait_ms_cap),
         on_high_watermark=locations.saw_high_watermark,
     )
 
@@ -94,12 +96,9 @@ async def start_agent(
         for spec, result in zip(committed.chunks, committed.results, strict=True):
             runs = new_chunk_locations(committed.object_key, spec, result)
             if runs:
-                locations.add_committed((spec.topic_id, spec.partition), runs, runs[-1].last_offset + 1)
-        watch.notify(
-            (c.topic_id, c.partition)
-            for c, r in zip(committed.chunks, committed.results, strict=True)
-            if any(b.error_code == 0 for b in r.batches)
-        )
+                key = (spec.topic_id, spec.partition)
+                locations.add_committed(key, runs, runs[-1].last_offset + 1)
+                watch.committed(key, runs[-1].last_offset + 1)
 
     buffer = ProduceBuffer(
         store=store,
@@ -113,11 +112,14 @@ async def start_agent(
         on_committed=on_committed,
     )
     ctx.services[PRODUCE_BUFFER] = buffer
+    watch.local_commit_pending = buffer.is_committing
     ctx.services[FETCH_CACHE] = cache
     ctx.services[CHUNK_CACHE] = locations
     ctx.services[COMMIT_WATCH] = watch
+    watch.start()
     ctx.services[OBJECT_STORE] = store
-    ctx.services[GROUP_COORDINATOR] = GroupCoordinator()
+    groups = ctx.services[GROUP_COORDINATOR] = GroupCoordinator.from_config(config)
+    groups.start()
     server = await start_agent_server(ctx, config.host, config.port)
     registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
     await registry.start()
@@ -252,6 +254,9 @@ def run_playground(*, data_dir: str, host: str, port: int, metadata_port: int) -
         bucket_url=bucket_url,
         metadata_url=db_url,
     )
+    if env_var("group_initial_rebalance_delay_ms") not in os.environ:
+        # No initial rebalance delay unless asked for, as in Kafka's development server.properties.
+        config = config.replace(group_initial_rebalance_delay_ms=0)
 
     _QuietServer = _quiet_server_class()
 

@@ -1,8 +1,12 @@
 """DescribeGroups (api key 15), v0-v5: state, protocol and members of groups.
 
-A group this agent does not coordinate gets NOT_COORDINATOR; one it does not know is
-reported Dead with no members (as Kafka does). Member assignments are shown only when
-the group is Stable. Authorized operations are not computed (Skiff has no ACLs).
+A group this agent does not coordinate gets NOT_COORDINATOR. One the coordinator does not
+hold in memory is looked up in metadata (one call for the whole request): with committed
+offsets it is Empty (no members, no protocol type, as Kafka reports a group that only
+stores offsets), without any it is Dead, as Kafka reports an unknown group. If metadata
+cannot be reached such groups get COORDINATOR_NOT_AVAILABLE (retriable). Member
+assignments are shown only when the group is Stable. Authorized operations are not
+computed (Skiff has no ACLs).
 """
 
 from __future__ import annotations
@@ -18,7 +22,13 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import GroupId
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
+from agent.group_coordinator import (
+    GroupDescription,
+    GroupState,
+    admin_error_of,
+    coordinator,
+    owns_group,
+)
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 
 API_KEY = 15
@@ -26,20 +36,21 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-def _describe(ctx: AgentContext, group_id: str) -> DescribedGroup:
-    if not owns_group(ctx, group_id):
-        return DescribedGroup(
-            error_code=ErrorCode.not_coordinator,
-            group_id=GroupId(group_id),
-            group_state="",
-            protocol_type="",
-            protocol_data="",
-            members=(),
-        )
-    d = coordinator(ctx).describe(group_id)
+def _failed(group_id: str, code: ErrorCode) -> DescribedGroup:
+    return DescribedGroup(
+        error_code=code,
+        group_id=GroupId(group_id),
+        group_state="",
+        protocol_type="",
+        protocol_data="",
+        members=(),
+    )
+
+
+def _described(d: GroupDescription) -> DescribedGroup:
     return DescribedGroup(
         error_code=ErrorCode.none,
-        group_id=GroupId(group_id),
+        group_id=GroupId(d.group_id),
         group_state=d.state,
         protocol_type=d.protocol_type,
         protocol_data=d.protocol_name,
@@ -58,8 +69,33 @@ def _describe(ctx: AgentContext, group_id: str) -> DescribedGroup:
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
+    coord = coordinator(ctx)
+    answers: dict[str, DescribedGroup] = {}
+    not_in_memory: list[str] = []
+    for group_id in request.body.groups:
+        if not owns_group(ctx, group_id):
+            answers[group_id] = _failed(group_id, ErrorCode.not_coordinator)
+            continue
+        d = coord.describe(group_id)
+        if d is None:
+            not_in_memory.append(group_id)
+        else:
+            answers[group_id] = _described(d)
+    if not_in_memory:
+        try:
+            with_offsets = set(await ctx.metadata.groups_with_offsets(not_in_memory))
+        except Exception as e:
+            code = admin_error_of(e)
+            answers.update((g, _failed(g, code)) for g in not_in_memory)
+        else:
+            for group_id in not_in_memory:
+                d = coord.describe(group_id)  # it may have been created while we waited
+                if d is None:
+                    state = GroupState.EMPTY if group_id in with_offsets else GroupState.DEAD
+                    d = GroupDescription(group_id, state.value, "", "", ())
+                answers[group_id] = _described(d)
     return DescribeGroupsResponse(
-        throttle_time=NO_THROTTLE, groups=tuple(_describe(ctx, g) for g in request.body.groups)
+        throttle_time=NO_THROTTLE, groups=tuple(answers[g] for g in request.body.groups)
     )
 
 

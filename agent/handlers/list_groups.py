@@ -1,7 +1,11 @@
 """ListGroups (api key 16), v0-v5: the groups this agent coordinates.
 
-Clients ask every broker and merge, so each agent lists only its own groups (those in
-its `GroupCoordinator`, including Empty ones it has seen since it started). v4+ filter by
+Clients ask every broker and merge, so each agent lists only its own groups: those in its
+`GroupCoordinator`, plus those known only from their committed offsets in metadata (after
+an agent restart, or once a group is Empty and forgotten by the coordinator) that rendezvous
+hashing gives to this agent, which are Empty with no protocol type (as Kafka reports a
+group that only stores offsets). If metadata cannot be reached the answer is
+COORDINATOR_NOT_AVAILABLE (retriable) rather than a silently partial list. v4+ filter by
 state, v5+ by type: every Skiff group is a "classic" group.
 """
 
@@ -15,7 +19,7 @@ from kio.schema.list_groups.v5.response import ListedGroup, ListGroupsResponse
 from kio.schema.types import GroupId
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator
+from agent.group_coordinator import GroupState, admin_error_of, coordinator, owns_group
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 from agent.protocol import convert
 
@@ -30,17 +34,29 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, ListGroupsRequest)
     states = {s.lower() for s in body.states_filter}
     types = {t.lower() for t in body.types_filter}
+    found: dict[str, tuple[str, str]] = {  # group id -> (protocol type, state)
+        g.group_id: (g.protocol_type or "", g.state.value)
+        for g in coordinator(ctx).list_groups()
+        if owns_group(ctx, g.group_id)  # not one left over from before a coordinator move
+    }
+    try:
+        with_offsets = await ctx.metadata.groups_with_offsets(None)
+    except Exception as e:
+        return ListGroupsResponse(throttle_time=NO_THROTTLE, error_code=admin_error_of(e), groups=())
+    for group_id in with_offsets:
+        if group_id not in found and owns_group(ctx, group_id):
+            found[group_id] = ("", GroupState.EMPTY.value)
     listed = []
-    for g in coordinator(ctx).list_groups():
-        if states and g.state.value.lower() not in states:
+    for group_id, (protocol_type, state) in found.items():
+        if states and state.lower() not in states:
             continue
         if types and GROUP_TYPE not in types:
             continue
         listed.append(
             ListedGroup(
-                group_id=GroupId(g.group_id),
-                protocol_type=g.protocol_type or "",
-                group_state=g.state.value,
+                group_id=GroupId(group_id),
+                protocol_type=protocol_type,
+                group_state=state,
                 group_type=GROUP_TYPE,
             )
         )

@@ -1,10 +1,14 @@
 """OffsetDelete (api key 47), v0: delete some committed offsets of a group (KIP-496).
 
-Only while the group has no active members (otherwise every partition gets
-GROUP_SUBSCRIBED_TO_TOPIC; Kafka refines this to the topics the members subscribe to).
-Metadata has no per-partition delete yet, so the group's offsets are read, all deleted,
-and the ones to keep written back; with no member committing meanwhile (the group is
-empty and this agent coordinates it), nothing else writes them.
+As in Kafka: a group the coordinator does not hold and that has no committed offsets gets
+GROUP_ID_NOT_FOUND; partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION. While
+the group has members, a "consumer" group keeps the offsets of the topics its members
+subscribe to (GROUP_SUBSCRIBED_TO_TOPIC on those partitions; the others are deleted) and
+any other protocol type gets NON_EMPTY_GROUP. The deletable partitions go in one metadata
+call, deleted in one transaction, so offsets other partitions get committed meanwhile are
+never touched. A group known only from its offsets (after an agent restart, or once
+Empty) is handled as the Empty group it is. If metadata cannot be reached the answer is
+COORDINATOR_NOT_AVAILABLE (retriable).
 """
 
 from __future__ import annotations
@@ -19,15 +23,19 @@ from kio.schema.offset_delete.v0.response import (
 )
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.group_coordinator import CONSUMER_PROTOCOL_TYPE, admin_error_of, coordinator, owns_group
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from metadata.types import Topic
 
 API_KEY = 47
 MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-def _answer(body: Any, top: ErrorCode, per: ErrorCode) -> OffsetDeleteResponse:
+def _answer(
+    body: Any, top: ErrorCode, codes: dict[tuple[str, int], ErrorCode] | None = None
+) -> OffsetDeleteResponse:
+    codes = codes or {}
     return OffsetDeleteResponse(
         error_code=top,
         throttle_time=NO_THROTTLE,
@@ -35,7 +43,10 @@ def _answer(body: Any, top: ErrorCode, per: ErrorCode) -> OffsetDeleteResponse:
             OffsetDeleteResponseTopic(
                 name=t.name,
                 partitions=tuple(
-                    OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=per)
+                    OffsetDeleteResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=codes.get((t.name, int(p.partition_index)), ErrorCode.none),
+                    )
                     for p in t.partitions
                 ),
             )
@@ -46,23 +57,41 @@ def _answer(body: Any, top: ErrorCode, per: ErrorCode) -> OffsetDeleteResponse:
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = request.body
-    if not owns_group(ctx, body.group_id):
-        return _answer(body, ErrorCode.not_coordinator, ErrorCode.none)
-    if not coordinator(ctx).is_empty(body.group_id):
-        return _answer(body, ErrorCode.none, ErrorCode.group_subscribed_to_topic)
+    group_id = body.group_id
+    if not owns_group(ctx, group_id):
+        return _answer(body, ErrorCode.not_coordinator)
+    coord = coordinator(ctx)
     try:
-        current = await ctx.metadata.fetch_offsets(body.group_id, None)
-        if not current and body.group_id not in coordinator(ctx).groups:
-            return _answer(body, ErrorCode.group_id_not_found, ErrorCode.none)
-        drop = {(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions}
-        keep = [o for o in current if (o.topic, o.partition) not in drop]
-        if len(keep) != len(current):
-            await ctx.metadata.delete_group_offsets(body.group_id)
-            if keep:
-                await ctx.metadata.commit_offsets(body.group_id, keep)
+        if group_id not in coord.groups and not await ctx.metadata.groups_with_offsets([group_id]):
+            return _answer(body, ErrorCode.group_id_not_found)
+        topics: dict[str, Topic] = await ctx.topics.get_by_name(list({t.name for t in body.topics}))
     except Exception as e:
-        return _answer(body, error_of(e)[0], ErrorCode.none)
-    return _answer(body, ErrorCode.none, ErrorCode.none)
+        return _answer(body, admin_error_of(e))
+
+    group = coord.groups.get(group_id)  # looked up again: the awaits above let others run
+    subscribed: set[str] | None = set()
+    if group is not None and group.members:
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return _answer(body, ErrorCode.non_empty_group)
+        subscribed = group.subscribed_topics()  # None: unknown, every topic counts
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    delete: list[tuple[str, int]] = []
+    for t in body.topics:
+        topic = topics.get(t.name)
+        for p in t.partitions:
+            key = (t.name, int(p.partition_index))
+            if topic is None or not 0 <= key[1] < topic.partition_count:
+                codes[key] = ErrorCode.unknown_topic_or_partition
+            elif subscribed is None or t.name in subscribed:
+                codes[key] = ErrorCode.group_subscribed_to_topic
+            else:
+                delete.append(key)
+    if delete:
+        try:
+            await ctx.metadata.delete_partition_offsets(group_id, delete)
+        except Exception as e:
+            return _answer(body, admin_error_of(e))
+    return _answer(body, ErrorCode.none, codes)
 
 
 SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
