@@ -373,3 +373,64 @@ def test_confluent_static_member_restart_keeps_assignment_without_rebalance(play
     finally:
         c1.close()
         c2.close()
+
+
+def test_confluent_cooperative_sticky_moves_only_what_it_must(playground: str) -> None:
+    """KIP-429 over the classic protocol: the coordinator carries the cooperative-sticky
+    assignor's metadata (owned partitions) faithfully, so when a member joins, the
+    incumbent gives up only the partitions that move and keeps consuming the others, and
+    when it leaves, the survivor gets them back without losing what it owned."""
+    topic, group = _name("coop"), _name("g")
+    create_topic(playground, topic)
+    produce(playground, topic, 10, "a")
+    events: dict[str, list[tuple[str, set[int]]]] = {"a": [], "b": []}
+
+    def cooperative(name: str) -> Consumer:
+        c = consumer(playground, group, **{"partition.assignment.strategy": "cooperative-sticky"})
+
+        def on_assign(cons: Consumer, parts: list[TopicPartition]) -> None:
+            events[name].append(("assign", {tp.partition for tp in parts}))
+
+        def on_revoke(cons: Consumer, parts: list[TopicPartition]) -> None:
+            events[name].append(("revoke", {tp.partition for tp in parts}))
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        return c
+
+    a = cooperative("a")
+    b: Consumer | None = None
+    try:
+        got = consume(a, 10 * PARTITIONS)
+        assert len(a.assignment()) == PARTITIONS
+        a.commit(asynchronous=False)
+        assert len(got) == 10 * PARTITIONS
+        events["a"].clear()
+
+        b = cooperative("b")
+        poll_until([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+        # a was asked to give up exactly the two partitions b now owns, nothing more
+        revoked = set().union(*(p for kind, p in events["a"] if kind == "revoke"))
+        assert revoked == {tp.partition for tp in b.assignment()}
+        assert not {tp.partition for tp in a.assignment()} & revoked
+        assert [kind for kind, p in events["a"] if p] == ["revoke"]  # no re-assign of what it kept
+
+        produce(playground, topic, 5, "b")
+        by_partition: dict[int, list[bytes]] = {}
+        deadline = time.monotonic() + 60
+        while sum(map(len, by_partition.values())) < 5 * PARTITIONS:
+            assert time.monotonic() < deadline, by_partition
+            for c in (a, b):
+                m = c.poll(0.1)
+                if m is not None and not m.error():
+                    by_partition.setdefault(m.partition(), []).append(m.value())
+        assert by_partition == {p: [f"b-{p}-{i}".encode() for i in range(5)] for p in range(PARTITIONS)}
+
+        b.close()
+        b = None
+        events["a"].clear()
+        poll_until([a], lambda: len(a.assignment()) == PARTITIONS)
+        assert not any(kind == "revoke" and p for kind, p in events["a"])
+    finally:
+        if b is not None:
+            b.close()
+        a.close()

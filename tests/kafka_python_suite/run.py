@@ -26,6 +26,11 @@ Usage (from the repo root, in the venv):
         [--report PATH] [--kafka-version 4.0.0] [--write-passing [--label TEXT]] [--test-timeout 120]
         [--timeout 3600] [-- extra pytest args, e.g. -k produce -x -v]
 
+The broker should be configured as kafka-python's own test broker is (its
+servers/*/resources/kafka.properties): for Skiff, `SKIFF_DEFAULT_PARTITIONS=3
+SKIFF_GROUP_MIN_SESSION_TIMEOUT_MS=1000 skiff playground` (the group tests ask for 3 s
+sessions, below the default minimum of 6 s; see tests/e2e/test_kafka_python_suite.py).
+
 `--write-passing` rewrites passing.txt with the tests that passed in this run (how the list for
 a new broker is produced). Test ids are pytest node ids relative to the extracted sdist, e.g.
 `test/integration/test_producer_integration.py::test_end_to_end[gzip]`.
