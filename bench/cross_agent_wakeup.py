@@ -20,7 +20,6 @@ Prints a markdown table for docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import subprocess
@@ -34,14 +33,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic  # noqa: E402
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData  # noqa: E402
-from kio.schema.types import TopicName  # noqa: E402
-from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64  # noqa: E402
 
 from fileformat.records import build_batch  # noqa: E402
 from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
-from tests.support.kafka_wire import KafkaWire  # noqa: E402
+from tests.support.kafka_wire import KafkaWire, fetch_request, produce_request  # noqa: E402
 
 TOPIC = "wakeup"
 
@@ -59,47 +54,14 @@ def start(args: list[str], port: int, log: Path, env: dict[str, str]) -> subproc
     return proc
 
 
-def fetch_request(offset: int) -> FetchRequest:
-    return FetchRequest(
-        max_wait=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-        min_bytes=i32(1),
-        max_bytes=i32(1 << 20),
-        isolation_level=i8(0),
-        topics=(
-            FetchTopic(
-                topic=TopicName(TOPIC),
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
-
-
-def produce_request(value: bytes) -> ProduceRequest:
-    batch = build_batch([(0, int(time.time() * 1000), None, value, ())])
-    return ProduceRequest(
-        transactional_id=None,
-        acks=i16(-1),
-        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
-        topic_data=(
-            TopicProduceData(
-                name=TopicName(TOPIC),
-                partition_data=(PartitionProduceData(index=i32(0), records=Records.parse(batch)),),
-            ),
-        ),
-    )
-
-
 def trial(fetcher: KafkaWire, producer: KafkaWire, offset: int) -> tuple[float, float]:
     """(produce->ack, produce->fetch) seconds for one record at `offset`."""
     got: dict[str, float] = {}
 
     def fetch() -> None:
-        resp = fetcher.request(fetch_request(offset)).parse()
+        resp = fetcher.request(
+            fetch_request(TOPIC, [(0, offset, 1 << 20)], max_wait_ms=10_000, max_bytes=1 << 20)
+        ).parse()
         got["fetch"] = time.perf_counter()
         part = resp.responses[0].partitions[0]
         if int(part.error_code) != 0 or part.records is None or not bytes(part.records):
@@ -111,7 +73,9 @@ def trial(fetcher: KafkaWire, producer: KafkaWire, offset: int) -> tuple[float, 
     t.start()
     time.sleep(0.15)  # let the fetch park in the purgatory
     sent = time.perf_counter()
-    resp = producer.request(produce_request(b"x" * 100)).parse()
+    resp = producer.request(
+        produce_request(TOPIC, {0: build_batch([(0, int(time.time() * 1000), None, b"x" * 100, ())])})
+    ).parse()
     acked = time.perf_counter()
     pr = resp.responses[0].partition_responses[0]
     assert int(pr.error_code) == 0 and int(pr.base_offset) == offset, pr

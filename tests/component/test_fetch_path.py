@@ -8,7 +8,6 @@ aiokafka clients on the same event loop. The metadata client is wrapped to count
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,10 +16,6 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.types import TopicName
-from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from agent.config import AgentConfig
 from agent.runtime import RunningAgent, start_agent
@@ -29,7 +24,7 @@ from fileformat.records import build_batch, iter_batches
 from metadata.client import LocalMetadataClient
 from metadata.service import MetadataService
 from tests.component.fake_metadata import FlakyMetadataClient
-from tests.support.kafka_wire import send_request
+from tests.support.kafka_wire import fetch_request, produce_request, send_request
 
 
 @pytest.fixture
@@ -131,43 +126,13 @@ async def test_catch_up_reads_use_ranged_gets_then_cache(
 
 def _raw_fetch(bootstrap: str, topic: str, offset: int, max_wait_ms: int) -> tuple[int, bytes]:
     """One Fetch v12 of partition 0 at `offset`: (error code, record bytes)."""
-    req = FetchRequest(
-        max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
-        min_bytes=i32(1),
-        max_bytes=i32(1 << 20),
-        isolation_level=i8(0),
-        topics=(
-            FetchTopic(
-                topic=TopicName(topic),
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
+    req = fetch_request(topic, [(0, offset, 1 << 20)], max_wait_ms=max_wait_ms, max_bytes=1 << 20)
     part = send_request(bootstrap, req, timeout_s=30).parse().responses[0].partitions[0]
     return int(part.error_code), bytes(part.records or b"")
 
 
 def _raw_produce(bootstrap: str, topic: str, value: bytes) -> int:
-    req = ProduceRequest(
-        transactional_id=None,
-        acks=i16(-1),
-        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
-        topic_data=(
-            TopicProduceData(
-                name=TopicName(topic),
-                partition_data=(
-                    PartitionProduceData(
-                        index=i32(0), records=Records.parse(build_batch([(0, 1, None, value, ())]))
-                    ),
-                ),
-            ),
-        ),
-    )
+    req = produce_request(topic, {0: build_batch([(0, 1, None, value, ())])})
     pr = send_request(bootstrap, req, timeout_s=30).parse().responses[0].partition_responses[0]
     assert int(pr.error_code) == 0
     return int(pr.base_offset)

@@ -13,6 +13,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -434,3 +435,41 @@ def test_confluent_cooperative_sticky_moves_only_what_it_must(playground: str) -
         if b is not None:
             b.close()
         a.close()
+
+
+def test_java_cooperative_sticky_revokes_only_moved_partitions(
+    playground: str, java_client: JavaClient
+) -> None:
+    """The Java client's CooperativeStickyAssignor through the coordinator: when a second
+    member joins, the first is told to revoke only the partitions that move to it."""
+    topic, group = _name("jcoop"), _name("g")
+    create_topic(playground, topic)
+    props = {
+        "partition.assignment.strategy": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+        "session.timeout.ms": "10000",
+        "heartbeat.interval.ms": "500",
+    }
+    events: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
+    members = {"a": java_client.group_member(playground, topic, group, props=props)}
+
+    def poll_members(done: Callable[[], bool], timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert time.monotonic() < deadline, events
+            for name, m in members.items():
+                events[name].extend(m.call("poll 200")["events"])
+
+    def owned(name: str) -> set[int]:
+        return set(members[name].call("assignment")["partitions"])
+
+    try:
+        poll_members(lambda: len(owned("a")) == PARTITIONS)
+        events["a"].clear()
+        members["b"] = java_client.group_member(playground, topic, group, props=props)
+        poll_members(lambda: len(owned("a")) == 2 and len(owned("b")) == 2)
+        revoked = {p for e in events["a"] if e["type"] == "revoked" for p in e["partitions"]}
+        assert revoked == owned("b"), events["a"]
+        assert not any(e["type"] == "lost" for e in events["a"])
+    finally:
+        for m in members.values():
+            m.close()

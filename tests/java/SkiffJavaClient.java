@@ -13,6 +13,9 @@
 //             | list-topics | describe-topic T | describe-configs T | describe-cluster
 //             | list-offsets T | list-groups | group-offsets G
 //   api-oracle [--kind response|request] [--show]   (reads "api_key api_version hex" lines on stdin)
+//   group-member --bootstrap H:P --topic T --group G [--prop k=v ...]
+//             (an interactive group consumer: one command per stdin line, one JSON answer per line;
+//             see groupMember below)
 //
 // Built and run by tests/support/java_client.py; see that module for the JSON formats.
 
@@ -125,6 +128,9 @@ public final class SkiffJavaClient {
                     break;
                 case "api-oracle":
                     apiOracle(args);
+                    break;
+                case "group-member":
+                    groupMember(args);
                     break;
                 default:
                     throw new UsageError("unknown subcommand: " + argv[0]);
@@ -374,6 +380,164 @@ public final class SkiffJavaClient {
 
     static String str(byte[] b) {
         return b == null ? null : new String(b, StandardCharsets.UTF_8);
+    }
+
+    // ------------------------------------------------------------------ group-member
+
+    /**
+     * An interactive consumer in a group, driven line by line from stdin. It subscribes to --topic
+     * (auto.offset.reset earliest and no auto commit unless --prop says otherwise), then answers
+     * each command with exactly one JSON line on stdout: {"type": CMD, "ok": true, ...} or
+     * {"type": "error", "ok": false, "command": ..., "class": ..., "message": ...}.
+     *
+     *   poll MS            one consumer.poll(MS): {"events": [...]} in the order they happened, each
+     *                      {"type":"assigned"|"revoked"|"lost","partitions":[...]} (from the rebalance
+     *                      listener) or {"type":"record","partition","offset","key","value"}
+     *   assignment         {"partitions": [...]} (sorted)
+     *   commit [P:O,...]   commitSync of those offsets (none given: of the consumed positions)
+     *   committed          {"offsets": {"P": offset or null}} for every partition of the topic
+     *   position           {"positions": {"P": offset}} for the assigned partitions
+     *   pause P,... / resume P,...
+     *   close              closes the consumer (leaving the group), answers, and exits
+     *
+     * Rebalance events that happen outside poll (e.g. during close) come in that answer's "events".
+     */
+    static void groupMember(Args args) throws Exception {
+        String bootstrap = args.required("--bootstrap");
+        String topic = args.required("--topic");
+        String group = args.required("--group");
+        args.checkNoPositionals();
+        Properties props = new Properties();
+        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ConsumerConfig.CLIENT_ID_CONFIG, "skiff-java-member");
+        props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        props.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+        props.putAll(args.props());
+        final List<Object> events = new ArrayList<>();
+        KafkaConsumer<byte[], byte[]> consumer =
+                new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+            @Override
+            public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+                events.add(obj("type", "revoked", "partitions", partitionList(parts)));
+            }
+
+            @Override
+            public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                events.add(obj("type", "assigned", "partitions", partitionList(parts)));
+            }
+
+            @Override
+            public void onPartitionsLost(Collection<TopicPartition> parts) {
+                events.add(obj("type", "lost", "partitions", partitionList(parts)));
+            }
+        });
+        emit(obj("type", "ready", "ok", true));
+        System.out.flush();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        boolean closed = false;
+        String line;
+        while (!closed && (line = in.readLine()) != null) {
+            line = line.trim();
+            if (line.isEmpty()) {
+                continue;
+            }
+            String[] parts = line.split("\\s+");
+            String cmd = parts[0];
+            String arg = parts.length > 1 ? parts[1] : null;
+            Map<String, Object> out = obj("type", cmd, "ok", true);
+            try {
+                switch (cmd) {
+                    case "poll": {
+                        long ms = arg == null ? 100 : Long.parseLong(arg);
+                        ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(ms));
+                        for (ConsumerRecord<byte[], byte[]> r : recs) {
+                            events.add(obj("type", "record", "partition", r.partition(), "offset", r.offset(),
+                                    "key", str(r.key()), "value", str(r.value())));
+                        }
+                        break;
+                    }
+                    case "assignment":
+                        out.put("partitions", partitionList(consumer.assignment()));
+                        break;
+                    case "commit":
+                        if (arg == null) {
+                            consumer.commitSync();
+                        } else {
+                            Map<TopicPartition, OffsetAndMetadata> offs = new HashMap<>();
+                            for (String po : arg.split(",")) {
+                                String[] kv = po.split(":");
+                                offs.put(new TopicPartition(topic, Integer.parseInt(kv[0])),
+                                        new OffsetAndMetadata(Long.parseLong(kv[1])));
+                            }
+                            consumer.commitSync(offs);
+                        }
+                        break;
+                    case "committed": {
+                        Set<TopicPartition> tps = new java.util.HashSet<>();
+                        for (org.apache.kafka.common.PartitionInfo pi : consumer.partitionsFor(topic)) {
+                            tps.add(new TopicPartition(topic, pi.partition()));
+                        }
+                        Map<TopicPartition, OffsetAndMetadata> got = consumer.committed(tps);
+                        Map<String, Object> offs = new TreeMap<>();
+                        for (TopicPartition tp : tps) {
+                            OffsetAndMetadata om = got.get(tp);
+                            offs.put(Integer.toString(tp.partition()), om == null ? null : om.offset());
+                        }
+                        out.put("offsets", offs);
+                        break;
+                    }
+                    case "position": {
+                        Map<String, Object> pos = new TreeMap<>();
+                        for (TopicPartition tp : consumer.assignment()) {
+                            pos.put(Integer.toString(tp.partition()), consumer.position(tp));
+                        }
+                        out.put("positions", pos);
+                        break;
+                    }
+                    case "pause":
+                    case "resume": {
+                        List<TopicPartition> tps = new ArrayList<>();
+                        for (String p : (arg == null ? "" : arg).split(",")) {
+                            if (!p.isEmpty()) {
+                                tps.add(new TopicPartition(topic, Integer.parseInt(p)));
+                            }
+                        }
+                        if (cmd.equals("pause")) {
+                            consumer.pause(tps);
+                        } else {
+                            consumer.resume(tps);
+                        }
+                        break;
+                    }
+                    case "close":
+                        consumer.close(CloseOptions.timeout(Duration.ofSeconds(10)));
+                        closed = true;
+                        break;
+                    default:
+                        throw new UsageError("unknown group-member command: " + cmd);
+                }
+            } catch (Exception e) {
+                Throwable t = unwrap(e);
+                out = obj("type", "error", "ok", false, "command", line, "class", t.getClass().getName(),
+                        "message", String.valueOf(t.getMessage()));
+            }
+            out.put("events", new ArrayList<>(events));
+            events.clear();
+            emit(out);
+            System.out.flush();
+        }
+        if (!closed) {
+            consumer.close(CloseOptions.timeout(Duration.ofSeconds(10)));
+        }
+    }
+
+    static List<Object> partitionList(Collection<TopicPartition> parts) {
+        List<Object> out = new ArrayList<>();
+        new TreeSet<>(parts.stream().map(TopicPartition::partition).toList()).forEach(out::add);
+        return out;
     }
 
     // ------------------------------------------------------------------ admin

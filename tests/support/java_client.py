@@ -31,14 +31,17 @@ import fcntl
 import hashlib
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -269,6 +272,92 @@ class JavaClient:
         if len(results) != len(items):
             raise JavaClientError(f"api-oracle: {len(items)} inputs but {len(results)} results: {lines!r}")
         return results
+
+    def group_member(
+        self, bootstrap: str, topic: str, group: str, *, props: dict[str, str] | None = None
+    ) -> JavaGroupMember:
+        """Start an interactive consumer subscribed to `topic` in `group` (see `JavaGroupMember`)."""
+        args = ["group-member", "--bootstrap", bootstrap, "--topic", topic, "--group", group]
+        return JavaGroupMember(self.command(*args, *(str(a) for a in _props(props))))
+
+
+class JavaGroupMember:
+    """A running `SkiffJavaClient group-member`: one Java KafkaConsumer in a group, driven by
+    commands (`call("poll 200")`, `call("commit 0:5,1:7")`, ...; see the Java source), each
+    answered by one JSON object. `call` raises `JavaClientError` on an {"ok": false} answer
+    unless `check=False`; `close()` leaves the group and ends the process."""
+
+    def __init__(self, argv: list[str], start_timeout_s: float = 60.0) -> None:
+        self.argv = argv
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._next(start_timeout_s, "start")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def stderr_tail(self, lines: int = 40) -> str:
+        if self._stderr.closed:
+            return "(closed)"
+        self._stderr.seek(0)
+        return _tail(self._stderr.read().decode(errors="replace"), lines)
+
+    def _next(self, timeout_s: float, what: str) -> dict[str, Any]:
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise JavaClientError(
+                f"java group member: no answer to {what!r} within {timeout_s}s\nstderr:\n{self.stderr_tail()}"
+            ) from None
+        if line is None:
+            raise JavaClientError(
+                f"java group member exited ({self.proc.poll()}) before answering {what!r}"
+                f"\nstderr:\n{self.stderr_tail()}"
+            )
+        try:
+            answer: dict[str, Any] = json.loads(line)
+        except json.JSONDecodeError:
+            raise JavaClientError(f"java group member: not JSON: {line!r}") from None
+        return answer
+
+    def call(self, command: str, *, timeout_s: float = 90.0, check: bool = True) -> dict[str, Any]:
+        if self.proc.poll() is not None:
+            raise JavaClientError(f"java group member already exited\nstderr:\n{self.stderr_tail()}")
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        answer = self._next(timeout_s, command)
+        if check and not answer.get("ok"):
+            raise JavaClientError(f"java group member: {command!r} failed: {answer}")
+        return answer
+
+    def close(self, timeout_s: float = 60.0) -> dict[str, Any] | None:
+        """Close the consumer (it leaves the group) and wait for the process; idempotent."""
+        answer = None
+        if self.proc.poll() is None:
+            try:
+                answer = self.call("close", timeout_s=timeout_s, check=False)
+            except (JavaClientError, OSError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+        return answer
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _props(props: dict[str, str] | None) -> list[object]:

@@ -11,22 +11,28 @@ response header v0/v1 stripped by hand) so that the bytes under test are the bro
     raw.parse()     # the kio response entity
     raw.oracle_item # (api_key, api_version, body) for JavaClient.api_oracle
 
-`send_request(bootstrap, request)` is the one-shot form.
+`send_request(bootstrap, request)` is the one-shot form; `fetch_request` and
+`produce_request` build the two data requests tests send most.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import io
 import socket
 import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, cast
 
 from kio.index import load_response_schema
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 DEFAULT_CLIENT_ID = "skiff-wire"
 
@@ -174,3 +180,47 @@ def send_request(bootstrap: str, request: Any, *, timeout_s: float = 10.0) -> Ra
     """One request on a fresh connection."""
     with KafkaWire(bootstrap, timeout_s=timeout_s) as wire:
         return wire.request(request)
+
+
+def fetch_request(
+    topic: str,
+    partitions: Sequence[tuple[int, int, int]],
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    max_bytes: int = 50 << 20,
+) -> FetchRequest:
+    """A sessionless Fetch v12 of `topic`'s (partition, fetch offset, partition max bytes)."""
+    return FetchRequest(
+        max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
+        min_bytes=i32(min_bytes),
+        max_bytes=i32(max_bytes),
+        isolation_level=i8(0),
+        topics=(
+            FetchTopic(
+                topic=TopicName(topic),
+                partitions=tuple(
+                    FetchPartition(partition=i32(p), fetch_offset=i64(o), partition_max_bytes=i32(limit))
+                    for p, o, limit in partitions
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+def produce_request(topic: str, batches: Mapping[int, bytes], *, acks: int = -1) -> ProduceRequest:
+    """A Produce v9 of one record batch per partition of `topic` (30 s timeout)."""
+    return ProduceRequest(
+        transactional_id=None,
+        acks=i16(acks),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=tuple(
+                    PartitionProduceData(index=i32(p), records=Records.parse(b)) for p, b in batches.items()
+                ),
+            ),
+        ),
+    )
