@@ -17,7 +17,8 @@ from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupRespon
 from kio.static.primitive import i32
 
 from agent.context import AgentContext
-from agent.group_coordinator import JoinResult, coordinator, owns_group
+from agent.group_coordinator import coordinator, owns_group
+from agent.group_model import JoinResult
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 from agent.protocol import convert
 

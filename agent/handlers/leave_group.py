@@ -13,7 +13,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.leave_group.v5.response import LeaveGroupResponse, MemberResponse
 
 from agent.context import AgentContext
-from agent.group_coordinator import LeaveRequest, coordinator, owns_group
+from agent.group_coordinator import coordinator, owns_group
+from agent.group_model import LeaveRequest
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 
 API_KEY = 13

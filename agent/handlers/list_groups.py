@@ -19,7 +19,8 @@ from kio.schema.list_groups.v5.response import ListedGroup, ListGroupsResponse
 from kio.schema.types import GroupId
 
 from agent.context import AgentContext
-from agent.group_coordinator import GroupState, admin_error_of, coordinator, owns_group
+from agent.group_coordinator import admin_error_of, coordinator, owns_group
+from agent.group_model import GroupState
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 from agent.protocol import convert
 

@@ -13,7 +13,8 @@ from kio.schema.sync_group.v5.request import SyncGroupRequest
 from kio.schema.sync_group.v5.response import SyncGroupResponse
 
 from agent.context import AgentContext
-from agent.group_coordinator import SyncResult, coordinator, owns_group
+from agent.group_coordinator import coordinator, owns_group
+from agent.group_model import SyncResult
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 from agent.protocol import convert
 
