@@ -175,14 +175,9 @@ class CommitWatch:
 
     def committed(self, key: Key, high_watermark: int) -> None:
         """This agent committed data to `key`, which now ends at `high_watermark` (the
-        chunk cache already knows the new chunks)."""
-        if self._on_hwm is not None:
-            self._on_hwm(key, high_watermark)
-        if key in self._known:
-            if high_watermark > self._known[key]:
-                self._known[key] = high_watermark
-            # Also when the long poll told us first (deferred news, see _follow).
-            self.purgatory.check_and_complete(key)
+        chunk cache already knows the new chunks). Checks the partition's waiters even if
+        the long poll told us of this watermark first (deferred news, see _follow)."""
+        self._learn(key, high_watermark, force=True)
 
     def _settle(self, key: Key) -> None:
         hwm = self._known.get(key)

@@ -97,9 +97,7 @@ from agent.group_model import (
     MemberDescription,
     SyncResult,
 )
-from agent.protocol import to_error_code
 from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
-from metadata.errors import MetadataError, MetadataUnavailable
 
 if TYPE_CHECKING:
     from agent.config import AgentConfig
@@ -867,17 +865,6 @@ def coordinator(ctx: AgentContext) -> GroupCoordinator:
         found.start()
     assert isinstance(found, GroupCoordinator)
     return found
-
-
-def admin_error_of(exc: BaseException) -> ErrorCode:
-    """What an admin request about groups (ListGroups, DescribeGroups, DeleteGroups,
-    OffsetDelete) answers when metadata fails: COORDINATOR_NOT_AVAILABLE while it cannot be
-    reached (admin clients find the coordinator again and retry), else metadata's error."""
-    if isinstance(exc, MetadataUnavailable):
-        return ErrorCode.coordinator_not_available
-    if isinstance(exc, MetadataError):
-        return to_error_code(exc.error_code)
-    return ErrorCode.unknown_server_error
 
 
 def owns_group(ctx: AgentContext, group_id: str) -> bool:

@@ -32,7 +32,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
@@ -116,6 +116,7 @@ from metadata.types import (
 
 Clock = Callable[[], int]
 Key = tuple[uuid.UUID, int]
+KeyT = TypeVar("KeyT")
 
 DEFAULT_AGENT_TTL_MS = 10_000
 # Kafka has no limit; creating a topic inserts one row per partition, so we keep one.
@@ -308,7 +309,9 @@ class MetadataService:
 
     # ------------------------------------------------------------------ helpers
 
-    def _key_batches(self, keys: Sequence[Key]) -> Iterable[Sequence[Key]]:
+    def _key_batches(self, keys: Sequence[KeyT]) -> Iterable[Sequence[KeyT]]:
+        """`keys` in slices small enough for one statement's bound parameters (SQLite's
+        limit; PostgreSQL takes them all at once)."""
         if self._pg:
             yield keys
             return
@@ -1288,10 +1291,10 @@ class MetadataService:
             return
         g = group_offsets.c
         with write_tx(self.engine) as conn:
-            for i in range(0, len(keys), 500):  # bounded statement size, one transaction
+            for batch in self._key_batches(keys):
                 conn.execute(
                     delete(group_offsets).where(
-                        g.group_id == group_id, tuple_(g.topic, g.partition).in_(keys[i : i + 500])
+                        g.group_id == group_id, tuple_(g.topic, g.partition).in_(batch)
                     )
                 )
 

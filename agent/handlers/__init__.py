@@ -166,3 +166,12 @@ def error_of(exc: BaseException) -> tuple[ErrorCode, str]:
     if isinstance(exc, MetadataUnavailable):
         return METADATA_UNAVAILABLE, f"metadata service unavailable: {exc}"
     return ErrorCode.unknown_server_error, f"{type(exc).__name__}: {exc}"
+
+
+def admin_error_of(exc: BaseException) -> ErrorCode:
+    """`error_of`'s code for the admin requests about groups (ListGroups, DescribeGroups,
+    DeleteGroups, OffsetDelete), except that metadata out of reach is
+    COORDINATOR_NOT_AVAILABLE: admin clients find the coordinator again and retry."""
+    if isinstance(exc, MetadataUnavailable):
+        return ErrorCode.coordinator_not_available
+    return error_of(exc)[0]

@@ -16,8 +16,8 @@ from kio.schema.delete_groups.v2.response import DeletableGroupResult, DeleteGro
 from kio.schema.errors import ErrorCode
 
 from agent.context import AgentContext
-from agent.group_coordinator import admin_error_of, coordinator, owns_group
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.group_coordinator import coordinator, owns_group
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
 
 API_KEY = 42
 MIN_VERSION = 0

@@ -22,9 +22,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import GroupId
 
 from agent.context import AgentContext
-from agent.group_coordinator import admin_error_of, coordinator, owns_group
+from agent.group_coordinator import coordinator, owns_group
 from agent.group_model import GroupDescription, GroupState
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
 
 API_KEY = 15
 MIN_VERSION = 0

@@ -19,9 +19,9 @@ from kio.schema.list_groups.v5.response import ListedGroup, ListGroupsResponse
 from kio.schema.types import GroupId
 
 from agent.context import AgentContext
-from agent.group_coordinator import admin_error_of, coordinator, owns_group
+from agent.group_coordinator import coordinator, owns_group
 from agent.group_model import GroupState
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
 from agent.protocol import convert
 
 API_KEY = 16

@@ -23,9 +23,9 @@ from kio.schema.offset_delete.v0.response import (
 )
 
 from agent.context import AgentContext
-from agent.group_coordinator import admin_error_of, coordinator, owns_group
+from agent.group_coordinator import coordinator, owns_group
 from agent.group_model import CONSUMER_PROTOCOL_TYPE
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
 from metadata.types import Topic
 
 API_KEY = 47
