@@ -93,9 +93,7 @@ async def test_catch_up_reads_use_ranged_gets_then_cache(
     finally:
         await producer.stop()
     # forget what this agent wrote: reads must come from the bucket
-    running.cache._objects.clear()
-    running.cache._entries.clear()
-    running.cache._bytes = running.cache._object_bytes = 0
+    running.cache.clear()
 
     async def read_all() -> list[tuple[int, int, bytes]]:
         consumer = AIOKafkaConsumer(
