@@ -70,7 +70,11 @@ class AgentCollector(Collector):
         yield GaugeMetricFamily(
             "skiff_produce_buffered_bytes", "Produce bytes held in memory", value=a.buffer.buffered_bytes
         )
-        yield CounterMetricFamily("skiff_fetch_cache_hits", "Range cache hits (ranges served from cache or from a GET in flight)", value=a.cache.hits)
+        yield CounterMetricFamily(
+            "skiff_fetch_cache_hits",
+            "Range cache hits (ranges served from cache or from a GET in flight)",
+            value=a.cache.hits,
+        )
         yield CounterMetricFamily("skiff_fetch_cache_misses", "Range cache misses", value=a.cache.misses)
         yield CounterMetricFamily(
             "skiff_fetch_cache_loads", "Ranged GETs made by the range cache (coalesced)", value=a.cache.loads

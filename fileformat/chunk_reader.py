@@ -265,6 +265,8 @@ def select_fetch(
         selector = PartitionSelector(read.fetch_offset, limit, first_batch_unbounded=total == 0)
         error: Exception | None = None
         for loc in read.locations:
+            if loc.last_offset < read.fetch_offset:
+                continue  # wholly below the fetch offset: its bytes are not needed
             key = loc.range_key
             if key in failed:
                 error = failed[key]
@@ -299,8 +301,8 @@ def plan_fetch(
 ) -> list[ChunkLocation]:
     """The chunks a fetch will need, before any byte is read.
 
-    Per partition: its first chunk (it may hold bytes below the fetch offset, so it is
-    not counted), then chunks while the bytes counted so far are below the partition's
+    Per partition, chunks wholly below the fetch offset are left out; then its first
+    chunk (it may hold bytes below the fetch offset, so it is not counted), then chunks while the bytes counted so far are below the partition's
     limit: the selection cannot go further, since every later chunk lies wholly at or
     after the fetch offset. The shared budget left for later partitions is estimated
     from those byte counts; when the estimate is off (whole batches end a partition a
@@ -312,9 +314,12 @@ def plan_fetch(
         limit = min(read.max_bytes, max_bytes - used)
         if not read.locations or (limit <= 0 and (used > 0 or not first_unbounded)):
             continue
-        out.append(read.locations[0])
+        locations = [loc for loc in read.locations if loc.last_offset >= read.fetch_offset]
+        if not locations:
+            continue
+        out.append(locations[0])
         counted = 0
-        for loc in read.locations[1:]:
+        for loc in locations[1:]:
             if counted >= limit:
                 break
             out.append(loc)

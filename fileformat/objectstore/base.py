@@ -537,9 +537,14 @@ class AsyncObjectStore(ABC):
         """As `ObjectStore.get_ranges`: one ranged GET per run of ranges at most `gap_bytes`
         apart (default 0), issued concurrently."""
         spans = coalesce_ranges(ranges, gap_bytes or 0)
-        bodies = await asyncio.gather(*(self.get_range(key, sp.start, sp.length) for sp in spans))
+        # Wait for every GET even when one fails: none is left running behind the caller.
+        bodies = await asyncio.gather(
+            *(self.get_range(key, sp.start, sp.length) for sp in spans), return_exceptions=True
+        )
         out: builtins.list[BytesLike] = [b""] * len(ranges)
         for span, body in zip(spans, bodies, strict=True):
+            if isinstance(body, BaseException):
+                raise body
             _scatter(span, body, ranges, out)
         return out
 
