@@ -125,10 +125,10 @@ async def _read_once(
     for row in slots:
         for slot in row:
             if isinstance(slot, tuple):
-                info = infos[len(reads)]
-                ok = info is not None and not info.error_code
+                known = infos[len(reads)]
+                chunks = known.chunks if known is not None and not known.error_code else ()
                 _, offset, max_bytes = slot
-                reads.append(PartitionRead(info.chunks if ok and info else (), offset, max_bytes))
+                reads.append(PartitionRead(chunks, offset, max_bytes))
     results = await _read_records(ctx, store, reads, budget)
     total = 0
     watermarks: dict[Key, int] = {}
