@@ -144,6 +144,13 @@ class AgentConfig:
             "this many bytes apart (0: only touching chunks)"
         },
     )
+    fetch_verify_crc: bool = field(
+        default=True,
+        metadata={
+            "help": "check the CRC-32C of every batch a fetch returns; a corrupt one makes its partition "
+            "KAFKA_STORAGE_ERROR (logged with object and position) instead of serving it"
+        },
+    )
     fetch_readahead_bytes: int = field(
         default=64 * MiB,
         metadata={

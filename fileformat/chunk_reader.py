@@ -27,6 +27,12 @@ Planning (`plan_fetch`, `plan_readahead`, `coalesce_ranges`): which chunks a fet
 before any byte is read, so that a driver can read the chunks of one object together
 (one ranged GET per run of ranges whose gaps are at most a coalescing gap).
 
+Integrity: with `verify_crc`, every batch a selection returns has its CRC-32C checked
+(in C, `crc32c`) before it is served, so a flipped bit in the bucket (or in memory)
+becomes a `ChunkReadError` naming the object and byte position, never a silently wrong
+record. It is checked when served rather than once when the bytes enter a cache: a
+cache keeps whole spans, including gap bytes later served as chunks of their own.
+
 ListOffsets (`first_record_at_or_after`, `max_timestamp_record`): metadata narrows a
 timestamp query to one chunk; these find the exact record inside it.
 """
@@ -163,8 +169,16 @@ class FetchSelection:
 class PartitionSelector:
     """Kafka's selection rule for one partition, fed one chunk at a time in offset order."""
 
-    def __init__(self, fetch_offset: int, max_bytes: int, *, first_batch_unbounded: bool = True) -> None:
+    def __init__(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        first_batch_unbounded: bool = True,
+        verify_crc: bool = False,
+    ) -> None:
         self.fetch_offset = fetch_offset
+        self.verify_crc = verify_crc
         self.max_bytes = max(max_bytes, 0)
         self.first_batch_unbounded = first_batch_unbounded
         self.total_bytes = 0
@@ -185,6 +199,8 @@ class PartitionSelector:
             if self.total_bytes + size > self.max_bytes and (self._pieces or not self.first_batch_unbounded):
                 self.done = True
                 return False
+            if self.verify_crc:
+                _verify(loc, data, batch.position)
             self._pieces.append(
                 (data, batch.position, size, None if loc.offsets_absolute else batch.base_offset)
             )
@@ -206,15 +222,26 @@ class PartitionSelector:
         return FetchSelection(bytes(out), self.next_offset, len(self._pieces))
 
 
+def _verify(loc: ChunkLocation, data: BytesLike, position: int) -> None:
+    try:
+        validate_batch(data, position)
+    except RecordBatchError as exc:
+        raise ChunkReadError(loc.object_key, loc.byte_position + position, str(exc)) from exc
+
+
 def select_batches(
     chunks: Iterable[tuple[ChunkLocation, BytesLike]],
     fetch_offset: int,
     max_bytes: int,
     *,
     first_batch_unbounded: bool = True,
+    verify_crc: bool = False,
 ) -> FetchSelection:
-    """One partition's fetch answer from its chunks (in offset order) and their bytes."""
-    selector = PartitionSelector(fetch_offset, max_bytes, first_batch_unbounded=first_batch_unbounded)
+    """One partition's fetch answer from its chunks (in offset order) and their bytes;
+    with `verify_crc` every batch returned has its CRC-32C checked (`ChunkReadError`)."""
+    selector = PartitionSelector(
+        fetch_offset, max_bytes, first_batch_unbounded=first_batch_unbounded, verify_crc=verify_crc
+    )
     for loc, data in chunks:
         if not selector.feed(loc, data):
             break
@@ -246,6 +273,8 @@ def select_fetch(
     max_bytes: int,
     chunks: Mapping[RangeKey, BytesLike],
     failed: Mapping[RangeKey, Exception] | None = None,
+    *,
+    verify_crc: bool = False,
 ) -> FetchOutcome:
     """Run the selection for every partition in request order with the shared budget.
 
@@ -262,7 +291,9 @@ def select_fetch(
         if not read.locations or (limit <= 0 and total > 0):
             results.append(FetchSelection(b"", read.fetch_offset, 0))
             continue
-        selector = PartitionSelector(read.fetch_offset, limit, first_batch_unbounded=total == 0)
+        selector = PartitionSelector(
+            read.fetch_offset, limit, first_batch_unbounded=total == 0, verify_crc=verify_crc
+        )
         error: Exception | None = None
         for loc in read.locations:
             if loc.last_offset < read.fetch_offset:

@@ -65,13 +65,14 @@ async def read_fetch(
     readahead_bytes: int = 0,
     readahead_gap_bytes: int = 0,
     is_cached: Callable[[RangeKey], bool] | None = None,
+    verify_crc: bool = False,
 ) -> list[FetchSelection | Exception]:
     """One fetch: a selection (or the error that made the partition unreadable) per read.
 
     `readahead_bytes` > 0 also reads up to that many bytes of the reads' other chunks
     that share a GET with needed ones (within `readahead_gap_bytes`); useful only when
     `store` caches them (the agent's `RangeCache`), whose `is_cached` skips chunks already
-    held.
+    held. `verify_crc` checks the CRC-32C of every batch returned.
     """
     loaded: dict[RangeKey, BytesLike] = {}
     failed: dict[RangeKey, Exception] = {}
@@ -89,7 +90,7 @@ async def read_fetch(
         got, bad = await load_chunks(store, [*want, *extra], gap_bytes=gap_bytes)
         loaded.update(got)
         failed.update(bad)
-        outcome = select_fetch(reads, max_bytes, loaded, failed)
+        outcome = select_fetch(reads, max_bytes, loaded, failed, verify_crc=verify_crc)
         if not outcome.missing:
             return outcome.results
         want = [loc for loc in outcome.missing if loc.range_key not in failed]

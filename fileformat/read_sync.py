@@ -40,7 +40,12 @@ def load_chunks(
 
 
 def read_fetch(
-    store: ObjectStore, reads: Sequence[PartitionRead], max_bytes: int, *, gap_bytes: int | None = None
+    store: ObjectStore,
+    reads: Sequence[PartitionRead],
+    max_bytes: int,
+    *,
+    gap_bytes: int | None = None,
+    verify_crc: bool = False,
 ) -> list[FetchSelection | Exception]:
     """One fetch: a selection (or the error that made the partition unreadable) per read."""
     loaded: dict[RangeKey, BytesLike] = {}
@@ -50,7 +55,7 @@ def read_fetch(
         got, bad = load_chunks(store, want, gap_bytes=gap_bytes)
         loaded.update(got)
         failed.update(bad)
-        outcome = select_fetch(reads, max_bytes, loaded, failed)
+        outcome = select_fetch(reads, max_bytes, loaded, failed, verify_crc=verify_crc)
         if not outcome.missing:
             return outcome.results
         want = [loc for loc in outcome.missing if loc.range_key not in failed]

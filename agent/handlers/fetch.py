@@ -16,8 +16,9 @@ Per request:
    shared; the first partition with data always returns at least one whole batch (KIP-74).
    As in Kafka, `max_bytes` is capped by `fetch_max_bytes` (Kafka's fetch.max.bytes) and
    each `partition_max_bytes` by `max_partition_fetch_bytes`. A partition whose bytes
-   cannot be read or are inconsistent gets KAFKA_STORAGE_ERROR (and a log line naming
-   the object and position); the others are answered.
+   cannot be read, are inconsistent or fail their CRC-32C (checked on every batch served
+   unless `fetch_verify_crc` is off) gets KAFKA_STORAGE_ERROR and a log line naming the
+   object and position; the others are answered.
 4. If fewer than `min_bytes` were found and `max_wait_ms` > 0, the request waits in the
    fetch purgatory (`agent.commit_watch`, up to `max_wait_ms`, capped by config) until a
    commit moves one of its partitions past what it read (at once for this agent's
@@ -43,7 +44,7 @@ from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
-from fileformat.chunk_reader import FetchSelection, PartitionRead
+from fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
 from fileformat.objectstore import AsyncObjectStore
 from fileformat.objectstore.range_cache import RangeCache
 from fileformat.read_async import read_fetch
@@ -159,8 +160,17 @@ async def _read_once(
                 )
                 continue
             watermarks[key] = info.high_watermark
-            if isinstance(result, Exception):
+            if isinstance(result, ChunkReadError):
+                log.error(
+                    "fetch of %s: refusing corrupt or inconsistent data in object %s at byte %d: %s",
+                    key,
+                    result.object_key,
+                    result.position,
+                    result,
+                )
+            elif isinstance(result, Exception):
                 log.warning("fetch read of %s failed: %s", key, error_of(result)[1])
+            if isinstance(result, Exception):
                 answers.append(
                     _pdata(
                         p.partition,
@@ -202,6 +212,7 @@ async def _read_records(
         readahead_bytes=readahead,
         readahead_gap_bytes=ctx.config.fetch_coalesce_gap_bytes,
         is_cached=is_cached,
+        verify_crc=ctx.config.fetch_verify_crc,
     )
 
 

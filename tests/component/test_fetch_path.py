@@ -280,3 +280,31 @@ async def test_list_offsets_answers_the_exact_record(agent: tuple[RunningAgent, 
         4,
         -1,
     ]
+
+
+async def test_corrupt_batch_in_the_bucket_is_refused_not_served(
+    agent: tuple[RunningAgent, FlakyMetadataClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bit flipped in a stored batch: the partition answers KAFKA_STORAGE_ERROR and the
+    log names the object and the batch's position; the other partition is still served."""
+    running, md = agent
+    await md.create_topic("flip", 2, {})
+    bootstrap = f"127.0.0.1:{running.port}"
+    batches = {p: build_batch([(0, 1, None, f"value-{p}".encode() * 10, ())]) for p in range(2)}
+    req = produce_request("flip", batches)
+    await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)
+    keys = [info.key async for info in running.store.list("")]
+    (key,) = keys
+    blob = bytearray(await running.store.get(key))
+    batch_position = bytes(blob).index(batches[0])
+    at = bytes(blob).index(b"value-0")
+    blob[at] ^= 0x01  # inside partition 0's record: only its CRC-32C can tell
+    await running.store.put(key, bytes(blob))
+    running.cache.clear()
+    req = fetch_request("flip", [(0, 0, 1 << 20), (1, 0, 1 << 20)], max_bytes=1 << 20)
+    resp = (await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)).parse()
+    p0, p1 = resp.responses[0].partitions
+    assert int(p0.error_code) == 56 and not p0.records  # KAFKA_STORAGE_ERROR
+    assert int(p1.error_code) == 0 and bytes(p1.records) == batches[1]
+    (line,) = [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()]
+    assert f"object {key} at byte {batch_position}:" in line and "CRC-32C" in line

@@ -328,3 +328,21 @@ def test_max_timestamp_is_the_record_not_the_batch_end() -> None:
     assert max_timestamp_record(loc, blob) == (51, 400)  # type: ignore[arg-type]
     assert first_record_at_or_after(loc, blob, 150) == (51, 400)  # type: ignore[arg-type]
     assert first_record_at_or_after(loc, blob, 401) is None  # type: ignore[arg-type]
+
+
+def test_verify_crc_refuses_a_flipped_bit_in_a_served_batch() -> None:
+    log = build_log([(0, 10, (0, 1)), (0, 10, (0,))], [2], absolute=False, start_offset=5)
+    ((loc, blob),) = pairs(log)
+    data = bytearray(blob)
+    data[log.batches[0].size - 1] ^= 0x80  # last byte of the first batch
+    # without the check the corrupt batch would be served as if nothing happened
+    assert select_batches([(loc, bytes(data))], 5, 1 << 20).batch_count == 2  # type: ignore[list-item]
+    with pytest.raises(ChunkReadError, match="CRC-32C") as info:
+        select_batches([(loc, bytes(data))], 5, 1 << 20, verify_crc=True)  # type: ignore[list-item]
+    assert (info.value.object_key, info.value.position) == (loc.object_key, loc.byte_position)
+    # a batch not served (below the fetch offset) is not the fetch's concern
+    assert select_batches([(loc, bytes(data))], 7, 1 << 20, verify_crc=True).batch_count == 1  # type: ignore[list-item]
+    outcome = select_fetch(
+        [PartitionRead([loc], 5, 1 << 20)], 1 << 20, {loc.range_key: bytes(data)}, verify_crc=True
+    )
+    assert isinstance(outcome.results[0], ChunkReadError)
