@@ -123,6 +123,41 @@ class AgentConfig:
     fetch_max_wait_ms_cap: int = field(
         default=30_000, metadata={"help": "upper bound applied to a fetch's max.wait.ms"}
     )
+    fetch_max_bytes: int = field(
+        default=55 * MiB,
+        metadata={
+            "help": "upper bound applied to a fetch's max_bytes, the response's size apart from one "
+            "oversized first batch (Kafka's fetch.max.bytes)"
+        },
+    )
+    max_partition_fetch_bytes: int = field(
+        default=8 * MiB,
+        metadata={
+            "help": "upper bound applied to each partition's partition_max_bytes in a fetch (also bounds "
+            "the chunk locations asked of metadata per partition)"
+        },
+    )
+    fetch_coalesce_gap_bytes: int = field(
+        default=1 * MiB,
+        metadata={
+            "help": "chunks of one object needed by one fetch are read with one ranged GET when at most "
+            "this many bytes apart (0: only touching chunks)"
+        },
+    )
+    fetch_verify_crc: bool = field(
+        default=True,
+        metadata={
+            "help": "check the CRC-32C of every batch a fetch returns; a corrupt one makes its partition "
+            "KAFKA_STORAGE_ERROR (logged with object and position) instead of serving it"
+        },
+    )
+    fetch_readahead_bytes: int = field(
+        default=64 * MiB,
+        metadata={
+            "help": "per fetch, bytes of the requested partitions' further chunks read along with needed "
+            "ones (same GET) and kept in the cache for the next fetch (0: off; at most fetch_cache_bytes/2)"
+        },
+    )
 
     # --- clients of the bucket and of metadata -----------------------------------------
     s3_connect_timeout_ms: int = field(default=2_000, metadata={"help": "S3 connect timeout"})
@@ -205,6 +240,8 @@ class AgentConfig:
             "s3_read_timeout_ms",
             "s3_max_attempts",
             "metadata_timeout_ms",
+            "fetch_max_bytes",
+            "max_partition_fetch_bytes",
         ):
             positive(name)
         if not 0 <= self.metrics_port <= 65535:
@@ -214,8 +251,13 @@ class AgentConfig:
             "topic_cache_ttl_ms",
             "fetch_cache_bytes",
             "fetch_max_wait_ms_cap",
+            "fetch_coalesce_gap_bytes",
+            "fetch_readahead_bytes",
         ):
             non_negative(name)
+        for name in ("fetch_max_bytes", "max_partition_fetch_bytes"):
+            if getattr(self, name) > 2**31 - 1:
+                raise ValueError(f"{name} must fit in a signed 32-bit size (a Kafka int32)")
         if self.max_request_bytes > 2**31 - 1:
             raise ValueError("max_request_bytes must fit in a signed 32-bit size")
         if self.max_buffered_bytes < self.flush_max_bytes:

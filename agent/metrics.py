@@ -7,7 +7,7 @@ plain integer counters and pay nothing per request for metrics:
   / `..._retries_total`: from the object store's own request accounting;
 - `skiff_produce_files_total`, `skiff_produce_file_bytes_total`, `skiff_produce_flush_failures_total`,
   `skiff_produce_buffered_bytes`: the produce buffer;
-- `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the block cache;
+- `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the range cache (`fileformat.objectstore.range_cache`);
 - `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
 - `skiff_purgatory_delayed{purgatory}`, `skiff_purgatory_watched{purgatory}` for the
   fetch, heartbeat and rebalance purgatories; `skiff_groups`.
@@ -70,13 +70,17 @@ class AgentCollector(Collector):
         yield GaugeMetricFamily(
             "skiff_produce_buffered_bytes", "Produce bytes held in memory", value=a.buffer.buffered_bytes
         )
-        yield CounterMetricFamily("skiff_fetch_cache_hits", "Block cache hits", value=a.cache.hits)
-        yield CounterMetricFamily("skiff_fetch_cache_misses", "Block cache misses", value=a.cache.misses)
         yield CounterMetricFamily(
-            "skiff_fetch_cache_loads", "Ranged GETs made by the block cache", value=a.cache.loads
+            "skiff_fetch_cache_hits",
+            "Range cache hits (ranges served from cache or from a GET in flight)",
+            value=a.cache.hits,
+        )
+        yield CounterMetricFamily("skiff_fetch_cache_misses", "Range cache misses", value=a.cache.misses)
+        yield CounterMetricFamily(
+            "skiff_fetch_cache_loads", "Ranged GETs made by the range cache (coalesced)", value=a.cache.loads
         )
         yield GaugeMetricFamily(
-            "skiff_fetch_cache_bytes", "Bytes held by the block cache", value=a.cache.cached_bytes
+            "skiff_fetch_cache_bytes", "Bytes held by the range cache", value=a.cache.cached_bytes
         )
         yield GaugeMetricFamily(
             "skiff_connections", "Open Kafka connections", value=a.server.connection_count

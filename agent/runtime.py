@@ -1,7 +1,7 @@
 """Wiring an agent process together, and the `skiff agent` / `skiff playground` entry points.
 
 `start_agent` builds one agent from its parts (configuration, a metadata client, an
-async object store): the handler context, the produce buffer, the block cache, the
+async object store): the handler context, the produce buffer, the range cache, the
 commit watch, the Kafka listener and the membership heartbeat. `RunningAgent.close`
 stops them in the safe order: stop accepting connections, flush and commit whatever is
 buffered (so nothing a producer was promised is dropped), stop heartbeating.
@@ -23,17 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.agent_registry import AgentRegistry
-from agent.block_cache import BlockCache
 from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.config import AgentConfig, env_var
 from agent.context import AgentContext, Clock
 from agent.group_coordinator import GROUP_COORDINATOR, GroupCoordinator
-from agent.handlers.fetch import CHUNK_CACHE, COMMIT_WATCH, FETCH_CACHE, OBJECT_STORE
+from agent.handlers.fetch import CHUNK_CACHE, COMMIT_WATCH, OBJECT_STORE
 from agent.handlers.produce import PRODUCE_BUFFER
 from agent.produce_buffer import CommittedFile, ProduceBuffer
 from agent.server import AgentServer, start_agent_server
 from fileformat.objectstore import AsyncObjectStore, open_async_store
+from fileformat.objectstore.range_cache import RangeCache
 from metadata.api_types import MetadataClient
 from metadata.types import BatchResult, BatchSpec, ChunkLocation, ChunkResult, ChunkSpec
 
@@ -46,7 +46,7 @@ class RunningAgent:
     context: AgentContext
     server: AgentServer
     buffer: ProduceBuffer
-    cache: BlockCache
+    cache: RangeCache
     watch: CommitWatch
     registry: AgentRegistry
     store: AsyncObjectStore
@@ -79,7 +79,11 @@ async def start_agent(
     clock: Clock | None = None,
 ) -> RunningAgent:
     ctx = AgentContext.create(config, metadata, clock=clock)
-    cache = BlockCache(config.fetch_cache_bytes)
+    # Fetches and the produce buffer see the bucket through the range cache: reads are
+    # cached and coalesced, the files this agent PUTs are kept whole for tail consumers.
+    cache = RangeCache(
+        store, max_bytes=config.fetch_cache_bytes, coalesce_gap_bytes=config.fetch_coalesce_gap_bytes
+    )
     locations = ChunkLocationCache(ttl_ms=config.chunk_cache_ttl_ms)
     watch = CommitWatch(
         metadata,
@@ -90,9 +94,8 @@ async def start_agent(
     )
 
     def on_committed(committed: CommittedFile) -> None:
-        # Tail consumers on this agent read the file we just wrote without any GET, and
-        # long polls on its partitions are answered now rather than at the next poll.
-        cache.put_object(committed.object_key, committed.data)
+        # Long polls on its partitions are answered now rather than at the next poll (the
+        # range cache kept the file at its PUT, so tail consumers need no GET).
         for spec, result in zip(committed.chunks, committed.results, strict=True):
             runs = new_chunk_locations(committed.object_key, spec, result)
             if runs:
@@ -101,7 +104,7 @@ async def start_agent(
                 watch.committed(key, runs[-1].last_offset + 1)
 
     buffer = ProduceBuffer(
-        store=store,
+        store=cache,
         metadata=metadata,
         agent_id=config.agent_id,
         flush_interval_ms=config.flush_interval_ms,
@@ -113,11 +116,10 @@ async def start_agent(
     )
     ctx.services[PRODUCE_BUFFER] = buffer
     watch.local_commit_pending = buffer.is_committing
-    ctx.services[FETCH_CACHE] = cache
     ctx.services[CHUNK_CACHE] = locations
     ctx.services[COMMIT_WATCH] = watch
     watch.start()
-    ctx.services[OBJECT_STORE] = store
+    ctx.services[OBJECT_STORE] = cache
     groups = ctx.services[GROUP_COORDINATOR] = GroupCoordinator.from_config(config)
     groups.start()
     server = await start_agent_server(ctx, config.host, config.port)

@@ -18,6 +18,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+# Defined beside the reader that interprets it; re-exported here for every user of metadata.
+from fileformat.chunk_reader import ChunkLocation as ChunkLocation
+
 # ListOffsets special timestamps, as Kafka defines them.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -110,27 +113,6 @@ class FetchQuery:
     partition: int
     offset: int
     max_bytes: int
-
-
-@dataclass(frozen=True)
-class ChunkLocation:
-    """Where a run of batches lives, and which offsets it holds."""
-
-    chunk_id: int
-    object_key: str
-    byte_position: int
-    byte_length: int
-    base_offset: int
-    last_offset: int
-    record_count: int
-    max_timestamp: int
-    # True for compactor output: batches carry absolute offsets already. False for
-    # agent files: the reader rewrites each batch's baseOffset, starting at base_offset
-    # and advancing by each batch's last_offset_delta + 1.
-    offsets_absolute: bool = False
-    # Serialized pyroaring BitMap of (offset - base_offset) still present, compacted
-    # chunks only; None means every offset in [base_offset, last_offset] is present.
-    present_offsets: bytes | None = None
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,17 @@ Per request:
 2. All partitions' chunk locations come from metadata in one `find_chunks` call (each
    with the partition's `partition_max_bytes`); offsets outside [log start, high
    watermark] get OFFSET_OUT_OF_RANGE, unknown partitions UNKNOWN_TOPIC_OR_PARTITION.
-3. Records are read through the block cache (`agent.fetch_reader`), with the request's
-   `max_bytes` shared across partitions in request order; the first partition with data
-   always returns at least one whole batch (KIP-74).
+3. Records are read with `fileformat.read_async.read_fetch` through the agent's store,
+   a `RangeCache` wrapper: the chunks every partition needs are collected first and read
+   grouped per object (neighbouring chunks of one object with one ranged GET, together
+   with the request's further chunks in that GET's reach, kept for the next fetch), then
+   the selection runs per partition in request order with the request's `max_bytes`
+   shared; the first partition with data always returns at least one whole batch (KIP-74).
+   As in Kafka, `max_bytes` is capped by `fetch_max_bytes` (Kafka's fetch.max.bytes) and
+   each `partition_max_bytes` by `max_partition_fetch_bytes`. A partition whose bytes
+   cannot be read, are inconsistent or fail their CRC-32C (checked on every batch served
+   unless `fetch_verify_crc` is off) gets KAFKA_STORAGE_ERROR and a log line naming the
+   object and position; the others are answered.
 4. If fewer than `min_bytes` were found and `max_wait_ms` > 0, the request waits in the
    fetch purgatory (`agent.commit_watch`, up to `max_wait_ms`, capped by config) until a
    commit moves one of its partitions past what it read (at once for this agent's
@@ -32,20 +40,20 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.response import FetchableTopicResponse, FetchResponse, PartitionData
 from kio.static.primitive import Records, i32, i64
 
-from agent.block_cache import BlockCache
 from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.context import AgentContext
-from agent.fetch_reader import read_partition
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
 from fileformat.objectstore import AsyncObjectStore
+from fileformat.objectstore.range_cache import RangeCache
+from fileformat.read_async import read_fetch
 from metadata.types import FetchQuery, PartitionFetchInfo, Topic
 
 API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 12
 
-FETCH_CACHE = "fetch_cache"
 CHUNK_CACHE = "chunk_cache"
 COMMIT_WATCH = "commit_watch"
 OBJECT_STORE = "object_store"
@@ -75,7 +83,6 @@ async def _read_once(
     slots: list[list[tuple[Key, int, int] | PartitionData]],
 ) -> tuple[list[list[PartitionData]], int, dict[Key, int]]:
     """One pass over every requested partition; returns (answers, bytes found, watermarks)."""
-    cache = ctx.service(FETCH_CACHE, BlockCache)
     store: AsyncObjectStore = ctx.services[OBJECT_STORE]
     queries = [
         FetchQuery(k[0], k[1], offset, max_bytes)
@@ -111,7 +118,19 @@ async def _read_once(
                 raise
             if batch_error[0] == ErrorCode.request_timed_out:
                 batch_error = (ErrorCode.kafka_storage_error, batch_error[1])
-    budget = int(body.max_bytes) if int(body.max_bytes) > 0 else 2**31 - 1
+    budget = min(int(body.max_bytes), ctx.config.fetch_max_bytes)
+    if budget <= 0:
+        budget = ctx.config.fetch_max_bytes
+    # The partitions that read records, in request order, and the chunks they need.
+    reads: list[PartitionRead] = []
+    for row in slots:
+        for slot in row:
+            if isinstance(slot, tuple):
+                known = infos[len(reads)]
+                chunks = known.chunks if known is not None and not known.error_code else ()
+                _, offset, max_bytes = slot
+                reads.append(PartitionRead(chunks, offset, max_bytes))
+    results = await _read_records(ctx, store, reads, budget)
     total = 0
     watermarks: dict[Key, int] = {}
     out: list[list[PartitionData]] = []
@@ -122,8 +141,8 @@ async def _read_once(
             if not isinstance(slot, tuple):
                 answers.append(slot)
                 continue
-            key, offset, max_bytes = slot
-            found = infos[i]
+            key = slot[0]
+            found, result = infos[i], results[i]
             i += 1
             if found is None:  # metadata failed and the cache could not answer
                 code = batch_error[0] if batch_error is not None else ErrorCode.kafka_storage_error
@@ -141,42 +160,60 @@ async def _read_once(
                 )
                 continue
             watermarks[key] = info.high_watermark
-            records = b""
-            limit = min(max_bytes, budget - total)
-            if info.chunks and (limit > 0 or total == 0):
-                try:
-                    result = await read_partition(
-                        info.chunks,
-                        offset,
-                        max(limit, 0),
-                        cache=cache,
-                        load_range=store.get_range,
-                        first_batch_unbounded=total == 0,
+            if isinstance(result, ChunkReadError):
+                log.error(
+                    "fetch of %s: refusing corrupt or inconsistent data in object %s at byte %d: %s",
+                    key,
+                    result.object_key,
+                    result.position,
+                    result,
+                )
+            elif isinstance(result, Exception):
+                log.warning("fetch read of %s failed: %s", key, error_of(result)[1])
+            if isinstance(result, Exception):
+                answers.append(
+                    _pdata(
+                        p.partition,
+                        ErrorCode.kafka_storage_error,
+                        hwm=info.high_watermark,
+                        log_start=info.log_start_offset,
                     )
-                except Exception as exc:
-                    log.warning("fetch read of %s failed: %s", key, error_of(exc)[1])
-                    answers.append(
-                        _pdata(
-                            p.partition,
-                            ErrorCode.kafka_storage_error,
-                            hwm=info.high_watermark,
-                            log_start=info.log_start_offset,
-                        )
-                    )
-                    continue
-                records = result.records
-                total += len(records)
+                )
+                continue
+            total += len(result.records)
             answers.append(
                 _pdata(
                     p.partition,
                     ErrorCode.none,
                     hwm=info.high_watermark,
                     log_start=info.log_start_offset,
-                    records=records,
+                    records=result.records,
                 )
             )
         out.append(answers)
     return out, total, watermarks
+
+
+async def _read_records(
+    ctx: AgentContext, store: AsyncObjectStore, reads: list[PartitionRead], budget: int
+) -> list[FetchSelection | Exception]:
+    if not any(r.locations for r in reads):
+        return [FetchSelection(b"", r.fetch_offset, 0) for r in reads]
+    readahead = 0
+    is_cached = None
+    if isinstance(store, RangeCache):
+        # Read-ahead only pays when the bytes are kept; never more than half the cache.
+        readahead = min(ctx.config.fetch_readahead_bytes, store.max_bytes // 2)
+        is_cached = lambda k: store.contains(*k)  # noqa: E731
+    return await read_fetch(
+        store,
+        reads,
+        budget,
+        readahead_bytes=readahead,
+        readahead_gap_bytes=ctx.config.fetch_coalesce_gap_bytes,
+        is_cached=is_cached,
+        verify_crc=ctx.config.fetch_verify_crc,
+    )
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
@@ -219,7 +256,8 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
             else:
                 key = (topic.topic_id, int(p.partition))
-                row.append((key, int(p.fetch_offset), max(int(p.partition_max_bytes), 0)))
+                max_bytes = min(max(int(p.partition_max_bytes), 0), ctx.config.max_partition_fetch_bytes)
+                row.append((key, int(p.fetch_offset), max_bytes))
         slots.append(row)
 
     answers, total, watermarks = await _read_once(ctx, body, topics, slots)

@@ -9,7 +9,13 @@ timestamp is at or after it) or a special value:
 - -4 EARLIEST_LOCAL (v8+, tiered storage): Skiff has no local tier, so = EARLIEST;
 - -5 LATEST_TIERED (v9+): as in Kafka for a topic without tiered storage, offset -1.
 
-All partitions of a request go to metadata in one `list_offsets` call. The isolation
+All partitions of a request go to metadata in one `list_offsets` call, which answers a
+timestamp query (and MAX_TIMESTAMP) at chunk granularity: it names an offset inside the
+one chunk that holds the answer. The agent then finds the exact record in that chunk
+(one `find_chunks` call for all such partitions, the chunks read through the agent's
+store and cache): for a time, the first record at or after the metadata answer whose
+timestamp is >= the time; for MAX_TIMESTAMP, the earliest record with the largest
+timestamp at or after the log start. Both report that record's own timestamp. The isolation
 level is accepted and makes no difference (no transactions: every record is
 committed). `replica_id`, `current_leader_epoch` and `timeout` (v10) are ignored;
 leader epochs are reported as -1, as in Metadata. Errors per partition: unknown topic
@@ -19,6 +25,8 @@ or partition -> UNKNOWN_TOPIC_OR_PARTITION; metadata unreachable -> KAFKA_STORAG
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -32,9 +40,20 @@ from kio.static.primitive import i32, i64
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers.fetch import OBJECT_STORE
 from agent.protocol import convert, to_error_code
+from fileformat.chunk_reader import first_record_at_or_after, max_timestamp_record
+from fileformat.objectstore import AsyncObjectStore
+from fileformat.read_async import load_chunks
 from metadata.errors import MetadataError, MetadataUnavailable
-from metadata.types import EARLIEST_TIMESTAMP, OffsetAnswer, OffsetQuery, Topic
+from metadata.types import (
+    EARLIEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    FetchQuery,
+    OffsetAnswer,
+    OffsetQuery,
+    Topic,
+)
 
 API_KEY = 2
 MIN_VERSION = 1
@@ -43,6 +62,7 @@ MAX_VERSION = 10
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 UNAVAILABLE = ErrorCode.kafka_storage_error
+log = logging.getLogger(__name__)
 
 
 def _answer(
@@ -101,6 +121,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             if code == ErrorCode.unknown_topic_or_partition:
                 ctx.topics.invalidate(names=names)
 
+    if answers:
+        answers = await _refine(ctx, queries, answers)
+
     out: list[ListOffsetsTopicResponse] = []
     for t, row in zip(body.topics, slots, strict=True):
         partitions = []
@@ -116,6 +139,61 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 )
         out.append(ListOffsetsTopicResponse(name=t.name, partitions=tuple(partitions)))
     return ListOffsetsResponse(throttle_time=NO_THROTTLE, topics=tuple(out))
+
+
+async def _refine(
+    ctx: AgentContext, queries: list[OffsetQuery], answers: list[OffsetAnswer]
+) -> list[OffsetAnswer]:
+    """Replace metadata's chunk-granular answers to timestamp and MAX_TIMESTAMP queries by
+    the exact record (see the module docstring). A chunk that cannot be read makes that
+    partition's answer KAFKA_STORAGE_ERROR; a metadata failure makes them all so."""
+    todo = [
+        i
+        for i, (q, a) in enumerate(zip(queries, answers, strict=True))
+        if (q.timestamp >= 0 or q.timestamp == MAX_TIMESTAMP) and not a.error_code and a.offset >= 0
+    ]
+    if not todo:
+        return answers
+    out = list(answers)
+    try:
+        # max_bytes 1: only the chunk holding the offset
+        infos = await ctx.metadata.find_chunks(
+            [FetchQuery(queries[i].topic_id, queries[i].partition, answers[i].offset, 1) for i in todo]
+        )
+    except Exception as e:
+        code, message = error_of(e)
+        if code == ErrorCode.unknown_server_error:
+            raise
+        log.warning("ListOffsets: chunk lookup failed: %s", message)
+        for i in todo:
+            out[i] = OffsetAnswer(int(UNAVAILABLE))
+        return out
+    store: AsyncObjectStore = ctx.services[OBJECT_STORE]
+    chunks = {
+        i: info.chunks[0] for i, info in zip(todo, infos, strict=True) if not info.error_code and info.chunks
+    }
+    loaded, failed = await load_chunks(store, chunks.values())
+    for i, info in zip(todo, infos, strict=True):
+        loc = chunks.get(i)
+        if loc is None:
+            continue  # the partition moved on meanwhile (retention): keep metadata's answer
+        data = loaded.get(loc.range_key)
+        try:
+            if data is None:
+                raise failed[loc.range_key]
+            if queries[i].timestamp == MAX_TIMESTAMP:
+                found = max_timestamp_record(loc, data, min_offset=max(info.log_start_offset, 0))
+            else:
+                found = first_record_at_or_after(
+                    loc, data, queries[i].timestamp, min_offset=answers[i].offset
+                )
+        except Exception as e:
+            log.warning("ListOffsets: reading %s@%d failed: %s", loc.object_key, loc.byte_position, e)
+            out[i] = OffsetAnswer(int(UNAVAILABLE))
+            continue
+        if found is not None:
+            out[i] = dataclasses.replace(out[i], offset=found[0], timestamp=found[1])
+    return out
 
 
 SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

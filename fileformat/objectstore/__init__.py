@@ -8,7 +8,8 @@
 `open_async_store(url)` an `AsyncObjectStore` (the asyncio agent), to use as
 `async with open_async_store(url) as store:` or to close with `await store.close()`.
 The contract (operations, key rules, errors, request accounting) is in `base`; the
-errors in `errors`; S3 client settings in `s3` and docs/object-store.md.
+errors in `errors`; the caching, coalescing wrapper the agent reads through in
+`range_cache` (`RangeCache`); S3 client settings in `s3` and docs/object-store.md.
 
 The S3 modules (and boto3/aiobotocore) are imported only when an s3:// URL is opened.
 """
@@ -44,6 +45,7 @@ from .errors import (
 )
 from .file import AsyncFileStore, FileStore
 from .memory import AsyncMemoryStore, MemoryStore, drop_memory_bucket
+from .range_cache import RangeCache
 
 if TYPE_CHECKING:
     from .s3 import S3Options
@@ -159,6 +161,7 @@ __all__ = [
     "ObjectStore",
     "ObjectStream",
     "PreconditionFailed",
+    "RangeCache",
     "RequestKind",
     "S3Options",
     "StatsSnapshot",

@@ -9,6 +9,10 @@ that root. The contract every implementation keeps (and `tests/contract` checks)
 * `get(key)` returns the whole object; `get_range(key, start, length)` returns exactly
   `length` bytes starting at `start`, or raises `InvalidRange` if the object is shorter
   than `start + length`. `length` must be >= 1.
+* `get_ranges(key, ranges, gap_bytes=...)` returns the bytes of several (start, length)
+  ranges of one object, reading ranges at most `gap_bytes` apart with one ranged GET
+  (`fileformat.chunk_reader.coalesce_ranges`); the stores' default gap is 0, a caching
+  wrapper (`range_cache`) has its own. The answers may be memoryviews into one buffer.
 * `stream_get(key, start=0)` issues the request at once (so a missing key raises
   `ObjectNotFound` from the call itself) and returns a stream of non-empty chunks of at
   most `chunk_size` bytes whose concatenation is `object[start:]`. `start` must be 0
@@ -48,11 +52,13 @@ import builtins
 import itertools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Literal, NamedTuple, Self, TypeAlias, TypeVar
+
+from fileformat.chunk_reader import Span, coalesce_ranges
 
 from .errors import InvalidKey
 
@@ -181,6 +187,28 @@ def as_bytes(data: BytesLike) -> bytes:
     if isinstance(data, bytearray | memoryview):
         return bytes(data)
     raise TypeError(f"data must be bytes-like, not {type(data).__name__}")
+
+
+def _scatter(
+    span: Span, body: bytes, ranges: Sequence[tuple[int, int]], out: builtins.list[BytesLike]
+) -> None:
+    """Put the member ranges of one span's body into `out` (views, no copies)."""
+    if len(span.members) == 1:
+        out[span.members[0]] = body
+        return
+    view = memoryview(body)
+    for i in span.members:
+        start, length = ranges[i]
+        out[i] = view[start - span.start : start - span.start + length]
+
+
+def _slice_spans(
+    ranges: Sequence[tuple[int, int]], gap_bytes: int, get_range: Callable[[int, int], bytes]
+) -> builtins.list[BytesLike]:
+    out: builtins.list[BytesLike] = [b""] * len(ranges)
+    for span in coalesce_ranges(ranges, gap_bytes):
+        _scatter(span, get_range(span.start, span.length), ranges, out)
+    return out
 
 
 # --------------------------------------------------------------------------- stats
@@ -435,6 +463,13 @@ class ObjectStore(ABC):
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Return exactly `length` bytes from `start`. Raises ObjectNotFound, InvalidRange."""
 
+    def get_ranges(
+        self, key: str, ranges: Sequence[tuple[int, int]], *, gap_bytes: int | None = None
+    ) -> builtins.list[BytesLike]:
+        """The bytes of each (start, length) range, in the order given; ranges at most
+        `gap_bytes` apart (default 0) share one ranged GET."""
+        return _slice_spans(ranges, gap_bytes or 0, lambda start, length: self.get_range(key, start, length))
+
     @abstractmethod
     def stream_get(self, key: str, start: int = 0, *, chunk_size: int = DEFAULT_CHUNK_SIZE) -> ObjectStream:
         """Open a stream of `object[start:]`. Raises ObjectNotFound, InvalidRange at once."""
@@ -495,6 +530,23 @@ class AsyncObjectStore(ABC):
 
     @abstractmethod
     async def get_range(self, key: str, start: int, length: int) -> bytes: ...
+
+    async def get_ranges(
+        self, key: str, ranges: Sequence[tuple[int, int]], *, gap_bytes: int | None = None
+    ) -> builtins.list[BytesLike]:
+        """As `ObjectStore.get_ranges`: one ranged GET per run of ranges at most `gap_bytes`
+        apart (default 0), issued concurrently."""
+        spans = coalesce_ranges(ranges, gap_bytes or 0)
+        # Wait for every GET even when one fails: none is left running behind the caller.
+        bodies = await asyncio.gather(
+            *(self.get_range(key, sp.start, sp.length) for sp in spans), return_exceptions=True
+        )
+        out: builtins.list[BytesLike] = [b""] * len(ranges)
+        for span, body in zip(spans, bodies, strict=True):
+            if isinstance(body, BaseException):
+                raise body
+            _scatter(span, body, ranges, out)
+        return out
 
     @abstractmethod
     async def stream_get(

@@ -93,9 +93,7 @@ async def test_catch_up_reads_use_ranged_gets_then_cache(
     finally:
         await producer.stop()
     # forget what this agent wrote: reads must come from the bucket
-    running.cache._objects.clear()
-    running.cache._entries.clear()
-    running.cache._bytes = running.cache._object_bytes = 0
+    running.cache.clear()
 
     async def read_all() -> list[tuple[int, int, bytes]]:
         consumer = AIOKafkaConsumer(
@@ -170,3 +168,143 @@ async def test_idle_tail_consumer_on_another_agent_costs_no_metadata_reads(tmp_p
     finally:
         for x in agents:
             await x.close()
+
+
+def _fetch_many(bootstrap: str, topic: str, parts: list[tuple[int, int, int]], max_bytes: int) -> list[bytes]:
+    req = fetch_request(topic, parts, max_wait_ms=0, max_bytes=max_bytes)
+    resp = send_request(bootstrap, req, timeout_s=30).parse().responses[0]
+    assert all(int(p.error_code) == 0 for p in resp.partitions)
+    return [bytes(p.records or b"") for p in resp.partitions]
+
+
+async def test_one_fetch_of_many_partitions_reads_each_file_with_one_get(
+    agent: tuple[RunningAgent, FlakyMetadataClient],
+) -> None:
+    """Ten partitions written in one produce request share one file; a cold fetch of all of
+    them reads their ten chunks with one ranged GET (they are within the coalescing gap)."""
+    running, md = agent
+    await md.create_topic("wide", 10, {})
+    bootstrap = f"127.0.0.1:{running.port}"
+    batches = {p: build_batch([(i, 1, None, f"p{p}-{i}".encode(), ()) for i in range(3)]) for p in range(10)}
+    req = produce_request("wide", batches)
+    resp = (await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)).parse()
+    assert all(int(p.error_code) == 0 for p in resp.responses[0].partition_responses)
+    running.cache.clear()
+    gets0 = running.store.stats.snapshot().requests.get("get_range", 0)
+    records = await asyncio.to_thread(
+        _fetch_many, bootstrap, "wide", [(p, 0, 1 << 20) for p in range(10)], 1 << 20
+    )
+    assert running.store.stats.snapshot().requests.get("get_range", 0) - gets0 == 1
+    assert [bytes(r) for r in records] == [batches[p] for p in range(10)]  # offsets 0..2 each, as sent
+
+
+async def test_fetch_sizes_are_capped_by_the_agent(tmp_path: Path) -> None:
+    """fetch_max_bytes caps a request's max_bytes and max_partition_fetch_bytes each
+    partition's, whatever the client asks for; a first batch above both still comes (KIP-74)."""
+    batch = build_batch([(0, 1, None, b"x" * 1000, ())])
+    size = len(batch)
+    service = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    md = LocalMetadataClient(service, owns_service=True)
+    store = open_async_store(f"memory://caps-{uuid.uuid4().hex}")
+    cfg = AgentConfig.from_env(
+        {},
+        agent_id="caps",
+        host="127.0.0.1",
+        port=0,
+        flush_interval_ms=20,
+        fetch_max_bytes=5 * size,
+        max_partition_fetch_bytes=3 * size,
+    )
+    running = await start_agent(cfg, md, store)
+    bootstrap = f"127.0.0.1:{running.port}"
+    try:
+        await md.create_topic("caps", 2, {})
+        for _ in range(4):
+            req = produce_request("caps", {0: batch, 1: batch})
+            await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)
+        everything = [(0, 0, 1 << 30), (1, 0, 1 << 30)]
+        p0, p1 = await asyncio.to_thread(_fetch_many, bootstrap, "caps", everything, 1 << 30)
+        assert (len(p0), len(p1)) == (3 * size, 2 * size)  # 3 by the partition cap, 2 left of 5
+        (p0,) = await asyncio.to_thread(_fetch_many, bootstrap, "caps", [(0, 0, 1)], 1)
+        assert len(p0) == size  # the first batch always comes
+    finally:
+        await running.close()
+
+
+async def test_list_offsets_answers_the_exact_record(agent: tuple[RunningAgent, FlakyMetadataClient]) -> None:
+    """Timestamps 100, 400, 200 in one batch: MAX_TIMESTAMP is the second record (not the
+    batch's last offset), and a timestamp query answers the first record at or after it
+    inside the chunk, through confluent-kafka's own calls."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CTopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    running, md = agent
+    await md.create_topic("times", 1, {})
+    bootstrap = f"127.0.0.1:{running.port}"
+
+    def produce(stamps: list[int]) -> None:
+        batch = build_batch([(i, ts, None, f"at-{ts}".encode(), ()) for i, ts in enumerate(stamps)])
+        resp = send_request(bootstrap, produce_request("times", {0: batch}), timeout_s=30).parse()
+        assert int(resp.responses[0].partition_responses[0].error_code) == 0
+
+    def max_timestamp() -> tuple[int, int]:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        tp = CTopicPartition("times", 0)
+        info = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(15)
+        return info.offset, info.timestamp
+
+    def for_times(stamps: list[int]) -> list[int]:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "times"})
+        try:
+            # one partition per call: a list naming one partition twice is not a valid request
+            return [
+                consumer.offsets_for_times([CTopicPartition("times", 0, ts)], 15)[0].offset for ts in stamps
+            ]
+        finally:
+            consumer.close()
+
+    await asyncio.to_thread(produce, [100, 400, 200])
+    assert await asyncio.to_thread(max_timestamp) == (1, 400)
+    await asyncio.to_thread(produce, [50, 500, 450])
+    running.cache.clear()  # the chunk is read from the bucket
+    assert await asyncio.to_thread(max_timestamp) == (4, 500)
+    assert await asyncio.to_thread(for_times, [0, 100, 101, 150, 400, 401, 460, 500, 501]) == [
+        0,
+        0,
+        1,
+        1,
+        1,
+        4,
+        4,
+        4,
+        -1,
+    ]
+
+
+async def test_corrupt_batch_in_the_bucket_is_refused_not_served(
+    agent: tuple[RunningAgent, FlakyMetadataClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bit flipped in a stored batch: the partition answers KAFKA_STORAGE_ERROR and the
+    log names the object and the batch's position; the other partition is still served."""
+    running, md = agent
+    await md.create_topic("flip", 2, {})
+    bootstrap = f"127.0.0.1:{running.port}"
+    batches = {p: build_batch([(0, 1, None, f"value-{p}".encode() * 10, ())]) for p in range(2)}
+    req = produce_request("flip", batches)
+    await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)
+    keys = [info.key async for info in running.store.list("")]
+    (key,) = keys
+    blob = bytearray(await running.store.get(key))
+    batch_position = bytes(blob).index(batches[0])
+    at = bytes(blob).index(b"value-0")
+    blob[at] ^= 0x01  # inside partition 0's record: only its CRC-32C can tell
+    await running.store.put(key, bytes(blob))
+    running.cache.clear()
+    req = fetch_request("flip", [(0, 0, 1 << 20), (1, 0, 1 << 20)], max_bytes=1 << 20)
+    resp = (await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)).parse()
+    p0, p1 = resp.responses[0].partitions
+    assert int(p0.error_code) == 56 and not p0.records  # KAFKA_STORAGE_ERROR
+    assert int(p1.error_code) == 0 and bytes(p1.records) == batches[1]
+    (line,) = [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()]
+    assert f"object {key} at byte {batch_position}:" in line and "CRC-32C" in line

@@ -1,0 +1,120 @@
+"""The asyncio driver of the chunk reader: reads chunks through an `AsyncObjectStore`.
+
+The rules live in `fileformat.chunk_reader` (pure); this module only fetches bytes:
+
+- `load_chunks` reads a set of chunks grouped per object, one `get_ranges` call per
+  object (all objects concurrently), so that a store that coalesces (the agent's
+  `RangeCache`, or any store given `gap_bytes`) reads neighbouring chunks with one GET.
+  A failed object fails only the chunks in it.
+- `read_fetch` answers a whole fetch: plan the chunks every partition needs within the
+  shared budget (plus, optionally, read-ahead of the request's other chunks that share
+  those GETs), load them, run the selection in request order; load more and select again
+  in the rare case the plan fell short (whole batches leave a partition a little under
+  its estimate).
+- `read_partition`, `read_chunk`: one partition, one chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+
+from fileformat.chunk_reader import (
+    BytesLike,
+    ChunkLocation,
+    FetchSelection,
+    PartitionRead,
+    RangeKey,
+    group_by_object,
+    plan_fetch,
+    plan_readahead,
+    select_fetch,
+)
+from fileformat.objectstore import AsyncObjectStore
+
+
+async def load_chunks(
+    store: AsyncObjectStore, locations: Iterable[ChunkLocation], *, gap_bytes: int | None = None
+) -> tuple[dict[RangeKey, BytesLike], dict[RangeKey, Exception]]:
+    """Read the chunks, one `get_ranges` per object: (bytes by range, errors by range)."""
+    groups = group_by_object(locations)
+    answers = await asyncio.gather(
+        *(store.get_ranges(key, ranges, gap_bytes=gap_bytes) for key, ranges in groups.items()),
+        return_exceptions=True,
+    )
+    loaded: dict[RangeKey, BytesLike] = {}
+    failed: dict[RangeKey, Exception] = {}
+    for (key, ranges), answer in zip(groups.items(), answers, strict=True):
+        if isinstance(answer, BaseException):
+            if not isinstance(answer, Exception):
+                raise answer  # cancellation and the like are not a storage failure
+            for pos, length in ranges:
+                failed[(key, pos, length)] = answer
+            continue
+        for (pos, length), data in zip(ranges, answer, strict=True):
+            loaded[(key, pos, length)] = data
+    return loaded, failed
+
+
+async def read_fetch(
+    store: AsyncObjectStore,
+    reads: Sequence[PartitionRead],
+    max_bytes: int,
+    *,
+    gap_bytes: int | None = None,
+    readahead_bytes: int = 0,
+    readahead_gap_bytes: int = 0,
+    is_cached: Callable[[RangeKey], bool] | None = None,
+    verify_crc: bool = False,
+) -> list[FetchSelection | Exception]:
+    """One fetch: a selection (or the error that made the partition unreadable) per read.
+
+    `readahead_bytes` > 0 also reads up to that many bytes of the reads' other chunks
+    that share a GET with needed ones (within `readahead_gap_bytes`); useful only when
+    `store` caches them (the agent's `RangeCache`), whose `is_cached` skips chunks already
+    held. `verify_crc` checks the CRC-32C of every batch returned.
+    """
+    loaded: dict[RangeKey, BytesLike] = {}
+    failed: dict[RangeKey, Exception] = {}
+    want = plan_fetch(reads, max_bytes)
+    extra: list[ChunkLocation] = []
+    if readahead_bytes > 0:
+        extra = plan_readahead(
+            reads,
+            want,
+            gap_bytes=readahead_gap_bytes,
+            max_bytes=readahead_bytes,
+            is_cached=is_cached or (lambda _k: False),
+        )
+    while True:
+        got, bad = await load_chunks(store, [*want, *extra], gap_bytes=gap_bytes)
+        loaded.update(got)
+        failed.update(bad)
+        outcome = select_fetch(reads, max_bytes, loaded, failed, verify_crc=verify_crc)
+        if not outcome.missing:
+            return outcome.results
+        want = [loc for loc in outcome.missing if loc.range_key not in failed]
+        extra = []
+
+
+async def read_partition(
+    store: AsyncObjectStore,
+    locations: Sequence[ChunkLocation],
+    fetch_offset: int,
+    max_bytes: int,
+    *,
+    gap_bytes: int | None = None,
+) -> FetchSelection:
+    """One partition's fetch answer (its first batch unbounded, KIP-74); raises what made
+    it unreadable."""
+    (result,) = await read_fetch(
+        store, [PartitionRead(locations, fetch_offset, max_bytes)], max_bytes, gap_bytes=gap_bytes
+    )
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+async def read_chunk(store: AsyncObjectStore, location: ChunkLocation) -> BytesLike:
+    """The bytes of one chunk."""
+    return await store.get_range(location.object_key, location.byte_position, location.byte_length)
