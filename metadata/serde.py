@@ -70,10 +70,24 @@ class BatchResultM(_M):
     duplicate: bool = False
 
 
+class ChunkLocationM(_M):
+    chunk_id: Int64
+    object_key: str
+    byte_position: Int64
+    byte_length: Int64
+    base_offset: Int64
+    last_offset: Int64
+    record_count: Int64
+    max_timestamp: Int64
+    offsets_absolute: bool = False
+    present_offsets: Base64Bytes | None = None
+
+
 class ChunkResultM(_M):
     error_code: Int32
     batches: list[BatchResultM]
     error_message: str | None = None
+    locations: list[ChunkLocationM] = []
 
 
 class PartitionKeyM(_M):
@@ -86,19 +100,6 @@ class FetchQueryM(_M):
     partition: Int32
     offset: Int64
     max_bytes: Int64
-
-
-class ChunkLocationM(_M):
-    chunk_id: Int64
-    object_key: str
-    byte_position: Int64
-    byte_length: Int64
-    base_offset: Int64
-    last_offset: Int64
-    record_count: Int64
-    max_timestamp: Int64
-    offsets_absolute: bool = False
-    present_offsets: Base64Bytes | None = None
 
 
 class PartitionFetchInfoM(_M):
@@ -305,6 +306,7 @@ def chunk_result_to_m(x: t.ChunkResult) -> ChunkResultM:
         error_code=x.error_code,
         batches=[BatchResultM.model_construct(**b.__dict__) for b in x.batches],
         error_message=x.error_message,
+        locations=[location_to_m(c) for c in x.locations],
     )
 
 
@@ -313,6 +315,7 @@ def chunk_result_from_m(m: ChunkResultM) -> t.ChunkResult:
         error_code=m.error_code,
         batches=tuple(t.BatchResult(**b.__dict__) for b in m.batches),
         error_message=m.error_message,
+        locations=tuple(location_from_m(c) for c in m.locations),
     )
 
 

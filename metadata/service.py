@@ -31,7 +31,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -65,6 +65,7 @@ from metadata.commit_plan import (
     plan_commit,
     producer_keys,
     topic_flags,
+    with_locations,
 )
 from metadata.db import create_engine_for, is_postgresql, read_tx, upgrade_to_head, write_tx
 from metadata.errors import (
@@ -162,6 +163,7 @@ _SQ_INSERT_CHUNKS = (
     "record_count, batch_count, max_timestamp, offsets_absolute, present_offsets) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)"
 )
+_SQ_CHUNK_IDS = "SELECT byte_position, id FROM chunks WHERE file_id = ?"
 _SQ_SET_HWM = "UPDATE partitions SET high_watermark = ? WHERE topic_id = ? AND partition = ?"
 _SQ_UPSERT_PRODUCER = (
     "INSERT INTO producer_state (topic_id, partition, producer_id, producer_epoch, batches, last_update_ms) "
@@ -183,6 +185,8 @@ _PG_COMMIT_READ = text(
 # commit_file's writes for a group of files, one statement: the file rows, their chunk
 # rows (c_file: the 1-based position of the chunk's file in f_keys), the new high
 # watermarks and the producer state upserts (empty arrays insert/update nothing).
+# Answers the new chunk ids as one JSON array of [file position, byte position, id]
+# (RETURNING order is unspecified, so each id says which run it belongs to).
 _PG_WRITE_COMMIT = text(
     "WITH fk AS (SELECT * FROM unnest(CAST(:f_keys AS text[]), CAST(:f_sizes AS bigint[]), "
     "CAST(:f_levels AS int[]), CAST(:f_states AS text[]), CAST(:f_writers AS text[])) WITH ORDINALITY "
@@ -197,7 +201,7 @@ _PG_WRITE_COMMIT = text(
     "CAST(:c_pos AS bigint[]), CAST(:c_len AS bigint[]), CAST(:c_base AS bigint[]), CAST(:c_last AS bigint[]), "
     "CAST(:c_records AS bigint[]), CAST(:c_batches AS int[]), CAST(:c_maxts AS bigint[])) "
     "AS k(fi, t, p, pos, len, base, last, records, batches, maxts) "
-    "JOIN fk ON fk.i = k.fi JOIN f ON f.object_key = fk.key), "
+    "JOIN fk ON fk.i = k.fi JOIN f ON f.object_key = fk.key RETURNING id, file_id, byte_position), "
     "h AS (UPDATE partitions AS p SET high_watermark = v.hwm "
     "FROM unnest(CAST(:h_tids AS uuid[]), CAST(:h_parts AS int[]), CAST(:h_hwms AS bigint[])) "
     "AS v(topic_id, partition, hwm) WHERE p.topic_id = v.topic_id AND p.partition = v.partition), "
@@ -207,7 +211,8 @@ _PG_WRITE_COMMIT = text(
     "AS k(t, p, i, e, b) "
     "ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch, "
     "batches = EXCLUDED.batches, last_update_ms = EXCLUDED.last_update_ms) "
-    "SELECT count(*) FROM f"
+    "SELECT CAST(json_agg(json_build_array(fk.i, c.byte_position, c.id)) AS text) "
+    "FROM c JOIN f ON f.id = c.file_id JOIN fk ON fk.key = f.object_key"
 )
 _PG_READ_PARTITIONS = text(
     "SELECT p.topic_id, p.partition, p.log_start_offset, p.high_watermark FROM partitions AS p "
@@ -664,7 +669,7 @@ class MetadataService:
                 for k, hwm in plan.hwms.items():  # the next file of the group goes on from here
                     locked[k].high_watermark = hwm
                 plans.append(plan)
-            self._write_commit(conn, [f for f, _ in items], plans, tindex, locked, pstate, now)
+            chunk_ids = self._write_commit(conn, [f for f, _ in items], plans, tindex, locked, pstate, now)
             moved = [(tindex.ids[k[0]], k[1]) for p in plans for k in p.hwms]
             if self._pg and moved:
                 # Delivered to every replica's listener if (and only if) this commits.
@@ -673,7 +678,10 @@ class MetadataService:
                     {"channel": NOTIFY_CHANNEL, "payload": notify_payload(moved)},
                 )
         self.commit_feed.publish(moved)
-        return [p.results for p in plans]
+        return [
+            with_locations(p, f.object_key, ids)
+            for p, (f, _), ids in zip(plans, items, chunk_ids, strict=True)
+        ]
 
     def _lock_for_commit(
         self, conn: Connection, tindex: TopicIndex, keys: list[TKey], object_keys: list[str]
@@ -741,10 +749,11 @@ class MetadataService:
         locked: dict[TKey, PartitionRow],
         pstate: ProducerStates,
         now: int,
-    ) -> None:
+    ) -> list[list[int]]:
         """The writes of a group: file rows (`deleting` for a file that stored nothing),
         chunk rows, the new high watermarks, the changed producer state. PostgreSQL: ONE
-        statement (data-modifying CTEs over arrays); SQLite: a few executemany."""
+        statement (data-modifying CTEs over arrays); SQLite: a few executemany. Returns
+        the new chunk ids, per plan in the order of its runs."""
         hwms: dict[TKey, int] = {}
         changed: dict[PKey, None] = {}
         for plan in plans:
@@ -756,15 +765,14 @@ class MetadataService:
             assert e is not None
             entries.append((k, e))
         if not self._pg:
-            self._write_commit_sqlite(conn, file_specs, plans, tindex, hwms, entries, now)
-            return
+            return self._write_commit_sqlite(conn, file_specs, plans, tindex, hwms, entries, now)
         text_ = tindex.text
         c_file: list[int] = []
         runs: list[Run] = []
         for i, plan in enumerate(plans, start=1):
             c_file.extend([i] * len(plan.runs))
             runs.extend(plan.runs)
-        conn.execute(
+        doc = conn.execute(
             _PG_WRITE_COMMIT,
             {
                 "now": now,
@@ -795,7 +803,9 @@ class MetadataService:
                 + ",".join('"' + json.dumps(e.batches, separators=(",", ":")) + '"' for _, e in entries)
                 + "}",
             },
-        )
+        ).scalar()
+        ids = {(i, pos): cid for i, pos, cid in json.loads(doc)} if doc else {}
+        return [[ids[(i, r.byte_position)] for r in plan.runs] for i, plan in enumerate(plans, start=1)]
 
     def _write_commit_sqlite(
         self,
@@ -806,8 +816,9 @@ class MetadataService:
         hwms: dict[TKey, int],
         entries: list[tuple[PKey, idempotence.ProducerEntry]],
         now: int,
-    ) -> None:
+    ) -> list[list[int]]:
         hexes = [t.hex for t in tindex.ids]
+        chunk_ids: list[list[int]] = []
         for f, plan in zip(file_specs, plans, strict=True):
             file_id = conn.execute(
                 insert(files)
@@ -823,8 +834,7 @@ class MetadataService:
                 )
                 .returning(files.c.id)
             ).scalar_one()
-            if plan.runs:
-                self._insert_runs(conn, file_id, hexes, plan.runs)
+            chunk_ids.append(self._insert_runs(conn, file_id, hexes, plan.runs) if plan.runs else [])
         if hwms:
             self._set_high_watermarks(conn, hexes, hwms)
         if entries:
@@ -835,9 +845,11 @@ class MetadataService:
                     for k, e in entries
                 ],
             )
+        return chunk_ids
 
-    def _insert_runs(self, conn: Connection, file_id: int, hexes: list[str], runs: list[Run]) -> None:
-        """SQLite: the chunk rows of a file (executemany)."""
+    def _insert_runs(self, conn: Connection, file_id: int, hexes: list[str], runs: list[Run]) -> list[int]:
+        """SQLite: the chunk rows of a file (executemany); their ids in the order of `runs`
+        (read back by byte position: executemany returns no ids)."""
         conn.exec_driver_sql(
             _SQ_INSERT_CHUNKS,
             [
@@ -856,6 +868,8 @@ class MetadataService:
                 for r in runs
             ],
         )
+        ids = dict(conn.exec_driver_sql(_SQ_CHUNK_IDS, (file_id,)).all())
+        return [ids[r.byte_position] for r in runs]
 
     def _set_high_watermarks(self, conn: Connection, hexes: list[str], hwms: dict[TKey, int]) -> None:
         """SQLite (PostgreSQL sets them in _write_commit's single statement)."""
@@ -872,15 +886,10 @@ class MetadataService:
         pstate: ProducerStates,
     ) -> list[ChunkResult]:
         rows = conn.execute(
-            select(
-                chunks.c.topic_id,
-                chunks.c.partition,
-                chunks.c.byte_position,
-                chunks.c.byte_length,
-                chunks.c.base_offset,
-            )
+            select(chunks.c.topic_id, chunks.c.partition, *self._LOC_COLS)
             .join(files, files.c.id == chunks.c.file_id)
             .where(files.c.object_key == file.object_key)
+            .order_by(chunks.c.last_offset)
         ).all()
         recorded = {
             (tindex.index[r.topic_id], r.partition, r.byte_position): RecordedChunk(
@@ -889,7 +898,18 @@ class MetadataService:
             for r in rows
             if r.topic_id in tindex.index
         }
-        return answer_recommit(file.object_key, chunk_specs, spec_keys, locked, pstate, recorded)
+        results = answer_recommit(file.object_key, chunk_specs, spec_keys, locked, pstate, recorded)
+        # The chunks still recorded for each spec (the first answer, lost, carried them).
+        out = []
+        for spec, result in zip(chunk_specs, results, strict=True):
+            starts = {b.byte_offset for b in spec.batches}
+            locs = tuple(
+                self._location(r)
+                for r in rows
+                if r.topic_id == spec.topic_id and r.partition == spec.partition and r.byte_position in starts
+            )
+            out.append(replace(result, locations=locs) if locs else result)
+        return out
 
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh producer id with epoch 0, from the `producer_id` counter row."""

@@ -85,6 +85,10 @@ class ChunkResult:
     error_code: int  # set when the whole chunk failed (e.g. unknown partition)
     batches: tuple[BatchResult, ...]  # one per BatchSpec, same order
     error_message: str | None = None
+    # The chunk rows this commit recorded for the spec, in offset order, exactly as
+    # find_chunks returns them (one per contiguous run of stored batches; none when
+    # nothing was stored). The agent caches them: there is one rule, metadata's.
+    locations: tuple[ChunkLocation, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -326,6 +326,48 @@ async def test_max_message_bytes(md: LocalMetadataClient) -> None:
     ]
 
 
+async def test_commit_answer_carries_the_locations_find_chunks_returns(
+    md: LocalMetadataClient, clock: FakeClock
+) -> None:
+    """The answer's locations are the chunk rows as find_chunks reads them back: ids,
+    byte ranges, offsets, counts, and the LogAppendTime max_timestamp (the broker's clock,
+    not the producers' timestamps), for every run a refused or duplicate batch splits."""
+    lat = await md.create_topic(
+        "lat", 1, {"message.timestamp.type": "LogAppendTime", "max.message.bytes": "100"}
+    )
+    ct = await md.create_topic("ct", 2, {"max.message.bytes": "100"})
+    await commit(md, [(ct.topic_id, 1, [B(1, pid=7, seq=0)])])  # cached: a retry of it is a duplicate
+    clock.now = T0 + 777
+    f, specs = layout(
+        [
+            (lat.topic_id, 0, [B(2, ts=5), B(1, size=101), B(3, ts=9), B(1, ts=4)]),
+            (ct.topic_id, 0, [B(1, ts=50), B(2, ts=70)]),
+            (ct.topic_id, 1, [B(1, pid=7, seq=0), B(1, pid=7, seq=1, ts=3)]),
+            (uuid.uuid4(), 0, [B(1)]),
+        ]
+    )
+    results = await md.commit_file(f, specs)
+    assert [len(r.locations) for r in results] == [2, 1, 1, 0]
+    for (tid, part), r in zip(
+        [(lat.topic_id, 0), (ct.topic_id, 0), (ct.topic_id, 1), (specs[3].topic_id, 0)], results, strict=True
+    ):
+        if not r.locations:
+            continue
+        (info,) = await md.find_chunks([FetchQuery(tid, part, r.locations[0].base_offset, 10**6)])
+        assert info.chunks == r.locations
+        assert all(c.chunk_id > 0 and c.object_key == f.object_key for c in r.locations)
+    assert [c.max_timestamp for c in results[0].locations] == [T0 + 777, T0 + 777]
+    assert [(c.base_offset, c.last_offset, c.record_count) for c in results[0].locations] == [
+        (0, 1, 2),
+        (2, 5, 4),
+    ]
+    assert results[1].locations[0].max_timestamp == 70
+    assert (results[2].locations[0].base_offset, results[2].locations[0].max_timestamp) == (1, 3)
+    # a re-commit of the same object (its first answer lost) carries them again
+    again = await md.commit_file(f, specs)
+    assert [r.locations for r in again] == [r.locations for r in results]
+
+
 async def test_recommit_of_same_object_answers_the_same(
     md: LocalMetadataClient, service: MetadataService
 ) -> None:
