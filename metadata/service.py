@@ -868,7 +868,7 @@ class MetadataService:
                 for r in runs
             ],
         )
-        ids = dict(conn.exec_driver_sql(_SQ_CHUNK_IDS, (file_id,)).all())
+        ids: dict[int, int] = dict(conn.exec_driver_sql(_SQ_CHUNK_IDS, (file_id,)).all())
         return [ids[r.byte_position] for r in runs]
 
     def _set_high_watermarks(self, conn: Connection, hexes: list[str], hwms: dict[TKey, int]) -> None:
