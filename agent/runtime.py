@@ -197,7 +197,7 @@ def run_playground(*, data_dir: str, host: str, port: int, metadata_port: int) -
     import uvicorn
 
     from metadata.app import create_app
-    from metadata.client import LocalMetadataClient
+    from metadata.local_client import LocalMetadataClient
     from metadata.service import MetadataService
 
     root = Path(data_dir).resolve()

@@ -1,8 +1,10 @@
 """The metadata client interface: what agents, the compactor and Spark may ask of metadata.
 
-Two implementations live in `metadata.client`: `LocalMetadataClient` wraps a
+Two implementations: `metadata.local_client.LocalMetadataClient` wraps a
 `MetadataService` in this process (the playground; blocking SQL runs in a worker
-thread) and `HttpMetadataClient` talks to `skiff metadata` over HTTP/JSON. Both raise
+thread) and `metadata.http_client.HttpMetadataClient` talks to `skiff metadata` over
+HTTP/JSON without importing the database side (`metadata.client.open_metadata_client`
+picks one from a URL). Both raise
 `metadata.errors.MetadataError` (with a Kafka error code) for whole-request failures
 and `metadata.errors.MetadataUnavailable` when the service cannot be reached (a
 retriable condition the agent maps to a retriable Kafka error).

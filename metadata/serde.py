@@ -3,7 +3,7 @@
 Field names are those of the dataclasses. UUIDs travel as strings, bitmaps
 (`present_offsets`) as base64. Integers are range-checked (int32/int64) so that a
 malformed request is a 422, never a database overflow. Used by both `metadata.app`
-(server) and `metadata.client.HttpMetadataClient`.
+(server) and `metadata.http_client.HttpMetadataClient`.
 """
 
 from __future__ import annotations

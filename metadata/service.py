@@ -1,6 +1,6 @@
 """MetadataService: the transactional operations over the metadata tables.
 
-Blocking (SQLAlchemy Core over an `Engine`); `metadata.client.LocalMetadataClient` runs it
+Blocking (SQLAlchemy Core over an `Engine`); `metadata.local_client.LocalMetadataClient` runs it
 in worker threads, `metadata.app` serves it over HTTP. Safe to use from many threads and
 from many processes/replicas over one database.
 

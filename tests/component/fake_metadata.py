@@ -29,8 +29,8 @@ from agent.handlers import HandlerRegistry
 from agent.protocol import decode_response, encode_request, response_schema
 from agent.server import AgentServer, start_agent_server
 from metadata.api_types import MetadataClient
-from metadata.client import LocalMetadataClient
 from metadata.errors import MetadataUnavailable
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import (
     AgentInfo,

@@ -23,7 +23,7 @@ from agent.handlers.fetch import CHUNK_CACHE
 from agent.runtime import RunningAgent, start_agent
 from fileformat.objectstore import open_async_store
 from fileformat.records import build_batch, iter_batches
-from metadata.client import LocalMetadataClient
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import FetchQuery
 from tests.component.fake_metadata import FlakyMetadataClient

@@ -28,8 +28,10 @@ from hypothesis import strategies as st
 
 from metadata import bitmaps
 from metadata.app import create_app
-from metadata.client import HttpMetadataClient, LocalMetadataClient, open_metadata_client
+from metadata.client import open_metadata_client
 from metadata.errors import ConflictError, MetadataError, MetadataUnavailable
+from metadata.http_client import HttpMetadataClient
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import (
     AgentInfo,

@@ -19,8 +19,9 @@ from pyroaring import BitMap
 
 from metadata import bitmaps
 from metadata.app import create_app
-from metadata.client import HttpMetadataClient, LocalMetadataClient
 from metadata.errors import ConflictError, MetadataError
+from metadata.http_client import HttpMetadataClient
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import (
     EARLIEST_TIMESTAMP,
