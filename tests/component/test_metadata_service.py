@@ -21,6 +21,7 @@ from metadata import bitmaps
 from metadata.app import create_app
 from metadata.errors import ConflictError, MetadataError
 from metadata.http_client import HttpMetadataClient
+from metadata.inspection import count_rows, file_states
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import (
@@ -244,7 +245,7 @@ async def test_delete_topic(md: LocalMetadataClient, service: MetadataService) -
     assert await md.describe_topics(["t"]) == {}
     assert [o.topic for o in await md.fetch_offsets("g", None)] == ["keep"]
     # f2 only held the deleted topic: it is marked for GC; f still holds "keep".
-    assert service.file_states([f.object_key, f2.object_key]) == {
+    assert file_states(service.engine, [f.object_key, f2.object_key]) == {
         f.object_key: "live",
         f2.object_key: "deleting",
     }
@@ -297,7 +298,7 @@ async def test_file_with_no_accepted_batch_is_recorded_deleting(
     f, specs = layout([(uuid.uuid4(), 0, [B(1)])])
     results = await md.commit_file(f, specs)
     assert results[0].error_code == 3
-    assert service.file_states([f.object_key]) == {f.object_key: "deleting"}
+    assert file_states(service.engine, [f.object_key]) == {f.object_key: "deleting"}
 
 
 async def test_log_append_time(md: LocalMetadataClient, clock: FakeClock) -> None:
@@ -377,10 +378,10 @@ async def test_recommit_of_same_object_answers_the_same(
     await commit(md, [(tid, 0, [B(3)])])
     f, specs = layout([(tid, 0, [B(2), B(1, pid=9, seq=0), B(1, pid=9, seq=0)]), (tid, 1, [B(4)])])
     first = await md.commit_file(f, specs)
-    before = service.count_rows()
+    before = count_rows(service.engine)
     second = await md.commit_file(f, specs)
     assert second == first
-    assert service.count_rows() == before
+    assert count_rows(service.engine) == before
     assert await hwm(md, tid, 0) == 6
 
 
@@ -402,11 +403,11 @@ async def test_duplicate_batch_returns_original_offset(
     pid, epoch = await md.init_producer_id()
     assert await commit(md, [(tid, 0, [B(1), B(3, pid=pid, epoch=epoch, seq=0)])]) == [[0, 1]]
     assert await commit(md, [(tid, 0, [B(2, pid=pid, epoch=epoch, seq=3)])]) == [[4]]
-    chunks_before = service.count_rows()["chunks"]
+    chunks_before = count_rows(service.engine)["chunks"]
     # A retry of the first batch (its response was lost) lands in a later file.
     assert await commit(md, [(tid, 0, [B(3, pid=pid, epoch=epoch, seq=0)])]) == [[1]]
     assert await hwm(md, tid, 0) == 6
-    assert service.count_rows()["chunks"] == chunks_before
+    assert count_rows(service.engine)["chunks"] == chunks_before
     # A retried duplicate in the middle of a run splits the run.
     f, specs = layout([(tid, 0, [B(1), B(2, pid=pid, epoch=epoch, seq=3), B(1)])])
     r = await md.commit_file(f, specs)
@@ -609,7 +610,7 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
     new = FileSpec("compacted/1", 100, 1, "compactor")
     await md.replace_chunks(inputs, new, [out])
     # f2 lost its only chunk: deleting. f1 still holds partition 1.
-    assert service.file_states([f1.object_key, f2.object_key, new.object_key]) == {
+    assert file_states(service.engine, [f1.object_key, f2.object_key, new.object_key]) == {
         f1.object_key: "live",
         f2.object_key: "deleting",
         new.object_key: "live",
@@ -640,13 +641,13 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
     with pytest.raises(ConflictError) as e:
         await md.replace_chunks(inputs, FileSpec("compacted/2", 100, 1), [out])
     assert e.value.error_code == 22
-    assert service.file_states(["compacted/2"]) == {}
+    assert file_states(service.engine, ["compacted/2"]) == {}
 
     # Compacting the compacted chunk again so that nothing at or after offset 7 remains in
     # it: find_chunks skips it for offset 7 and goes on to the next chunk.
     out2 = OutputChunk(tid, 0, 0, 40, 0, 7, 2, 1, 20, bitmaps.from_absolute(0, [1, 3]))
     await md.replace_chunks([c.chunk_id], FileSpec("compacted/3", 100, 2), [out2])
-    assert service.file_states(["compacted/1"]) == {"compacted/1": "deleting"}
+    assert file_states(service.engine, ["compacted/1"]) == {"compacted/1": "deleting"}
     (r7,) = await md.find_chunks([FetchQuery(tid, 0, 7, 1)])
     assert [x.base_offset for x in r7.chunks] == [8]
     (r4,) = await md.find_chunks([FetchQuery(tid, 0, 4, 1)])
@@ -682,18 +683,18 @@ async def test_replace_chunks_refuses_bad_outputs(md: LocalMetadataClient, servi
         ([a.chunk_id], [out(0, 3, n=1, bm=b"garbage")]),
         ([], [out(0, 3)]),
     ]
-    before = service.count_rows()
+    before = count_rows(service.engine)
     for ids, outs in bad:
         with pytest.raises(MetadataError) as e:
             await md.replace_chunks(ids, FileSpec(f"c/{uuid.uuid4()}", 100, 1), outs)
         assert e.value.error_code == 42 and not isinstance(e.value, ConflictError), (ids, outs)
-    assert service.count_rows() == before
+    assert count_rows(service.engine) == before
     with pytest.raises(ConflictError):
         await md.replace_chunks([a.chunk_id, 10**9], FileSpec("c/x", 100, 1), [out(0, 3)])
-    assert service.count_rows() == before
+    assert count_rows(service.engine) == before
     # Dropping everything (e.g. all tombstones expired) is allowed: the new file is empty.
     await md.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/empty", 0, 1), [])
-    assert service.file_states(["c/empty"]) == {"c/empty": "deleting"}
+    assert file_states(service.engine, ["c/empty"]) == {"c/empty": "deleting"}
     (info2,) = await md.find_chunks([FetchQuery(tid, 0, 0, 10**9)])
     assert [x.base_offset for x in info2.chunks] == [8]
 
