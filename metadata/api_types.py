@@ -24,6 +24,7 @@ from metadata.types import (
     FileSpec,
     GroupOffset,
     OffsetAnswer,
+    OffsetCommitResult,
     OffsetQuery,
     OutputChunk,
     PartitionFetchInfo,
@@ -62,7 +63,9 @@ class MetadataClient(Protocol):
     ) -> None: ...
 
     # consumer groups
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None: ...
+    async def commit_offsets(  # one answer per offset, same order; the valid ones are stored
+        self, group_id: str, offsets: Sequence[GroupOffset]
+    ) -> list[OffsetCommitResult]: ...
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]: ...
     async def delete_group_offsets(self, group_id: str) -> None: ...
     async def delete_partition_offsets(  # one transaction; (topic, partition)s without a commit ignored

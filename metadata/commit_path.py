@@ -44,11 +44,11 @@ from metadata.commit_plan import (
     with_locations,
 )
 from metadata.db import write_tx
-from metadata.errors import INVALID_REQUEST, MetadataError
 from metadata.group_commit import GroupCommitter
-from metadata.rows import I32, I64, LOC_COLS, Db, location_of
+from metadata.rows import LOC_COLS, Db, location_of
 from metadata.schema import PRODUCER_ID_SEQUENCE, chunks, files, sequences
 from metadata.types import ChunkResult, ChunkSpec, FileSpec
+from metadata.validation import check_commit
 
 CommitItem = tuple[FileSpec, Sequence[ChunkSpec]]
 
@@ -61,35 +61,6 @@ class CommitPath:
         self.combiner: GroupCommitter[CommitItem, list[ChunkResult]] | None = None
         if group_commit:
             self.combiner = GroupCommitter(self.commit_group, max_items=64, max_weight=20_000)
-
-    @staticmethod
-    def _validate_commit(file: FileSpec, chunk_specs: Sequence[ChunkSpec]) -> None:
-        """Refuse a malformed commit as a whole (INVALID_REQUEST) before it joins a group:
-        every value must fit its column, so that one bad file cannot fail its group."""
-
-        def bad(msg: str) -> MetadataError:
-            return MetadataError(INVALID_REQUEST, f"commit of {file.object_key!r}: {msg}")
-
-        if not file.object_key or "\x00" in file.object_key or len(file.object_key) > 1024:
-            raise bad("empty, too long or NUL in the object key")
-        if "\x00" in file.writer or len(file.writer) > 255:
-            raise bad("writer too long or with NUL")
-        if not 0 <= file.size_bytes < I64 or not 0 <= file.level < I32:
-            raise bad("size or level out of range")
-        for c in chunk_specs:
-            if not c.batches:
-                raise bad(f"chunk {c.topic_id}/{c.partition} has no batches")
-            if not -I32 <= c.partition < I32:
-                raise bad(f"partition {c.partition} out of range")
-            for b in c.batches:
-                if b.byte_offset < 0 or b.byte_length <= 0 or b.byte_offset + b.byte_length > file.size_bytes:
-                    raise bad(f"batch bytes [{b.byte_offset}, +{b.byte_length}) outside the file")
-                if not 0 < b.offset_count <= I32 or not 0 <= b.record_count < I64:
-                    raise bad(f"batch with offset_count {b.offset_count}, record_count {b.record_count}")
-                if not -I64 <= b.max_timestamp < I64 or not -I64 <= b.producer_id < I64:
-                    raise bad("batch timestamp or producer id out of range")
-                if not -I32 <= b.producer_epoch < I32 or not -I32 <= b.base_sequence < I32:
-                    raise bad("batch producer epoch or sequence out of range")
 
     def commit_file(self, file: FileSpec, chunk_specs: Sequence[ChunkSpec]) -> list[ChunkResult]:
         """Commit a file just written to the bucket: in ONE transaction, record the file,
@@ -110,7 +81,7 @@ class CommitPath:
         with exactly the outcome it would have had alone; they share the partition locks,
         the statements and the fsync. A database error fails every file of the group
         (none of them is recorded; each caller may retry)."""
-        self._validate_commit(file, chunk_specs)
+        check_commit(file, chunk_specs)
         if self.combiner is None:
             return self.commit_group([(file, chunk_specs)])[0]
         return self.combiner.submit((file, chunk_specs), sum(len(c.batches) for c in chunk_specs))

@@ -24,6 +24,7 @@ from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataEr
 from metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting
 from metadata.schema import FILE_DELETING, FILE_LIVE, chunks, files
 from metadata.types import FileSpec, OutputChunk
+from metadata.validation import check_output_chunk, file_error
 
 
 class CompactionSwap:
@@ -46,18 +47,24 @@ class CompactionSwap:
         ids = sorted(set(input_chunk_ids))
         if not ids:
             raise MetadataError(INVALID_REQUEST, "replace_chunks needs at least one input chunk")
-        if not file.object_key or file.size_bytes < 0:
-            raise MetadataError(INVALID_REQUEST, "bad output file")
+        err = file_error(file)
+        if err:
+            raise MetadataError(INVALID_REQUEST, f"replace_chunks into {file.object_key!r}: {err}")
+        spans: list[tuple[int, int]] = []
         for o in outputs:
-            if o.byte_position < 0 or o.byte_length < 0 or o.byte_position + o.byte_length > file.size_bytes:
-                raise MetadataError(INVALID_REQUEST, f"output chunk bytes outside the file: {o}")
-            if o.last_offset < o.base_offset or o.base_offset < 0 or o.record_count < 0 or o.batch_count < 0:
-                raise MetadataError(INVALID_REQUEST, f"bad output chunk offsets/counts: {o}")
+            err = check_output_chunk(file, o)
+            if err:
+                raise MetadataError(INVALID_REQUEST, err)
             if o.last_offset - o.base_offset > bitmaps.MAX_RELATIVE_OFFSET:
                 raise MetadataError(INVALID_REQUEST, "output chunk spans more than 2^32 offsets")
             err = bitmaps.check_chunk_bitmap(o.base_offset, o.last_offset, o.present_offsets, o.record_count)
             if err:
                 raise MetadataError(INVALID_REQUEST, f"output chunk {o.topic_id}/{o.partition}: {err}")
+            spans.append((o.byte_position, o.byte_position + o.byte_length))
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            if start < end:
+                raise MetadataError(INVALID_REQUEST, f"two output chunks claim the bytes at {start}")
         now = self._db.clock()
         try:
             with write_tx(self._db.engine) as conn:

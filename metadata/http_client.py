@@ -32,6 +32,7 @@ from metadata.types import (
     FileSpec,
     GroupOffset,
     OffsetAnswer,
+    OffsetCommitResult,
     OffsetQuery,
     OutputChunk,
     PartitionFetchInfo,
@@ -51,6 +52,7 @@ _TOPIC_LIST = TypeAdapter(list[s.TopicM])
 _TOPIC_MAP = TypeAdapter(dict[str, s.TopicM])
 _GROUP_OFFSETS = TypeAdapter(list[s.GroupOffsetM])
 _GROUP_IDS = TypeAdapter(list[str])
+_COMMIT_RESULTS = TypeAdapter(list[s.OffsetCommitResultM])
 _AGENTS = TypeAdapter(list[s.AgentInfoM])
 _WATERMARKS = TypeAdapter(list[s.PartitionWatermarkM])
 
@@ -211,11 +213,12 @@ class HttpMetadataClient:
         await self._call("POST", "/v1/replace-chunks", req)
 
     # consumer groups
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None:
+    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
         req = s.CommitOffsetsRequest.model_construct(
             group_id=group_id, offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets]
         )
-        await self._call("POST", "/v1/groups/commit-offsets", req)
+        data = await self._call("POST", "/v1/groups/commit-offsets", req)
+        return [OffsetCommitResult(**m.__dict__) for m in self._parse(_COMMIT_RESULTS, data)]
 
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         req = s.FetchOffsetsRequest.model_construct(

@@ -33,6 +33,7 @@ from metadata.types import (
     FileSpec,
     GroupOffset,
     OffsetAnswer,
+    OffsetCommitResult,
     OffsetQuery,
     OutputChunk,
     PartitionFetchInfo,
@@ -132,8 +133,8 @@ class LocalMetadataClient:
         await self._run(self.service.replace_chunks, list(input_chunk_ids), file, list(outputs))
 
     # consumer groups
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None:
-        await self._run(self.service.commit_offsets, group_id, list(offsets))
+    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
+        return await self._run(self.service.commit_offsets, group_id, list(offsets))
 
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         return await self._run(self.service.fetch_offsets, group_id, None if topics is None else list(topics))

@@ -24,8 +24,6 @@ Clock = Callable[[], int]
 
 # Lists of ids (chunk ids, file ids, names) are split into statements of this many.
 IDS_PER_STATEMENT = 1000
-I32 = 2**31
-I64 = 2**63
 
 
 def system_clock() -> int:

@@ -148,6 +148,11 @@ class GroupOffsetM(_M):
     leader_epoch: Int32 = -1
 
 
+class OffsetCommitResultM(_M):
+    error_code: Int32
+    error_message: str | None = None
+
+
 class AgentInfoM(_M):
     agent_id: Annotated[str, Field(min_length=1, max_length=255)]
     host: Annotated[str, Field(max_length=255)]
@@ -278,7 +283,10 @@ def topic_from_m(m: TopicM) -> t.Topic:
 
 
 def file_to_m(x: t.FileSpec) -> FileSpecM:
-    return FileSpecM(object_key=x.object_key, size_bytes=x.size_bytes, level=x.level, writer=x.writer)
+    # Not validated here: the server validates (and refuses with INVALID_REQUEST) what it receives.
+    return FileSpecM.model_construct(
+        object_key=x.object_key, size_bytes=x.size_bytes, level=x.level, writer=x.writer
+    )
 
 
 def file_from_m(m: FileSpecM) -> t.FileSpec:
@@ -286,7 +294,7 @@ def file_from_m(m: FileSpecM) -> t.FileSpec:
 
 
 def chunk_spec_to_m(x: t.ChunkSpec) -> ChunkSpecM:
-    return ChunkSpecM(
+    return ChunkSpecM.model_construct(
         topic_id=x.topic_id,
         partition=x.partition,
         batches=[BatchSpecM.model_construct(**b.__dict__) for b in x.batches],

@@ -54,6 +54,7 @@ from metadata.types import (
     FileSpec,
     GroupOffset,
     OffsetAnswer,
+    OffsetCommitResult,
     OffsetQuery,
     OutputChunk,
     PartitionFetchInfo,
@@ -194,8 +195,8 @@ class MetadataService:
 
     # ------------------------------------------------------------------ consumer groups
 
-    def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None:
-        self.groups.commit_offsets(group_id, offsets)
+    def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
+        return self.groups.commit_offsets(group_id, offsets)
 
     def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         return self.groups.fetch_offsets(group_id, topics)

@@ -192,6 +192,15 @@ class GroupOffset:
 
 
 @dataclass(frozen=True)
+class OffsetCommitResult:
+    """The outcome of one GroupOffset of a commit_offsets call: 0 (stored) or a Kafka error
+    code (UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST, OFFSET_METADATA_TOO_LARGE)."""
+
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
 class AgentInfo:
     agent_id: str
     host: str

@@ -79,19 +79,19 @@ def _worker(
                 for _b in range(rng.randint(1, 3)):
                     n = rng.randint(1, 5)
                     if rng.random() < 0.5:
-                        batches.append(BatchSpec(pos, 10, n, n, 1000))
+                        batches.append(BatchSpec(pos, 70, n, n, 1000))
                         meta.append((-1, n, False))
                     elif sent[(t, p)] and rng.random() < 0.3:
                         seq, n = rng.choice(sent[(t, p)][-5:])  # retry one of the last five
-                        batches.append(BatchSpec(pos, 10, n, n, 1000, pid, epoch, seq))
+                        batches.append(BatchSpec(pos, 70, n, n, 1000, pid, epoch, seq))
                         meta.append((seq, n, True))
                     else:
                         seq = next_seq[(t, p)]
                         next_seq[(t, p)] += n
                         sent[(t, p)].append((seq, n))
-                        batches.append(BatchSpec(pos, 10, n, n, 1000, pid, epoch, seq))
+                        batches.append(BatchSpec(pos, 70, n, n, 1000, pid, epoch, seq))
                         meta.append((seq, n, False))
-                    pos += 10
+                    pos += 70
                 specs.append(ChunkSpec(uuid.UUID(t), p, tuple(batches)))
                 expect.append(meta)
             results = svc.commit_file(FileSpec(f"f/{uuid.uuid4().hex}", pos, 0, f"w{seed}"), specs)
@@ -317,11 +317,11 @@ def test_failed_commit_leaves_no_trace(svc: MetadataService, monkeypatch: pytest
 
     def spec(seq: int, pos: int = 0) -> list[ChunkSpec]:
         return [
-            ChunkSpec(tid, 0, (BatchSpec(pos, 10, 2, 2, 1, 11, 0, seq), BatchSpec(pos + 10, 10, 1, 1, 1))),
-            ChunkSpec(tid, 1, (BatchSpec(pos + 20, 10, 3, 3, 1),)),
+            ChunkSpec(tid, 0, (BatchSpec(pos, 70, 2, 2, 1, 11, 0, seq), BatchSpec(pos + 70, 70, 1, 1, 1))),
+            ChunkSpec(tid, 1, (BatchSpec(pos + 140, 70, 3, 3, 1),)),
         ]
 
-    svc.commit_file(FileSpec("f/ok", 100), spec(0))
+    svc.commit_file(FileSpec("f/ok", 300), spec(0))
     before = _snapshot(svc)
     # The dialect holds the commit's writes: one statement on PostgreSQL, several on SQLite.
     dialect = type(svc.dialect)
@@ -339,13 +339,13 @@ def test_failed_commit_leaves_no_trace(svc: MetadataService, monkeypatch: pytest
 
         monkeypatch.setattr(dialect, fail_in, failing)
         with pytest.raises(Boom):
-            svc.commit_file(FileSpec("f/failed", 100), spec(2))
+            svc.commit_file(FileSpec("f/failed", 300), spec(2))
         monkeypatch.undo()
         assert _snapshot(svc) == before, fail_in
     states = svc.partition_states([PartitionKey(tid, 0), PartitionKey(tid, 1)])
     assert [s.high_watermark for s in states] == [3, 3]
     # The same batch again (the agent retries): it is new, not a duplicate of the failed one.
-    r = svc.commit_file(FileSpec("f/failed", 100), spec(2))
+    r = svc.commit_file(FileSpec("f/failed", 300), spec(2))
     assert [b.base_offset for b in r[0].batches] == [3, 5] and r[1].batches[0].base_offset == 3
     assert file_states(svc.engine, ["f/failed"]) == {"f/failed": "live"}
 
@@ -354,7 +354,7 @@ def test_failed_replace_leaves_no_trace(svc: MetadataService, monkeypatch: pytes
     t = svc.create_topic("t", 1, {})
     tid = t.topic_id
     for i in range(2):
-        svc.commit_file(FileSpec(f"f/{i}", 100), [ChunkSpec(tid, 0, (BatchSpec(0, 10, 2, 2, 1),))])
+        svc.commit_file(FileSpec(f"f/{i}", 100), [ChunkSpec(tid, 0, (BatchSpec(0, 70, 2, 2, 1),))])
     a, b = partition_chunks(svc.engine, tid, 0)
     before = _snapshot(svc)
     real = compaction_swap.mark_orphan_files_deleting
@@ -364,12 +364,12 @@ def test_failed_replace_leaves_no_trace(svc: MetadataService, monkeypatch: pytes
         raise Boom("injected")
 
     monkeypatch.setattr(compaction_swap, "mark_orphan_files_deleting", failing)
-    out = OutputChunk(tid, 0, 0, 20, 0, 3, 4, 2, 1)
+    out = OutputChunk(tid, 0, 0, 140, 0, 3, 4, 2, 1)
     with pytest.raises(Boom):
-        svc.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/1", 20, 1), [out])
+        svc.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/1", 140, 1), [out])
     monkeypatch.undo()
     assert _snapshot(svc) == before
-    svc.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/1", 20, 1), [out])
+    svc.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/1", 140, 1), [out])
     assert file_states(svc.engine, ["f/0", "f/1", "c/1"]) == {
         "f/0": "deleting",
         "f/1": "deleting",
@@ -388,10 +388,10 @@ def test_group_commit_semantics(svc: MetadataService) -> None:
     def item(key: str, *batches: tuple[int, int, int]) -> tuple[FileSpec, list[ChunkSpec]]:
         """batches: (partition, offsets, sequence or -1)"""
         specs = [
-            ChunkSpec(tid, p, (BatchSpec(i * 10, 10, n, n, 1, 7 if seq >= 0 else -1, 0, seq),))
+            ChunkSpec(tid, p, (BatchSpec(i * 70, 70, n, n, 1, 7 if seq >= 0 else -1, 0, seq),))
             for i, (p, n, seq) in enumerate(batches)
         ]
-        return FileSpec(key, 100), specs
+        return FileSpec(key, 70 * len(batches)), specs
 
     # Two new files on the same partitions; the second holds a retry of the first's batch.
     a = item("g/a", (0, 2, 0), (1, 1, -1))

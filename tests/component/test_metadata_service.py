@@ -9,6 +9,7 @@ test_metadata_concurrency.py.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ class B:
     pid: int = -1
     epoch: int = 0
     seq: int = 0
-    size: int = 10
+    size: int = 70  # a RecordBatch is at least 61 bytes
     ts: int = 1000
 
 
@@ -317,14 +318,14 @@ async def test_log_append_time(md: LocalMetadataClient, clock: FakeClock) -> Non
 
 async def test_max_message_bytes(md: LocalMetadataClient) -> None:
     t = await md.create_topic("t", 1, {"max.message.bytes": "100"})
-    f, specs = layout([(t.topic_id, 0, [B(1, size=50), B(1, size=101), B(2, size=100)])])
+    f, specs = layout([(t.topic_id, 0, [B(1, size=70), B(1, size=101), B(2, size=100)])])
     r = await md.commit_file(f, specs)
     assert [(b.error_code, b.base_offset) for b in r[0].batches] == [(0, 0), (10, -1), (0, 1)]
     (info,) = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 10**6)])
     # The refused batch splits the run: its bytes stay in the file, no chunk points at them.
     assert [(c.byte_position, c.byte_length, c.base_offset, c.last_offset) for c in info.chunks] == [
-        (0, 50, 0, 0),
-        (151, 100, 1, 2),
+        (0, 70, 0, 0),
+        (171, 100, 1, 2),
     ]
 
 
@@ -413,7 +414,7 @@ async def test_duplicate_batch_returns_original_offset(
     r = await md.commit_file(f, specs)
     assert [b.base_offset for b in r[0].batches] == [6, 4, 7]
     (info,) = await md.find_chunks([FetchQuery(tid, 0, 6, 10**6)])
-    assert [(c.byte_position, c.base_offset, c.last_offset) for c in info.chunks] == [(0, 6, 6), (20, 7, 7)]
+    assert [(c.byte_position, c.base_offset, c.last_offset) for c in info.chunks] == [(0, 6, 6), (140, 7, 7)]
 
 
 async def test_duplicate_within_the_same_commit(md: LocalMetadataClient) -> None:
@@ -599,7 +600,7 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
         tid,
         0,
         byte_position=0,
-        byte_length=80,
+        byte_length=140,
         base_offset=0,
         last_offset=7,
         record_count=4,
@@ -607,7 +608,7 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
         max_timestamp=20,
         present_offsets=bitmaps.from_absolute(0, present),
     )
-    new = FileSpec("compacted/1", 100, 1, "compactor")
+    new = FileSpec("compacted/1", 200, 1, "compactor")
     await md.replace_chunks(inputs, new, [out])
     # f2 lost its only chunk: deleting. f1 still holds partition 1.
     assert file_states(service.engine, [f1.object_key, f2.object_key, new.object_key]) == {
@@ -639,13 +640,13 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
     assert [x.base_offset for x in r[3].chunks] == [0, 8]
     # Compare-and-set: the inputs are gone now.
     with pytest.raises(ConflictError) as e:
-        await md.replace_chunks(inputs, FileSpec("compacted/2", 100, 1), [out])
+        await md.replace_chunks(inputs, FileSpec("compacted/2", 200, 1), [out])
     assert e.value.error_code == 22
     assert file_states(service.engine, ["compacted/2"]) == {}
 
     # Compacting the compacted chunk again so that nothing at or after offset 7 remains in
     # it: find_chunks skips it for offset 7 and goes on to the next chunk.
-    out2 = OutputChunk(tid, 0, 0, 40, 0, 7, 2, 1, 20, bitmaps.from_absolute(0, [1, 3]))
+    out2 = OutputChunk(tid, 0, 0, 70, 0, 7, 2, 1, 20, bitmaps.from_absolute(0, [1, 3]))
     await md.replace_chunks([c.chunk_id], FileSpec("compacted/3", 100, 2), [out2])
     assert file_states(service.engine, ["compacted/1"]) == {"compacted/1": "deleting"}
     (r7,) = await md.find_chunks([FetchQuery(tid, 0, 7, 1)])
@@ -667,15 +668,15 @@ async def test_replace_chunks_refuses_bad_outputs(md: LocalMetadataClient, servi
     a, b, c = info.chunks  # 0..3, 4..7, 8..11
 
     def out(
-        base: int, last: int, n: int | None = None, part: int = 0, bm: bytes | None = None
+        base: int, last: int, n: int | None = None, part: int = 0, bm: bytes | None = None, pos: int = 0
     ) -> OutputChunk:
         n = last - base + 1 if n is None else n
-        return OutputChunk(tid, part, 0, 10, base, last, n, 1, 0, bm)
+        return OutputChunk(tid, part, pos, 70, base, last, n, 1, 0, bm)
 
     bad: list[tuple[list[int], list[OutputChunk]]] = [
         ([a.chunk_id], [out(0, 4)]),  # past the inputs' range
         ([a.chunk_id, c.chunk_id], [out(0, 11, n=8)]),  # overlaps the remaining chunk b
-        ([a.chunk_id, b.chunk_id], [out(0, 5), out(5, 7)]),  # outputs overlap each other
+        ([a.chunk_id, b.chunk_id], [out(0, 5), out(5, 7, pos=70)]),  # outputs overlap each other
         ([a.chunk_id], [out(0, 3, part=1)]),  # a partition without inputs
         ([a.chunk_id], [out(0, 3, n=5)]),  # more records than the inputs
         ([a.chunk_id], [out(0, 3, n=2, bm=bitmaps.serialize([0, 1, 2]))]),  # bitmap count != record_count
@@ -686,7 +687,7 @@ async def test_replace_chunks_refuses_bad_outputs(md: LocalMetadataClient, servi
     before = count_rows(service.engine)
     for ids, outs in bad:
         with pytest.raises(MetadataError) as e:
-            await md.replace_chunks(ids, FileSpec(f"c/{uuid.uuid4()}", 100, 1), outs)
+            await md.replace_chunks(ids, FileSpec(f"c/{uuid.uuid4()}", 200, 1), outs)
         assert e.value.error_code == 42 and not isinstance(e.value, ConflictError), (ids, outs)
     assert count_rows(service.engine) == before
     with pytest.raises(ConflictError):
@@ -703,6 +704,8 @@ async def test_replace_chunks_refuses_bad_outputs(md: LocalMetadataClient, servi
 
 
 async def test_group_offsets(md: LocalMetadataClient) -> None:
+    await md.create_topic("a", 1, {})
+    await md.create_topic("b", 2, {})
     assert await md.fetch_offsets("g", None) == []
     await md.commit_offsets("g", [GroupOffset("a", 0, 5, "meta", 3), GroupOffset("b", 1, 7)])
     await md.commit_offsets("g", [GroupOffset("a", 0, 9, None, 4)])
@@ -719,6 +722,8 @@ async def test_group_offsets(md: LocalMetadataClient) -> None:
 
 
 async def test_groups_with_offsets_and_partition_offset_delete(md: LocalMetadataClient) -> None:
+    await md.create_topic("a", 2, {})
+    await md.create_topic("b", 1, {})
     assert await md.groups_with_offsets(None) == []
     await md.commit_offsets("g", [GroupOffset("a", 0, 5), GroupOffset("a", 1, 6), GroupOffset("b", 0, 7)])
     await md.commit_offsets("other", [GroupOffset("a", 0, 1)])
@@ -769,3 +774,113 @@ def test_migrations_match_schema_and_rerun(service: MetadataService) -> None:
     with service.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata_obj)
     assert diff == []
+
+
+# ------------------------------------------------------------------ what metadata refuses to store
+
+
+@pytest.mark.parametrize(
+    "key", ["../escape", "a/../b", "/abs", "a//b", "a/", ".hidden", "a\\b", "tab\there", "x" * 1025, ""]
+)
+async def test_object_keys_follow_the_store_rules(
+    md: LocalMetadataClient, service: MetadataService, key: str
+) -> None:
+    """An object key the object store would refuse is refused by commit_file and
+    replace_chunks (INVALID_REQUEST, naming the rule), and nothing is recorded."""
+    t = await md.create_topic("t", 1, {})
+    await commit(md, [(t.topic_id, 0, [B(2)])])
+    (info,) = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 10**6)])
+    before = count_rows(service.engine)
+    f, specs = layout([(t.topic_id, 0, [B(1)])])
+    with pytest.raises(MetadataError) as e:
+        await md.commit_file(FileSpec(key, f.size_bytes, 0), specs)
+    assert e.value.error_code == 42 and re.search("object.key", e.value.message), e.value.message
+    out = OutputChunk(t.topic_id, 0, 0, 70, 0, 1, 2, 1, 1000)
+    with pytest.raises(MetadataError) as e:
+        await md.replace_chunks([info.chunks[0].chunk_id], FileSpec(key, 70, 1), [out])
+    assert e.value.error_code == 42 and re.search("object.key", e.value.message), e.value.message
+    assert count_rows(service.engine) == before
+
+
+@pytest.mark.parametrize(
+    ("size_bytes", "batch", "why"),
+    [
+        (10, BatchSpec(0, 10, 10**9, 10**9, 0), "61"),  # the issue's case: a billion offsets in 10 bytes
+        (100, BatchSpec(0, 60, 1, 1, 0), "61"),  # shorter than a RecordBatch header
+        (100, BatchSpec(0, 100, 10**9, 10**9, 0), "cannot hold"),  # more records than 39 bytes can encode
+        (100, BatchSpec(0, 100, 2**31, 2**31, 0), "cannot hold"),
+        (100, BatchSpec(0, 100, 2, 3, 0), "cannot hold"),  # more records than offsets
+        (100, BatchSpec(0, 100, 0, 0, 0), "cannot hold"),  # no offset at all
+        (100, BatchSpec(150, 70, 1, 1, 0), "outside the file"),
+    ],
+)
+async def test_commit_counts_must_fit_the_bytes(
+    md: LocalMetadataClient, service: MetadataService, size_bytes: int, batch: BatchSpec, why: str
+) -> None:
+    """A commit whose counts the bytes cannot hold is refused whole (INVALID_REQUEST), so
+    the partition keeps its high watermark and stays readable."""
+    t = await md.create_topic("t", 1, {})
+    await commit(md, [(t.topic_id, 0, [B(2)])])
+    before = count_rows(service.engine)
+    good = ChunkSpec(t.topic_id, 0, (BatchSpec(size_bytes, 70, 1, 1, 0),))  # refused with it: all or nothing
+    with pytest.raises(MetadataError) as e:
+        await md.commit_file(
+            FileSpec(f"f/{uuid.uuid4().hex}", size_bytes + 70, 0), [ChunkSpec(t.topic_id, 0, (batch,)), good]
+        )
+    assert e.value.error_code == 42 and why in e.value.message, e.value.message
+    assert count_rows(service.engine) == before and await hwm(md, t.topic_id, 0) == 2
+    # the partition still takes commits
+    f, specs = layout([(t.topic_id, 0, [B(1)])])
+    assert [b.error_code for b in (await md.commit_file(f, specs))[0].batches] == [0]
+
+
+async def test_batches_of_one_commit_may_not_overlap(md: LocalMetadataClient) -> None:
+    t = await md.create_topic("t", 2, {})
+    specs = [
+        ChunkSpec(t.topic_id, 0, (BatchSpec(0, 70, 1, 1, 0),)),
+        ChunkSpec(t.topic_id, 1, (BatchSpec(69, 70, 1, 1, 0),)),
+    ]
+    with pytest.raises(MetadataError) as e:
+        await md.commit_file(FileSpec("f/overlap", 200, 0), specs)
+    assert e.value.error_code == 42 and "claim the bytes at 69" in e.value.message
+    assert await hwm(md, t.topic_id, 1) == 0
+
+
+async def test_compacted_counts_must_fit_the_bytes(md: LocalMetadataClient) -> None:
+    t = await md.create_topic("t", 1, {})
+    await commit(md, [(t.topic_id, 0, [B(4)])])
+    (info,) = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 10**6)])
+    ids = [info.chunks[0].chunk_id]
+    for out in (
+        OutputChunk(t.topic_id, 0, 0, 100, 0, 3, 4, 2, 0),  # two batches need 122 bytes
+        OutputChunk(t.topic_id, 0, 0, 10, 0, 3, 4, 1, 0),
+        OutputChunk(t.topic_id, 0, 0, 61, 0, 3, 4, 1, 0),  # a header and no room for a record
+        OutputChunk(t.topic_id, 0, 0, 100, 0, 3, 4, 0, 0),  # records in no batch
+    ):
+        with pytest.raises(MetadataError) as e:
+            await md.replace_chunks(ids, FileSpec("c/1", 200, 1), [out])
+        assert e.value.error_code == 42, out
+    await md.replace_chunks(ids, FileSpec("c/1", 200, 1), [OutputChunk(t.topic_id, 0, 0, 100, 0, 3, 4, 1, 0)])
+
+
+async def test_offset_commits_are_checked_per_partition(md: LocalMetadataClient) -> None:
+    """Each offset gets its own answer with Kafka's code; the valid ones are stored, the
+    others are not: an offset below -1 (INVALID_REQUEST), a partition or topic that does
+    not exist (UNKNOWN_TOPIC_OR_PARTITION), metadata over 4096 bytes (OFFSET_METADATA_TOO_LARGE)."""
+    await md.create_topic("t", 2, {})
+    results = await md.commit_offsets(
+        "g",
+        [
+            GroupOffset("t", 0, 5),
+            GroupOffset("t", 1, -5),
+            GroupOffset("t", 2, 7),
+            GroupOffset("nope", 0, 7),
+            GroupOffset("t", -1, 7),
+            GroupOffset("t", 1, -1),  # -1 is what clients commit to clear a position
+            GroupOffset("t", 0, 6, "m" * 4097),
+        ],
+    )
+    assert [r.error_code for r in results] == [0, 42, 3, 3, 3, 0, 12]
+    assert "-5" in (results[1].error_message or "") and "nope" in (results[3].error_message or "")
+    assert await md.fetch_offsets("g", None) == [GroupOffset("t", 0, 5), GroupOffset("t", 1, -1)]
+    assert await md.commit_offsets("g", []) == []
