@@ -81,6 +81,7 @@ class MetadataService:
         self.commit_feed = CommitFeed()
         self._listener: PgCommitListener | None = None
         self._listener_lock = threading.Lock()
+        self._listener_started = False  # set once: the listener (if the dialect has one) runs
         self.topics = TopicAdmin(self._db)
         self.commits = CommitPath(self._db, self.commit_feed, group_commit=group_commit)
         self.reads = Reads(self._db)
@@ -132,15 +133,16 @@ class MetadataService:
         """Start (once) the thread that publishes other replicas' commits into
         `commit_feed` (PostgreSQL; on SQLite every writer is in this process, so the feed
         already sees every commit)."""
-        if self._listener is not None:
+        if self._listener_started:
             return
         with self._listener_lock:
-            if self._listener is not None:
+            if self._listener_started:
                 return
             listener = self.dialect.commit_listener(self.commit_feed, self.engine)
             if listener is not None:
                 listener.start()
                 self._listener = listener
+            self._listener_started = True
 
     # ------------------------------------------------------------------ topics
 
