@@ -35,7 +35,6 @@ from agent.server import AgentServer, start_agent_server
 from fileformat.objectstore import AsyncObjectStore, open_async_store
 from fileformat.objectstore.range_cache import RangeCache
 from metadata.api_types import MetadataClient
-from metadata.types import BatchResult, BatchSpec, ChunkLocation, ChunkResult, ChunkSpec
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +96,7 @@ async def start_agent(
         # Long polls on its partitions are answered now rather than at the next poll (the
         # range cache kept the file at its PUT, so tail consumers need no GET).
         for spec, result in zip(committed.chunks, committed.results, strict=True):
-            runs = new_chunk_locations(committed.object_key, spec, result)
+            runs = result.locations  # the chunk rows metadata recorded, as find_chunks returns them
             if runs:
                 key = (spec.topic_id, spec.partition)
                 locations.add_committed(key, runs, runs[-1].last_offset + 1)
@@ -127,46 +126,6 @@ async def start_agent(
     await registry.start()
     log.info("agent %s serving Kafka on %s:%d", config.agent_id, config.host, server.port)
     return RunningAgent(config, ctx, server, buffer, cache, watch, registry, store, metadata)
-
-
-def new_chunk_locations(object_key: str, spec: ChunkSpec, result: ChunkResult) -> list[ChunkLocation]:
-    """The runs of batches this commit stored, as metadata records them: consecutive
-    batches that succeeded, were not duplicates, and got contiguous offsets."""
-    runs: list[ChunkLocation] = []
-    if result.error_code or len(result.batches) != len(spec.batches):
-        return runs
-    current: list[tuple[BatchSpec, BatchResult]] = []
-
-    def close() -> None:
-        if current:
-            first_spec, first_result = current[0]
-            last_spec, last_result = current[-1]
-            runs.append(
-                ChunkLocation(
-                    chunk_id=-1,
-                    object_key=object_key,
-                    byte_position=first_spec.byte_offset,
-                    byte_length=last_spec.byte_offset + last_spec.byte_length - first_spec.byte_offset,
-                    base_offset=first_result.base_offset,
-                    last_offset=last_result.base_offset + last_spec.offset_count - 1,
-                    record_count=sum(b.record_count for b, _ in current),
-                    max_timestamp=max(b.max_timestamp for b, _ in current),
-                )
-            )
-            current.clear()
-
-    for b, r in zip(spec.batches, result.batches, strict=True):
-        if r.error_code or r.duplicate:
-            close()
-            continue
-        if current:
-            prev_spec, prev_result = current[-1]
-            contiguous_bytes = prev_spec.byte_offset + prev_spec.byte_length == b.byte_offset
-            if not contiguous_bytes or prev_result.base_offset + prev_spec.offset_count != r.base_offset:
-                close()
-        current.append((b, r))
-    close()
-    return runs
 
 
 def absolute_bucket_url(url: str) -> str:
@@ -240,7 +199,7 @@ def run_playground(*, data_dir: str, host: str, port: int, metadata_port: int) -
     import uvicorn
 
     from metadata.app import create_app
-    from metadata.client import LocalMetadataClient
+    from metadata.local_client import LocalMetadataClient
     from metadata.service import MetadataService
 
     root = Path(data_dir).resolve()

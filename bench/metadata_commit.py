@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from metadata.inspection import count_rows  # noqa: E402
 from metadata.service import MetadataService  # noqa: E402
 from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionKey  # noqa: E402
 
@@ -180,11 +181,11 @@ def run_cell(
             raise errors[0]
         # Sanity: offsets were assigned to every committed record.
         states = svc.partition_states([PartitionKey(tid, p) for p in range(TOPIC_PARTITIONS)])
-        assert sum(s.high_watermark for s in states) == svc.count_rows()["chunks"] * RECORDS
+        assert sum(s.high_watermark for s in states) == count_rows(svc.engine)["chunks"] * RECORDS
         lat = [x for _, xs in results for x in xs]
         per_txn = 1.0
-        if svc._combiner is not None and svc._combiner.groups:
-            per_txn = svc._combiner.requests / svc._combiner.groups
+        if svc.commits.combiner is not None and svc.commits.combiner.groups:
+            per_txn = svc.commits.combiner.requests / svc.commits.combiner.groups
         return Cell(backend, partitions, committers, sum(n for n, _ in results), duration, lat, per_txn)
     finally:
         svc.close()

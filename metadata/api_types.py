@@ -1,8 +1,10 @@
 """The metadata client interface: what agents, the compactor and Spark may ask of metadata.
 
-Two implementations live in `metadata.client`: `LocalMetadataClient` wraps a
+Two implementations: `metadata.local_client.LocalMetadataClient` wraps a
 `MetadataService` in this process (the playground; blocking SQL runs in a worker
-thread) and `HttpMetadataClient` talks to `skiff metadata` over HTTP/JSON. Both raise
+thread) and `metadata.http_client.HttpMetadataClient` talks to `skiff metadata` over
+HTTP/JSON without importing the database side (`metadata.client.open_metadata_client`
+picks one from a URL). Both raise
 `metadata.errors.MetadataError` (with a Kafka error code) for whole-request failures
 and `metadata.errors.MetadataUnavailable` when the service cannot be reached (a
 retriable condition the agent maps to a retriable Kafka error).
@@ -22,6 +24,7 @@ from metadata.types import (
     FileSpec,
     GroupOffset,
     OffsetAnswer,
+    OffsetCommitResult,
     OffsetQuery,
     OutputChunk,
     PartitionFetchInfo,
@@ -60,7 +63,9 @@ class MetadataClient(Protocol):
     ) -> None: ...
 
     # consumer groups
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None: ...
+    async def commit_offsets(  # one answer per offset, same order; the valid ones are stored
+        self, group_id: str, offsets: Sequence[GroupOffset]
+    ) -> list[OffsetCommitResult]: ...
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]: ...
     async def delete_group_offsets(self, group_id: str) -> None: ...
     async def delete_partition_offsets(  # one transaction; (topic, partition)s without a commit ignored

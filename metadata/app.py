@@ -254,10 +254,10 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
 
     # ---------------------------------------------------------------- groups
 
-    @app.post("/v1/groups/commit-offsets", response_model=s.OkResponse, tags=["groups"])
-    def commit_offsets(req: s.CommitOffsetsRequest) -> s.OkResponse:
-        svc.commit_offsets(req.group_id, [s.t.GroupOffset(**o.__dict__) for o in req.offsets])
-        return s.OkResponse()
+    @app.post("/v1/groups/commit-offsets", response_model=list[s.OffsetCommitResultM], tags=["groups"])
+    def commit_offsets(req: s.CommitOffsetsRequest) -> list[s.OffsetCommitResultM]:
+        results = svc.commit_offsets(req.group_id, [s.t.GroupOffset(**o.__dict__) for o in req.offsets])
+        return [s.OffsetCommitResultM.model_construct(**r.__dict__) for r in results]
 
     @app.post("/v1/groups/fetch-offsets", response_model=list[s.GroupOffsetM], tags=["groups"])
     def fetch_offsets(req: s.FetchOffsetsRequest) -> list[s.GroupOffsetM]:

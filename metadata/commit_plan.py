@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from metadata import configs, idempotence
 from metadata.errors import MESSAGE_TOO_LARGE, NONE, UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION
-from metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec
+from metadata.types import BatchResult, BatchSpec, ChunkLocation, ChunkResult, ChunkSpec
 
 TKey = tuple[int, int]  # (topic index, partition)
 PKey = tuple[int, int, int]  # (topic index, partition, producer id)
@@ -59,6 +59,7 @@ class Run:
     record_count: int
     batch_count: int
     max_timestamp: int
+    spec_index: int = 0  # which chunk spec of the file (and so which ChunkResult) it belongs to
 
 
 @dataclass
@@ -112,7 +113,7 @@ def plan_commit(
     runs: list[Run] = []
     changed: dict[PKey, None] = {}
     no_pid = idempotence.NO_PRODUCER_ID
-    for spec, key in zip(chunk_specs, spec_keys, strict=True):
+    for spec_index, (spec, key) in enumerate(zip(chunk_specs, spec_keys, strict=True)):
         prow = locked.get(key)
         if prow is None:
             results.append(_unknown(spec))
@@ -169,7 +170,18 @@ def plan_commit(
                 if max_ts > run.max_timestamp:
                     run.max_timestamp = max_ts
             else:
-                run = Run(key[0], key[1], b.byte_offset, b.byte_length, base, last, b.record_count, 1, max_ts)
+                run = Run(
+                    key[0],
+                    key[1],
+                    b.byte_offset,
+                    b.byte_length,
+                    base,
+                    last,
+                    b.record_count,
+                    1,
+                    max_ts,
+                    spec_index,
+                )
                 runs.append(run)
             run_end = b.byte_offset + b.byte_length
         next_offset[key] = nxt
@@ -178,6 +190,30 @@ def plan_commit(
     for k, n in hwms.items():
         assert n > locked[k].high_watermark, "the high watermark only grows"
     return CommitPlan(results, runs, hwms, list(changed))
+
+
+def with_locations(plan: CommitPlan, object_key: str, chunk_ids: Sequence[int]) -> list[ChunkResult]:
+    """The plan's answers with the locations of the chunk rows written for it, `chunk_ids`
+    in the order of `plan.runs`: the same values find_chunks will read back (agent files
+    hold relative offsets, no bitmap), so that a cache filled from the answer agrees
+    with metadata, LogAppendTime timestamps included."""
+    by_spec: dict[int, list[ChunkLocation]] = {}
+    for run, chunk_id in zip(plan.runs, chunk_ids, strict=True):
+        by_spec.setdefault(run.spec_index, []).append(
+            ChunkLocation(
+                chunk_id=chunk_id,
+                object_key=object_key,
+                byte_position=run.byte_position,
+                byte_length=run.byte_length,
+                base_offset=run.base_offset,
+                last_offset=run.last_offset,
+                record_count=run.record_count,
+                max_timestamp=run.max_timestamp,
+            )
+        )
+    return [
+        replace(r, locations=tuple(by_spec[i])) if i in by_spec else r for i, r in enumerate(plan.results)
+    ]
 
 
 @dataclass(frozen=True)

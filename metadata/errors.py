@@ -29,6 +29,7 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
+OFFSET_METADATA_TOO_LARGE = 12
 INVALID_TOPIC_EXCEPTION = 17
 # ConflictError's code. Kafka has no generic compare-and-set failure; ILLEGAL_GENERATION
 # ("the generation you worked from is stale") is the closest in meaning, and the only

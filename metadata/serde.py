@@ -3,7 +3,7 @@
 Field names are those of the dataclasses. UUIDs travel as strings, bitmaps
 (`present_offsets`) as base64. Integers are range-checked (int32/int64) so that a
 malformed request is a 422, never a database overflow. Used by both `metadata.app`
-(server) and `metadata.client.HttpMetadataClient`.
+(server) and `metadata.http_client.HttpMetadataClient`.
 """
 
 from __future__ import annotations
@@ -70,10 +70,24 @@ class BatchResultM(_M):
     duplicate: bool = False
 
 
+class ChunkLocationM(_M):
+    chunk_id: Int64
+    object_key: str
+    byte_position: Int64
+    byte_length: Int64
+    base_offset: Int64
+    last_offset: Int64
+    record_count: Int64
+    max_timestamp: Int64
+    offsets_absolute: bool = False
+    present_offsets: Base64Bytes | None = None
+
+
 class ChunkResultM(_M):
     error_code: Int32
     batches: list[BatchResultM]
     error_message: str | None = None
+    locations: list[ChunkLocationM] = []
 
 
 class PartitionKeyM(_M):
@@ -86,19 +100,6 @@ class FetchQueryM(_M):
     partition: Int32
     offset: Int64
     max_bytes: Int64
-
-
-class ChunkLocationM(_M):
-    chunk_id: Int64
-    object_key: str
-    byte_position: Int64
-    byte_length: Int64
-    base_offset: Int64
-    last_offset: Int64
-    record_count: Int64
-    max_timestamp: Int64
-    offsets_absolute: bool = False
-    present_offsets: Base64Bytes | None = None
 
 
 class PartitionFetchInfoM(_M):
@@ -145,6 +146,11 @@ class GroupOffsetM(_M):
     offset: Int64
     metadata: str | None = None
     leader_epoch: Int32 = -1
+
+
+class OffsetCommitResultM(_M):
+    error_code: Int32
+    error_message: str | None = None
 
 
 class AgentInfoM(_M):
@@ -277,7 +283,10 @@ def topic_from_m(m: TopicM) -> t.Topic:
 
 
 def file_to_m(x: t.FileSpec) -> FileSpecM:
-    return FileSpecM(object_key=x.object_key, size_bytes=x.size_bytes, level=x.level, writer=x.writer)
+    # Not validated here: the server validates (and refuses with INVALID_REQUEST) what it receives.
+    return FileSpecM.model_construct(
+        object_key=x.object_key, size_bytes=x.size_bytes, level=x.level, writer=x.writer
+    )
 
 
 def file_from_m(m: FileSpecM) -> t.FileSpec:
@@ -285,7 +294,7 @@ def file_from_m(m: FileSpecM) -> t.FileSpec:
 
 
 def chunk_spec_to_m(x: t.ChunkSpec) -> ChunkSpecM:
-    return ChunkSpecM(
+    return ChunkSpecM.model_construct(
         topic_id=x.topic_id,
         partition=x.partition,
         batches=[BatchSpecM.model_construct(**b.__dict__) for b in x.batches],
@@ -305,6 +314,7 @@ def chunk_result_to_m(x: t.ChunkResult) -> ChunkResultM:
         error_code=x.error_code,
         batches=[BatchResultM.model_construct(**b.__dict__) for b in x.batches],
         error_message=x.error_message,
+        locations=[location_to_m(c) for c in x.locations],
     )
 
 
@@ -313,6 +323,7 @@ def chunk_result_from_m(m: ChunkResultM) -> t.ChunkResult:
         error_code=m.error_code,
         batches=tuple(t.BatchResult(**b.__dict__) for b in m.batches),
         error_message=m.error_message,
+        locations=tuple(location_from_m(c) for c in m.locations),
     )
 
 

@@ -88,6 +88,10 @@ class ChunkResult:
     error_code: int  # set when the whole chunk failed (e.g. unknown partition)
     batches: tuple[BatchResult, ...]  # one per BatchSpec, same order
     error_message: str | None = None
+    # The chunk rows this commit recorded for the spec, in offset order, exactly as
+    # find_chunks returns them (one per contiguous run of stored batches; none when
+    # nothing was stored). The agent caches them: there is one rule, metadata's.
+    locations: tuple[ChunkLocation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,15 @@ class GroupOffset:
     offset: int
     metadata: str | None = None
     leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class OffsetCommitResult:
+    """The outcome of one GroupOffset of a commit_offsets call: 0 (stored) or a Kafka error
+    code (UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST, OFFSET_METADATA_TOO_LARGE)."""
+
+    error_code: int = 0
+    error_message: str | None = None
 
 
 @dataclass(frozen=True)

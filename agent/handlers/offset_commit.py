@@ -7,8 +7,9 @@ UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while assignments a
 handed out), as `GroupCoordinator.validate_commit` decides. A group this agent does not
 coordinate gets NOT_COORDINATOR on every partition. Unknown topics or partitions get
 UNKNOWN_TOPIC_OR_PARTITION, metadata strings over 4096 bytes OFFSET_METADATA_TOO_LARGE;
-the rest is written in one metadata call, whose failure is reported on every partition
-(REQUEST_TIMED_OUT when metadata is unreachable: retriable).
+the rest is written in one metadata call, which answers each partition (offsets below -1:
+INVALID_REQUEST) and whose failure is reported on every partition (REQUEST_TIMED_OUT when
+metadata is unreachable: retriable).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
 
     codes: list[list[ErrorCode]] = []
     offsets: list[GroupOffset] = []
-    for t in body.topics:
+    where: list[tuple[int, int]] = []  # (topic index, partition index) of each offset
+    for ti, t in enumerate(body.topics):
         topic = topics.get(t.name)
         row: list[ErrorCode] = []
         for p in t.partitions:
@@ -80,6 +82,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 row.append(ErrorCode.offset_metadata_too_large)
             else:
                 row.append(ErrorCode.none)
+                where.append((ti, len(row) - 1))
                 offsets.append(
                     GroupOffset(
                         t.name,
@@ -92,10 +95,13 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         codes.append(row)
     if offsets:
         try:
-            await ctx.metadata.commit_offsets(body.group_id, offsets)
+            results = await ctx.metadata.commit_offsets(body.group_id, offsets)
         except Exception as e:
             failed = error_of(e)[0]
             codes = [[failed if c == ErrorCode.none else c for c in row] for row in codes]
+        else:  # metadata checks each offset too (offset >= -1, the partition still exists)
+            for (ti, pi), result in zip(where, results, strict=True):
+                codes[ti][pi] = ErrorCode(result.error_code)
     return OffsetCommitResponse(
         throttle_time=NO_THROTTLE,
         topics=tuple(

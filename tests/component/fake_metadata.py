@@ -29,8 +29,8 @@ from agent.handlers import HandlerRegistry
 from agent.protocol import decode_response, encode_request, response_schema
 from agent.server import AgentServer, start_agent_server
 from metadata.api_types import MetadataClient
-from metadata.client import LocalMetadataClient
 from metadata.errors import MetadataUnavailable
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import (
     AgentInfo,
@@ -40,6 +40,7 @@ from metadata.types import (
     FileSpec,
     GroupOffset,
     OffsetAnswer,
+    OffsetCommitResult,
     OffsetQuery,
     OutputChunk,
     PartitionFetchInfo,
@@ -119,7 +120,7 @@ class FlakyMetadataClient:
             "replace_chunks", lambda: self.inner.replace_chunks(input_chunk_ids, file, outputs)
         )
 
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None:
+    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
         return await self._go("commit_offsets", lambda: self.inner.commit_offsets(group_id, offsets))
 
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:

@@ -15,8 +15,9 @@ import uuid
 import pytest
 
 from metadata import commit_feed
-from metadata.client import HttpMetadataClient, LocalMetadataClient
 from metadata.errors import MetadataError
+from metadata.http_client import HttpMetadataClient
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionWatermark
 from tests.component.test_metadata_http import ServerThread

@@ -17,12 +17,15 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
+from agent.chunk_cache import ChunkLocationCache
 from agent.config import AgentConfig
+from agent.handlers.fetch import CHUNK_CACHE
 from agent.runtime import RunningAgent, start_agent
 from fileformat.objectstore import open_async_store
 from fileformat.records import build_batch, iter_batches
-from metadata.client import LocalMetadataClient
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
+from metadata.types import FetchQuery
 from tests.component.fake_metadata import FlakyMetadataClient
 from tests.support.kafka_wire import fetch_request, produce_request, send_request
 
@@ -308,3 +311,41 @@ async def test_corrupt_batch_in_the_bucket_is_refused_not_served(
     assert int(p1.error_code) == 0 and bytes(p1.records) == batches[1]
     (line,) = [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()]
     assert f"object {key} at byte {batch_position}:" in line and "CRC-32C" in line
+
+
+class _WholeSecondClock:
+    """The agent's clock in whole seconds: kio's TZAware (the produce answer's
+    log_append_time) refuses datetimes with a sub-second part (reported to the lead)."""
+
+    def wall_ms(self) -> int:
+        return int(time.time()) * 1000
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+async def test_agent_learns_the_locations_metadata_records(tmp_path: Path, timestamp_type: str) -> None:
+    """What the agent caches from its own commits is metadata's answer, field for field:
+    the same chunk ids, byte ranges, offsets and max_timestamp that find_chunks returns
+    (on a LogAppendTime topic the broker's clock, not the producer's timestamps)."""
+    service = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    md = LocalMetadataClient(service, owns_service=True)
+    cfg = AgentConfig.from_env({}, agent_id="a1", host="127.0.0.1", port=0, flush_interval_ms=20)
+    store = open_async_store(f"memory://learn-{uuid.uuid4().hex}")
+    running = await start_agent(cfg, md, store, clock=_WholeSecondClock())
+    try:
+        topic = await md.create_topic("learn", 1, {"message.timestamp.type": timestamp_type})
+        bootstrap = f"127.0.0.1:{running.port}"
+        assert await asyncio.to_thread(_raw_produce, bootstrap, "learn", b"first") == 0
+        assert (await asyncio.to_thread(_raw_fetch, bootstrap, "learn", 0, 0))[1]  # the cache knows it
+        for i in range(3):  # each produce is one commit: the cache extends from its answer
+            assert await asyncio.to_thread(_raw_produce, bootstrap, "learn", b"v%d" % i) == i + 1
+        key = (topic.topic_id, 0)
+        cached = running.context.service(CHUNK_CACHE, ChunkLocationCache).lookup(key, 0, 1 << 30)
+        assert cached is not None and cached.high_watermark == 4
+        (truth,) = await md.find_chunks([FetchQuery(topic.topic_id, 0, 0, 1 << 30)])
+        assert cached.chunks == truth.chunks
+        assert len(truth.chunks) == 4 and all(c.chunk_id > 0 for c in truth.chunks)
+    finally:
+        await running.close()

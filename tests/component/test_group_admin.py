@@ -16,6 +16,11 @@ from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.offset_commit.v8.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
 from kio.schema.offset_delete.v0.request import (
     OffsetDeleteRequest,
     OffsetDeleteRequestPartition,
@@ -23,7 +28,7 @@ from kio.schema.offset_delete.v0.request import (
 )
 from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestAssignment
 from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i32, i32Timedelta, i64
 
 from metadata.types import GroupOffset
 from tests.component.fake_metadata import AgentHarness, connect, request_once, roundtrip
@@ -224,3 +229,30 @@ def test_each_agent_lists_the_offset_only_groups_it_coordinates(
             assert all(agent.ctx.agents.coordinator_for_group(g).node_id == agent.node_id for g in mine)
     finally:
         h.stop()
+
+
+def test_offset_commit_answers_metadata_refusals_per_partition(harness: AgentHarness) -> None:
+    """A simple OffsetCommit (no member) with a negative offset: that partition is refused
+    with INVALID_REQUEST by metadata's check, its neighbour is committed, -1 is accepted."""
+    topic = _topic(harness, partitions=3)
+    group = _name("g")
+    body = OffsetCommitRequest(
+        group_id=GroupId(group),
+        generation_id_or_member_epoch=i32(-1),
+        member_id="",
+        topics=(
+            OffsetCommitRequestTopic(
+                name=TopicName(topic),
+                partitions=tuple(
+                    OffsetCommitRequestPartition(
+                        partition_index=i32(p), committed_offset=i64(o), committed_metadata=None
+                    )
+                    for p, o in ((0, 7), (1, -5), (2, -1))
+                ),
+            ),
+        ),
+    )
+    resp = request_once(harness.bootstrap, body)
+    codes = [int(p.error_code) for p in resp.topics[0].partitions]
+    assert codes == [ErrorCode.none, ErrorCode.invalid_request, ErrorCode.none]
+    assert _offsets(harness, group) == [(topic, 0, 7), (topic, 2, -1)]

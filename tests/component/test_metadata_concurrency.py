@@ -24,7 +24,9 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy import select
 
+from metadata import compaction_swap
 from metadata.errors import ConflictError, MetadataError
+from metadata.inspection import count_rows, file_states, partition_chunks
 from metadata.schema import chunks as chunks_t
 from metadata.schema import files as files_t
 from metadata.schema import producer_state as producer_state_t
@@ -77,19 +79,19 @@ def _worker(
                 for _b in range(rng.randint(1, 3)):
                     n = rng.randint(1, 5)
                     if rng.random() < 0.5:
-                        batches.append(BatchSpec(pos, 10, n, n, 1000))
+                        batches.append(BatchSpec(pos, 70, n, n, 1000))
                         meta.append((-1, n, False))
                     elif sent[(t, p)] and rng.random() < 0.3:
                         seq, n = rng.choice(sent[(t, p)][-5:])  # retry one of the last five
-                        batches.append(BatchSpec(pos, 10, n, n, 1000, pid, epoch, seq))
+                        batches.append(BatchSpec(pos, 70, n, n, 1000, pid, epoch, seq))
                         meta.append((seq, n, True))
                     else:
                         seq = next_seq[(t, p)]
                         next_seq[(t, p)] += n
                         sent[(t, p)].append((seq, n))
-                        batches.append(BatchSpec(pos, 10, n, n, 1000, pid, epoch, seq))
+                        batches.append(BatchSpec(pos, 70, n, n, 1000, pid, epoch, seq))
                         meta.append((seq, n, False))
-                    pos += 10
+                    pos += 70
                 specs.append(ChunkSpec(uuid.UUID(t), p, tuple(batches)))
                 expect.append(meta)
             results = svc.commit_file(FileSpec(f"f/{uuid.uuid4().hex}", pos, 0, f"w{seed}"), specs)
@@ -116,7 +118,7 @@ def check_invariants(svc: MetadataService, accepted: list[Accepted], topic_ids: 
         by_part[(a.topic_id, a.partition)].append(a)
     for t in topic_ids:
         for p in range(PARTITIONS):
-            chunks = svc.partition_chunks(uuid.UUID(t), p)
+            chunks = partition_chunks(svc.engine, uuid.UUID(t), p)
             (state,) = svc.partition_states([PartitionKey(uuid.UUID(t), p)])
             expected = 0
             for c in chunks:
@@ -181,9 +183,9 @@ def test_threads_commit_concurrently(svc: MetadataService) -> None:
     accepted = [a for r in results for a in r]
     assert sum(1 for a in accepted if a.duplicate) > 10  # the retries did happen
     check_invariants(svc, accepted, topic_ids)
-    assert svc.count_rows()["files"] == 8 * 25  # no lost commit
-    assert svc._combiner is not None and svc._combiner.requests == 8 * 25
-    assert svc._combiner.groups < svc._combiner.requests  # concurrent commits were grouped
+    assert count_rows(svc.engine)["files"] == 8 * 25  # no lost commit
+    assert svc.commits.combiner is not None and svc.commits.combiner.requests == 8 * 25
+    assert svc.commits.combiner.groups < svc.commits.combiner.requests  # concurrent commits were grouped
 
 
 @pytest.mark.slow
@@ -195,7 +197,7 @@ def test_processes_commit_concurrently(svc: MetadataService, db_url: str) -> Non
         per_proc = async_result.get(timeout=200)
     accepted = [a for r in per_proc for a in r]
     check_invariants(svc, accepted, topic_ids)
-    assert svc.count_rows()["files"] == 4 * 20
+    assert count_rows(svc.engine)["files"] == 4 * 20
 
 
 def test_concurrent_create_topic_same_name(svc: MetadataService) -> None:
@@ -215,7 +217,7 @@ def test_concurrent_create_topic_same_name(svc: MetadataService) -> None:
     for th in threads:
         th.join(timeout=60)
     assert sorted(o for o in outcomes if isinstance(o, int)) == [36] * 7
-    assert svc.count_rows()["partitions"] == 3
+    assert count_rows(svc.engine)["partitions"] == 3
 
 
 def test_compaction_races_commits(svc: MetadataService) -> None:
@@ -234,7 +236,7 @@ def test_compaction_races_commits(svc: MetadataService) -> None:
         while not stop.is_set() or n < 3:
             n += 1
             time.sleep(0.002)
-            chunks = svc.partition_chunks(tid, partition)
+            chunks = partition_chunks(svc.engine, tid, partition)
             if len(chunks) < 2:
                 continue
             a, b = chunks[0], chunks[1]
@@ -285,7 +287,7 @@ def test_compaction_races_commits(svc: MetadataService) -> None:
     assert merged[0] > 0
     check_invariants(svc, [a for r in results for a in r], topic_ids)
     for p in range(PARTITIONS):
-        chunks = svc.partition_chunks(tid, p)
+        chunks = partition_chunks(svc.engine, tid, p)
         total = sum(c.record_count for c in chunks)
         (state,) = svc.partition_states([PartitionKey(tid, p)])
         assert total == state.high_watermark  # merging never loses or invents records
@@ -299,7 +301,7 @@ def _snapshot(svc: MetadataService) -> tuple[object, ...]:
         return tuple(
             sorted(tuple(str(v) for v in r) for r in conn.execute(select(t)))
             for t in (files_t, chunks_t, producer_state_t)
-        ) + (svc.count_rows(),)
+        ) + (count_rows(svc.engine),)
 
 
 class Boom(RuntimeError):
@@ -308,61 +310,71 @@ class Boom(RuntimeError):
 
 def test_failed_commit_leaves_no_trace(svc: MetadataService, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail a commit after its writes ran inside the transaction: nothing of it remains.
-    `_write_commit` holds every write on both backends (one statement on PostgreSQL); on
-    SQLite the writes are separate statements, so also fail between them."""
+    The dialect's `write_commit` holds every write on both backends (one statement on
+    PostgreSQL); on SQLite the writes are separate statements, so also fail between them."""
     t = svc.create_topic("t", 2, {})
     tid = t.topic_id
 
     def spec(seq: int, pos: int = 0) -> list[ChunkSpec]:
         return [
-            ChunkSpec(tid, 0, (BatchSpec(pos, 10, 2, 2, 1, 11, 0, seq), BatchSpec(pos + 10, 10, 1, 1, 1))),
-            ChunkSpec(tid, 1, (BatchSpec(pos + 20, 10, 3, 3, 1),)),
+            ChunkSpec(tid, 0, (BatchSpec(pos, 70, 2, 2, 1, 11, 0, seq), BatchSpec(pos + 70, 70, 1, 1, 1))),
+            ChunkSpec(tid, 1, (BatchSpec(pos + 140, 70, 3, 3, 1),)),
         ]
 
-    svc.commit_file(FileSpec("f/ok", 100), spec(0))
+    svc.commit_file(FileSpec("f/ok", 300), spec(0))
     before = _snapshot(svc)
-    hooks = ["_write_commit"] if svc._pg else ["_write_commit", "_insert_runs", "_set_high_watermarks"]
+    # The dialect holds the commit's writes: one statement on PostgreSQL, several on SQLite.
+    dialect = type(svc.dialect)
+    hooks = (
+        ["write_commit"]
+        if svc.dialect.name == "postgresql"
+        else ["write_commit", "insert_runs", "set_high_watermarks"]
+    )
     for fail_in in hooks:
-        real = getattr(MetadataService, fail_in)
+        real = getattr(dialect, fail_in)
 
-        def failing(self: MetadataService, *args, _real=real, **kwargs):  # type: ignore[no-untyped-def]
+        def failing(self: object, *args, _real=real, **kwargs):  # type: ignore[no-untyped-def]
             _real(self, *args, **kwargs)  # the statements ran inside the transaction ...
             raise Boom("injected")  # ... and then the commit fails
 
-        monkeypatch.setattr(MetadataService, fail_in, failing)
+        monkeypatch.setattr(dialect, fail_in, failing)
         with pytest.raises(Boom):
-            svc.commit_file(FileSpec("f/failed", 100), spec(2))
+            svc.commit_file(FileSpec("f/failed", 300), spec(2))
         monkeypatch.undo()
         assert _snapshot(svc) == before, fail_in
     states = svc.partition_states([PartitionKey(tid, 0), PartitionKey(tid, 1)])
     assert [s.high_watermark for s in states] == [3, 3]
     # The same batch again (the agent retries): it is new, not a duplicate of the failed one.
-    r = svc.commit_file(FileSpec("f/failed", 100), spec(2))
+    r = svc.commit_file(FileSpec("f/failed", 300), spec(2))
     assert [b.base_offset for b in r[0].batches] == [3, 5] and r[1].batches[0].base_offset == 3
-    assert svc.file_states(["f/failed"]) == {"f/failed": "live"}
+    assert file_states(svc.engine, ["f/failed"]) == {"f/failed": "live"}
 
 
 def test_failed_replace_leaves_no_trace(svc: MetadataService, monkeypatch: pytest.MonkeyPatch) -> None:
     t = svc.create_topic("t", 1, {})
     tid = t.topic_id
     for i in range(2):
-        svc.commit_file(FileSpec(f"f/{i}", 100), [ChunkSpec(tid, 0, (BatchSpec(0, 10, 2, 2, 1),))])
-    a, b = svc.partition_chunks(tid, 0)
+        svc.commit_file(FileSpec(f"f/{i}", 100), [ChunkSpec(tid, 0, (BatchSpec(0, 70, 2, 2, 1),))])
+    a, b = partition_chunks(svc.engine, tid, 0)
     before = _snapshot(svc)
-    real = MetadataService._mark_orphan_files_deleting
+    real = compaction_swap.mark_orphan_files_deleting
 
-    def failing(self: MetadataService, *args, **kwargs):  # type: ignore[no-untyped-def]
-        real(self, *args, **kwargs)
+    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        real(*args, **kwargs)
         raise Boom("injected")
 
-    monkeypatch.setattr(MetadataService, "_mark_orphan_files_deleting", failing)
-    out = OutputChunk(tid, 0, 0, 20, 0, 3, 4, 2, 1)
+    monkeypatch.setattr(compaction_swap, "mark_orphan_files_deleting", failing)
+    out = OutputChunk(tid, 0, 0, 140, 0, 3, 4, 2, 1)
     with pytest.raises(Boom):
-        svc.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/1", 20, 1), [out])
+        svc.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/1", 140, 1), [out])
     monkeypatch.undo()
     assert _snapshot(svc) == before
-    svc.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/1", 20, 1), [out])
-    assert svc.file_states(["f/0", "f/1", "c/1"]) == {"f/0": "deleting", "f/1": "deleting", "c/1": "live"}
+    svc.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/1", 140, 1), [out])
+    assert file_states(svc.engine, ["f/0", "f/1", "c/1"]) == {
+        "f/0": "deleting",
+        "f/1": "deleting",
+        "c/1": "live",
+    }
 
 
 # ------------------------------------------------------------------ group commit
@@ -376,15 +388,15 @@ def test_group_commit_semantics(svc: MetadataService) -> None:
     def item(key: str, *batches: tuple[int, int, int]) -> tuple[FileSpec, list[ChunkSpec]]:
         """batches: (partition, offsets, sequence or -1)"""
         specs = [
-            ChunkSpec(tid, p, (BatchSpec(i * 10, 10, n, n, 1, 7 if seq >= 0 else -1, 0, seq),))
+            ChunkSpec(tid, p, (BatchSpec(i * 70, 70, n, n, 1, 7 if seq >= 0 else -1, 0, seq),))
             for i, (p, n, seq) in enumerate(batches)
         ]
-        return FileSpec(key, 100), specs
+        return FileSpec(key, 70 * len(batches)), specs
 
     # Two new files on the same partitions; the second holds a retry of the first's batch.
     a = item("g/a", (0, 2, 0), (1, 1, -1))
     b = item("g/b", (0, 2, 0), (0, 3, 2), (1, 4, -1))
-    ra, rb = svc._commit_group([a, b])
+    ra, rb = svc.commits.commit_group([a, b])
     assert [x.batches[0].base_offset for x in ra] == [0, 0]
     assert [x.batches[0].base_offset for x in rb] == [0, 2, 1]  # duplicate -> original offset 0
     assert [s.high_watermark for s in svc.partition_states([PartitionKey(tid, 0), PartitionKey(tid, 1)])] == [
@@ -394,14 +406,14 @@ def test_group_commit_semantics(svc: MetadataService) -> None:
     # A group holding an already committed file falls back to one transaction per file:
     # the old one is answered as a re-commit, the new one commits.
     c = item("g/c", (1, 1, -1))
-    ra2, rc = svc._commit_group([a, c])
+    ra2, rc = svc.commits.commit_group([a, c])
     assert ra2 == ra and rc[0].batches[0].base_offset == 5
     # The same key twice in a group: committed once, then answered as a re-commit.
     d = item("g/d", (0, 1, -1))
-    rd1, rd2 = svc._commit_group([d, d])
+    rd1, rd2 = svc.commits.commit_group([d, d])
     assert rd1 == rd2 and rd1[0].batches[0].base_offset == 5
     assert svc.partition_states([PartitionKey(tid, 0)])[0].high_watermark == 6
-    rows = svc.count_rows()
+    rows = count_rows(svc.engine)
     assert rows["files"] == 4 and rows["chunks"] == 6  # b's duplicate has no chunk row
     check_invariants(svc, [], [])
 

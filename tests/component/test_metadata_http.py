@@ -28,8 +28,10 @@ from hypothesis import strategies as st
 
 from metadata import bitmaps
 from metadata.app import create_app
-from metadata.client import HttpMetadataClient, LocalMetadataClient, open_metadata_client
+from metadata.client import open_metadata_client
 from metadata.errors import ConflictError, MetadataError, MetadataUnavailable
+from metadata.http_client import HttpMetadataClient
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import (
     AgentInfo,
@@ -229,6 +231,7 @@ def test_fuzzed_json_never_500(api: TestClient, path: str, body: object) -> None
 def test_nul_in_strings_on_postgresql(pg_url: str) -> None:
     svc = MetadataService.from_url(pg_url)
     try:
+        svc.create_topic("t", 1, {})  # so that the offset reaches the database
         with TestClient(create_app(svc), raise_server_exceptions=False) as api:
             r = api.post(
                 "/v1/groups/commit-offsets",
@@ -372,8 +375,8 @@ async def _tcp_flow(url: str) -> None:
         async def committer(i: int) -> list[int]:
             bases: list[int] = []
             for _ in range(10):
-                specs = [ChunkSpec(t.topic_id, p, (BatchSpec(p * 10, 10, 2, 2, 100 + i),)) for p in range(3)]
-                results = await md.commit_file(FileSpec(f"tcp/{uuid.uuid4().hex}", 30, 0, f"a{i}"), specs)
+                specs = [ChunkSpec(t.topic_id, p, (BatchSpec(p * 70, 70, 2, 2, 100 + i),)) for p in range(3)]
+                results = await md.commit_file(FileSpec(f"tcp/{uuid.uuid4().hex}", 210, 0, f"a{i}"), specs)
                 assert all(r.error_code == 0 for r in results)
                 bases.extend(r.batches[0].base_offset for r in results)
             return bases
@@ -382,11 +385,11 @@ async def _tcp_flow(url: str) -> None:
         states = await md.partition_states([PartitionKey(t.topic_id, p) for p in range(3)])
         assert [s.high_watermark for s in states] == [160, 160, 160]
         assert sorted(b for bases in per_task for b in bases) == sorted(list(range(0, 160, 2)) * 3)
-        infos = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 25)])
+        infos = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 175)])
         assert [c.base_offset for c in infos[0].chunks] == [0, 2, 4]
         a, b = infos[0].chunks[:2]
-        out = OutputChunk(t.topic_id, 0, 0, 20, 0, 3, 1, 1, 107, present_offsets=bitmaps.serialize([3]))
-        await md.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("tcp/compacted", 20, 1), [out])
+        out = OutputChunk(t.topic_id, 0, 0, 70, 0, 3, 1, 1, 107, present_offsets=bitmaps.serialize([3]))
+        await md.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("tcp/compacted", 70, 1), [out])
         (info,) = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 1)])
         assert info.chunks[0].present_offsets == out.present_offsets and info.chunks[0].offsets_absolute
         with pytest.raises(ConflictError):

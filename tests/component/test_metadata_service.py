@@ -9,6 +9,7 @@ test_metadata_concurrency.py.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ from pyroaring import BitMap
 
 from metadata import bitmaps
 from metadata.app import create_app
-from metadata.client import HttpMetadataClient, LocalMetadataClient
 from metadata.errors import ConflictError, MetadataError
+from metadata.http_client import HttpMetadataClient
+from metadata.inspection import count_rows, file_states
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import (
     EARLIEST_TIMESTAMP,
@@ -95,7 +98,7 @@ class B:
     pid: int = -1
     epoch: int = 0
     seq: int = 0
-    size: int = 10
+    size: int = 70  # a RecordBatch is at least 61 bytes
     ts: int = 1000
 
 
@@ -243,7 +246,7 @@ async def test_delete_topic(md: LocalMetadataClient, service: MetadataService) -
     assert await md.describe_topics(["t"]) == {}
     assert [o.topic for o in await md.fetch_offsets("g", None)] == ["keep"]
     # f2 only held the deleted topic: it is marked for GC; f still holds "keep".
-    assert service.file_states([f.object_key, f2.object_key]) == {
+    assert file_states(service.engine, [f.object_key, f2.object_key]) == {
         f.object_key: "live",
         f2.object_key: "deleting",
     }
@@ -296,7 +299,7 @@ async def test_file_with_no_accepted_batch_is_recorded_deleting(
     f, specs = layout([(uuid.uuid4(), 0, [B(1)])])
     results = await md.commit_file(f, specs)
     assert results[0].error_code == 3
-    assert service.file_states([f.object_key]) == {f.object_key: "deleting"}
+    assert file_states(service.engine, [f.object_key]) == {f.object_key: "deleting"}
 
 
 async def test_log_append_time(md: LocalMetadataClient, clock: FakeClock) -> None:
@@ -315,15 +318,57 @@ async def test_log_append_time(md: LocalMetadataClient, clock: FakeClock) -> Non
 
 async def test_max_message_bytes(md: LocalMetadataClient) -> None:
     t = await md.create_topic("t", 1, {"max.message.bytes": "100"})
-    f, specs = layout([(t.topic_id, 0, [B(1, size=50), B(1, size=101), B(2, size=100)])])
+    f, specs = layout([(t.topic_id, 0, [B(1, size=70), B(1, size=101), B(2, size=100)])])
     r = await md.commit_file(f, specs)
     assert [(b.error_code, b.base_offset) for b in r[0].batches] == [(0, 0), (10, -1), (0, 1)]
     (info,) = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 10**6)])
     # The refused batch splits the run: its bytes stay in the file, no chunk points at them.
     assert [(c.byte_position, c.byte_length, c.base_offset, c.last_offset) for c in info.chunks] == [
-        (0, 50, 0, 0),
-        (151, 100, 1, 2),
+        (0, 70, 0, 0),
+        (171, 100, 1, 2),
     ]
+
+
+async def test_commit_answer_carries_the_locations_find_chunks_returns(
+    md: LocalMetadataClient, clock: FakeClock
+) -> None:
+    """The answer's locations are the chunk rows as find_chunks reads them back: ids,
+    byte ranges, offsets, counts, and the LogAppendTime max_timestamp (the broker's clock,
+    not the producers' timestamps), for every run a refused or duplicate batch splits."""
+    lat = await md.create_topic(
+        "lat", 1, {"message.timestamp.type": "LogAppendTime", "max.message.bytes": "100"}
+    )
+    ct = await md.create_topic("ct", 2, {"max.message.bytes": "100"})
+    await commit(md, [(ct.topic_id, 1, [B(1, pid=7, seq=0)])])  # cached: a retry of it is a duplicate
+    clock.now = T0 + 777
+    f, specs = layout(
+        [
+            (lat.topic_id, 0, [B(2, ts=5), B(1, size=101), B(3, ts=9), B(1, ts=4)]),
+            (ct.topic_id, 0, [B(1, ts=50), B(2, ts=70)]),
+            (ct.topic_id, 1, [B(1, pid=7, seq=0), B(1, pid=7, seq=1, ts=3)]),
+            (uuid.uuid4(), 0, [B(1)]),
+        ]
+    )
+    results = await md.commit_file(f, specs)
+    assert [len(r.locations) for r in results] == [2, 1, 1, 0]
+    for (tid, part), r in zip(
+        [(lat.topic_id, 0), (ct.topic_id, 0), (ct.topic_id, 1), (specs[3].topic_id, 0)], results, strict=True
+    ):
+        if not r.locations:
+            continue
+        (info,) = await md.find_chunks([FetchQuery(tid, part, r.locations[0].base_offset, 10**6)])
+        assert info.chunks == r.locations
+        assert all(c.chunk_id > 0 and c.object_key == f.object_key for c in r.locations)
+    assert [c.max_timestamp for c in results[0].locations] == [T0 + 777, T0 + 777]
+    assert [(c.base_offset, c.last_offset, c.record_count) for c in results[0].locations] == [
+        (0, 1, 2),
+        (2, 5, 4),
+    ]
+    assert results[1].locations[0].max_timestamp == 70
+    assert (results[2].locations[0].base_offset, results[2].locations[0].max_timestamp) == (1, 3)
+    # a re-commit of the same object (its first answer lost) carries them again
+    again = await md.commit_file(f, specs)
+    assert [r.locations for r in again] == [r.locations for r in results]
 
 
 async def test_recommit_of_same_object_answers_the_same(
@@ -334,10 +379,10 @@ async def test_recommit_of_same_object_answers_the_same(
     await commit(md, [(tid, 0, [B(3)])])
     f, specs = layout([(tid, 0, [B(2), B(1, pid=9, seq=0), B(1, pid=9, seq=0)]), (tid, 1, [B(4)])])
     first = await md.commit_file(f, specs)
-    before = service.count_rows()
+    before = count_rows(service.engine)
     second = await md.commit_file(f, specs)
     assert second == first
-    assert service.count_rows() == before
+    assert count_rows(service.engine) == before
     assert await hwm(md, tid, 0) == 6
 
 
@@ -359,17 +404,17 @@ async def test_duplicate_batch_returns_original_offset(
     pid, epoch = await md.init_producer_id()
     assert await commit(md, [(tid, 0, [B(1), B(3, pid=pid, epoch=epoch, seq=0)])]) == [[0, 1]]
     assert await commit(md, [(tid, 0, [B(2, pid=pid, epoch=epoch, seq=3)])]) == [[4]]
-    chunks_before = service.count_rows()["chunks"]
+    chunks_before = count_rows(service.engine)["chunks"]
     # A retry of the first batch (its response was lost) lands in a later file.
     assert await commit(md, [(tid, 0, [B(3, pid=pid, epoch=epoch, seq=0)])]) == [[1]]
     assert await hwm(md, tid, 0) == 6
-    assert service.count_rows()["chunks"] == chunks_before
+    assert count_rows(service.engine)["chunks"] == chunks_before
     # A retried duplicate in the middle of a run splits the run.
     f, specs = layout([(tid, 0, [B(1), B(2, pid=pid, epoch=epoch, seq=3), B(1)])])
     r = await md.commit_file(f, specs)
     assert [b.base_offset for b in r[0].batches] == [6, 4, 7]
     (info,) = await md.find_chunks([FetchQuery(tid, 0, 6, 10**6)])
-    assert [(c.byte_position, c.base_offset, c.last_offset) for c in info.chunks] == [(0, 6, 6), (20, 7, 7)]
+    assert [(c.byte_position, c.base_offset, c.last_offset) for c in info.chunks] == [(0, 6, 6), (140, 7, 7)]
 
 
 async def test_duplicate_within_the_same_commit(md: LocalMetadataClient) -> None:
@@ -555,7 +600,7 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
         tid,
         0,
         byte_position=0,
-        byte_length=80,
+        byte_length=140,
         base_offset=0,
         last_offset=7,
         record_count=4,
@@ -563,10 +608,10 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
         max_timestamp=20,
         present_offsets=bitmaps.from_absolute(0, present),
     )
-    new = FileSpec("compacted/1", 100, 1, "compactor")
+    new = FileSpec("compacted/1", 200, 1, "compactor")
     await md.replace_chunks(inputs, new, [out])
     # f2 lost its only chunk: deleting. f1 still holds partition 1.
-    assert service.file_states([f1.object_key, f2.object_key, new.object_key]) == {
+    assert file_states(service.engine, [f1.object_key, f2.object_key, new.object_key]) == {
         f1.object_key: "live",
         f2.object_key: "deleting",
         new.object_key: "live",
@@ -595,15 +640,15 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
     assert [x.base_offset for x in r[3].chunks] == [0, 8]
     # Compare-and-set: the inputs are gone now.
     with pytest.raises(ConflictError) as e:
-        await md.replace_chunks(inputs, FileSpec("compacted/2", 100, 1), [out])
+        await md.replace_chunks(inputs, FileSpec("compacted/2", 200, 1), [out])
     assert e.value.error_code == 22
-    assert service.file_states(["compacted/2"]) == {}
+    assert file_states(service.engine, ["compacted/2"]) == {}
 
     # Compacting the compacted chunk again so that nothing at or after offset 7 remains in
     # it: find_chunks skips it for offset 7 and goes on to the next chunk.
-    out2 = OutputChunk(tid, 0, 0, 40, 0, 7, 2, 1, 20, bitmaps.from_absolute(0, [1, 3]))
+    out2 = OutputChunk(tid, 0, 0, 70, 0, 7, 2, 1, 20, bitmaps.from_absolute(0, [1, 3]))
     await md.replace_chunks([c.chunk_id], FileSpec("compacted/3", 100, 2), [out2])
-    assert service.file_states(["compacted/1"]) == {"compacted/1": "deleting"}
+    assert file_states(service.engine, ["compacted/1"]) == {"compacted/1": "deleting"}
     (r7,) = await md.find_chunks([FetchQuery(tid, 0, 7, 1)])
     assert [x.base_offset for x in r7.chunks] == [8]
     (r4,) = await md.find_chunks([FetchQuery(tid, 0, 4, 1)])
@@ -623,15 +668,15 @@ async def test_replace_chunks_refuses_bad_outputs(md: LocalMetadataClient, servi
     a, b, c = info.chunks  # 0..3, 4..7, 8..11
 
     def out(
-        base: int, last: int, n: int | None = None, part: int = 0, bm: bytes | None = None
+        base: int, last: int, n: int | None = None, part: int = 0, bm: bytes | None = None, pos: int = 0
     ) -> OutputChunk:
         n = last - base + 1 if n is None else n
-        return OutputChunk(tid, part, 0, 10, base, last, n, 1, 0, bm)
+        return OutputChunk(tid, part, pos, 70, base, last, n, 1, 0, bm)
 
     bad: list[tuple[list[int], list[OutputChunk]]] = [
         ([a.chunk_id], [out(0, 4)]),  # past the inputs' range
         ([a.chunk_id, c.chunk_id], [out(0, 11, n=8)]),  # overlaps the remaining chunk b
-        ([a.chunk_id, b.chunk_id], [out(0, 5), out(5, 7)]),  # outputs overlap each other
+        ([a.chunk_id, b.chunk_id], [out(0, 5), out(5, 7, pos=70)]),  # outputs overlap each other
         ([a.chunk_id], [out(0, 3, part=1)]),  # a partition without inputs
         ([a.chunk_id], [out(0, 3, n=5)]),  # more records than the inputs
         ([a.chunk_id], [out(0, 3, n=2, bm=bitmaps.serialize([0, 1, 2]))]),  # bitmap count != record_count
@@ -639,18 +684,18 @@ async def test_replace_chunks_refuses_bad_outputs(md: LocalMetadataClient, servi
         ([a.chunk_id], [out(0, 3, n=1, bm=b"garbage")]),
         ([], [out(0, 3)]),
     ]
-    before = service.count_rows()
+    before = count_rows(service.engine)
     for ids, outs in bad:
         with pytest.raises(MetadataError) as e:
-            await md.replace_chunks(ids, FileSpec(f"c/{uuid.uuid4()}", 100, 1), outs)
+            await md.replace_chunks(ids, FileSpec(f"c/{uuid.uuid4()}", 200, 1), outs)
         assert e.value.error_code == 42 and not isinstance(e.value, ConflictError), (ids, outs)
-    assert service.count_rows() == before
+    assert count_rows(service.engine) == before
     with pytest.raises(ConflictError):
         await md.replace_chunks([a.chunk_id, 10**9], FileSpec("c/x", 100, 1), [out(0, 3)])
-    assert service.count_rows() == before
+    assert count_rows(service.engine) == before
     # Dropping everything (e.g. all tombstones expired) is allowed: the new file is empty.
     await md.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/empty", 0, 1), [])
-    assert service.file_states(["c/empty"]) == {"c/empty": "deleting"}
+    assert file_states(service.engine, ["c/empty"]) == {"c/empty": "deleting"}
     (info2,) = await md.find_chunks([FetchQuery(tid, 0, 0, 10**9)])
     assert [x.base_offset for x in info2.chunks] == [8]
 
@@ -659,6 +704,8 @@ async def test_replace_chunks_refuses_bad_outputs(md: LocalMetadataClient, servi
 
 
 async def test_group_offsets(md: LocalMetadataClient) -> None:
+    await md.create_topic("a", 1, {})
+    await md.create_topic("b", 2, {})
     assert await md.fetch_offsets("g", None) == []
     await md.commit_offsets("g", [GroupOffset("a", 0, 5, "meta", 3), GroupOffset("b", 1, 7)])
     await md.commit_offsets("g", [GroupOffset("a", 0, 9, None, 4)])
@@ -675,6 +722,8 @@ async def test_group_offsets(md: LocalMetadataClient) -> None:
 
 
 async def test_groups_with_offsets_and_partition_offset_delete(md: LocalMetadataClient) -> None:
+    await md.create_topic("a", 2, {})
+    await md.create_topic("b", 1, {})
     assert await md.groups_with_offsets(None) == []
     await md.commit_offsets("g", [GroupOffset("a", 0, 5), GroupOffset("a", 1, 6), GroupOffset("b", 0, 7)])
     await md.commit_offsets("other", [GroupOffset("a", 0, 1)])
@@ -725,3 +774,113 @@ def test_migrations_match_schema_and_rerun(service: MetadataService) -> None:
     with service.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata_obj)
     assert diff == []
+
+
+# ------------------------------------------------------------------ what metadata refuses to store
+
+
+@pytest.mark.parametrize(
+    "key", ["../escape", "a/../b", "/abs", "a//b", "a/", ".hidden", "a\\b", "tab\there", "x" * 1025, ""]
+)
+async def test_object_keys_follow_the_store_rules(
+    md: LocalMetadataClient, service: MetadataService, key: str
+) -> None:
+    """An object key the object store would refuse is refused by commit_file and
+    replace_chunks (INVALID_REQUEST, naming the rule), and nothing is recorded."""
+    t = await md.create_topic("t", 1, {})
+    await commit(md, [(t.topic_id, 0, [B(2)])])
+    (info,) = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 10**6)])
+    before = count_rows(service.engine)
+    f, specs = layout([(t.topic_id, 0, [B(1)])])
+    with pytest.raises(MetadataError) as e:
+        await md.commit_file(FileSpec(key, f.size_bytes, 0), specs)
+    assert e.value.error_code == 42 and re.search("object.key", e.value.message), e.value.message
+    out = OutputChunk(t.topic_id, 0, 0, 70, 0, 1, 2, 1, 1000)
+    with pytest.raises(MetadataError) as e:
+        await md.replace_chunks([info.chunks[0].chunk_id], FileSpec(key, 70, 1), [out])
+    assert e.value.error_code == 42 and re.search("object.key", e.value.message), e.value.message
+    assert count_rows(service.engine) == before
+
+
+@pytest.mark.parametrize(
+    ("size_bytes", "batch", "why"),
+    [
+        (10, BatchSpec(0, 10, 10**9, 10**9, 0), "61"),  # the issue's case: a billion offsets in 10 bytes
+        (100, BatchSpec(0, 60, 1, 1, 0), "61"),  # shorter than a RecordBatch header
+        (100, BatchSpec(0, 100, 10**9, 10**9, 0), "cannot hold"),  # more records than 39 bytes can encode
+        (100, BatchSpec(0, 100, 2**31, 2**31, 0), "cannot hold"),
+        (100, BatchSpec(0, 100, 2, 3, 0), "cannot hold"),  # more records than offsets
+        (100, BatchSpec(0, 100, 0, 0, 0), "cannot hold"),  # no offset at all
+        (100, BatchSpec(150, 70, 1, 1, 0), "outside the file"),
+    ],
+)
+async def test_commit_counts_must_fit_the_bytes(
+    md: LocalMetadataClient, service: MetadataService, size_bytes: int, batch: BatchSpec, why: str
+) -> None:
+    """A commit whose counts the bytes cannot hold is refused whole (INVALID_REQUEST), so
+    the partition keeps its high watermark and stays readable."""
+    t = await md.create_topic("t", 1, {})
+    await commit(md, [(t.topic_id, 0, [B(2)])])
+    before = count_rows(service.engine)
+    good = ChunkSpec(t.topic_id, 0, (BatchSpec(size_bytes, 70, 1, 1, 0),))  # refused with it: all or nothing
+    with pytest.raises(MetadataError) as e:
+        await md.commit_file(
+            FileSpec(f"f/{uuid.uuid4().hex}", size_bytes + 70, 0), [ChunkSpec(t.topic_id, 0, (batch,)), good]
+        )
+    assert e.value.error_code == 42 and why in e.value.message, e.value.message
+    assert count_rows(service.engine) == before and await hwm(md, t.topic_id, 0) == 2
+    # the partition still takes commits
+    f, specs = layout([(t.topic_id, 0, [B(1)])])
+    assert [b.error_code for b in (await md.commit_file(f, specs))[0].batches] == [0]
+
+
+async def test_batches_of_one_commit_may_not_overlap(md: LocalMetadataClient) -> None:
+    t = await md.create_topic("t", 2, {})
+    specs = [
+        ChunkSpec(t.topic_id, 0, (BatchSpec(0, 70, 1, 1, 0),)),
+        ChunkSpec(t.topic_id, 1, (BatchSpec(69, 70, 1, 1, 0),)),
+    ]
+    with pytest.raises(MetadataError) as e:
+        await md.commit_file(FileSpec("f/overlap", 200, 0), specs)
+    assert e.value.error_code == 42 and "claim the bytes at 69" in e.value.message
+    assert await hwm(md, t.topic_id, 1) == 0
+
+
+async def test_compacted_counts_must_fit_the_bytes(md: LocalMetadataClient) -> None:
+    t = await md.create_topic("t", 1, {})
+    await commit(md, [(t.topic_id, 0, [B(4)])])
+    (info,) = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 10**6)])
+    ids = [info.chunks[0].chunk_id]
+    for out in (
+        OutputChunk(t.topic_id, 0, 0, 100, 0, 3, 4, 2, 0),  # two batches need 122 bytes
+        OutputChunk(t.topic_id, 0, 0, 10, 0, 3, 4, 1, 0),
+        OutputChunk(t.topic_id, 0, 0, 61, 0, 3, 4, 1, 0),  # a header and no room for a record
+        OutputChunk(t.topic_id, 0, 0, 100, 0, 3, 4, 0, 0),  # records in no batch
+    ):
+        with pytest.raises(MetadataError) as e:
+            await md.replace_chunks(ids, FileSpec("c/1", 200, 1), [out])
+        assert e.value.error_code == 42, out
+    await md.replace_chunks(ids, FileSpec("c/1", 200, 1), [OutputChunk(t.topic_id, 0, 0, 100, 0, 3, 4, 1, 0)])
+
+
+async def test_offset_commits_are_checked_per_partition(md: LocalMetadataClient) -> None:
+    """Each offset gets its own answer with Kafka's code; the valid ones are stored, the
+    others are not: an offset below -1 (INVALID_REQUEST), a partition or topic that does
+    not exist (UNKNOWN_TOPIC_OR_PARTITION), metadata over 4096 bytes (OFFSET_METADATA_TOO_LARGE)."""
+    await md.create_topic("t", 2, {})
+    results = await md.commit_offsets(
+        "g",
+        [
+            GroupOffset("t", 0, 5),
+            GroupOffset("t", 1, -5),
+            GroupOffset("t", 2, 7),
+            GroupOffset("nope", 0, 7),
+            GroupOffset("t", -1, 7),
+            GroupOffset("t", 1, -1),  # -1 is what clients commit to clear a position
+            GroupOffset("t", 0, 6, "m" * 4097),
+        ],
+    )
+    assert [r.error_code for r in results] == [0, 42, 3, 3, 3, 0, 12]
+    assert "-5" in (results[1].error_message or "") and "nope" in (results[3].error_message or "")
+    assert await md.fetch_offsets("g", None) == [GroupOffset("t", 0, 5), GroupOffset("t", 1, -1)]
+    assert await md.commit_offsets("g", []) == []

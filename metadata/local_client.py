@@ -1,0 +1,173 @@
+"""`LocalMetadataClient`: the `metadata.api_types.MetadataClient` over a `MetadataService`
+in this process (the playground, tests, benchmarks).
+
+Each call runs the blocking service method in a dedicated thread pool (as
+`asyncio.to_thread` would, but bounded and not shared with the rest of the process),
+sized like the database pool. Raises `MetadataError` (Kafka error code) when the service
+refused the request and `MetadataUnavailable` (retriable) when the database is down or
+the client closed. This module imports the service and so SQLAlchemy: processes that
+only talk HTTP use `metadata.http_client` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from metadata import commit_feed
+from metadata.api_types import MetadataClient
+from metadata.db import is_db_unavailable
+from metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
+from metadata.service import MetadataService
+from metadata.types import (
+    AgentInfo,
+    ChunkResult,
+    ChunkSpec,
+    FetchQuery,
+    FileSpec,
+    GroupOffset,
+    OffsetAnswer,
+    OffsetCommitResult,
+    OffsetQuery,
+    OutputChunk,
+    PartitionFetchInfo,
+    PartitionKey,
+    PartitionState,
+    PartitionWatermark,
+    Topic,
+)
+
+T = TypeVar("T")
+
+
+class LocalMetadataClient:
+    """A `MetadataClient` over a `MetadataService` in this process."""
+
+    def __init__(self, service: MetadataService, *, max_workers: int = 8, owns_service: bool = False) -> None:
+        self.service = service
+        self._owns_service = owns_service
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="skiff-metadata")
+        self._closed = False
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise MetadataUnavailable("metadata client is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        except MetadataError:
+            raise
+        except SQLAlchemyError as e:
+            if is_db_unavailable(e):
+                raise MetadataUnavailable(f"metadata database unavailable: {e}") from e
+            raise MetadataError(
+                INVALID_REQUEST, f"refused by the metadata database: {getattr(e, 'orig', e)}"
+            ) from e
+        except RuntimeError as e:
+            if self._closed:  # the executor was shut down under us
+                raise MetadataUnavailable("metadata client is closed") from e
+            raise
+
+    # topics
+    async def create_topic(self, name: str, partition_count: int, configs: dict[str, str]) -> Topic:
+        return await self._run(self.service.create_topic, name, partition_count, dict(configs))
+
+    async def delete_topic(self, name: str) -> None:
+        await self._run(self.service.delete_topic, name)
+
+    async def list_topics(self) -> list[Topic]:
+        return await self._run(self.service.list_topics)
+
+    async def describe_topics(self, names: Sequence[str]) -> dict[str, Topic]:
+        return await self._run(self.service.describe_topics, list(names))
+
+    async def topics_by_id(self, topic_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Topic]:
+        return await self._run(self.service.topics_by_id, list(topic_ids))
+
+    async def alter_topic_configs(
+        self, name: str, set_configs: dict[str, str], delete_configs: Sequence[str], replace: bool
+    ) -> Topic:
+        return await self._run(
+            self.service.alter_topic_configs, name, dict(set_configs), list(delete_configs), replace
+        )
+
+    async def add_partitions(self, name: str, new_partition_count: int) -> Topic:
+        return await self._run(self.service.add_partitions, name, new_partition_count)
+
+    # produce / fetch
+    async def commit_file(self, file: FileSpec, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]:
+        return await self._run(self.service.commit_file, file, list(chunks))
+
+    async def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]:
+        return await self._run(self.service.find_chunks, list(queries))
+
+    async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
+        return await self._run(self.service.partition_states, list(keys))
+
+    async def wait_for_commits(
+        self, known: Sequence[PartitionWatermark], timeout_ms: int
+    ) -> list[PartitionWatermark]:
+        if self._closed:
+            raise MetadataUnavailable("metadata client is closed")
+        self.service.ensure_commit_listener()
+        return await commit_feed.wait_for_commits(
+            self.service.commit_feed, self.partition_states, list(known), timeout_ms
+        )
+
+    async def list_offsets(self, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]:
+        return await self._run(self.service.list_offsets, list(queries))
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        return await self._run(self.service.init_producer_id)
+
+    # compaction
+    async def replace_chunks(
+        self, input_chunk_ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk]
+    ) -> None:
+        await self._run(self.service.replace_chunks, list(input_chunk_ids), file, list(outputs))
+
+    # consumer groups
+    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
+        return await self._run(self.service.commit_offsets, group_id, list(offsets))
+
+    async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
+        return await self._run(self.service.fetch_offsets, group_id, None if topics is None else list(topics))
+
+    async def delete_group_offsets(self, group_id: str) -> None:
+        await self._run(self.service.delete_group_offsets, group_id)
+
+    async def delete_partition_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> None:
+        await self._run(self.service.delete_partition_offsets, group_id, list(partitions))
+
+    async def groups_with_offsets(self, group_ids: Sequence[str] | None) -> list[str]:
+        return await self._run(
+            self.service.groups_with_offsets, None if group_ids is None else list(group_ids)
+        )
+
+    # agents
+    async def heartbeat_agent(self, agent: AgentInfo) -> None:
+        await self._run(self.service.heartbeat_agent, agent)
+
+    async def live_agents(self) -> list[AgentInfo]:
+        return await self._run(self.service.live_agents)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(None, self._shutdown)
+
+    def _shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+        if self._owns_service:
+            self.service.close()
+
+
+def _check_protocol() -> None:  # mypy checks the class against the Protocol here
+    _a: type[MetadataClient] = LocalMetadataClient

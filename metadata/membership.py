@@ -1,0 +1,52 @@
+"""The agents' registry: heartbeats and the list of live agents.
+
+An agent registers with its first heartbeat and stays live while it heartbeats within
+`ttl_ms` of the service's clock (the clock of the service, not the agent's, so agents'
+clocks may disagree); `live_agents` lists the live ones by agent id and deletes the
+expired rows.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select
+
+from metadata.db import read_tx, write_tx
+from metadata.rows import Db
+from metadata.schema import agents
+from metadata.types import AgentInfo
+
+DEFAULT_AGENT_TTL_MS = 10_000
+
+
+class Membership:
+    def __init__(self, db: Db, ttl_ms: int = DEFAULT_AGENT_TTL_MS) -> None:
+        self._db = db
+        self.ttl_ms = ttl_ms
+
+    def heartbeat_agent(self, agent: AgentInfo) -> None:
+        """Register or refresh an agent; last_heartbeat_ms is the service's clock."""
+        now = self._db.clock()
+        stmt = self._db.dialect.insert(agents).values(
+            agent_id=agent.agent_id, host=agent.host, port=agent.port, zone=agent.zone, last_heartbeat_ms=now
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[agents.c.agent_id],
+            set_={"host": agent.host, "port": agent.port, "zone": agent.zone, "last_heartbeat_ms": now},
+        )
+        with write_tx(self._db.engine) as conn:
+            conn.execute(stmt)
+
+    def live_agents(self) -> list[AgentInfo]:
+        """Agents that heartbeated within the TTL, by agent id; expired ones are deleted."""
+        cutoff = self._db.clock() - self.ttl_ms
+        with read_tx(self._db.engine) as conn:
+            rows = conn.execute(select(agents).order_by(agents.c.agent_id)).all()
+        live = [
+            AgentInfo(r.agent_id, r.host, r.port, r.zone, r.last_heartbeat_ms)
+            for r in rows
+            if r.last_heartbeat_ms >= cutoff
+        ]
+        if len(live) != len(rows):
+            with write_tx(self._db.engine) as conn:
+                conn.execute(delete(agents).where(agents.c.last_heartbeat_ms < cutoff))
+        return live

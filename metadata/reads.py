@@ -1,0 +1,176 @@
+"""Reads: partition states, where a fetch's records live (find_chunks), ListOffsets.
+
+All answers come from the partition rows (log start, high watermark) and the chunk
+index (one row per run of batches of one partition in one file, ordered by last_offset,
+unique per partition). find_chunks reads the index in pages: the first page is small
+(most fetches need one or two chunks), later pages grow; the total read is bounded by
+the fetch size. Compacted chunks carry a bitmap of the offsets still present
+(metadata.bitmaps); a chunk with nothing left at or after the fetch offset is skipped.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from metadata import bitmaps
+from metadata.db import read_tx
+from metadata.errors import INVALID_REQUEST, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
+from metadata.rows import LOC_COLS, Db, location_of
+from metadata.schema import chunks, files
+from metadata.types import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    ChunkLocation,
+    FetchQuery,
+    OffsetAnswer,
+    OffsetQuery,
+    PartitionFetchInfo,
+    PartitionKey,
+    PartitionState,
+)
+
+_FIND_FIRST_PAGE = 4
+_FIND_MAX_PAGE = 256
+
+
+class Reads:
+    def __init__(self, db: Db) -> None:
+        self._db = db
+
+    def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
+        with read_tx(self._db.engine) as conn:
+            states = self._db.dialect.read_partitions(conn, [(k.topic_id, k.partition) for k in keys])
+        out = []
+        for k in keys:
+            s = states.get((k.topic_id, k.partition))
+            out.append(PartitionState(NONE, s[0], s[1]) if s else PartitionState(UNKNOWN_TOPIC_OR_PARTITION))
+        return out
+
+    def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]:
+        """Where the records from each query's offset onwards live: from the chunk holding
+        the offset (or the next present offset, for compacted chunks) onward, until the
+        chunks' byte lengths add up to max_bytes; always at least one chunk when the offset
+        is below the high watermark. Reads at most a few pages of the chunk index per
+        query, however far behind the reader is."""
+        out: list[PartitionFetchInfo] = []
+        with read_tx(self._db.engine) as conn:
+            states = self._db.dialect.read_partitions(conn, [(q.topic_id, q.partition) for q in queries])
+            for q in queries:
+                s = states.get((q.topic_id, q.partition))
+                if s is None:
+                    out.append(PartitionFetchInfo(UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+                log_start, hwm = s
+                if q.offset < log_start or q.offset > hwm:
+                    out.append(PartitionFetchInfo(OFFSET_OUT_OF_RANGE, log_start, hwm))
+                    continue
+                if q.offset == hwm:
+                    out.append(PartitionFetchInfo(NONE, log_start, hwm))
+                    continue
+                locs = self._chunks_from(conn, q.topic_id, q.partition, q.offset, hwm, q.max_bytes)
+                out.append(PartitionFetchInfo(NONE, log_start, hwm, tuple(locs)))
+        return out
+
+    def _chunks_from(
+        self, conn: Connection, tid: uuid.UUID, part: int, offset: int, hwm: int, max_bytes: int
+    ) -> list[ChunkLocation]:
+        locs: list[ChunkLocation] = []
+        total = 0
+        cursor = offset  # next page: chunks with last_offset >= cursor
+        page = _FIND_FIRST_PAGE
+        while True:
+            rows = conn.execute(
+                select(*LOC_COLS)
+                .join(files, files.c.id == chunks.c.file_id)
+                .where(
+                    chunks.c.topic_id == tid,
+                    chunks.c.partition == part,
+                    chunks.c.last_offset >= cursor,
+                    chunks.c.base_offset < hwm,
+                )
+                .order_by(chunks.c.last_offset)
+                .limit(page)
+            ).all()
+            for r in rows:
+                loc = location_of(r)
+                if loc.present_offsets is not None and bitmaps.next_present_in_chunk(loc, offset) is None:
+                    continue  # compacted: nothing left at or after the offset in this chunk
+                locs.append(loc)
+                total += loc.byte_length
+                if total >= max_bytes:
+                    return locs
+            if len(rows) < page:
+                return locs
+            cursor = rows[-1].last_offset + 1
+            page = min(page * 4, _FIND_MAX_PAGE)
+
+    def list_offsets(self, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]:
+        """EARLIEST (-2): log start; LATEST (-1): high watermark (timestamp -1 for both).
+        MAX_TIMESTAMP (-3): approximated per chunk: the last present offset of the chunk
+        with the greatest max_timestamp (earliest such chunk on ties), with that timestamp.
+        A timestamp: the first chunk (in offset order) whose max_timestamp >= it; answers
+        its first present offset >= log start and its max_timestamp; the agent refines the
+        answer inside the chunk. No such chunk: offset -1, timestamp -1."""
+        out: list[OffsetAnswer] = []
+        with read_tx(self._db.engine) as conn:
+            states = self._db.dialect.read_partitions(conn, [(q.topic_id, q.partition) for q in queries])
+            for q in queries:
+                s = states.get((q.topic_id, q.partition))
+                if s is None:
+                    out.append(OffsetAnswer(UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+                log_start, hwm = s
+                if q.timestamp == EARLIEST_TIMESTAMP or q.timestamp == -4:  # -4: EARLIEST_LOCAL
+                    out.append(OffsetAnswer(NONE, log_start, -1))
+                elif q.timestamp == LATEST_TIMESTAMP:
+                    out.append(OffsetAnswer(NONE, hwm, -1))
+                elif q.timestamp == MAX_TIMESTAMP:
+                    out.append(self._max_timestamp(conn, q, log_start, hwm))
+                elif q.timestamp < 0:
+                    out.append(OffsetAnswer(INVALID_REQUEST))
+                else:
+                    out.append(self._offset_for_timestamp(conn, q, log_start, hwm))
+        return out
+
+    def _partition_chunks(self, q: OffsetQuery, log_start: int, hwm: int) -> Any:
+        return (
+            select(*LOC_COLS)
+            .join(files, files.c.id == chunks.c.file_id)
+            .where(
+                chunks.c.topic_id == q.topic_id,
+                chunks.c.partition == q.partition,
+                chunks.c.last_offset >= log_start,
+                chunks.c.base_offset < hwm,
+            )
+        )
+
+    def _max_timestamp(self, conn: Connection, q: OffsetQuery, log_start: int, hwm: int) -> OffsetAnswer:
+        stmt = self._partition_chunks(q, log_start, hwm).order_by(
+            chunks.c.max_timestamp.desc(), chunks.c.last_offset
+        )
+        for r in conn.execute(stmt.execution_options(yield_per=16)):
+            loc = location_of(r)
+            last = bitmaps.last_present_in_chunk(loc)
+            if last is not None and last >= log_start:
+                return OffsetAnswer(NONE, last, loc.max_timestamp)
+        return OffsetAnswer(NONE, -1, -1)
+
+    def _offset_for_timestamp(
+        self, conn: Connection, q: OffsetQuery, log_start: int, hwm: int
+    ) -> OffsetAnswer:
+        stmt = (
+            self._partition_chunks(q, log_start, hwm)
+            .where(chunks.c.max_timestamp >= q.timestamp)
+            .order_by(chunks.c.last_offset)
+        )
+        for r in conn.execute(stmt.execution_options(yield_per=16)):
+            loc = location_of(r)
+            first = bitmaps.next_present_in_chunk(loc, log_start)
+            if first is not None:
+                return OffsetAnswer(NONE, first, loc.max_timestamp)
+        return OffsetAnswer(NONE, -1, -1)

@@ -1,0 +1,93 @@
+"""What the service's modules share: the database handle and the row helpers.
+
+`Db` bundles the engine, its `Dialect` and the service's clock (milliseconds since the
+epoch; tests inject one). The helpers turn rows into values (`location_of`,
+`topic_from_row`) and keep the file-state invariant (`mark_orphan_files_deleting`: a
+live file that no chunk refers to any more becomes `deleting`, and garbage collection
+removes its object after a grace period).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, exists, update
+
+from metadata.dialect import Dialect
+from metadata.schema import FILE_DELETING, FILE_LIVE, chunks, files
+from metadata.types import ChunkLocation, Topic
+
+Clock = Callable[[], int]
+
+# Lists of ids (chunk ids, file ids, names) are split into statements of this many.
+IDS_PER_STATEMENT = 1000
+
+
+def system_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class Db:
+    engine: Engine
+    dialect: Dialect
+    clock: Clock
+
+
+# The columns of a ChunkLocation (chunks joined with files), in `location_of`'s order.
+LOC_COLS = (
+    chunks.c.id,
+    files.c.object_key,
+    chunks.c.byte_position,
+    chunks.c.byte_length,
+    chunks.c.base_offset,
+    chunks.c.last_offset,
+    chunks.c.record_count,
+    chunks.c.max_timestamp,
+    chunks.c.offsets_absolute,
+    chunks.c.present_offsets,
+)
+
+
+def location_of(r: Any) -> ChunkLocation:
+    return ChunkLocation(
+        chunk_id=r.id,
+        object_key=r.object_key,
+        byte_position=r.byte_position,
+        byte_length=r.byte_length,
+        base_offset=r.base_offset,
+        last_offset=r.last_offset,
+        record_count=r.record_count,
+        max_timestamp=r.max_timestamp,
+        offsets_absolute=bool(r.offsets_absolute),
+        present_offsets=bytes(r.present_offsets) if r.present_offsets is not None else None,
+    )
+
+
+def topic_from_row(r: Any) -> Topic:
+    return Topic(name=r.name, topic_id=r.topic_id, partition_count=r.partition_count, configs=dict(r.configs))
+
+
+def mark_orphan_files_deleting(db: Db, conn: Connection, file_ids: Iterable[int], now: int) -> None:
+    """Files among `file_ids` that no chunk refers to any more become `deleting`.
+
+    The file rows are locked first (in id order, after the partition locks; PostgreSQL),
+    so that two transactions removing the last chunks of one file from different
+    partitions serialize here and the second one sees the first one's deletions:
+    otherwise each could see the other's chunks and neither would mark it."""
+    ids = sorted(set(file_ids))
+    for i in range(0, len(ids), IDS_PER_STATEMENT):
+        part = ids[i : i + IDS_PER_STATEMENT]
+        db.dialect.lock_files(conn, part)
+        conn.execute(
+            update(files)
+            .where(
+                files.c.id.in_(part),
+                files.c.state == FILE_LIVE,
+                ~exists().where(chunks.c.file_id == files.c.id),
+            )
+            .values(state=FILE_DELETING, deleting_since_ms=now)
+        )
