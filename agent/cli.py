@@ -3,7 +3,7 @@
     skiff playground [--data-dir DIR] [--port 9092] [--metadata-port 9093]
     skiff agent --bucket URL --metadata URL [--port 9092] [--advertised-host H] [--zone Z] ...
     skiff metadata --db URL [--host H] [--port 9093]
-    skiff inspect PATH_OR_URL [--verify] [--json]
+    skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
 
 Agent settings come from flags and `SKIFF_*` environment variables (see
 `agent.config` and docs/configuration.md).
@@ -45,6 +45,13 @@ def _build_parser() -> argparse.ArgumentParser:
     ins.add_argument("target", help="a local path, file://, s3://bucket/key or memory:// URL")
     ins.add_argument("--verify", action="store_true", help="walk the file and check every batch")
     ins.add_argument("--json", action="store_true", help="machine-readable output")
+    ins.add_argument(
+        "--metadata",
+        dest="metadata_url",
+        default=os.environ.get("SKIFF_METADATA_URL"),
+        help="metadata service (or database) URL: show topic names and the offsets metadata assigned",
+    )
+    ins.add_argument("--key", default=None, help="the object key in metadata (default: from segments/ on)")
     return parser
 
 
@@ -60,7 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "inspect":
             from agent.inspect_cmd import run_inspect
 
-            return run_inspect(args.target, verify=args.verify, as_json=args.json)
+            return run_inspect(
+                args.target,
+                verify=args.verify,
+                as_json=args.json,
+                metadata_url=args.metadata_url,
+                object_key=args.key,
+            )
         if args.command == "metadata":
             from metadata.app import run_metadata_server
 

@@ -4,10 +4,19 @@ Reads the footer with ranged reads (two small GETs for a remote object), so insp
 large file is cheap; `--verify` walks the whole file from byte 0 with the streaming
 reader, checks every chunk header and every batch's CRC-32C, decodes every record and
 compares the counts with the footer. Errors name the file and the byte position.
+
+Agent files do not know their offsets (metadata assigns them at commit) and name topics
+by id. With `--metadata URL` (the metadata service, or its database URL) the chunk table
+is asked which rows point into this object (`file_chunks`), and each footer chunk is shown
+with its topic name and the offsets metadata assigned to it (several runs when a retry's
+duplicate batches were skipped; none when the file was never committed or its chunks were
+compacted away). The object key defaults to the target's path from its last `segments/`
+directory on (where agents write); `--key` names it explicitly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import sys
@@ -22,6 +31,7 @@ from rich.table import Table
 from fileformat.objectstore import ObjectStore, open_store
 from fileformat.records import RecordBatchError, decode_records, iter_batches, validate_batch
 from fileformat.segment import FooterEntry, SegmentFormatError, iter_chunks_stream, read_footer
+from metadata.types import FileChunk, FileChunks
 
 
 @dataclass
@@ -77,6 +87,53 @@ def _open_source(target: str) -> _Source:
     raise SystemExit(f"{target}: unsupported location (use a path, file://, s3:// or memory://)")
 
 
+def default_object_key(target: str) -> str:
+    """The object key of a target: its path from the last `segments/` directory on."""
+    path = urlparse(target).path if "://" in target else target
+    parts = Path(path).parts
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "segments":
+            return "/".join(parts[i:])
+    return "/".join(p for p in parts if p not in ("/", ""))
+
+
+def _ask_metadata(metadata_url: str, object_key: str) -> FileChunks:
+    from metadata.client import open_metadata_client
+
+    async def go() -> FileChunks:
+        client = open_metadata_client(metadata_url)
+        try:
+            return await client.file_chunks(object_key)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def _rows_of(entry: FooterEntry, known: FileChunks | None) -> list[FileChunk]:
+    """The chunk rows metadata holds inside one footer chunk's bytes."""
+    if known is None:
+        return []
+    end = entry.data_position + entry.byte_length
+    return [
+        c
+        for c in known.chunks
+        if c.topic_id == entry.topic_id
+        and c.partition == entry.partition
+        and entry.data_position <= c.location.byte_position < end
+    ]
+
+
+def _offsets_text(entry: FooterEntry, rows: list[FileChunk] | None) -> str:
+    if entry.base_offset >= 0:
+        return f"{entry.base_offset}..{entry.last_offset}"
+    if rows is None:
+        return "(assigned by metadata)"
+    if not rows:
+        return "(none in metadata)"
+    return ", ".join(f"{r.location.base_offset}..{r.location.last_offset}" for r in rows)
+
+
 def _ts(ms: int) -> str:
     if ms < 0:
         return "-"
@@ -113,7 +170,14 @@ def _verify(source: _Source, entries: list[FooterEntry]) -> list[str]:
     return problems
 
 
-def run_inspect(target: str, *, verify: bool = False, as_json: bool = False) -> int:
+def run_inspect(
+    target: str,
+    *,
+    verify: bool = False,
+    as_json: bool = False,
+    metadata_url: str | None = None,
+    object_key: str | None = None,
+) -> int:
     source = _open_source(target)
     try:
         try:
@@ -121,6 +185,11 @@ def run_inspect(target: str, *, verify: bool = False, as_json: bool = False) -> 
         except SegmentFormatError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        known: FileChunks | None = None
+        if metadata_url:
+            known = _ask_metadata(metadata_url, object_key or default_object_key(target))
+        names = {c.topic_id: c.topic_name for c in known.chunks} if known else {}
+        rows = [_rows_of(e, known) if known else None for e in entries]
         problems: list[str] = []
         if verify:
             try:
@@ -132,9 +201,23 @@ def run_inspect(target: str, *, verify: bool = False, as_json: bool = False) -> 
                 "file": target,
                 "size_bytes": source.size(),
                 "offsets_absolute": header.offsets_absolute,
+                "metadata": None
+                if known is None
+                else {"object_key": known.object_key, "state": known.state, "level": known.level},
                 "chunks": [
                     {
                         "topic_id": str(e.topic_id),
+                        "topic": names.get(e.topic_id),
+                        "assigned": None
+                        if r is None
+                        else [
+                            {
+                                "chunk_id": c.location.chunk_id,
+                                "base_offset": c.location.base_offset,
+                                "last_offset": c.location.last_offset,
+                            }
+                            for c in r
+                        ],
                         "partition": e.partition,
                         "base_offset": e.base_offset,
                         "last_offset": e.last_offset,
@@ -146,7 +229,7 @@ def run_inspect(target: str, *, verify: bool = False, as_json: bool = False) -> 
                         "max_timestamp": e.max_timestamp,
                         "has_bitmap": e.present_offsets is not None,
                     }
-                    for e in entries
+                    for e, r in zip(entries, rows, strict=True)
                 ],
                 "problems": problems if verify else None,
             }
@@ -156,15 +239,25 @@ def run_inspect(target: str, *, verify: bool = False, as_json: bool = False) -> 
             console = Console(width=None if sys.stdout.isatty() else 220)
             kind = "compactor output (absolute offsets)" if header.offsets_absolute else "agent file"
             console.print(f"[bold]{target}[/]: {source.size()} bytes, {len(entries)} chunks, {kind}")
+            if known is not None:
+                state = known.state or "not in metadata (never committed, or collected)"
+                console.print(f"metadata: {known.object_key}: {state}")
             table = Table()
-            for col in ("topic id", "part", "offsets", "batches", "records", "bytes", "at", "timestamps"):
+            for col in (
+                "topic" if known is not None else "topic id",
+                "part",
+                "offsets",
+                "batches",
+                "records",
+                "bytes",
+                "at",
+                "timestamps",
+            ):
                 table.add_column(col)
-            for e in entries:
-                offsets = (
-                    f"{e.base_offset}..{e.last_offset}" if e.base_offset >= 0 else "(assigned by metadata)"
-                )
+            for e, r in zip(entries, rows, strict=True):
+                offsets = _offsets_text(e, r)
                 table.add_row(
-                    str(e.topic_id),
+                    names.get(e.topic_id) or str(e.topic_id),
                     str(e.partition),
                     offsets + (" +holes" if e.present_offsets else ""),
                     str(e.batch_count),

@@ -21,6 +21,7 @@ from metadata.types import (
     ChunkResult,
     ChunkSpec,
     FetchQuery,
+    FileChunks,
     FileSpec,
     GroupOffset,
     OffsetAnswer,
@@ -50,6 +51,7 @@ class MetadataClient(Protocol):
     # produce / fetch
     async def commit_file(self, file: FileSpec, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]: ...
     async def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]: ...
+    async def file_chunks(self, object_key: str) -> FileChunks: ...  # operators: `skiff inspect --metadata`
     async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]: ...
     async def wait_for_commits(
         self, known: Sequence[PartitionWatermark], timeout_ms: int

@@ -216,6 +216,10 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         infos = svc.find_chunks([s.t.FetchQuery(**q.__dict__) for q in req.queries])
         return [s.fetch_info_to_m(i) for i in infos]
 
+    @app.post("/v1/file-chunks", response_model=s.FileChunksM, tags=["operations"])
+    def file_chunks(req: s.FileChunksRequest) -> s.FileChunksM:
+        return s.file_chunks_to_m(svc.file_chunks(req.object_key))
+
     @app.post("/v1/partition-states", response_model=list[s.PartitionStateM], tags=["fetch"])
     def partition_states(req: s.PartitionStatesRequest) -> list[s.PartitionStateM]:
         states = svc.partition_states([s.t.PartitionKey(**k.__dict__) for k in req.keys])

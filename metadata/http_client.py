@@ -29,6 +29,7 @@ from metadata.types import (
     ChunkResult,
     ChunkSpec,
     FetchQuery,
+    FileChunks,
     FileSpec,
     GroupOffset,
     OffsetAnswer,
@@ -46,6 +47,7 @@ T = TypeVar("T")
 
 _CHUNK_RESULTS = TypeAdapter(list[s.ChunkResultM])
 _FETCH_INFOS = TypeAdapter(list[s.PartitionFetchInfoM])
+_FILE_CHUNKS = TypeAdapter(s.FileChunksM)
 _STATES = TypeAdapter(list[s.PartitionStateM])
 _ANSWERS = TypeAdapter(list[s.OffsetAnswerM])
 _TOPIC_LIST = TypeAdapter(list[s.TopicM])
@@ -172,6 +174,10 @@ class HttpMetadataClient:
         )
         data = await self._call("POST", "/v1/find-chunks", req)
         return [s.fetch_info_from_m(m) for m in self._parse(_FETCH_INFOS, data)]
+
+    async def file_chunks(self, object_key: str) -> FileChunks:
+        data = await self._call("POST", "/v1/file-chunks", s.FileChunksRequest(object_key=object_key))
+        return s.file_chunks_from_m(self._parse(_FILE_CHUNKS, data))
 
     async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
         req = s.PartitionStatesRequest.model_construct(

@@ -30,6 +30,7 @@ from metadata.types import (
     ChunkResult,
     ChunkSpec,
     FetchQuery,
+    FileChunks,
     FileSpec,
     GroupOffset,
     OffsetAnswer,
@@ -106,6 +107,9 @@ class LocalMetadataClient:
 
     async def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]:
         return await self._run(self.service.find_chunks, list(queries))
+
+    async def file_chunks(self, object_key: str) -> FileChunks:
+        return await self._run(self.service.file_chunks, object_key)
 
     async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
         return await self._run(self.service.partition_states, list(keys))

@@ -20,13 +20,15 @@ from metadata import bitmaps
 from metadata.db import read_tx
 from metadata.errors import INVALID_REQUEST, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
 from metadata.rows import LOC_COLS, Db, location_of
-from metadata.schema import chunks, files
+from metadata.schema import chunks, files, topics
 from metadata.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     ChunkLocation,
     FetchQuery,
+    FileChunk,
+    FileChunks,
     OffsetAnswer,
     OffsetQuery,
     PartitionFetchInfo,
@@ -50,6 +52,25 @@ class Reads:
             s = states.get((k.topic_id, k.partition))
             out.append(PartitionState(NONE, s[0], s[1]) if s else PartitionState(UNKNOWN_TOPIC_OR_PARTITION))
         return out
+
+    def file_chunks(self, object_key: str) -> FileChunks:
+        """The chunk rows that point into one object, by (topic, partition, offset): what an
+        operator needs to read an agent file, whose batches carry no final offsets."""
+        with read_tx(self._db.engine) as conn:
+            f = conn.execute(
+                select(files.c.id, files.c.state, files.c.level).where(files.c.object_key == object_key)
+            ).first()
+            if f is None:
+                return FileChunks(object_key)
+            rows = conn.execute(
+                select(*LOC_COLS, chunks.c.topic_id, chunks.c.partition, topics.c.name)
+                .join(files, files.c.id == chunks.c.file_id)
+                .outerjoin(topics, topics.c.topic_id == chunks.c.topic_id)
+                .where(chunks.c.file_id == f.id)
+                .order_by(chunks.c.byte_position)
+            ).all()
+        found = tuple(FileChunk(r.topic_id, r.name, r.partition, location_of(r)) for r in rows)
+        return FileChunks(object_key, f.state, f.level, found)
 
     def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]:
         """Where the records from each query's offset onwards live: from the chunk holding

@@ -199,6 +199,24 @@ class CommitFileRequest(_M):
     chunks: list[ChunkSpecM]
 
 
+class FileChunksRequest(_M):
+    object_key: str
+
+
+class FileChunkM(_M):
+    topic_id: uuid.UUID
+    topic_name: str | None = None
+    partition: Int32
+    location: ChunkLocationM
+
+
+class FileChunksM(_M):
+    object_key: str
+    state: str | None = None
+    level: Int32 = -1
+    chunks: list[FileChunkM] = []
+
+
 class FindChunksRequest(_M):
     queries: list[FetchQueryM]
 
@@ -359,3 +377,31 @@ def output_to_m(x: t.OutputChunk) -> OutputChunkM:
 
 def output_from_m(m: OutputChunkM) -> t.OutputChunk:
     return t.OutputChunk(**m.__dict__)
+
+
+def file_chunks_to_m(x: t.FileChunks) -> FileChunksM:
+    return FileChunksM.model_construct(
+        object_key=x.object_key,
+        state=x.state,
+        level=x.level,
+        chunks=[
+            FileChunkM.model_construct(
+                topic_id=c.topic_id,
+                topic_name=c.topic_name,
+                partition=c.partition,
+                location=location_to_m(c.location),
+            )
+            for c in x.chunks
+        ],
+    )
+
+
+def file_chunks_from_m(m: FileChunksM) -> t.FileChunks:
+    return t.FileChunks(
+        m.object_key,
+        m.state,
+        m.level,
+        tuple(
+            t.FileChunk(c.topic_id, c.topic_name, c.partition, location_from_m(c.location)) for c in m.chunks
+        ),
+    )

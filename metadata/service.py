@@ -51,6 +51,7 @@ from metadata.types import (
     ChunkResult,
     ChunkSpec,
     FetchQuery,
+    FileChunks,
     FileSpec,
     GroupOffset,
     OffsetAnswer,
@@ -184,6 +185,9 @@ class MetadataService:
 
     def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]:
         return self.reads.find_chunks(queries)
+
+    def file_chunks(self, object_key: str) -> FileChunks:
+        return self.reads.file_chunks(object_key)
 
     def list_offsets(self, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]:
         return self.reads.list_offsets(queries)

@@ -189,3 +189,25 @@ class AgentInfo:
     port: int
     zone: str | None = None
     last_heartbeat_ms: int = 0
+
+
+@dataclass(frozen=True)
+class FileChunk:
+    """One chunk row of a file: which partition it belongs to and where its offsets are."""
+
+    topic_id: uuid.UUID
+    topic_name: str | None  # None when the topic has been deleted
+    partition: int
+    location: ChunkLocation
+
+
+@dataclass(frozen=True)
+class FileChunks:
+    """What metadata knows of one object: its state and the chunk rows that point into it.
+
+    `state` is None when metadata has no such file (never committed, or collected)."""
+
+    object_key: str
+    state: str | None = None
+    level: int = -1
+    chunks: tuple[FileChunk, ...] = ()

@@ -37,6 +37,7 @@ from metadata.types import (
     ChunkResult,
     ChunkSpec,
     FetchQuery,
+    FileChunks,
     FileSpec,
     GroupOffset,
     OffsetAnswer,
@@ -98,6 +99,9 @@ class FlakyMetadataClient:
 
     async def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]:
         return await self._go("find_chunks", lambda: self.inner.find_chunks(queries))
+
+    async def file_chunks(self, object_key: str) -> FileChunks:
+        return await self._go("file_chunks", lambda: self.inner.file_chunks(object_key))
 
     async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
         return await self._go("partition_states", lambda: self.inner.partition_states(keys))
