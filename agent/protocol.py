@@ -308,17 +308,27 @@ def _fixed(n: int) -> _Check:
     return check
 
 
-def _length_prefixed(flexible: bool, wide: bool) -> _Check:
+def _null(name: str) -> MalformedRequest:
+    return MalformedRequest(f"non-nullable field {name} was serialized as null")
+
+
+def _length_prefixed(flexible: bool, wide: bool, nullable: bool, name: str) -> _Check:
     """A string (int16 length) or bytes (int32 length), or their compact (uvarint) forms."""
 
     def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
         if flexible:
             v, pos = _uvarint(buf, pos, end)
-            return pos if v == 0 else _need(pos, v - 1, end, "string")
+            if v == 0:
+                if not nullable:
+                    raise _null(name)
+                return pos
+            return _need(pos, v - 1, end, "string")
         width = 4 if wide else 2
         pos = _need(pos, width, end, "length")
         n = int.from_bytes(buf[pos - width : pos], "big", signed=True)
         if n == -1:
+            if not nullable:
+                raise _null(name)
             return pos
         if n < -1:
             raise MalformedRequest(f"negative length {n}")
@@ -327,17 +337,23 @@ def _length_prefixed(flexible: bool, wide: bool) -> _Check:
     return check
 
 
-def _array(flexible: bool, item: _Check, item_min: int, item_fixed: int | None) -> _Check:
+def _array(
+    flexible: bool, item: _Check, item_min: int, item_fixed: int | None, nullable: bool, name: str
+) -> _Check:
     def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
         if flexible:
             v, pos = _uvarint(buf, pos, end)
             if v == 0:
+                if not nullable:
+                    raise _null(name)
                 return pos
             count = v - 1
         else:
             pos = _need(pos, 4, end, "array length")
             count = int.from_bytes(buf[pos - 4 : pos], "big", signed=True)
             if count == -1:
+                if not nullable:
+                    raise _null(name)
                 return pos
             if count < -1:
                 raise MalformedRequest(f"negative array length {count}")
@@ -360,13 +376,15 @@ class _BoundsPlan:
     min_size: int
 
 
-def _field_check(field: dataclasses.Field[Any], flexible: bool) -> tuple[_Check, int]:
+def _field_check(owner: type[Any], field: dataclasses.Field[Any], flexible: bool) -> tuple[_Check, int]:
     """(check, minimum encoded size) of one field."""
     tp, optional = _strip_optional(field.type)
+    name = f"{owner.__name__}.{field.name}"
     kafka_type = field.metadata.get("kafka_type", "")
     is_array = typing.get_origin(tp) is tuple
     inner = typing.get_args(tp)[0] if is_array else tp
-    inner, _ = _strip_optional(inner)
+    inner, inner_optional = _strip_optional(inner)
+    item_nullable = inner_optional if is_array else optional
     item: _Check
     if dataclasses.is_dataclass(inner) and isinstance(inner, type):
         nested = _bounds_plan(cast(Any, inner))
@@ -388,12 +406,12 @@ def _field_check(field: dataclasses.Field[Any], flexible: bool) -> tuple[_Check,
         item_fixed = _FIXED_SIZES[kafka_type]
         item, item_min = _fixed(item_fixed), item_fixed
     elif kafka_type in ("string", "bytes", "records"):
-        item = _length_prefixed(flexible, wide=kafka_type != "string")
+        item = _length_prefixed(flexible, kafka_type != "string", item_nullable, name)
         item_min, item_fixed = (1 if flexible else (2 if kafka_type == "string" else 4)), None
     else:
         raise TypeError(f"no bounds check for kafka type {kafka_type!r} ({field.name})")
     if is_array:
-        return _array(flexible, item, item_min, item_fixed), (1 if flexible else 4)
+        return _array(flexible, item, item_min, item_fixed, optional, name), (1 if flexible else 4)
     return item, item_min
 
 
@@ -404,7 +422,7 @@ def _bounds_plan(cls: type[Any]) -> _BoundsPlan:
     tagged: dict[int, _Check] = {}
     min_size = 1 if flexible else 0
     for f in dataclasses.fields(cls):
-        check, size = _field_check(f, flexible)
+        check, size = _field_check(cls, f, flexible)
         tag = f.metadata.get("tag")
         if tag is None:
             checks.append(check)
