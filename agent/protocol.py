@@ -57,6 +57,8 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from agent.request_limits import array_limit
+
 API_VERSIONS_KEY = 18
 SIZE_PREFIX = 4
 MIN_REQUEST_HEADER_BYTES = 8  # api_key + api_version + correlation_id
@@ -76,6 +78,10 @@ class ProtocolError(Exception):
 
 class MalformedRequest(ProtocolError):
     """A request's header or body could not be parsed."""
+
+
+class RequestLimitExceeded(MalformedRequest):
+    """A request array holds more items than `agent.request_limits` allows."""
 
 
 class UnknownApiKey(ProtocolError):
@@ -258,8 +264,11 @@ def decode_entity(
 # before kio sees a request, `check_bounds` walks it with the same schema, without
 # building anything: every string and byte length must fit in what is left of the
 # frame, every array count must fit too (count x the smallest possible element), null
-# markers must be valid, and tagged fields known to the schema are walked inside their
-# declared size. The walk is linear in the request and allocates nothing.
+# markers must be valid (a null where the schema says not nullable is refused, as Kafka's
+# generated parsers refuse it, so no handler ever sees None there), arrays named in
+# `agent.request_limits` hold at most their limit (checked on the count, before any item is
+# walked), and tagged fields known to the schema are walked inside their declared size. The
+# walk is linear in the request and allocates nothing.
 
 _Check = Callable[[bytes | bytearray | memoryview, int, int], int]  # (buf, pos, end) -> new pos
 
@@ -338,7 +347,13 @@ def _length_prefixed(flexible: bool, wide: bool, nullable: bool, name: str) -> _
 
 
 def _array(
-    flexible: bool, item: _Check, item_min: int, item_fixed: int | None, nullable: bool, name: str
+    flexible: bool,
+    item: _Check,
+    item_min: int,
+    item_fixed: int | None,
+    nullable: bool,
+    name: str,
+    max_items: int | None,
 ) -> _Check:
     def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
         if flexible:
@@ -357,6 +372,8 @@ def _array(
                 return pos
             if count < -1:
                 raise MalformedRequest(f"negative array length {count}")
+        if max_items is not None and count > max_items:
+            raise RequestLimitExceeded(f"{name} has {count} items, over the limit of {max_items}")
         if count * max(item_min, 1) > end - pos:
             raise MalformedRequest(f"array of {count} items cannot fit in {end - pos} bytes")
         if item_fixed is not None:
@@ -411,7 +428,9 @@ def _field_check(owner: type[Any], field: dataclasses.Field[Any], flexible: bool
     else:
         raise TypeError(f"no bounds check for kafka type {kafka_type!r} ({field.name})")
     if is_array:
-        return _array(flexible, item, item_min, item_fixed, optional, name), (1 if flexible else 4)
+        limit = array_limit(int(getattr(owner, "__api_key__", -1)), owner.__name__, field.name)
+        array = _array(flexible, item, item_min, item_fixed, optional, name, limit)
+        return array, (1 if flexible else 4)
     return item, item_min
 
 

@@ -49,6 +49,7 @@ from kio.static.primitive import i32
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers._cooperative import pause
 from agent.protocol import convert, response_schema, to_error_code, uuid_or_none
 from metadata.configs import topic_name_error
 from metadata.errors import MetadataError, MetadataUnavailable
@@ -177,7 +178,8 @@ async def _named_topics(
         found = {n: t for n in valid if (t := ctx.topics.cached(n)) is not None}
 
     auto_create = ctx.config.auto_create_topics and body.allow_auto_topic_creation
-    for name in names:
+    for i, name in enumerate(names):
+        await pause(i)  # up to 10,000 names (agent.request_limits): let other clients in
         if topic_name_error(name) is not None:
             out.append(error_entry(ErrorCode.invalid_topic_exception, name))
             continue
@@ -202,7 +204,8 @@ async def _named_topics(
             by_id = await ctx.topics.get_by_id(ids)
         except MetadataUnavailable:
             by_id = None
-        for tid in ids:
+        for i, tid in enumerate(ids):
+            await pause(i)
             if by_id is None:
                 out.append(error_entry(ErrorCode.leader_not_available, None, tid))
             elif tid in by_id:
@@ -221,7 +224,11 @@ async def _all_topics(ctx: AgentContext, with_ops: bool) -> list[MetadataRespons
             raise
         log.warning("metadata unavailable, listing topics from the cache")
         topics = cached
-    return [topic_entry(ctx, t, with_ops) for t in topics]
+    out = []
+    for i, t in enumerate(topics):  # every topic of the cluster: give other clients turns
+        out.append(topic_entry(ctx, t, with_ops))
+        await pause(i)
+    return out
 
 
 def _ids_where_not_served(request: Request) -> bool:
