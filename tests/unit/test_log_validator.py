@@ -235,3 +235,11 @@ def test_random_corruptions_are_refused_exactly_when_the_full_decoder_refuses_th
     except (InvalidRecordError, CorruptRecordsError):
         ours_ok = False
     assert ours_ok == reference_ok
+
+
+@pytest.mark.parametrize(
+    "timestamps", [(NOW - 100, NOW + 5), (NOW - 100, NOW - 50), (NOW + 7, NOW - 300, NOW)], ids=str
+)
+def test_the_max_timestamp_is_right_with_deltas_below_the_base_timestamp(timestamps):
+    batch = build_batch([Record(i, ts, None, b"v") for i, ts in enumerate(timestamps)], base_timestamp=NOW)
+    assert check(batch) == max(timestamps)
