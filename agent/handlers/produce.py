@@ -59,7 +59,6 @@ from fileformat.records import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     RecordBatchError,
-    TruncatedBatchError,
     UnsupportedMagicError,
     iter_batches,
     validate_batch,
@@ -104,7 +103,7 @@ def validate_batches(
         raise BatchRejected(
             ErrorCode.unsupported_for_message_format, f"only RecordBatch v2 (magic 2) is accepted: {exc}"
         ) from None
-    except (TruncatedBatchError, RecordBatchError) as exc:
+    except RecordBatchError as exc:  # truncated, bad lengths
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
     if len(positions) != 1:
         raise BatchRejected(
