@@ -17,6 +17,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from agent.config import AgentConfig
+from agent.handlers.produce import validate_batches
 from agent.runtime import RunningAgent, start_agent
 from fileformat import records
 from fileformat.objectstore import open_async_store
@@ -150,3 +151,19 @@ async def test_timestamps_out_of_the_topic_bounds_are_refused(agent):
     answers = await asyncio.to_thread(_produce, bootstrap, "bounded", {0: batch_of(1, ts=NOW)})
     assert answers[0][0] == ErrorCode.invalid_timestamp and "out of range" in answers[0][1]
     assert (await asyncio.to_thread(_produce, bootstrap, "bounded", {0: batch_of(1)}))[0][0] == 0
+
+
+def test_a_header_max_timestamp_that_lies_is_corrected_with_a_valid_crc():
+    """Kafka's setMaxTimestamp: the stored batch says the records' own largest timestamp."""
+    batch = bytearray(build_batch([Record(0, NOW, b"k", b"a"), Record(1, NOW + 40, b"k", b"b")]))
+    struct.pack_into(">q", batch, 35, NOW + 999_999)  # maxTimestamp
+    (pending,) = validate_batches(
+        fix_crc(batch), max_message_bytes=1 << 20, log_append_time_ms=None, now_ms=NOW
+    )
+    assert pending.max_timestamp == NOW + 40
+    header = records.validate_batch(pending.data, 0)  # CRC recomputed
+    assert header.max_timestamp == NOW + 40
+    # a truthful header is stored as sent, without a copy
+    honest = build_batch([Record(0, NOW, b"k", b"a")])
+    (pending,) = validate_batches(honest, max_message_bytes=1 << 20, log_append_time_ms=None, now_ms=NOW)
+    assert pending.data is honest
