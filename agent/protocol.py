@@ -35,6 +35,9 @@ by name, recursively: fields the target lacks are dropped (they do not exist on 
 wire at that version), fields the source lacks take the target's default or the Kafka
 zero value (0, "", false, empty array, null for nullable fields). `error_response`
 builds the zero response of an API version with its top-level error code set.
+
+Before kio decodes a request body, `agent.schema_walk.check_bounds` walks it (lengths that fit,
+nulls only where the schema allows them, array sizes within `agent.request_limits`).
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ import datetime
 import functools
 import logging
 import struct
-import types
 import typing
 import uuid
 from collections.abc import Callable
@@ -57,6 +59,13 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+# The schema walk and its errors live in agent.schema_walk; importers keep using these names here.
+from agent.schema_walk import MalformedRequest as MalformedRequest
+from agent.schema_walk import ProtocolError as ProtocolError
+from agent.schema_walk import RequestLimitExceeded as RequestLimitExceeded
+from agent.schema_walk import check_bounds as check_bounds
+from agent.schema_walk import strip_optional as _strip_optional
+
 API_VERSIONS_KEY = 18
 SIZE_PREFIX = 4
 MIN_REQUEST_HEADER_BYTES = 8  # api_key + api_version + correlation_id
@@ -68,14 +77,6 @@ _INT16 = struct.Struct(">h")
 E = TypeVar("E")
 
 log = logging.getLogger(__name__)
-
-
-class ProtocolError(Exception):
-    """The peer broke the protocol; the connection must be closed."""
-
-
-class MalformedRequest(ProtocolError):
-    """A request's header or body could not be parsed."""
 
 
 class UnknownApiKey(ProtocolError):
@@ -250,197 +251,6 @@ def decode_entity(
     return cast(E, entity)
 
 
-# --- bounds check -----------------------------------------------------------------------
-#
-# kio's native reader sizes arrays by their declared length before reading them: a
-# 20-byte body declaring a 2^35-element array makes it allocate tens of GB and abort
-# the whole process (Rust's out-of-memory handler), and a 2^31 one reserves 16 GB. So
-# before kio sees a request, `check_bounds` walks it with the same schema, without
-# building anything: every string and byte length must fit in what is left of the
-# frame, every array count must fit too (count x the smallest possible element), null
-# markers must be valid, and tagged fields known to the schema are walked inside their
-# declared size. The walk is linear in the request and allocates nothing.
-
-_Check = Callable[[bytes | bytearray | memoryview, int, int], int]  # (buf, pos, end) -> new pos
-
-_FIXED_SIZES = {
-    "bool": 1,
-    "int8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-    "uuid": 16,
-    "error_code": 2,
-    "timedelta_i32": 4,
-    "timedelta_i64": 8,
-    "datetime_i64": 8,
-    "uint8": 1,
-}
-
-
-def _uvarint(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = 0
-    for shift in (0, 7, 14, 21, 28):
-        if pos >= end:
-            raise MalformedRequest("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-    raise MalformedRequest("varint longer than 5 bytes")
-
-
-def _need(pos: int, n: int, end: int, what: str) -> int:
-    if n < 0 or pos + n > end:
-        raise MalformedRequest(f"{what} of {n} bytes exceeds the {end - pos} bytes left")
-    return pos + n
-
-
-def _fixed(n: int) -> _Check:
-    def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
-        return _need(pos, n, end, "field")
-
-    return check
-
-
-def _length_prefixed(flexible: bool, wide: bool) -> _Check:
-    """A string (int16 length) or bytes (int32 length), or their compact (uvarint) forms."""
-
-    def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
-        if flexible:
-            v, pos = _uvarint(buf, pos, end)
-            return pos if v == 0 else _need(pos, v - 1, end, "string")
-        width = 4 if wide else 2
-        pos = _need(pos, width, end, "length")
-        n = int.from_bytes(buf[pos - width : pos], "big", signed=True)
-        if n == -1:
-            return pos
-        if n < -1:
-            raise MalformedRequest(f"negative length {n}")
-        return _need(pos, n, end, "string")
-
-    return check
-
-
-def _array(flexible: bool, item: _Check, item_min: int, item_fixed: int | None) -> _Check:
-    def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
-        if flexible:
-            v, pos = _uvarint(buf, pos, end)
-            if v == 0:
-                return pos
-            count = v - 1
-        else:
-            pos = _need(pos, 4, end, "array length")
-            count = int.from_bytes(buf[pos - 4 : pos], "big", signed=True)
-            if count == -1:
-                return pos
-            if count < -1:
-                raise MalformedRequest(f"negative array length {count}")
-        if count * max(item_min, 1) > end - pos:
-            raise MalformedRequest(f"array of {count} items cannot fit in {end - pos} bytes")
-        if item_fixed is not None:
-            return pos + count * item_fixed
-        for _ in range(count):
-            pos = item(buf, pos, end)
-        return pos
-
-    return check
-
-
-@dataclass(frozen=True, slots=True)
-class _BoundsPlan:
-    fields: tuple[_Check, ...]
-    tagged: dict[int, _Check]
-    flexible: bool
-    min_size: int
-
-
-def _field_check(field: dataclasses.Field[Any], flexible: bool) -> tuple[_Check, int]:
-    """(check, minimum encoded size) of one field."""
-    tp, optional = _strip_optional(field.type)
-    kafka_type = field.metadata.get("kafka_type", "")
-    is_array = typing.get_origin(tp) is tuple
-    inner = typing.get_args(tp)[0] if is_array else tp
-    inner, _ = _strip_optional(inner)
-    item: _Check
-    if dataclasses.is_dataclass(inner) and isinstance(inner, type):
-        nested = _bounds_plan(cast(Any, inner))
-        item, item_min, item_fixed = _entity_check(inner), nested.min_size, None
-        if optional and not is_array:  # KIP-893 nullable struct: int8 marker, then the struct
-            marker_then = item
-
-            def item(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
-                pos = _need(pos, 1, end, "null marker")
-                marker = buf[pos - 1]
-                if marker == 0xFF:
-                    return pos
-                if marker != 1:
-                    raise MalformedRequest(f"bad null marker {marker}")
-                return marker_then(buf, pos, end)
-
-            item_min = 1
-    elif kafka_type in _FIXED_SIZES:
-        item_fixed = _FIXED_SIZES[kafka_type]
-        item, item_min = _fixed(item_fixed), item_fixed
-    elif kafka_type in ("string", "bytes", "records"):
-        item = _length_prefixed(flexible, wide=kafka_type != "string")
-        item_min, item_fixed = (1 if flexible else (2 if kafka_type == "string" else 4)), None
-    else:
-        raise TypeError(f"no bounds check for kafka type {kafka_type!r} ({field.name})")
-    if is_array:
-        return _array(flexible, item, item_min, item_fixed), (1 if flexible else 4)
-    return item, item_min
-
-
-@functools.cache
-def _bounds_plan(cls: type[Any]) -> _BoundsPlan:
-    flexible = bool(getattr(cls, "__flexible__", False))
-    checks: list[_Check] = []
-    tagged: dict[int, _Check] = {}
-    min_size = 1 if flexible else 0
-    for f in dataclasses.fields(cls):
-        check, size = _field_check(f, flexible)
-        tag = f.metadata.get("tag")
-        if tag is None:
-            checks.append(check)
-            min_size += size
-        else:
-            tagged[int(tag)] = check
-    return _BoundsPlan(tuple(checks), tagged, flexible, min_size)
-
-
-def _entity_check(cls: Any) -> _Check:
-    def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
-        plan = _bounds_plan(cls)
-        for field_check in plan.fields:
-            pos = field_check(buf, pos, end)
-        if plan.flexible:
-            count, pos = _uvarint(buf, pos, end)
-            if count > end - pos:
-                raise MalformedRequest(f"{count} tagged fields cannot fit in {end - pos} bytes")
-            for _ in range(count):
-                tag, pos = _uvarint(buf, pos, end)
-                size, pos = _uvarint(buf, pos, end)
-                tag_end = _need(pos, size, end, "tagged field")
-                known = plan.tagged.get(tag)
-                if known is not None and known(buf, pos, tag_end) != tag_end:
-                    raise MalformedRequest(f"tagged field {tag} does not fill its {size} bytes")
-                pos = tag_end
-        return pos
-
-    return check
-
-
-def check_bounds(cls: type[Any], data: bytes | bytearray | memoryview, offset: int = 0) -> int:
-    """Walk an encoded `cls` at `offset` without decoding it: where it ends, or MalformedRequest."""
-    return _entity_check(cast(Any, cls))(data, offset, len(data))
-
-
 # --- writing ----------------------------------------------------------------------------
 
 
@@ -533,15 +343,6 @@ class _FieldPlan:
     nested: type[Any] | None
     has_default: bool
     zero: Callable[[], Any]
-
-
-def _strip_optional(tp: Any) -> tuple[Any, bool]:
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        optional = len(args) < len(typing.get_args(tp))
-        if len(args) == 1:
-            return args[0], optional
-    return tp, False
 
 
 _ZERO_BY_KAFKA_TYPE: dict[str, Callable[[], Any]] = {

@@ -358,11 +358,14 @@ def validate_batch(
     decode: bool = False,
     contiguous: bool = False,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    counts: bool = True,
 ) -> BatchHeader:
     """Check the batch at `position` and return its header.
 
     Always: magic 2, batchLength within [49, `max_batch_bytes`] and inside the buffer, a
-    known codec, recordsCount >= 0, lastOffsetDelta >= recordsCount - 1, and the CRC-32C.
+    known codec, and the CRC-32C; with `counts` (the default) also recordsCount >= 0 and
+    lastOffsetDelta >= recordsCount - 1 (the produce path leaves those to
+    `fileformat.log_validator`, which reports them as Kafka does, as invalid records).
     With `decode`, also decompresses and decodes every record: exactly recordsCount records,
     offset deltas strictly increasing from >= 0 and none past lastOffsetDelta, no trailing
     bytes. With `contiguous` (what a producer must send), the deltas must be exactly
@@ -379,14 +382,15 @@ def validate_batch(
             position,
         )
     count = header.records_count
-    if count < 0:
-        raise CorruptBatchError(f"record batch at byte {position} has recordsCount {count}", position)
-    if header.last_offset_delta < 0 or header.last_offset_delta < count - 1:
-        raise CorruptBatchError(
-            f"record batch at byte {position} has lastOffsetDelta {header.last_offset_delta}"
-            f" for {count} records",
-            position,
-        )
+    if counts:
+        if count < 0:
+            raise CorruptBatchError(f"record batch at byte {position} has recordsCount {count}", position)
+        if header.last_offset_delta < 0 or header.last_offset_delta < count - 1:
+            raise CorruptBatchError(
+                f"record batch at byte {position} has lastOffsetDelta {header.last_offset_delta}"
+                f" for {count} records",
+                position,
+            )
     if header.compression_id > Compression.ZSTD:
         raise CorruptBatchError(
             f"record batch at byte {position} uses unknown compression codec id {header.compression_id}",

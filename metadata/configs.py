@@ -109,8 +109,10 @@ def _one_of(*choices: str) -> Callable[[str], str]:
 
 
 def _cleanup_policy(v: str) -> str:
+    if not v.strip():
+        return ""  # the empty list: no cleanup at all, infinite retention (Kafka 4.2, KIP-1161)
     items = [p.strip() for p in v.split(",")]
-    if not items or any(p not in ("delete", "compact") for p in items):
+    if any(p not in ("delete", "compact") for p in items):
         raise ValueError(f"{v!r} must be a comma-separated list of delete, compact")
     # Kafka keeps the list as given; we drop repeats and keep the order.
     return ",".join(dict.fromkeys(items))

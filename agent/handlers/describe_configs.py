@@ -12,6 +12,10 @@ Broker resources (type 4) are answered for this agent's node id or the empty nam
 cluster default), with a small set of read-only STATIC_BROKER_CONFIG entries derived
 from the agent's configuration; another broker's id gets INVALID_REQUEST, as in Kafka.
 Other resource types (broker loggers, client metrics, groups) get INVALID_REQUEST.
+
+All topics of a request are looked up in one metadata call; the answers are built in slices
+that yield to the event loop (`agent.handlers._cooperative`), so a request for thousands of
+topics (at most 10,000: `agent.request_limits`) does not hold up other clients.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from kio.static.primitive import i8
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers._cooperative import pause
 from agent.protocol import convert
 from metadata import configs as topic_configs
 from metadata.configs import topic_name_error
+from metadata.types import Topic
 
 API_KEY = 32
 MIN_VERSION = 1
@@ -212,8 +218,12 @@ def _result(
     )
 
 
-async def _describe_one(
-    ctx: AgentContext, res: DescribeConfigsResource, body: DescribeConfigsRequest
+def _describe_one(
+    ctx: AgentContext,
+    res: DescribeConfigsResource,
+    body: DescribeConfigsRequest,
+    topics: dict[str, Topic],
+    lookup_error: tuple[ErrorCode, str] | None,
 ) -> DescribeConfigsResult:
     keys = res.configuration_keys if res.configuration_keys else None  # null or empty: all
     if res.resource_type == RESOURCE_TOPIC:
@@ -221,13 +231,9 @@ async def _describe_one(
         reason = topic_name_error(name)
         if reason is not None:
             return _result(res, ErrorCode.invalid_topic_exception, reason)
-        try:
-            topic = (await ctx.metadata.describe_topics([name])).get(name)
-        except Exception as e:
-            code, message = error_of(e)
-            if code == ErrorCode.unknown_server_error:
-                raise
-            return _result(res, code, message)
+        if lookup_error is not None:
+            return _result(res, *lookup_error)
+        topic = topics.get(name)
         if topic is None:
             return _result(res, ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
         ctx.topics.put(topic)
@@ -247,7 +253,28 @@ async def _describe_one(
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, DescribeConfigsRequest)
-    results = [await _describe_one(ctx, res, body) for res in body.resources]
+    # One metadata call for every topic of the request, then the answers built in slices that
+    # give the event loop a turn (a request may name up to 10,000 topics).
+    names = list(
+        dict.fromkeys(
+            res.resource_name
+            for res in body.resources
+            if res.resource_type == RESOURCE_TOPIC and topic_name_error(res.resource_name) is None
+        )
+    )
+    topics: dict[str, Topic] = {}
+    lookup_error: tuple[ErrorCode, str] | None = None
+    if names:
+        try:
+            topics = await ctx.metadata.describe_topics(names)
+        except Exception as e:
+            lookup_error = error_of(e)
+            if lookup_error[0] == ErrorCode.unknown_server_error:
+                raise
+    results = []
+    for i, res in enumerate(body.resources):
+        results.append(_describe_one(ctx, res, body, topics, lookup_error))
+        await pause(i)
     return DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
 
 

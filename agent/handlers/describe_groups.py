@@ -25,6 +25,7 @@ from agent.context import AgentContext
 from agent.group_coordinator import coordinator, owns_group
 from agent.group_model import GroupDescription, GroupState
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
+from agent.handlers._cooperative import pause
 
 API_KEY = 15
 MIN_VERSION = 0
@@ -67,7 +68,8 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     coord = coordinator(ctx)
     answers: dict[str, DescribedGroup] = {}
     not_in_memory: list[str] = []
-    for group_id in request.body.groups:
+    for i, group_id in enumerate(request.body.groups):
+        await pause(i)  # up to 10,000 groups (agent.request_limits): let other clients in
         if not owns_group(ctx, group_id):
             answers[group_id] = _failed(group_id, ErrorCode.not_coordinator)
             continue
@@ -83,7 +85,8 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             code = admin_error_of(e)
             answers.update((g, _failed(g, code)) for g in not_in_memory)
         else:
-            for group_id in not_in_memory:
+            for i, group_id in enumerate(not_in_memory):
+                await pause(i)
                 d = coord.describe(group_id)  # it may have been created while we waited
                 if d is None:
                     state = GroupState.EMPTY if group_id in with_offsets else GroupState.DEAD

@@ -7,11 +7,10 @@ non-transactional producer: it always gets a new id.
 
 Transactional (`transactional_id` set): Skiff has no transaction coordinator, so the
 answer is UNSUPPORTED_VERSION (35) with producer id -1: what a Kafka broker that does not
-implement the transactional API answers. Clients treat it as fatal and say so (the Java
-producer: UnsupportedVersionException; librdkafka: the broker does not support the
-operation) instead of retrying, and it is not mistaken for an authorization problem.
-Note that librdkafka refuses transactions earlier still, because ApiVersions does not
-advertise the transactional APIs (AddPartitionsToTxn, EndTxn, ...).
+implement the transactional API answers (the Java producer raises
+UnsupportedVersionException; librdkafka retries it until its timeout). Clients normally never
+get here: FindCoordinator for their transactional id already fails with a fatal error (see
+`agent.handlers.find_coordinator`).
 
 Metadata unreachable -> COORDINATOR_NOT_AVAILABLE, which producers retry.
 """

@@ -13,7 +13,12 @@ Requested topics:
   (`auto_create_topics`) and the request does (`allow_auto_topic_creation`, v4+; always
   for v1-v3), and returned at once, ready; otherwise UNKNOWN_TOPIC_OR_PARTITION. The
   internal names `__consumer_offsets`/`__transaction_state` are never auto-created;
-- v10+: a topic asked by id (null name) -> looked up by id, UNKNOWN_TOPIC_ID if absent.
+- v12+: a topic asked by id (null name) -> looked up by id, UNKNOWN_TOPIC_ID if absent
+  (also for neither name nor id: the zero id names no topic), as Kafka answers;
+- v10-v11 carry topic ids on the wire but Kafka does not serve them there: a request with a
+  null name or a non-zero id gets INVALID_REQUEST for every requested topic (Kafka's
+  `getErrorResponse`, null names written as ""), since these versions cannot encode a null
+  name in the response.
 
 With `topics` null, every topic is listed. When metadata is unreachable, answers come
 from the topic cache where it has them; a named topic it does not have gets
@@ -44,6 +49,7 @@ from kio.static.primitive import i32
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers._cooperative import pause
 from agent.protocol import convert, response_schema, to_error_code, uuid_or_none
 from metadata.configs import topic_name_error
 from metadata.errors import MetadataError, MetadataUnavailable
@@ -155,7 +161,7 @@ async def _named_topics(
         tid = uuid_or_none(req_topic.topic_id)
         if req_topic.name is None:
             if tid is None:
-                out.append(error_entry(ErrorCode.invalid_request, None))
+                out.append(error_entry(ErrorCode.unknown_topic_id, None))
             elif tid not in ids:
                 ids.append(tid)
         elif req_topic.name not in names:
@@ -172,7 +178,8 @@ async def _named_topics(
         found = {n: t for n in valid if (t := ctx.topics.cached(n)) is not None}
 
     auto_create = ctx.config.auto_create_topics and body.allow_auto_topic_creation
-    for name in names:
+    for i, name in enumerate(names):
+        await pause(i)  # up to 10,000 names (agent.request_limits): let other clients in
         if topic_name_error(name) is not None:
             out.append(error_entry(ErrorCode.invalid_topic_exception, name))
             continue
@@ -197,7 +204,8 @@ async def _named_topics(
             by_id = await ctx.topics.get_by_id(ids)
         except MetadataUnavailable:
             by_id = None
-        for tid in ids:
+        for i, tid in enumerate(ids):
+            await pause(i)
             if by_id is None:
                 out.append(error_entry(ErrorCode.leader_not_available, None, tid))
             elif tid in by_id:
@@ -216,13 +224,30 @@ async def _all_topics(ctx: AgentContext, with_ops: bool) -> list[MetadataRespons
             raise
         log.warning("metadata unavailable, listing topics from the cache")
         topics = cached
-    return [topic_entry(ctx, t, with_ops) for t in topics]
+    out = []
+    for i, t in enumerate(topics):  # every topic of the cluster: give other clients turns
+        out.append(topic_entry(ctx, t, with_ops))
+        await pause(i)
+    return out
+
+
+def _ids_where_not_served(request: Request) -> bool:
+    """v10-v11 requests naming a topic by id (or by nothing), which Kafka refuses."""
+    topics = request.body.topics
+    if request.api_version not in (10, 11) or not topics:
+        return False
+    return any(t.name is None or uuid_or_none(t.topic_id) is not None for t in topics)
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, MetadataRequest)
     with_ops = body.include_topic_authorized_operations
-    if body.topics is None:
+    if _ids_where_not_served(request):
+        topics = [
+            error_entry(ErrorCode.invalid_request, t.name or "", uuid_or_none(t.topic_id))
+            for t in body.topics or ()
+        ]
+    elif body.topics is None:
         topics = await _all_topics(ctx, with_ops)
     else:
         topics = await _named_topics(ctx, body, with_ops)

@@ -3,13 +3,20 @@
 Per partition of a request:
 1. the topic must exist and the partition be in range (UNKNOWN_TOPIC_OR_PARTITION);
    Kafka creates topics on Metadata requests, not on Produce;
-2. every RecordBatch is checked (`validate_batches`): magic 2 (older formats get
-   UNSUPPORTED_FOR_MESSAGE_FORMAT), lengths inside the request, CRC-32C (CORRUPT_MESSAGE),
-   recordsCount > 0 with lastOffsetDelta = recordsCount - 1 as producers write them
-   (INVALID_RECORD), no transactional or control batches (Skiff has no transactions:
-   INVALID_RECORD), each batch at most the topic's `max.message.bytes` (MESSAGE_TOO_LARGE);
+2. the records are checked (`validate_batches`) as Kafka's LogValidator checks them: exactly
+   one RecordBatch (Kafka: INVALID_RECORD otherwise), magic 2 (older formats get
+   UNSUPPORTED_FOR_MESSAGE_FORMAT), lengths inside the request and CRC-32C (CORRUPT_MESSAGE),
+   at most the topic's `max.message.bytes` (MESSAGE_TOO_LARGE), no transactional batches
+   (Skiff has no transactions: INVALID_RECORD); then every record is decoded
+   (`fileformat.log_validator`): counts, lengths, offset deltas 0..n-1, keys on compacted
+   topics (INVALID_RECORD), compressed data that does not decompress within the cap
+   (CORRUPT_MESSAGE), timestamps against `message.timestamp.before.max.ms` /
+   `.after.max.ms` / `.difference.max.ms` and a producer-set LogAppendTime (INVALID_TIMESTAMP).
+   The partition's answer carries the error message;
 3. for topics with `message.timestamp.type=LogAppendTime` the batch's timestamp type and
-   maxTimestamp are set to the agent's receive time and its CRC recomputed, as Kafka does;
+   maxTimestamp are set to the agent's receive time and its CRC recomputed, as Kafka does; for
+   CreateTime topics a header maxTimestamp that is not the records' largest timestamp is
+   corrected the same way (Kafka's `setMaxTimestamp`);
 4. the batches go to the produce buffer (`agent.produce_buffer`); acks=0 returns no
    response at once, acks=1/all wait for the file's commit (all is the same as 1: the
    object store is the replication).
@@ -40,16 +47,23 @@ from kio.static.primitive import TZAware, i32, i64
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
 from agent.produce_buffer import PendingBatch, ProduceBuffer
+from fileformat.log_validator import (
+    UNBOUNDED_MS,
+    CorruptRecordsError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    timestamp_bounds_ms,
+    validate_produced_batch,
+)
 from fileformat.records import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     RecordBatchError,
-    TruncatedBatchError,
     UnsupportedMagicError,
     iter_batches,
     validate_batch,
 )
-from metadata.configs import config_value
+from metadata.configs import config_int, config_value, is_compacted
 from metadata.types import BatchResult, Topic
 
 API_KEY = 0
@@ -71,72 +85,112 @@ class BatchRejected(Exception):
 
 
 def validate_batches(
-    records: bytes, *, max_message_bytes: int, log_append_time_ms: int | None
+    records: bytes,
+    *,
+    max_message_bytes: int,
+    log_append_time_ms: int | None,
+    now_ms: int = 0,
+    compacted: bool = False,
+    timestamp_before_max_ms: int = UNBOUNDED_MS,
+    timestamp_after_max_ms: int = UNBOUNDED_MS,
 ) -> list[PendingBatch]:
-    """Check a partition's record bytes and describe each batch for the buffer (see module doc)."""
+    """Check a partition's record bytes and describe the batch for the buffer (see module doc)."""
     if not records:
         raise BatchRejected(ErrorCode.invalid_record, "produce request carries no records")
-    buf: bytes | bytearray = records
-    out: list[PendingBatch] = []
     try:
         positions = list(iter_batches(records))
     except UnsupportedMagicError as exc:
         raise BatchRejected(
             ErrorCode.unsupported_for_message_format, f"only RecordBatch v2 (magic 2) is accepted: {exc}"
         ) from None
-    except TruncatedBatchError as exc:
+    except RecordBatchError as exc:  # truncated, bad lengths
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
+    if len(positions) != 1:
+        raise BatchRejected(
+            ErrorCode.invalid_record,
+            f"a produce request carries one record batch per partition, this one {len(positions)}",
+        )
+    pos, header = positions[0]
+    size = header.size
+    if size > max_message_bytes:
+        raise BatchRejected(
+            ErrorCode.message_too_large,
+            f"batch of {size} bytes exceeds the topic's max.message.bytes {max_message_bytes}",
+        )
+    try:
+        validate_batch(records, pos, max_batch_bytes=max(size, 1), counts=False)
     except RecordBatchError as exc:
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
-    if log_append_time_ms is not None:
-        buf = bytearray(records)
-    for pos, header in positions:
-        size = header.size
-        if size > max_message_bytes:
-            raise BatchRejected(
-                ErrorCode.message_too_large,
-                f"batch of {size} bytes exceeds the topic's max.message.bytes {max_message_bytes}",
-            )
-        try:
-            validate_batch(records, pos, max_batch_bytes=max(size, 1))
-        except RecordBatchError as exc:
-            raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
-        if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
-            raise BatchRejected(
-                ErrorCode.invalid_record,
-                f"batch at byte {pos}: {header.records_count} records with lastOffsetDelta "
-                f"{header.last_offset_delta}; producers must send contiguous offsets",
-            )
-        if header.is_transactional or header.is_control:
-            raise BatchRejected(
-                ErrorCode.invalid_record, "transactional and control batches are not supported"
-            )
-        max_ts = header.max_timestamp
-        ts_type = int(header.timestamp_type)
-        if log_append_time_ms is not None:
-            assert isinstance(buf, bytearray)
-            buf[pos + ATTRIBUTES_OFFSET + 1] |= _TIMESTAMP_TYPE_BIT  # low byte of the i16 attributes
-            struct.pack_into(">q", buf, pos + _MAX_TIMESTAMP_OFFSET, log_append_time_ms)
-            struct.pack_into(
-                ">I", buf, pos + CRC_OFFSET, crc32c.crc32c(buf[pos + ATTRIBUTES_OFFSET : pos + size])
-            )
-            max_ts = log_append_time_ms
-            ts_type = 1
-        out.append(
-            PendingBatch(
-                # one batch per partition is the common case: keep the request's bytes, no copy
-                data=bytes(buf) if (pos == 0 and size == len(buf)) else bytes(buf[pos : pos + size]),
-                offset_count=header.last_offset_delta + 1,
-                record_count=header.records_count,
-                min_timestamp=header.base_timestamp if log_append_time_ms is None else log_append_time_ms,
-                max_timestamp=max_ts,
-                producer_id=header.producer_id,
-                producer_epoch=header.producer_epoch,
-                base_sequence=header.base_sequence,
-                timestamp_type=ts_type,
-            )
+    if header.is_transactional:
+        raise BatchRejected(ErrorCode.invalid_record, "transactional batches are not supported")
+    try:
+        max_ts = validate_produced_batch(
+            records,
+            pos,
+            header,
+            now_ms=now_ms,
+            compacted=compacted,
+            log_append_time=log_append_time_ms is not None,
+            timestamp_before_max_ms=timestamp_before_max_ms,
+            timestamp_after_max_ms=timestamp_after_max_ms,
         )
-    return out
+    except InvalidRecordError as exc:
+        raise BatchRejected(ErrorCode.invalid_record, str(exc)) from None
+    except InvalidTimestampError as exc:
+        raise BatchRejected(ErrorCode.invalid_timestamp, str(exc)) from None
+    except CorruptRecordsError as exc:
+        raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
+    ts_type = int(header.timestamp_type)
+    data = records
+    if log_append_time_ms is not None:
+        data = _with_max_timestamp(records, pos, size, log_append_time_ms, log_append=True)
+        max_ts = log_append_time_ms
+        ts_type = 1
+    elif max_ts != header.max_timestamp:
+        data = _with_max_timestamp(records, pos, size, max_ts, log_append=False)
+    return [
+        PendingBatch(
+            # one batch per partition: keep the request's bytes, no copy
+            data=data if (pos == 0 and size == len(data)) else bytes(data[pos : pos + size]),
+            offset_count=header.last_offset_delta + 1,
+            record_count=header.records_count,
+            min_timestamp=header.base_timestamp if log_append_time_ms is None else log_append_time_ms,
+            max_timestamp=max_ts,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            timestamp_type=ts_type,
+        )
+    ]
+
+
+def _with_max_timestamp(records: bytes, pos: int, size: int, max_ts: int, *, log_append: bool) -> bytes:
+    """The batch with its maxTimestamp (and LogAppendTime bit) rewritten and its CRC recomputed."""
+    buf = bytearray(records)
+    if log_append:
+        buf[pos + ATTRIBUTES_OFFSET + 1] |= _TIMESTAMP_TYPE_BIT  # low byte of the i16 attributes
+    struct.pack_into(">q", buf, pos + _MAX_TIMESTAMP_OFFSET, max_ts)
+    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c.crc32c(buf[pos + ATTRIBUTES_OFFSET : pos + size]))
+    return bytes(buf)
+
+
+def _topic_rules(topic: Topic, now_ms: int) -> dict[str, Any]:
+    """`validate_batches`' keyword arguments from a topic's configs (once per topic and request)."""
+    cfg = topic.configs
+    before_ms, after_ms = timestamp_bounds_ms(
+        config_int(cfg, "message.timestamp.before.max.ms"),
+        config_int(cfg, "message.timestamp.after.max.ms"),
+        config_int(cfg, "message.timestamp.difference.max.ms"),
+    )
+    return {
+        "max_message_bytes": config_int(cfg, "max.message.bytes"),
+        "log_append_time_ms": now_ms
+        if config_value(cfg, "message.timestamp.type") == "LogAppendTime"
+        else None,
+        "compacted": is_compacted(cfg),
+        "timestamp_before_max_ms": before_ms,
+        "timestamp_after_max_ms": after_ms,
+    }
 
 
 def _partition_response(
@@ -226,6 +280,7 @@ async def _produce(
     validated: list[tuple[tuple[int, int], Topic, int, list[PendingBatch], int | None]] = []
     for ti, t in enumerate(body.topic_data):
         topic = topics.get(t.name)
+        rules = _topic_rules(topic, now_ms) if topic is not None else {}
         for pi, p in enumerate(t.partition_data):
             key = (ti, pi)
             if lookup_error is not None:
@@ -234,18 +289,12 @@ async def _produce(
             if topic is None or not 0 <= p.index < topic.partition_count:
                 answers[key] = _partition_response(p.index, ErrorCode.unknown_topic_or_partition)
                 continue
-            log_append = config_value(topic.configs, "message.timestamp.type") == "LogAppendTime"
-            append_time = now_ms if log_append else None
             try:
-                batches = validate_batches(
-                    p.records or b"",
-                    max_message_bytes=int(config_value(topic.configs, "max.message.bytes")),
-                    log_append_time_ms=append_time,
-                )
+                batches = validate_batches(p.records or b"", now_ms=now_ms, **rules)
             except BatchRejected as exc:
                 answers[key] = _partition_response(p.index, exc.code, message=exc.message)
                 continue
-            validated.append((key, topic, p.index, batches, append_time))
+            validated.append((key, topic, p.index, batches, rules["log_append_time_ms"]))
 
     if previous is not None:
         await previous

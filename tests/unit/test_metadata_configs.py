@@ -37,6 +37,8 @@ def test_kafka_defaults() -> None:
         ({"cleanup.policy": "compact"}, {"cleanup.policy": "compact"}),
         ({"cleanup.policy": " compact , delete "}, {"cleanup.policy": "compact,delete"}),
         ({"cleanup.policy": "delete,compact,delete"}, {"cleanup.policy": "delete,compact"}),
+        ({"cleanup.policy": ""}, {"cleanup.policy": ""}),  # empty list: infinite retention (Kafka 4.2)
+        ({"cleanup.policy": " "}, {"cleanup.policy": ""}),
         ({"retention.ms": "-1", "retention.bytes": "+100"}, {"retention.ms": "-1", "retention.bytes": "100"}),
         ({"message.timestamp.type": "LogAppendTime"}, {"message.timestamp.type": "LogAppendTime"}),
         ({"min.cleanable.dirty.ratio": "0.25"}, {"min.cleanable.dirty.ratio": "0.25"}),
@@ -53,7 +55,6 @@ def test_validate_configs_normalizes(given_: dict[str, str], stored: dict[str, s
     "bad",
     [
         {"no.such.config": "1"},
-        {"cleanup.policy": ""},
         {"cleanup.policy": "compact,"},
         {"cleanup.policy": "forever"},
         {"retention.ms": "1.5"},

@@ -1,0 +1,169 @@
+"""Produce over real TCP refuses lying batches per partition, with Kafka's error codes and a
+message, and stores nothing of them: each lie below has a correct CRC, and before the fix each
+was acked and then stalled consumers at its offset for good."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import cramjam
+import crc32c
+import pytest
+from kio.schema.errors import ErrorCode
+
+from agent.config import AgentConfig
+from agent.handlers.produce import validate_batches
+from agent.runtime import RunningAgent, start_agent
+from fileformat import records
+from fileformat.objectstore import open_async_store
+from fileformat.records import Compression, Record, build_batch
+from metadata.client import LocalMetadataClient
+from metadata.service import MetadataService
+from tests.component.fake_metadata import FlakyMetadataClient
+from tests.support.kafka_wire import fetch_request, produce_request, send_request
+
+NOW = 1_700_000_000_000
+
+
+def fix_crc(batch: bytes | bytearray) -> bytes:
+    buf = bytearray(batch)
+    struct.pack_into(">I", buf, records.CRC_OFFSET, crc32c.crc32c(bytes(buf[records.ATTRIBUTES_OFFSET :])))
+    return bytes(buf)
+
+
+def batch_of(n: int, *, key: bytes | None = b"k", ts: int | None = None) -> bytes:
+    now = int(time.time() * 1000) if ts is None else ts
+    return build_batch([Record(i, now, key, b"value-%d" % i) for i in range(n)])
+
+
+def count_lie(n: int) -> bytes:
+    """recordsCount and lastOffsetDelta say n + 1; there are n records."""
+    buf = bytearray(batch_of(n))
+    struct.pack_into(">i", buf, 57, n + 1)
+    struct.pack_into(">i", buf, 23, n)
+    return fix_crc(buf)
+
+
+def repeated_delta() -> bytes:
+    """Three records whose offset deltas are 0, 1, 1."""
+    out = bytearray()
+    for delta in (0, 1, 1):
+        records._encode_record(out, delta, 0, b"k", b"v", ())
+    buf = bytearray(records.BATCH_HEADER_SIZE) + out
+    records._HEADER.pack_into(buf, 0, 0, len(buf) - 12, -1, 2, 0, 0, 2, NOW, NOW, -1, -1, -1, 3)
+    return fix_crc(buf)
+
+
+def zstd_bomb() -> bytes:
+    """~34 KB of zstd records inflating to 1 GiB."""
+    comp = cramjam.zstd.Compressor(level=3)
+    zeros = bytes(1 << 20)
+    for _ in range(1024):
+        comp.compress(zeros)
+    payload = bytes(comp.finish())
+    buf = bytearray(records.BATCH_HEADER_SIZE) + payload
+    records._HEADER.pack_into(
+        buf, 0, 0, len(buf) - 12, -1, 2, 0, int(Compression.ZSTD), 999, NOW, NOW, -1, -1, -1, 1000
+    )
+    return fix_crc(buf)
+
+
+def gzip_garbage() -> bytes:
+    buf = bytearray(records.BATCH_HEADER_SIZE) + bytes(range(256)) * 4
+    records._HEADER.pack_into(
+        buf, 0, 0, len(buf) - 12, -1, 2, 0, int(Compression.GZIP), 9, NOW, NOW, -1, -1, -1, 10
+    )
+    return fix_crc(buf)
+
+
+@pytest.fixture
+async def agent(tmp_path: Path) -> AsyncIterator[RunningAgent]:
+    service = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    md = FlakyMetadataClient(LocalMetadataClient(service, owns_service=True))
+    store = open_async_store(f"memory://produce-{uuid.uuid4().hex}")
+    cfg = AgentConfig.from_env({}, agent_id="a1", host="127.0.0.1", port=0, flush_interval_ms=20)
+    running = await start_agent(cfg, md, store)  # type: ignore[arg-type]
+    await md.create_topic("lies", 5, {})
+    await md.create_topic("compacted", 1, {"cleanup.policy": "compact"})
+    await md.create_topic("bounded", 1, {"message.timestamp.before.max.ms": "60000"})
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+def _produce(bootstrap: str, topic: str, batches: dict[int, bytes]) -> dict[int, tuple[int, str | None]]:
+    resp = send_request(bootstrap, produce_request(topic, batches), timeout_s=30).parse()
+    return {int(p.index): (int(p.error_code), p.error_message) for p in resp.responses[0].partition_responses}
+
+
+def _high_watermarks(bootstrap: str, topic: str, partitions: range) -> list[int]:
+    req = fetch_request(topic, [(p, 0, 1 << 20) for p in partitions], max_bytes=1 << 20)
+    parts = send_request(bootstrap, req, timeout_s=30).parse().responses[0].partitions
+    return [int(p.high_watermark) for p in sorted(parts, key=lambda p: p.partition_index)]
+
+
+async def test_lying_batches_are_refused_per_partition_and_nothing_is_stored(agent):
+    bootstrap = f"127.0.0.1:{agent.port}"
+    answers = await asyncio.to_thread(
+        _produce,
+        bootstrap,
+        "lies",
+        {0: batch_of(3), 1: count_lie(3), 2: repeated_delta(), 3: zstd_bomb(), 4: gzip_garbage()},
+    )
+    codes = {p: code for p, (code, _) in answers.items()}
+    assert codes == {
+        0: ErrorCode.none,
+        1: ErrorCode.invalid_record,
+        2: ErrorCode.invalid_record,
+        3: ErrorCode.corrupt_message,
+        4: ErrorCode.corrupt_message,
+    }
+    assert "runs past the end" in answers[1][1]
+    assert "offset delta 1, expected 2" in answers[2][1]
+    assert "limit" in answers[3][1]
+    assert "gzip" in answers[4][1]
+    assert await asyncio.to_thread(_high_watermarks, bootstrap, "lies", range(5)) == [3, 0, 0, 0, 0]
+
+
+async def test_two_batches_for_one_partition_are_refused_as_kafka_does(agent):
+    bootstrap = f"127.0.0.1:{agent.port}"
+    answers = await asyncio.to_thread(_produce, bootstrap, "lies", {0: batch_of(1) + batch_of(1)})
+    assert answers[0][0] == ErrorCode.invalid_record and "one record batch per partition" in answers[0][1]
+    assert await asyncio.to_thread(_high_watermarks, bootstrap, "lies", range(1)) == [0]
+
+
+async def test_compacted_topics_refuse_records_without_keys(agent):
+    bootstrap = f"127.0.0.1:{agent.port}"
+    answers = await asyncio.to_thread(_produce, bootstrap, "compacted", {0: batch_of(2, key=None)})
+    assert answers[0][0] == ErrorCode.invalid_record
+    assert "compacted topic cannot accept message without key" in answers[0][1]
+    assert (await asyncio.to_thread(_produce, bootstrap, "compacted", {0: batch_of(2)}))[0][0] == 0
+
+
+async def test_timestamps_out_of_the_topic_bounds_are_refused(agent):
+    bootstrap = f"127.0.0.1:{agent.port}"
+    answers = await asyncio.to_thread(_produce, bootstrap, "bounded", {0: batch_of(1, ts=NOW)})
+    assert answers[0][0] == ErrorCode.invalid_timestamp and "out of range" in answers[0][1]
+    assert (await asyncio.to_thread(_produce, bootstrap, "bounded", {0: batch_of(1)}))[0][0] == 0
+
+
+def test_a_header_max_timestamp_that_lies_is_corrected_with_a_valid_crc():
+    """Kafka's setMaxTimestamp: the stored batch says the records' own largest timestamp."""
+    batch = bytearray(build_batch([Record(0, NOW, b"k", b"a"), Record(1, NOW + 40, b"k", b"b")]))
+    struct.pack_into(">q", batch, 35, NOW + 999_999)  # maxTimestamp
+    (pending,) = validate_batches(
+        fix_crc(batch), max_message_bytes=1 << 20, log_append_time_ms=None, now_ms=NOW
+    )
+    assert pending.max_timestamp == NOW + 40
+    header = records.validate_batch(pending.data, 0)  # CRC recomputed
+    assert header.max_timestamp == NOW + 40
+    # a truthful header is stored as sent, without a copy
+    honest = build_batch([Record(0, NOW, b"k", b"a")])
+    (pending,) = validate_batches(honest, max_message_bytes=1 << 20, log_append_time_ms=None, now_ms=NOW)
+    assert pending.data is honest
