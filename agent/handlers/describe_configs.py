@@ -15,7 +15,7 @@ Other resource types (broker loggers, client metrics, groups) get INVALID_REQUES
 
 All topics of a request are looked up in one metadata call; the answers are built in slices
 that yield to the event loop (`agent.handlers._cooperative`), so a request for thousands of
-topics (at most 10,000: `agent.request_limits`) does not hold up other clients.
+topics (at most 10,000: `agent.protocol.request_limits`) does not hold up other clients.
 """
 
 from __future__ import annotations

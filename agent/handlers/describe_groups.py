@@ -69,7 +69,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     answers: dict[str, DescribedGroup] = {}
     not_in_memory: list[str] = []
     for i, group_id in enumerate(request.body.groups):
-        await pause(i)  # up to 10,000 groups (agent.request_limits): let other clients in
+        await pause(i)  # up to 10,000 groups (agent.protocol.request_limits): let other clients in
         if not owns_group(ctx, group_id):
             answers[group_id] = _failed(group_id, ErrorCode.not_coordinator)
             continue

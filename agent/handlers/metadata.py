@@ -179,7 +179,7 @@ async def _named_topics(
 
     auto_create = ctx.config.auto_create_topics and body.allow_auto_topic_creation
     for i, name in enumerate(names):
-        await pause(i)  # up to 10,000 names (agent.request_limits): let other clients in
+        await pause(i)  # up to 10,000 names (agent.protocol.request_limits): let other clients in
         if topic_name_error(name) is not None:
             out.append(error_entry(ErrorCode.invalid_topic_exception, name))
             continue

@@ -1,4 +1,4 @@
-"""One large request must not stall everyone: arrays over `agent.request_limits` are refused
+"""One large request must not stall everyone: arrays over `agent.protocol.request_limits` are refused
 before they are decoded, and a legitimate large request yields to the event loop, so a small
 request on another connection is answered while it runs."""
 

@@ -22,7 +22,7 @@ from agent.runtime import RunningAgent, start_agent
 from fileformat import records
 from fileformat.objectstore import open_async_store
 from fileformat.records import Compression, Record, build_batch
-from metadata.client import LocalMetadataClient
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from tests.component.fake_metadata import FlakyMetadataClient
 from tests.support.kafka_wire import fetch_request, produce_request, send_request

@@ -1,7 +1,7 @@
 """The schema walk that runs before kio decodes a request (`agent.protocol.check_bounds`):
 nulls where Kafka's schema says not nullable are refused, as Kafka's generated parsers refuse
 them ("non-nullable field ... was serialized as null"), so that no handler ever sees None; and
-arrays over `agent.request_limits` are refused on their declared count."""
+arrays over `agent.protocol.request_limits` are refused on their declared count."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from agent.protocol import (
     encode_request,
     parse_request_header,
 )
-from agent.request_limits import LIMITS
+from agent.protocol.request_limits import LIMITS
 
 
 def _decode(body: typing.Any) -> typing.Any:
@@ -102,7 +102,7 @@ def test_a_null_non_nullable_string_is_refused():
         decode_request_body(header, frame, offset)
 
 
-# --- array limits (agent.request_limits) ------------------------------------------------------
+# --- array limits (agent.protocol.request_limits) ------------------------------------------------------
 
 
 def _metadata(count: int) -> MetadataRequest:

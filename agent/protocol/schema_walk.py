@@ -8,7 +8,7 @@ building anything: every string and byte length must fit in what is left of the
 frame, every array count must fit too (count x the smallest possible element), null
 markers must be valid (a null where the schema says not nullable is refused, as Kafka's
 generated parsers refuse it, so no handler ever sees None there), arrays named in
-`agent.request_limits` hold at most their limit (checked on the count, before any item is
+`agent.protocol.request_limits` hold at most their limit (checked on the count, before any item is
 walked), and tagged fields known to the schema are walked inside their declared size. The
 walk is linear in the request and allocates nothing.
 """
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from agent.request_limits import array_limit
+from agent.protocol.request_limits import array_limit
 
 
 class ProtocolError(Exception):
@@ -35,7 +35,7 @@ class MalformedRequest(ProtocolError):
 
 
 class RequestLimitExceeded(MalformedRequest):
-    """A request array holds more items than `agent.request_limits` allows."""
+    """A request array holds more items than `agent.protocol.request_limits` allows."""
 
 
 def strip_optional(tp: Any) -> tuple[Any, bool]:

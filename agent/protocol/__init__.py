@@ -36,8 +36,8 @@ wire at that version), fields the source lacks take the target's default or the 
 zero value (0, "", false, empty array, null for nullable fields). `error_response`
 builds the zero response of an API version with its top-level error code set.
 
-Before kio decodes a request body, `agent.schema_walk.check_bounds` walks it (lengths that fit,
-nulls only where the schema allows them, array sizes within `agent.request_limits`).
+Before kio decodes a request body, `agent.protocol.schema_walk.check_bounds` walks it (lengths that fit,
+nulls only where the schema allows them, array sizes within `agent.protocol.request_limits`).
 """
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-# The schema walk and its errors live in agent.schema_walk; importers keep using these names here.
-from agent.schema_walk import MalformedRequest as MalformedRequest
-from agent.schema_walk import ProtocolError as ProtocolError
-from agent.schema_walk import RequestLimitExceeded as RequestLimitExceeded
-from agent.schema_walk import check_bounds as check_bounds
-from agent.schema_walk import strip_optional as _strip_optional
+# The schema walk and its errors live in agent.protocol.schema_walk; importers keep using these names here.
+from agent.protocol.schema_walk import MalformedRequest as MalformedRequest
+from agent.protocol.schema_walk import ProtocolError as ProtocolError
+from agent.protocol.schema_walk import RequestLimitExceeded as RequestLimitExceeded
+from agent.protocol.schema_walk import check_bounds as check_bounds
+from agent.protocol.schema_walk import strip_optional as _strip_optional
 
 API_VERSIONS_KEY = 18
 SIZE_PREFIX = 4
