@@ -33,7 +33,7 @@ import asyncio
 import datetime
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import crc32c
 from kio.schema.errors import ErrorCode
@@ -202,10 +202,14 @@ def _partition_response(
     log_append_time_ms: int = -1,
     message: str | None = None,
 ) -> PartitionProduceResponse:
+    # kio's TZAware.parse refuses any datetime with a sub-second part (its predicate wants
+    # microsecond == 0, not millisecond precision), so nearly every LogAppendTime would
+    # raise; its writer encodes round(timestamp * 1000), exact for a whole-ms datetime.
     append_time = (
-        TZAware.parse(
+        cast(
+            TZAware,
             datetime.datetime.fromtimestamp(log_append_time_ms // 1000, tz=datetime.UTC)
-            + datetime.timedelta(milliseconds=log_append_time_ms % 1000)
+            + datetime.timedelta(milliseconds=log_append_time_ms % 1000),
         )
         if log_append_time_ms >= 0
         else None

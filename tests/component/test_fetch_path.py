@@ -313,17 +313,6 @@ async def test_corrupt_batch_in_the_bucket_is_refused_not_served(
     assert f"object {key} at byte {batch_position}:" in line and "CRC-32C" in line
 
 
-class _WholeSecondClock:
-    """The agent's clock in whole seconds: kio's TZAware (the produce answer's
-    log_append_time) refuses datetimes with a sub-second part (reported to the lead)."""
-
-    def wall_ms(self) -> int:
-        return int(time.time()) * 1000
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-
 @pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
 async def test_agent_learns_the_locations_metadata_records(tmp_path: Path, timestamp_type: str) -> None:
     """What the agent caches from its own commits is metadata's answer, field for field:
@@ -333,7 +322,7 @@ async def test_agent_learns_the_locations_metadata_records(tmp_path: Path, times
     md = LocalMetadataClient(service, owns_service=True)
     cfg = AgentConfig.from_env({}, agent_id="a1", host="127.0.0.1", port=0, flush_interval_ms=20)
     store = open_async_store(f"memory://learn-{uuid.uuid4().hex}")
-    running = await start_agent(cfg, md, store, clock=_WholeSecondClock())
+    running = await start_agent(cfg, md, store)
     try:
         topic = await md.create_topic("learn", 1, {"message.timestamp.type": timestamp_type})
         bootstrap = f"127.0.0.1:{running.port}"
@@ -349,3 +338,42 @@ async def test_agent_learns_the_locations_metadata_records(tmp_path: Path, times
         assert len(truth.chunks) == 4 and all(c.chunk_id > 0 for c in truth.chunks)
     finally:
         await running.close()
+
+
+async def test_log_append_time_topic_acks_with_the_broker_time(
+    agent: tuple[RunningAgent, FlakyMetadataClient],
+) -> None:
+    """A LogAppendTime topic: every produce is acked (kio's TZAware would refuse any append
+    time with a sub-second part) with the agent's time in milliseconds, and the delivery
+    reports of a real client carry it as LOG_APPEND_TIME."""
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Producer
+
+    running, md = agent
+    await md.create_topic("lat", 1, {"message.timestamp.type": "LogAppendTime"})
+    bootstrap = f"127.0.0.1:{running.port}"
+    before_ms = int(time.time() * 1000)
+
+    def produce() -> list[tuple[str | None, int, int]]:
+        reports: list[tuple[str | None, int, int]] = []
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        for i in range(20):
+            p.produce(
+                "lat",
+                value=b"v%d" % i,
+                timestamp=1000 + i,  # the producer's CreateTime, replaced by the broker's
+                on_delivery=lambda err, msg: reports.append(
+                    (None if err is None else str(err), *msg.timestamp())
+                ),
+            )
+            p.poll(0)
+            if i % 5 == 4:
+                p.flush(30)
+        assert p.flush(30) == 0
+        return reports
+
+    reports = await asyncio.to_thread(produce)
+    after_ms = int(time.time() * 1000)
+    assert len(reports) == 20
+    assert all(err is None for err, _, _ in reports), reports
+    assert all(kind == TIMESTAMP_LOG_APPEND_TIME and before_ms <= ts <= after_ms for _, kind, ts in reports)
+    assert any(ts % 1000 for _, _, ts in reports)  # sub-second append times were answered
