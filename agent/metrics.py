@@ -9,6 +9,7 @@ plain integer counters and pay nothing per request for metrics:
   `skiff_produce_buffered_bytes`: the produce buffer;
 - `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the block cache;
 - `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
+- `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
 - the protocol server's bounds (`agent.connection_limits`): `skiff_connections_refused_total{reason}`
   (`max_connections`, `max_connections_per_ip`), `skiff_request_read_timeouts_total` (requests
   whose body did not arrive within `request_read_timeout_ms`), `skiff_connections_muted`
@@ -87,6 +88,10 @@ class AgentCollector(Collector):
         yield GaugeMetricFamily(
             "skiff_connections", "Open Kafka connections", value=a.server.connection_count
         )
+        served = CounterMetricFamily("skiff_requests", "Kafka requests read, by API", labels=["api"])
+        for api, n in sorted(dict(a.server.requests).items()):
+            served.add_metric([api], n)
+        yield served
         refused = CounterMetricFamily(
             "skiff_connections_refused",
             "Connections closed at accept because a cap was reached",

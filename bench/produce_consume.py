@@ -73,7 +73,8 @@ def scrape(port: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
         m = re.match(
-            r'^(skiff_\w+?)(?:_total)?(?:\{kind="(\w+)"\})?(?:\{direction="(\w+)"\})? ([0-9.e+]+)$', line
+            r'^(skiff_\w+?)(?:_total)?(?:\{(?:kind|api)="(\w+)"\})?(?:\{direction="(\w+)"\})? ([0-9.e+]+)$',
+            line,
         )
         if m:
             name = (
@@ -339,15 +340,23 @@ def run_sweep(
         extra = f", agent env {agent_env}" if agent_env else ""
         print(f"\n### latency sweep: {kind} (64 KiB PUT p50 {put_p50:.1f} ms, p99 {put_p99:.1f} ms{extra})\n")
         print(f"bound = flush interval {flush_ms} ms + 2 PUTs (p99) = {bound_ms:.0f} ms\n")
-        print("| records/s | partitions | p50 ms | p99 ms | max ms | p99 within bound | errors |")
-        print("|---|---|---|---|---|---|---|")
+        print(
+            "| records/s | partitions | p50 ms | p99 ms | max ms | p99 within bound | agent CPU | client CPU |"
+            " requests/s | errors |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for n in partition_counts:
             for rate in rates:
+                cpu0, m0, t0 = proc_cpu_s(agent.proc.pid), scrape(agent.metrics_port), time.perf_counter()  # type: ignore[union-attr]
+                own0 = time.process_time()
                 r = paced_latency(agent.bootstrap, topics[n], n, rate, seconds)
+                cpu1, m1, t1 = proc_cpu_s(agent.proc.pid), scrape(agent.metrics_port), time.perf_counter()  # type: ignore[union-attr]
+                own = (time.process_time() - own0) / (t1 - t0)
+                produces = m1.get("skiff_requests:produce", 0) - m0.get("skiff_requests:produce", 0)
                 ok = "yes" if r["p99_ms"] <= bound_ms else "NO"
                 print(
                     f"| {rate:,} | {n} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['max_ms']:.0f} |"
-                    f" {ok} | {r['errors']} |",
+                    f" {ok} | {(cpu1 - cpu0) / (t1 - t0):.0%} | {own:.0%} | {produces / (t1 - t0):,.0f} | {r['errors']} |",
                     flush=True,
                 )
     finally:
