@@ -82,7 +82,7 @@ class AgentConfig:
         default=100 * MiB, metadata={"help": "largest request accepted (Kafka's socket.request.max.bytes)"}
     )
     max_inflight_requests: int = field(
-        default=1_024,
+        default=4_096,
         metadata={
             "help": "requests read and not yet answered per connection before the agent stops reading "
             "it: a count cap beside the byte bounds, high enough that a flush interval's worth of small "

@@ -121,8 +121,9 @@ class _Slot:
             return
         self.settled = True
         self.conn.server.request_budget.give(self.request_bytes)
-        fut = self.future
-        frame = None if fut.cancelled() or fut.exception() is not None else fut.result().frame
+        fut = self.future  # not done when the connection ends with its handler still running
+        ok = fut.done() and not fut.cancelled() and fut.exception() is None
+        frame = fut.result().frame if ok else None
         answered = REQUEST_OVERHEAD_BYTES + (len(frame) if frame is not None else 0)
         if answered < self.held:
             self.conn.budget.give(self.held - answered)
@@ -394,6 +395,8 @@ class _Connection:
                     asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError
                 ):
                     await read
+            elif not read.cancelled():
+                read.exception()  # retrieved: we were cancelled as it failed (the connection ends)
 
     def _protocol_error(self, reason: str) -> None:
         self.server.protocol_errors += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import random
 import socket
 import struct
@@ -98,10 +99,19 @@ class Script:
         self.exclusive_running = False
         self.release: asyncio.Event | None = None
         self.ordered_started: list[int] = []
+        self._started_changed: asyncio.Event | None = None
+
+    async def wait_started(self, n: int) -> None:
+        while self.started < n:
+            self._started_changed = self._started_changed or asyncio.Event()
+            self._started_changed.clear()
+            await self._started_changed.wait()
 
     async def probe(self, ctx: AgentContext, request: Request) -> Any:
         command = request.body.key
         self.started += 1
+        if self._started_changed is not None:
+            self._started_changed.set()
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         if self.exclusive_running:
@@ -498,6 +508,19 @@ def test_state_changing_requests_run_alone_in_the_order_sent(scripted):
     assert not script.overlapped_exclusive
     assert script.ordered_started == [1, 4, 5]
     assert script.max_running == 2  # requests 2 and 3 ran together
+
+
+def test_closing_the_server_with_handlers_running_gives_every_byte_back(scripted, caplog):
+    h, script = scripted
+    server = h.agent.server
+    with connect(h.bootstrap) as sock:
+        sock.sendall(b"".join(encode_request(_probe("block"), i) for i in range(3)))
+        h.call(script.wait_started(3))
+        assert server.request_budget.used > 0 and server.connection_held_bytes > 0
+        h.call(server.close())
+        assert server.request_budget.used == 0 and server.connection_held_bytes == 0
+        assert is_closed(sock)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_many_connections_at_once(harness):
