@@ -11,7 +11,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -125,7 +125,7 @@ class Script:
                 raise RuntimeError("scripted failure")
             elif command == "metadata-error":
                 raise MetadataError(ErrorCode.invalid_config, "scripted metadata error")
-            elif command == "block":
+            elif command.startswith("block"):
                 if self.release is None:
                     self.release = asyncio.Event()
                 await self.release.wait()
@@ -521,6 +521,34 @@ def test_closing_the_server_with_handlers_running_gives_every_byte_back(scripted
         assert server.request_budget.used == 0 and server.connection_held_bytes == 0
         assert is_closed(sock)
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def test_the_agent_wide_request_bound_mutes_every_connection(tmp_path):
+    """queued_max_request_bytes: 40 KiB requests against a 64 KiB bound, on two connections:
+    one runs, the others wait unread until its bytes are given back."""
+    script = Script()
+    h = AgentHarness(tmp_path, queued_max_request_bytes=64 * 1024).start(registry=_scripted_registry(script))
+    server = h.agent.server
+    big = _probe("block" + "-" * 40_000)
+    try:
+        with connect(h.bootstrap) as a, connect(h.bootstrap) as b:
+            a.sendall(encode_request(big, 1) + encode_request(big, 2))
+            b.sendall(encode_request(big, 3))
+            h.call(_until(lambda: server.muted_connections == 2))
+            assert script.started == 1
+            assert 40_000 < server.request_budget.used < 64 * 1024
+            h.loop.call_soon_threadsafe(lambda: script.release.set())
+            assert [_read_probe(a)[0], _read_probe(a)[0], _read_probe(b)[0]] == [1, 2, 3]
+        assert script.started == 3
+        h.call(_until(lambda: server.request_budget.used == 0))
+    finally:
+        h.stop()
 
 
 def test_many_connections_at_once(harness):

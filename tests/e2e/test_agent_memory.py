@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import socket
+import struct
 import urllib.request
 import uuid
 from pathlib import Path
@@ -37,6 +38,15 @@ def _status_bytes(pid: int, field: str) -> int:
     m = re.search(rf"^{field}:\s+(\d+) kB$", text, re.M)
     assert m, f"{field} not in /proc/{pid}/status"
     return int(m.group(1)) * 1024
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        assert chunk, "closed"
+        buf += chunk
+    return bytes(buf)
 
 
 def _metric(port: int, name: str) -> float:
@@ -113,7 +123,16 @@ def test_a_client_that_never_reads_its_fetches_is_muted_and_memory_stays_bounded
         assert peak - start_rss < PEAK_BOUND_BYTES, (
             f"agent grew by {(peak - start_rss) / MiB:.0f} MiB (from {start_rss / MiB:.0f} MiB)"
         )
+        print(f"agent peak {(peak - start_rss) / MiB:.0f} MiB above its {start_rss / MiB:.0f} MiB")
         assert _metric(metrics_port, "skiff_connections_muted") == 1
         assert agent.alive()
+        # Once the client reads, the connection drains and is read again: all 64 are answered.
+        attacker.settimeout(60)
+        for i in range(64):
+            (size,) = struct.unpack(">i", _recv_exactly(attacker, 4))
+            frame = _recv_exactly(attacker, size)
+            assert struct.unpack(">i", frame[:4])[0] == i
+            assert size > RECORDS * RECORD_BYTES
+        assert _metric(metrics_port, "skiff_connections_muted") == 0
     finally:
         attacker.close()
