@@ -218,6 +218,21 @@ class AgentConfig:
         },
     )
 
+    socket_receive_buffer_bytes: int = field(
+        default=100 * KiB,
+        metadata={
+            "help": "SO_RCVBUF of client connections (Kafka's socket.receive.buffer.bytes; -1: the OS "
+            "default). Small, as Kafka's, so that requests a busy agent has not read yet wait in the "
+            "client, where they batch, not in kernel buffers"
+        },
+    )
+    socket_send_buffer_bytes: int = field(
+        default=100 * KiB,
+        metadata={
+            "help": "SO_SNDBUF of client connections (Kafka's socket.send.buffer.bytes; -1: the OS default)"
+        },
+    )
+
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
             if getattr(self, name) <= 0:
@@ -276,6 +291,9 @@ class AgentConfig:
             raise ValueError("group_max_session_timeout_ms must fit in a signed 32-bit int (a Kafka int32)")
         for name in ("connection_max_inflight_bytes", "queued_max_request_bytes", "request_read_timeout_ms"):
             positive(name)
+        for name in ("socket_receive_buffer_bytes", "socket_send_buffer_bytes"):
+            if getattr(self, name) != -1:
+                positive(name)
         for name in ("max_connections", "max_connections_per_ip"):
             if getattr(self, name) is not None:
                 positive(name)

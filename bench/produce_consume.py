@@ -365,10 +365,10 @@ def run_sweep(
             server.process.stop(grace=3)
 
 
-def run_store(kind: str, mib: int, partitions: int, record_bytes: int) -> None:
+def run_store(kind: str, mib: int, partitions: int, record_bytes: int, agent_env: dict[str, str]) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"skiff-bench-{kind}-"))
     url, env, server = _start_store(kind, work)
-    agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", env, work)
+    agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", {**env, **agent_env}, work)
     try:
         total = mib * MiB
         ceiling = raw_ceiling(url, total, env)
@@ -468,7 +468,7 @@ def main() -> None:
         return
     print(f"# produce/consume benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
     for kind in args.stores.split(","):
-        run_store(kind, args.mib, args.partitions, args.record_bytes)
+        run_store(kind, args.mib, args.partitions, args.record_bytes, agent_env)
 
 
 if __name__ == "__main__":
