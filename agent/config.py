@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import resource
 import socket
 import types
 import typing
@@ -36,6 +37,9 @@ GiB = 1024 * MiB
 ENV_PREFIX = "SKIFF_"
 
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+# File descriptors kept for the agent's own use when `max_connections` is derived.
+RESERVED_FILE_DESCRIPTORS = 256
 
 
 def _default_agent_id() -> str:
@@ -78,7 +82,12 @@ class AgentConfig:
         default=100 * MiB, metadata={"help": "largest request accepted (Kafka's socket.request.max.bytes)"}
     )
     max_inflight_requests: int = field(
-        default=64, metadata={"help": "pipelined requests per connection before the agent stops reading"}
+        default=4_096,
+        metadata={
+            "help": "requests read and not yet answered per connection before the agent stops reading "
+            "it: a count cap beside the byte bounds, high enough that a flush interval's worth of small "
+            "produce requests never waits"
+        },
     )
     connections_max_idle_ms: int = field(
         default=600_000, metadata={"help": "close connections idle this long (0: never)"}
@@ -207,6 +216,58 @@ class AgentConfig:
         },
     )
 
+    # --- connections and their bounds -------------------------------------------------
+    connection_max_inflight_bytes: int = field(
+        default=100 * MiB,
+        metadata={
+            "help": "bytes one connection may hold (requests being handled, with the response size a "
+            "Fetch asks for, plus responses not yet sent) before the agent stops reading its requests"
+        },
+    )
+    queued_max_request_bytes: int = field(
+        default=256 * MiB,
+        metadata={
+            "help": "request bytes being handled across all connections before the agent stops reading "
+            "requests (Kafka's queued.max.request.bytes)"
+        },
+    )
+    request_read_timeout_ms: int = field(
+        default=30_000,
+        metadata={
+            "help": "once a request's size has arrived, the rest must arrive within this time or the "
+            "connection is closed (Kafka clients' request.timeout.ms default)"
+        },
+    )
+    max_connections: int | None = field(
+        default=None,
+        metadata={
+            "help": "open connections accepted; more are closed at once (Kafka's max.connections; "
+            "default: the open-file limit less 256)"
+        },
+    )
+    max_connections_per_ip: int | None = field(
+        default=None,
+        metadata={
+            "help": "open connections accepted from one client address (Kafka's "
+            "max.connections.per.ip; default: no cap)"
+        },
+    )
+
+    socket_receive_buffer_bytes: int = field(
+        default=100 * KiB,
+        metadata={
+            "help": "SO_RCVBUF of client connections (Kafka's socket.receive.buffer.bytes; -1: the OS "
+            "default). Small, as Kafka's, so that requests a busy agent has not read yet wait in the "
+            "client, where they batch, not in kernel buffers"
+        },
+    )
+    socket_send_buffer_bytes: int = field(
+        default=100 * KiB,
+        metadata={
+            "help": "SO_SNDBUF of client connections (Kafka's socket.send.buffer.bytes; -1: the OS default)"
+        },
+    )
+
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
             if getattr(self, name) <= 0:
@@ -270,8 +331,27 @@ class AgentConfig:
             raise ValueError("group_max_session_timeout_ms must be at least group_min_session_timeout_ms")
         if self.group_max_session_timeout_ms > 2**31 - 1:
             raise ValueError("group_max_session_timeout_ms must fit in a signed 32-bit int (a Kafka int32)")
+        for name in ("connection_max_inflight_bytes", "queued_max_request_bytes", "request_read_timeout_ms"):
+            positive(name)
+        for name in ("socket_receive_buffer_bytes", "socket_send_buffer_bytes"):
+            if getattr(self, name) != -1:
+                positive(name)
+        for name in ("max_connections", "max_connections_per_ip"):
+            if getattr(self, name) is not None:
+                positive(name)
 
     # --- derived values -------------------------------------------------------------
+
+    def resolved_max_connections(self) -> int:
+        """`max_connections`, else the open-file limit less what the agent itself needs
+        (bucket and metadata connections, the metrics endpoint, logs): so that clients can
+        never take the descriptors the agent needs to work."""
+        if self.max_connections is not None:
+            return self.max_connections
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY or soft >= 2**31:
+            return 2**31 - 1  # Kafka's default: no cap
+        return max(soft - RESERVED_FILE_DESCRIPTORS, soft // 2, 1)
 
     def resolved_advertised_host(self) -> str:
         if self.advertised_host:

@@ -9,6 +9,13 @@ plain integer counters and pay nothing per request for metrics:
   `skiff_produce_buffered_bytes`: the produce buffer;
 - `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the range cache (`fileformat.objectstore.range_cache`);
 - `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
+- `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
+- the protocol server's bounds (`agent.connection_limits`): `skiff_connections_refused_total{reason}`
+  (`max_connections`, `max_connections_per_ip`), `skiff_request_read_timeouts_total` (requests
+  whose body did not arrive within `request_read_timeout_ms`), `skiff_connections_muted`
+  (connections not read while their byte budget is full), `skiff_connection_held_bytes`
+  (bytes charged to all connections' budgets) and `skiff_request_bytes_in_flight` (the
+  agent-wide request bytes, against `queued_max_request_bytes`);
 - `skiff_purgatory_delayed{purgatory}`, `skiff_purgatory_watched{purgatory}` for the
   fetch, heartbeat and rebalance purgatories; `skiff_groups`.
 """
@@ -84,6 +91,38 @@ class AgentCollector(Collector):
         )
         yield GaugeMetricFamily(
             "skiff_connections", "Open Kafka connections", value=a.server.connection_count
+        )
+        served = CounterMetricFamily("skiff_requests", "Kafka requests read, by API", labels=["api"])
+        for api, n in sorted(dict(a.server.requests).items()):
+            served.add_metric([api], n)
+        yield served
+        refused = CounterMetricFamily(
+            "skiff_connections_refused",
+            "Connections closed at accept because a cap was reached",
+            labels=["reason"],
+        )
+        for reason in ("max_connections", "max_connections_per_ip"):
+            refused.add_metric([reason], a.server.connections_refused[reason])
+        yield refused
+        yield CounterMetricFamily(
+            "skiff_request_read_timeouts",
+            "Connections closed because a request's body did not arrive within request_read_timeout_ms",
+            value=a.server.request_read_timeouts,
+        )
+        yield GaugeMetricFamily(
+            "skiff_connections_muted",
+            "Connections not read while their byte budget (or the agent's) is full",
+            value=a.server.muted_connections,
+        )
+        yield GaugeMetricFamily(
+            "skiff_connection_held_bytes",
+            "Bytes held by connections: requests being handled, reserved fetch responses, unsent responses",
+            value=a.server.connection_held_bytes,
+        )
+        yield GaugeMetricFamily(
+            "skiff_request_bytes_in_flight",
+            "Request bytes being handled across all connections (bound: queued_max_request_bytes)",
+            value=a.server.request_budget.used,
         )
         yield GaugeMetricFamily(
             "skiff_fetch_followed_partitions",

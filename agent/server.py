@@ -1,23 +1,36 @@
 """The agent's Kafka protocol server: asyncio TCP, framing, dispatch, ordered pipelining.
 
+Accepting: a connection over `max_connections` in total or `max_connections_per_ip` from
+its client address is closed at once and counted (`agent.connection_limits`). Accepted
+sockets get Kafka's buffer sizes (`socket_receive_buffer_bytes`, `socket_send_buffer_bytes`,
+100 KiB): requests an overloaded agent has not read yet then wait in the client (where
+librdkafka merges them into bigger batches) rather than in megabytes of kernel buffers.
+
 Per connection there are two tasks:
 
 - the *reader* reads frames (`int32 size` + payload). A negative size, or one above
   `max_request_bytes`, closes the connection at once without reading the body (so a
-  bogus size costs no memory). It then parses the 8-byte header prefix, looks the API
-  up in the handler registry and either answers at once (unsupported version), closes
-  the connection (unknown API key, malformed header or body: logged, and only this
-  connection is affected), or starts the handler as a task, and queues one slot per
-  request. At most `max_inflight_requests` (64 by default) requests per connection are
-  read and not yet answered: the reader takes a permit before reading each request and
-  the writer returns it once the response is written, so a client that pipelines
-  faster than it is served is pushed back through TCP. Request bytes held per connection
-  are bounded the same way: a request whose body would take the connection's unanswered
-  bytes above `max_request_bytes` waits (before its body is read) until earlier ones
-  are answered, so one connection holds at most about one maximum-size request.
+  bogus size costs no memory). Before reading a body it waits for room for it in the
+  connection's byte budget and in the agent's (see `agent.connection_limits`: requests
+  being handled plus responses not yet sent, by bytes; while there is no room the
+  connection is *muted*: nothing more is read from it). Once the size has arrived, the
+  body must arrive within `request_read_timeout_ms`, else the connection is closed (a
+  client that sends a size and then trickles or stops cannot hold a descriptor for
+  ever). It then parses the 8-byte header prefix, looks the API up in the handler
+  registry and either answers at once (unsupported version), closes the connection
+  (unknown API key, malformed header or body: logged, and only this connection is
+  affected), or reserves the response bytes a Fetch asks for (muting again while they
+  do not fit) and starts the handler as a task, and queues one slot per request.
+  Requests of the APIs that change state run alone on their connection, in order
+  (`agent.connection_limits.runs_alone`); the others run concurrently. Besides the
+  bytes, at most `max_inflight_requests` requests per connection are read and not yet
+  answered: the reader takes a permit before reading each request and the writer
+  returns it once the response is written.
 - the *writer* takes slots in request order, awaits each one and writes its response,
   so responses leave in request order however the handlers interleave. Acks=0 produce
-  (a handler returning None) occupies a slot but writes nothing.
+  (a handler returning None) occupies a slot but writes nothing. A response stays
+  charged to the connection until the socket's buffer has drained below its high-water
+  mark.
 
 When a request requires closing the connection, the responses of the requests before
 it are still written, then the transport is closed. When the client closes its side,
@@ -42,11 +55,17 @@ import itertools
 import logging
 import socket
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from agent.connection_limits import (
+    REQUEST_OVERHEAD_BYTES,
+    ByteBudget,
+    ConnectionLimiter,
+    response_reserve_bytes,
+    runs_alone,
+)
 from agent.context import AgentContext
 from agent.handlers import ConnectionInfo, HandlerRegistry, HandlerSpec, Request, default_registry, error_of
 from agent.handlers.api_versions import unsupported_version_response
@@ -69,14 +88,56 @@ log = logging.getLogger(__name__)
 _STREAM_LIMIT = 256 * 1024  # StreamReader pauses the socket beyond twice this
 
 
-@dataclass(frozen=True, slots=True)
 class _Outcome:
-    frame: bytes | bytearray | None  # the response to write, or None
-    close: bool = False  # close the connection after this slot
+    __slots__ = ("frame", "close")
+
+    def __init__(self, frame: bytes | bytearray | None, close: bool = False) -> None:
+        self.frame = frame  # the response to write, or None
+        self.close = close  # close the connection after this slot
 
 
 _CLOSE = _Outcome(None, close=True)
-_Slot = asyncio.Future[_Outcome]
+
+
+class _Slot:
+    """One request's place in the response order, and what it holds of the byte budgets.
+
+    `settle` (when the handler is done: from its done callback or from the writer, whichever
+    comes first) swaps the request's charge for its response's; `release` (after the write
+    has drained) gives the rest back. Both are idempotent.
+    """
+
+    __slots__ = ("future", "request_bytes", "held", "settled", "conn")
+
+    def __init__(
+        self, conn: _Connection, future: asyncio.Future[_Outcome], request_bytes: int, held: int
+    ) -> None:
+        self.conn = conn
+        self.future = future
+        self.request_bytes = request_bytes  # charged to the agent's budget until settled
+        self.held = held  # charged to the connection's budget until released
+        self.settled = False
+        future.add_done_callback(lambda _: self.settle())
+
+    def settle(self) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        self.conn.server.request_budget.give(self.request_bytes)
+        fut = self.future  # not done when the connection ends with its handler still running
+        ok = fut.done() and not fut.cancelled() and fut.exception() is None
+        frame = fut.result().frame if ok else None
+        answered = REQUEST_OVERHEAD_BYTES + (len(frame) if frame is not None else 0)
+        if answered < self.held:
+            self.conn.budget.give(self.held - answered)
+        else:
+            self.conn.budget.take(answered - self.held)
+        self.held = answered
+
+    def release(self) -> None:
+        self.settle()
+        self.conn.budget.give(self.held)
+        self.held = 0
 
 
 class AgentServer:
@@ -89,12 +150,17 @@ class AgentServer:
         self._requested_port = port
         self._server: asyncio.Server | None = None
         self._connections: dict[int, asyncio.Task[Any]] = {}
+        self._open: dict[int, _Connection] = {}
         self._ids = itertools.count(1)
         self._closing = False
+        cfg = context.config
+        self.limiter = ConnectionLimiter(cfg.resolved_max_connections(), cfg.max_connections_per_ip)
+        self.request_budget = ByteBudget(cfg.queued_max_request_bytes)
         # counters for metrics and tests
         self.requests: Counter[str] = Counter()
         self.protocol_errors = 0
         self.connections_total = 0
+        self.request_read_timeouts = 0
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -122,6 +188,21 @@ class AgentServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
+    @property
+    def connections_refused(self) -> Counter[str]:
+        """Connections closed at accept, by the cap they hit."""
+        return self.limiter.refused
+
+    @property
+    def muted_connections(self) -> int:
+        """Connections whose reader waits for room in a byte budget."""
+        return sum(1 for c in list(self._open.values()) if c.muted)
+
+    @property
+    def connection_held_bytes(self) -> int:
+        """Bytes charged to all connections' budgets (requests in hand, unsent responses)."""
+        return sum(c.budget.used for c in list(self._open.values()))
+
     async def close(self) -> None:
         """Stop listening and drop every connection (their in-flight handlers are cancelled)."""
         self._closing = True
@@ -148,24 +229,46 @@ class AgentServer:
         if self._closing:
             writer.close()
             return
+        peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        if not self.limiter.admit(ip):
+            writer.transport.abort()  # no lingering: the descriptor is what the cap protects
+            return
+        self._size_socket_buffers(writer)
         conn_id = next(self._ids)
         task = asyncio.current_task()
         assert task is not None
         self._connections[conn_id] = task
         self.connections_total += 1
-        peer = writer.get_extra_info("peername")
         info = ConnectionInfo(conn_id, f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
+        conn = _Connection(self, info, reader, writer)
+        self._open[conn_id] = conn
         try:
-            await _Connection(self, info, reader, writer).run()
+            await conn.run()
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("connection %s (%s) failed", conn_id, info.peer)
         finally:
             self._connections.pop(conn_id, None)
+            self._open.pop(conn_id, None)
+            self.limiter.release(ip)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), timeout=1)
+
+    def _size_socket_buffers(self, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        cfg = self.context.config
+        if sock is None:
+            return
+        for option, size in (
+            (socket.SO_RCVBUF, cfg.socket_receive_buffer_bytes),
+            (socket.SO_SNDBUF, cfg.socket_send_buffer_bytes),
+        ):
+            if size > 0:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, option, size)
 
 
 class _Connection:
@@ -182,11 +285,11 @@ class _Connection:
         self.info = info
         self.reader = reader
         self.writer = writer
-        self.queue: asyncio.Queue[tuple[_Slot, int] | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[_Slot | None] = asyncio.Queue()
         self.permits = asyncio.Semaphore(self.config.max_inflight_requests)
-        self.inflight = 0  # requests read and not yet answered
-        self.inflight_bytes = 0  # their sizes
-        self.bytes_freed = asyncio.Event()
+        self.budget = ByteBudget(self.config.connection_max_inflight_bytes)
+        self.slots: set[_Slot] = set()  # read and not yet released
+        self.muted = False
         self.last_activity = asyncio.get_running_loop().time()
         self.tasks: set[asyncio.Task[_Outcome]] = set()
         self.barrier: asyncio.Task[_Outcome] | None = None  # the running exclusive request
@@ -199,12 +302,12 @@ class _Connection:
                 await self.permits.acquire()
                 frame = await self._read_frame()
                 if frame is None:
+                    self.permits.release()
                     break
-                self.inflight += 1
-                self.inflight_bytes += len(frame)
                 slot = await self._dispatch(frame)
-                self.queue.put_nowait((slot, len(frame)))
-                if slot.done() and not slot.cancelled() and slot.result().close:
+                self.slots.add(slot)
+                self.queue.put_nowait(slot)
+                if slot.future.done() and not slot.future.cancelled() and slot.future.result().close:
                     break
             self.queue.put_nowait(None)
             await writer_task
@@ -215,11 +318,32 @@ class _Connection:
                     await writer_task
             for t in self.tasks:
                 t.cancel()
+            for slot in self.slots:  # give back the agent-wide bytes at once
+                slot.settle()
 
     # --- reading ----------------------------------------------------------------------------
 
-    async def _read_frame(self) -> bytes | None:
-        """The next request's bytes, or None when the connection should end."""
+    async def _wait_room(self, n: int, request_bytes: int, own: int = 0) -> None:
+        """Mute until `n` more bytes fit the connection's budget and `request_bytes` the agent's."""
+        budget, agent = self.budget, self.server.request_budget
+
+        def room() -> bool:
+            return budget.fits(n, own) and (not request_bytes or agent.fits(request_bytes))
+
+        if room():
+            return
+        self.muted = True
+        try:
+            while not room():
+                await budget.wait_room(n, own)
+                if request_bytes:
+                    await agent.wait_room(request_bytes)
+        finally:
+            self.muted = False
+
+    async def _read_frame(self) -> tuple[bytes, int] | None:
+        """The next request's bytes and the bytes charged for them, or None when the
+        connection should end. The charge is taken from both budgets."""
         try:
             head = await self._read_size_prefix()
             if head is None:
@@ -237,16 +361,37 @@ class _Connection:
             if size < MIN_REQUEST_HEADER_BYTES:
                 self._protocol_error(f"request size {size} is smaller than a request header")
                 return None
-            while self.inflight_bytes and self.inflight_bytes + size > self.config.max_request_bytes:
-                self.bytes_freed.clear()
-                await self.bytes_freed.wait()
-            return await self.reader.readexactly(size)
+            await self._wait_room(size + REQUEST_OVERHEAD_BYTES, size)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            return None
+        charge = size + REQUEST_OVERHEAD_BYTES
+        self.budget.take(charge)
+        self.server.request_budget.take(size)
+        read = False
+        try:
+            async with asyncio.timeout(self.config.request_read_timeout_ms / 1000.0):
+                frame = await self.reader.readexactly(size)
+            read = True
+            return frame, charge
+        except TimeoutError:
+            self.server.request_read_timeouts += 1
+            log.info(
+                "closing connection %s (%s): %d-byte request not received within %d ms",
+                self.info.connection_id,
+                self.info.peer,
+                size,
+                self.config.request_read_timeout_ms,
+            )
         except asyncio.IncompleteReadError as e:
             if e.partial:
                 log.info("connection %s (%s) closed mid-request", self.info.connection_id, self.info.peer)
-            return None
         except (ConnectionError, OSError):
-            return None
+            pass
+        finally:
+            if not read:  # also when cancelled: the agent-wide bytes must come back
+                self.budget.give(charge)
+                self.server.request_budget.give(size)
+        return None
 
     async def _read_size_prefix(self) -> bytes | None:
         """The next 4 bytes, or None once the connection has been idle too long.
@@ -257,21 +402,16 @@ class _Connection:
         if not idle_s:
             return await self.reader.readexactly(4)
         loop = asyncio.get_running_loop()
-        read = asyncio.ensure_future(self.reader.readexactly(4))
-        try:
-            while True:
-                done, _ = await asyncio.wait({read}, timeout=idle_s)
-                if done:
-                    return read.result()
-                if self.inflight == 0 and loop.time() - self.last_activity >= idle_s:
+        while True:
+            # A timeout scope rather than a task per read (this runs once per request: a task
+            # and asyncio.wait cost ~30% of the server's CPU per small request). Cancelling
+            # readexactly loses nothing: it takes bytes off the buffer only once all 4 are in.
+            try:
+                async with asyncio.timeout(idle_s):
+                    return await self.reader.readexactly(4)
+            except TimeoutError:
+                if not self.slots and loop.time() - self.last_activity >= idle_s:
                     return None
-        finally:
-            if not read.done():
-                read.cancel()
-                with contextlib.suppress(
-                    asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError
-                ):
-                    await read
 
     def _protocol_error(self, reason: str) -> None:
         self.server.protocol_errors += 1
@@ -280,43 +420,61 @@ class _Connection:
 
     # --- dispatch ---------------------------------------------------------------------------
 
-    def _done(self, outcome: _Outcome) -> _Slot:
-        fut: _Slot = asyncio.get_running_loop().create_future()
+    def _done(self, outcome: _Outcome) -> asyncio.Future[_Outcome]:
+        fut: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
         fut.set_result(outcome)
         return fut
 
-    async def _dispatch(self, frame: bytes) -> _Slot:
+    async def _dispatch(self, read: tuple[bytes, int]) -> _Slot:
+        frame, charge = read
+        try:
+            fut, reserved = await self._start(frame, charge)
+        except BaseException:  # cancelled while waiting: give the agent's bytes back
+            self.server.request_budget.give(len(frame))
+            raise
+        return _Slot(self, fut, len(frame), charge + reserved)
+
+    async def _start(self, frame: bytes, charge: int) -> tuple[asyncio.Future[_Outcome], int]:
+        """Start the request's handler (or answer it at once): (its outcome, bytes reserved)."""
         try:
             api_key, api_version, corr = peek_header_prefix(frame)
         except MalformedRequest as e:
             self._protocol_error(str(e))
-            return self._done(_CLOSE)
+            return self._done(_CLOSE), 0
         spec = self.server.registry.get(api_key)
         if spec is None:
             self._protocol_error(f"unknown or unsupported api key {api_key} ({api_name(api_key) or '?'})")
-            return self._done(_CLOSE)
+            return self._done(_CLOSE), 0
         self.server.requests[spec.name] += 1
         if not spec.supports(api_version):
-            return self._done(self._unsupported_version(spec, api_version, corr))
+            return self._done(self._unsupported_version(spec, api_version, corr)), 0
         try:
             header, offset = parse_request_header(frame)
             body = decode_request_body(header, frame, offset)
         except MalformedRequest as e:
             self._protocol_error(f"malformed {spec.name} v{api_version} request (correlation id {corr}): {e}")
-            return self._done(_CLOSE)
+            return self._done(_CLOSE), 0
         request = Request(header, body, self.info, self.server.registry)
+
+        # The response bytes this request asks for, reserved before its handler starts (one
+        # larger than the whole budget waits until it runs alone on the connection).
+        reserve = min(response_reserve_bytes(api_key, body), self.budget.limit)
+        if reserve:
+            await self._wait_room(reserve, 0, own=charge)
+            self.budget.take(reserve)
 
         if self.barrier is not None:  # an exclusive request is running: wait for it
             await asyncio.wait([self.barrier])
             self.barrier = None
-        if spec.exclusive and self.tasks:
+        alone = runs_alone(spec.api_key, spec.exclusive)
+        if alone and self.tasks:
             await asyncio.wait(list(self.tasks))
         task = asyncio.create_task(self._run_handler(spec, request))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        if spec.exclusive:
+        if alone:
             self.barrier = task
-        return task
+        return task, reserve
 
     def _unsupported_version(self, spec: HandlerSpec, version: int, corr: int) -> _Outcome:
         if spec.api_key == API_VERSIONS_KEY:
@@ -363,41 +521,45 @@ class _Connection:
 
     # --- writing ----------------------------------------------------------------------------
 
-    def _release(self, size: int) -> None:
+    def _release(self, slot: _Slot) -> None:
         self.last_activity = asyncio.get_running_loop().time()
-        self.inflight -= 1
-        self.inflight_bytes -= size
+        slot.release()
+        self.slots.discard(slot)
         self.permits.release()
-        self.bytes_freed.set()
 
     async def _write_loop(self) -> None:
         broken = False
         while True:
-            item = await self.queue.get()
-            if item is None:
+            slot = await self.queue.get()
+            if slot is None:
                 return
-            slot, size = item
             if broken:
-                slot.cancel()
-                self._release(size)
+                slot.future.cancel()
+                self._release(slot)
                 continue
             try:
-                outcome = await slot
+                outcome = await slot.future
             except asyncio.CancelledError:
                 if asyncio.current_task().cancelling():  # type: ignore[union-attr]
                     raise
                 outcome = _CLOSE
+            slot.settle()
+            close = outcome.close
             try:
                 if outcome.frame is not None:
                     self.writer.write(outcome.frame)
+                    # The transport holds what the socket did not take; drop our reference
+                    # while the client drains it (the slot stays charged until then).
+                    outcome.frame = None
                     await self.writer.drain()
             except (ConnectionError, OSError) as e:
                 log.info(
                     "connection %s (%s) lost while writing: %s", self.info.connection_id, self.info.peer, e
                 )
-                outcome = _CLOSE
-            self._release(size)
-            if outcome.close:
+                close = True
+            del outcome
+            self._release(slot)
+            if close:
                 # Stop the reader (it sees EOF) and cancel what is left; keep draining the
                 # queue (and returning permits) so that a waiting reader can finish.
                 broken = True

@@ -14,6 +14,19 @@ For each store (file://, moto's S3 server, SeaweedFS), in one run:
 5. end-to-end latency: a tailing consumer and a producer at 1,000 records/s (linger 20 ms);
    each value carries its send time.
 Prints one markdown table per store, for docs/benchmarks.md.
+
+    python bench/produce_consume.py --sweep [--stores moto] [--rates 10,100,1000,10000]
+        [--partition-counts 1,100] [--seconds 8] [--agent-env SKIFF_X=Y,...]
+
+Latency sweep instead: for each rate and partition count, a librdkafka producer with its
+defaults (acks=all, linger.ms 5, no idempotence) sends 100-byte records at a steady rate,
+round robin over the partitions (record i to partition i % N: one small request per
+partition, the worst case for request counts); p50/p99/max ack latency (librdkafka's own
+per-message latency, produce() to delivery report). The bound printed beside each row is
+the flush interval plus two PUTs (the p99 of 64 KiB PUTs this process makes to the same
+store): a produce waits at most one flush interval, then its file's PUT and commit.
+Before each cell one record per partition is sent and flushed, unmeasured (connections and
+metadata ready, as in a running producer).
 """
 
 from __future__ import annotations
@@ -60,7 +73,8 @@ def scrape(port: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
         m = re.match(
-            r'^(skiff_\w+?)(?:_total)?(?:\{kind="(\w+)"\})?(?:\{direction="(\w+)"\})? ([0-9.e+]+)$', line
+            r'^(skiff_\w+?)(?:_total)?(?:\{(?:kind|api)="(\w+)"\})?(?:\{direction="(\w+)"\})? ([0-9.e+]+)$',
+            line,
         )
         if m:
             name = (
@@ -116,6 +130,25 @@ class Agent:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+
+def put_latency_s(url: str, env: dict[str, str], size: int = 64 * 1024, n: int = 100) -> tuple[float, float]:
+    """p50 and p99 latency of one `size`-byte PUT to the store (the size of a small flush)."""
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        store = open_store(url)
+        body = os.urandom(size)
+        times = []
+        for i in range(n):
+            t0 = time.perf_counter()
+            store.put(f"latency/{i}.bin", body)
+            times.append(time.perf_counter() - t0)
+        store.close()
+        return pct(times, 0.5), pct(times, 0.99)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
 
 
 def raw_ceiling(url: str, total_bytes: int, env: dict[str, str]) -> float:
@@ -243,19 +276,99 @@ def end_to_end(bootstrap: str, topic: str, seconds: float = 5.0, rate: int = 100
     return {"p50_ms": pct(lat, 0.5) * 1000, "p99_ms": pct(lat, 0.99) * 1000, "samples": len(lat)}
 
 
-def run_store(kind: str, mib: int, partitions: int, record_bytes: int) -> None:
-    work = Path(tempfile.mkdtemp(prefix=f"skiff-bench-{kind}-"))
-    server: S3Server | None = None
-    env: dict[str, str] = {}
+def paced_latency(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float) -> dict:
+    """Produce `rate` 100-byte records/s for `seconds`, record i to partition i % partitions."""
+    p = Producer({"bootstrap.servers": bootstrap})  # librdkafka defaults
+    latencies: list[float] = []
+    errors = 0
+
+    def on_delivery(err: object, m: object) -> None:
+        nonlocal errors
+        if err:
+            errors += 1
+        else:
+            latencies.append(m.latency())  # type: ignore[attr-defined]
+
+    value = b"v" * 100
+    for i in range(partitions):  # warm-up, not measured: connections and metadata are ready
+        p.produce(topic, value, partition=i)
+    p.flush(60)
+    latencies.clear()
+    n = int(rate * seconds)
+    t0 = time.perf_counter()
+    for i in range(n):
+        due = t0 + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            p.poll(delay)
+        p.produce(topic, value, partition=i % partitions, on_delivery=on_delivery)
+        p.poll(0)
+    p.flush(120)
+    return {
+        "p50_ms": pct(latencies, 0.5) * 1000,
+        "p99_ms": pct(latencies, 0.99) * 1000,
+        "max_ms": max(latencies, default=float("nan")) * 1000,
+        "errors": errors,
+        "records": n,
+    }
+
+
+def _start_store(kind: str, work: Path) -> tuple[str, dict[str, str], S3Server | None]:
     if kind == "file":
         (work / "bucket").mkdir()
-        url = f"file://{work / 'bucket'}"
-    else:
-        (work / kind).mkdir()
-        server = (start_moto if kind == "moto" else start_seaweed)(work / kind)
-        env = server.env
-        url = f"s3://{server.new_bucket()}"
-    agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", env, work)
+        return f"file://{work / 'bucket'}", {}, None
+    (work / kind).mkdir()
+    server = (start_moto if kind == "moto" else start_seaweed)(work / kind)
+    return f"s3://{server.new_bucket()}", server.env, server
+
+
+def run_sweep(
+    kind: str, rates: list[int], partition_counts: list[int], seconds: float, agent_env: dict[str, str]
+) -> None:
+    work = Path(tempfile.mkdtemp(prefix=f"skiff-sweep-{kind}-"))
+    url, env, server = _start_store(kind, work)
+    agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", {**env, **agent_env}, work)
+    try:
+        put_p50, put_p99 = (t * 1000 for t in put_latency_s(url, env))
+        flush_ms = int(agent_env.get("SKIFF_FLUSH_INTERVAL_MS", "250"))
+        bound_ms = flush_ms + 2 * put_p99
+        agent.start()
+        admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+        topics = {n: f"sweep-{n}" for n in partition_counts}
+        for fut in admin.create_topics([NewTopic(t, n, 1) for n, t in topics.items()]).values():
+            fut.result(30)
+        extra = f", agent env {agent_env}" if agent_env else ""
+        print(f"\n### latency sweep: {kind} (64 KiB PUT p50 {put_p50:.1f} ms, p99 {put_p99:.1f} ms{extra})\n")
+        print(f"bound = flush interval {flush_ms} ms + 2 PUTs (p99) = {bound_ms:.0f} ms\n")
+        print(
+            "| records/s | partitions | p50 ms | p99 ms | max ms | p99 within bound | agent CPU | client CPU |"
+            " requests/s | errors |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for n in partition_counts:
+            for rate in rates:
+                cpu0, m0, t0 = proc_cpu_s(agent.proc.pid), scrape(agent.metrics_port), time.perf_counter()  # type: ignore[union-attr]
+                own0 = time.process_time()
+                r = paced_latency(agent.bootstrap, topics[n], n, rate, seconds)
+                cpu1, m1, t1 = proc_cpu_s(agent.proc.pid), scrape(agent.metrics_port), time.perf_counter()  # type: ignore[union-attr]
+                own = (time.process_time() - own0) / (t1 - t0)
+                produces = m1.get("skiff_requests:produce", 0) - m0.get("skiff_requests:produce", 0)
+                ok = "yes" if r["p99_ms"] <= bound_ms else "NO"
+                print(
+                    f"| {rate:,} | {n} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['max_ms']:.0f} |"
+                    f" {ok} | {(cpu1 - cpu0) / (t1 - t0):.0%} | {own:.0%} | {produces / (t1 - t0):,.0f} | {r['errors']} |",
+                    flush=True,
+                )
+    finally:
+        agent.stop()
+        if server:
+            server.process.stop(grace=3)
+
+
+def run_store(kind: str, mib: int, partitions: int, record_bytes: int, agent_env: dict[str, str]) -> None:
+    work = Path(tempfile.mkdtemp(prefix=f"skiff-bench-{kind}-"))
+    url, env, server = _start_store(kind, work)
+    agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", {**env, **agent_env}, work)
     try:
         total = mib * MiB
         ceiling = raw_ceiling(url, total, env)
@@ -335,10 +448,27 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--record-bytes", type=int, default=1024)
+    ap.add_argument("--sweep", action="store_true", help="run the ack latency sweep instead")
+    ap.add_argument("--rates", default="10,100,1000,10000", help="records/s of the sweep")
+    ap.add_argument("--partition-counts", default="1,100", help="topic sizes of the sweep")
+    ap.add_argument("--seconds", type=float, default=8.0, help="duration of each sweep cell")
+    ap.add_argument("--agent-env", default="", help="SKIFF_X=Y,... settings for the agent")
     args = ap.parse_args()
+    agent_env = dict(kv.split("=", 1) for kv in args.agent_env.split(",") if kv)
+    if args.sweep:
+        print(f"# ack latency sweep, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
+        for kind in args.stores.split(","):
+            run_sweep(
+                kind,
+                [int(r) for r in args.rates.split(",")],
+                [int(n) for n in args.partition_counts.split(",")],
+                args.seconds,
+                agent_env,
+            )
+        return
     print(f"# produce/consume benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
     for kind in args.stores.split(","):
-        run_store(kind, args.mib, args.partitions, args.record_bytes)
+        run_store(kind, args.mib, args.partitions, args.record_bytes, agent_env)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,14 @@ A handler is `async def handle(ctx: AgentContext, request: Request) -> response 
   version of the same API is allowed (handlers are usually written against the newest
   version): the server converts it to the request's version with `agent.protocol.convert`.
   Returning None sends no response at all (Produce with acks=0);
-- handlers of one connection run concurrently and their responses are written in
-  request order. Handlers are *started* in request order, so whatever a handler does
-  before its first `await` happens in arrival order (the produce path relies on this).
-  A spec with `exclusive=True` instead runs alone on its connection: after every earlier
-  request of that connection has finished, and before any later one starts;
+- handlers of one connection's Produce, Fetch, ListOffsets, Metadata, FindCoordinator,
+  ApiVersions and DescribeCluster requests run concurrently; every other request (the
+  APIs that change or read group, offset and admin state) runs alone on its connection:
+  after every earlier request of that connection has finished, and before any later one
+  starts (`agent.connection_limits.runs_alone`; a spec with `exclusive=True` runs alone
+  too). Responses are written in request order. Handlers are *started* in request order,
+  so whatever a handler does before its first `await` happens in arrival order (the
+  produce path relies on this);
 - an exception escaping a handler becomes an error response when the response has a
   top-level error code (`MetadataError` -> its code, `MetadataUnavailable` ->
   REQUEST_TIMED_OUT, anything else -> UNKNOWN_SERVER_ERROR); otherwise the connection is

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import random
 import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +25,8 @@ from kio.schema.create_topics.v7.request import CreateTopicsRequest
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.describe_cluster.v1.response import DescribeClusterResponse
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.init_producer_id.v4.response import InitProducerIdResponse
 from kio.schema.init_producer_id.v6.request import InitProducerIdRequest as InitProducerIdRequestV6
@@ -31,7 +34,7 @@ from kio.schema.init_producer_id.v6.response import InitProducerIdResponse as In
 from kio.schema.metadata.v0.request import MetadataRequest as MetadataRequestV0
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.types import BrokerId, ProducerId, TransactionalId
-from kio.static.primitive import i16, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from agent import protocol
 from agent.context import AgentContext
@@ -79,10 +82,12 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentHarness]:
 
 # --- a registry with test handlers ------------------------------------------------------------------
 #
-# InitProducerId (22) is replaced by a scriptable handler: the request's transactional_id says
-# what to do ("sleep:0.1", "none", "raise", "block", "metadata-error"); it answers with the
-# correlation id as producer id. DescribeCluster (60) is replaced by an exclusive handler that
-# records how it overlaps with the others.
+# FindCoordinator (10), an API whose requests run concurrently, is replaced by a scriptable
+# handler: the request's key says what to do ("sleep:0.1", "none", "raise", "block",
+# "metadata-error"); it answers with the correlation id as node id. DescribeCluster (60) is
+# replaced by an exclusive handler and InitProducerId (22), an API whose requests run alone
+# and in order, by one that sleeps for the transactional id's seconds: both record how they
+# overlap with the others.
 
 
 class Script:
@@ -93,10 +98,20 @@ class Script:
         self.overlapped_exclusive = False
         self.exclusive_running = False
         self.release: asyncio.Event | None = None
+        self.ordered_started: list[int] = []
+        self._started_changed: asyncio.Event | None = None
 
-    async def init_producer_id(self, ctx: AgentContext, request: Request) -> Any:
-        command = request.body.transactional_id or ""
+    async def wait_started(self, n: int) -> None:
+        while self.started < n:
+            self._started_changed = self._started_changed or asyncio.Event()
+            self._started_changed.clear()
+            await self._started_changed.wait()
+
+    async def probe(self, ctx: AgentContext, request: Request) -> Any:
+        command = request.body.key
         self.started += 1
+        if self._started_changed is not None:
+            self._started_changed.set()
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         if self.exclusive_running:
@@ -110,18 +125,39 @@ class Script:
                 raise RuntimeError("scripted failure")
             elif command == "metadata-error":
                 raise MetadataError(ErrorCode.invalid_config, "scripted metadata error")
-            elif command == "block":
+            elif command.startswith("block"):
                 if self.release is None:
                     self.release = asyncio.Event()
                 await self.release.wait()
-            return InitProducerIdResponse(
+            return FindCoordinatorResponse(
                 throttle_time=NO_THROTTLE,
                 error_code=ErrorCode.none,
-                producer_id=ProducerId(request.correlation_id),
-                producer_epoch=i16(0),
+                error_message=None,
+                node_id=BrokerId(request.correlation_id),
+                host="",
+                port=i32(0),
             )
         finally:
             self.running -= 1
+
+    async def ordered(self, ctx: AgentContext, request: Request) -> Any:
+        """Runs alone by the server's rule (no `exclusive` flag): records overlaps and order."""
+        if self.running or self.exclusive_running:
+            self.overlapped_exclusive = True
+        self.exclusive_running = True
+        self.ordered_started.append(request.correlation_id)
+        try:
+            await asyncio.sleep(float(request.body.transactional_id or 0))
+            if self.running:
+                self.overlapped_exclusive = True
+        finally:
+            self.exclusive_running = False
+        return InitProducerIdResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            producer_id=ProducerId(request.correlation_id),
+            producer_epoch=i16(0),
+        )
 
     async def exclusive(self, ctx: AgentContext, request: Request) -> Any:
         if self.running:
@@ -147,7 +183,8 @@ class Script:
 
 def _scripted_registry(script: Script) -> HandlerRegistry:
     reg = default_registry()
-    reg.register(HandlerSpec(22, 0, 5, script.init_producer_id), replace=True)
+    reg.register(HandlerSpec(10, 0, 4, script.probe), replace=True)
+    reg.register(HandlerSpec(22, 0, 5, script.ordered), replace=True)
     reg.register(HandlerSpec(60, 0, 1, script.exclusive, exclusive=True), replace=True)
     reg.register(HandlerSpec(19, 2, 7, script.create_topics_raises), replace=True)
     return reg
@@ -163,12 +200,16 @@ def scripted(tmp_path) -> Iterator[tuple[AgentHarness, Script]]:
     h.stop()
 
 
-def _pid(command: str) -> InitProducerIdRequest:
-    return InitProducerIdRequest(transactional_id=TransactionalId(command), transaction_timeout=ZERO)
+def _probe(command: str) -> FindCoordinatorRequest:
+    return FindCoordinatorRequest(key=command, key_type=i8(0))
 
 
-def _read_pid(sock: socket.socket) -> tuple[int, InitProducerIdResponse]:
-    return protocol.decode_response(recv_frame(sock), InitProducerIdResponse)
+def _read_probe(sock: socket.socket) -> tuple[int, FindCoordinatorResponse]:
+    return protocol.decode_response(recv_frame(sock), FindCoordinatorResponse)
+
+
+def _ordered(seconds: float) -> InitProducerIdRequest:
+    return InitProducerIdRequest(transactional_id=TransactionalId(str(seconds)), transaction_timeout=ZERO)
 
 
 # --- ApiVersions ------------------------------------------------------------------------------------
@@ -368,10 +409,10 @@ def test_pipelined_requests_are_answered_in_order_while_handlers_run_concurrentl
     delays = [rng.choice([0.0, 0.01, 0.05, 0.1]) for _ in range(24)]
     with connect(h.bootstrap) as sock:
         started = time.monotonic()
-        sock.sendall(b"".join(encode_request(_pid(f"sleep:{d}"), 100 + i) for i, d in enumerate(delays)))
+        sock.sendall(b"".join(encode_request(_probe(f"sleep:{d}"), 100 + i) for i, d in enumerate(delays)))
         for i in range(len(delays)):
-            corr, resp = _read_pid(sock)
-            assert corr == 100 + i and resp.producer_id == 100 + i
+            corr, resp = _read_probe(sock)
+            assert corr == 100 + i and resp.node_id == 100 + i
         elapsed = time.monotonic() - started
     assert elapsed < sum(delays) * 0.8  # they overlapped
     assert 1 < script.max_running <= 4  # ... but never more than max_inflight_requests
@@ -392,32 +433,32 @@ def test_a_handler_returning_none_sends_nothing(scripted):
     h, _ = scripted
     with connect(h.bootstrap) as sock:
         sock.sendall(
-            encode_request(_pid("sleep:0.05"), 1)
-            + encode_request(_pid("none"), 2)
-            + encode_request(_pid("x"), 3)
+            encode_request(_probe("sleep:0.05"), 1)
+            + encode_request(_probe("none"), 2)
+            + encode_request(_probe("x"), 3)
         )
-        assert _read_pid(sock)[0] == 1
-        assert _read_pid(sock)[0] == 3
+        assert _read_probe(sock)[0] == 1
+        assert _read_probe(sock)[0] == 3
 
 
 def test_back_pressure_bounds_requests_in_flight_per_connection(scripted):
     h, script = scripted
     with connect(h.bootstrap) as sock:
-        sock.sendall(b"".join(encode_request(_pid("block"), i) for i in range(10)))
+        sock.sendall(b"".join(encode_request(_probe("block"), i) for i in range(10)))
         time.sleep(0.5)
         assert script.started == 4  # max_inflight_requests: the rest wait unread in the socket
         assert h.agent.server.connection_count == 1
         h.loop.call_soon_threadsafe(lambda: script.release.set())
-        assert [_read_pid(sock)[0] for _ in range(10)] == list(range(10))
+        assert [_read_probe(sock)[0] for _ in range(10)] == list(range(10))
     assert script.started == 10
 
 
 def test_handler_exceptions_become_error_responses_or_a_close(scripted):
     h, _ = scripted
     with connect(h.bootstrap) as sock:
-        sock.sendall(encode_request(_pid("raise"), 1) + encode_request(_pid("metadata-error"), 2))
-        assert _read_pid(sock)[1].error_code == ErrorCode.unknown_server_error
-        assert _read_pid(sock)[1].error_code == ErrorCode.invalid_config
+        sock.sendall(encode_request(_probe("raise"), 1) + encode_request(_probe("metadata-error"), 2))
+        assert _read_probe(sock)[1].error_code == ErrorCode.unknown_server_error
+        assert _read_probe(sock)[1].error_code == ErrorCode.invalid_config
     with connect(h.bootstrap) as sock:
         sock.sendall(encode_request(CreateTopicsRequest(topics=(), timeout=ZERO, validate_only=False), 1))
         assert is_closed(sock)
@@ -427,14 +468,87 @@ def test_handler_exceptions_become_error_responses_or_a_close(scripted):
 def test_exclusive_handlers_run_alone_and_in_order(scripted):
     h, script = scripted
     cluster = DescribeClusterRequest(include_cluster_authorized_operations=False)
-    reqs = [_pid("sleep:0.05"), cluster, _pid("sleep:0.02"), _pid("sleep:0.0"), cluster, _pid("sleep:0.01")]
+    reqs = [
+        _probe("sleep:0.05"),
+        cluster,
+        _probe("sleep:0.02"),
+        _probe("sleep:0.0"),
+        cluster,
+        _probe("sleep:0.01"),
+    ]
     with connect(h.bootstrap) as sock:
         sock.sendall(b"".join(encode_request(r, i) for i, r in enumerate(reqs)))
         for i, r in enumerate(reqs):
-            cls = InitProducerIdResponse if r is not cluster else DescribeClusterResponse
+            cls = FindCoordinatorResponse if r is not cluster else DescribeClusterResponse
             corr, _ = protocol.decode_response(recv_frame(sock), cls)
             assert corr == i
     assert not script.overlapped_exclusive
+
+
+def test_state_changing_requests_run_alone_in_the_order_sent(scripted):
+    """InitProducerId (like OffsetCommit, JoinGroup, CreateTopics, ...) runs alone by the
+    server's rule: after every earlier request of its connection, before any later one;
+    the requests around it still overlap each other."""
+    h, script = scripted
+    reqs = [
+        _probe("sleep:0.05"),
+        _ordered(0.03),
+        _probe("sleep:0.02"),
+        _probe("sleep:0.02"),
+        _ordered(0.0),
+        _ordered(0.02),
+        _probe("sleep:0.01"),
+    ]
+    with connect(h.bootstrap) as sock:
+        sock.sendall(b"".join(encode_request(r, i) for i, r in enumerate(reqs)))
+        for i, r in enumerate(reqs):
+            cls = InitProducerIdResponse if isinstance(r, InitProducerIdRequest) else FindCoordinatorResponse
+            corr, _ = protocol.decode_response(recv_frame(sock), cls)
+            assert corr == i
+    assert not script.overlapped_exclusive
+    assert script.ordered_started == [1, 4, 5]
+    assert script.max_running == 2  # requests 2 and 3 ran together
+
+
+def test_closing_the_server_with_handlers_running_gives_every_byte_back(scripted, caplog):
+    h, script = scripted
+    server = h.agent.server
+    with connect(h.bootstrap) as sock:
+        sock.sendall(b"".join(encode_request(_probe("block"), i) for i in range(3)))
+        h.call(script.wait_started(3))
+        assert server.request_budget.used > 0 and server.connection_held_bytes > 0
+        h.call(server.close())
+        assert server.request_budget.used == 0 and server.connection_held_bytes == 0
+        assert is_closed(sock)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def test_the_agent_wide_request_bound_mutes_every_connection(tmp_path):
+    """queued_max_request_bytes: 40 KiB requests against a 64 KiB bound, on two connections:
+    one runs, the others wait unread until its bytes are given back."""
+    script = Script()
+    h = AgentHarness(tmp_path, queued_max_request_bytes=64 * 1024).start(registry=_scripted_registry(script))
+    server = h.agent.server
+    big = _probe("block" + "-" * 40_000)
+    try:
+        with connect(h.bootstrap) as a, connect(h.bootstrap) as b:
+            a.sendall(encode_request(big, 1) + encode_request(big, 2))
+            b.sendall(encode_request(big, 3))
+            h.call(_until(lambda: server.muted_connections == 2))
+            assert script.started == 1
+            assert 40_000 < server.request_budget.used < 64 * 1024
+            h.loop.call_soon_threadsafe(lambda: script.release.set())
+            assert [_read_probe(a)[0], _read_probe(a)[0], _read_probe(b)[0]] == [1, 2, 3]
+        assert script.started == 3
+        h.call(_until(lambda: server.request_budget.used == 0))
+    finally:
+        h.stop()
 
 
 def test_many_connections_at_once(harness):

@@ -372,7 +372,7 @@ def test_config_defaults():
     cfg = AgentConfig(agent_id="a")
     assert cfg.flush_interval_ms == 250 and cfg.flush_max_bytes == 8 * MiB
     assert cfg.max_request_bytes == 100 * MiB and cfg.default_partitions == 1 and cfg.auto_create_topics
-    assert cfg.max_inflight_requests == 64
+    assert cfg.max_inflight_requests == 4_096
 
 
 def test_config_from_env_and_flags():
