@@ -21,7 +21,7 @@ from agent.config import AgentConfig
 from agent.metrics import serve_metrics
 from agent.runtime import start_agent
 from fileformat.objectstore import open_async_store
-from metadata.client import LocalMetadataClient
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from tests.component.fake_metadata import AgentHarness, connect, is_closed, roundtrip
 from tests.support.agents import free_port
