@@ -29,12 +29,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import Connection, func, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, func, select, tuple_, update
 
 from metadata.compaction_types import CheckpointUpdate, CompactionLease
 from metadata.db import read_tx, write_tx
 from metadata.dialect import Key
-from metadata.errors import CONFLICT, INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION, ConflictError, MetadataError
+from metadata.errors import (
+    CONFLICT,
+    INVALID_REQUEST,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    ConflictError,
+    MetadataError,
+)
 from metadata.rows import IDS_PER_STATEMENT, Db
 from metadata.schema import chunks, compaction_state
 from metadata.types import PartitionKey
@@ -45,7 +51,7 @@ MAX_HOLDER_CHARS = 255
 _s = compaction_state.c
 
 
-def _keys_where(keys: Sequence[Key]) -> object:
+def _keys_where(keys: Sequence[Key]) -> ColumnElement[bool]:
     return tuple_(_s.topic_id, _s.partition).in_(list(keys))
 
 
@@ -102,7 +108,9 @@ class CompactionLeases:
             if not rows or any(r.lease_expires_ms is None or r.lease_expires_ms <= now for r in rows):
                 raise ConflictError(CONFLICT, f"compaction lease {token} was lost or has expired")
             conn.execute(
-                update(compaction_state).where(_s.lease_token == token).values(lease_expires_ms=now + lease_ms)
+                update(compaction_state)
+                .where(_s.lease_token == token)
+                .values(lease_expires_ms=now + lease_ms)
             )
         return CompactionLease(token, rows[0].lease_holder or "", now + lease_ms)
 
@@ -152,7 +160,9 @@ def _chunks_exist(conn: Connection, ids: Sequence[int]) -> bool:
     found = 0
     for i in range(0, len(wanted), IDS_PER_STATEMENT):
         part = wanted[i : i + IDS_PER_STATEMENT]
-        found += conn.execute(select(func.count()).select_from(chunks).where(chunks.c.id.in_(part))).scalar_one()
+        found += conn.execute(
+            select(func.count()).select_from(chunks).where(chunks.c.id.in_(part))
+        ).scalar_one()
     return found == len(wanted)
 
 

@@ -100,7 +100,9 @@ class CompactionPlanning:
         min_lag = configs.config_int(t.configs, configs.MIN_COMPACTION_LAG_MS)
         max_lag = configs.config_int(t.configs, configs.MAX_COMPACTION_LAG_MS)
         out = []
-        for part, group in groupby(self._rows(conn, t.topic_id, level0_only=False), key=lambda r: r.partition):
+        for part, group in groupby(
+            self._rows(conn, t.topic_id, level0_only=False), key=lambda r: r.partition
+        ):
             rows = list(group)
             head = rows[0]
             if _leased(head, now):
@@ -164,7 +166,9 @@ def _leased(r: Any, now: int) -> bool:
 
 
 def _stat(r: Any) -> ChunkStat:
-    return ChunkStat(r.base_offset, r.last_offset, r.byte_length, r.max_timestamp, r.file_level, r.committed_ms)
+    return ChunkStat(
+        r.base_offset, r.last_offset, r.byte_length, r.max_timestamp, r.file_level, r.committed_ms
+    )
 
 
 def _clean_fields(cl: Any) -> dict[str, Any]:

@@ -217,7 +217,11 @@ class MetadataService:
         return self.compaction_planning.compaction_candidates(topic, rules, limit)
 
     def claim_compaction_job(
-        self, partitions: Sequence[PartitionKey], holder: str, lease_ms: int, input_chunk_ids: Sequence[int] = ()
+        self,
+        partitions: Sequence[PartitionKey],
+        holder: str,
+        lease_ms: int,
+        input_chunk_ids: Sequence[int] = (),
     ) -> CompactionLease | None:
         return self.compaction_leases.claim_compaction_job(partitions, holder, lease_ms, input_chunk_ids)
 
