@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Protocol
 
+from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -60,9 +61,28 @@ class MetadataClient(Protocol):
     async def init_producer_id(self) -> tuple[int, int]: ...  # (producer_id, producer_epoch)
 
     # compaction
-    async def replace_chunks(
-        self, input_chunk_ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk]
+    async def replace_chunks(  # checkpoints/lease_token: see metadata.compaction_leases
+        self,
+        input_chunk_ids: Sequence[int],
+        file: FileSpec,
+        outputs: Sequence[OutputChunk],
+        checkpoints: Sequence[CheckpointUpdate] = (),
+        lease_token: str | None = None,
     ) -> None: ...
+    async def compaction_candidates(  # most urgent first; leased partitions left out
+        self, topic: str | None = None, rules: MergeRules | None = None, limit: int = 1000
+    ) -> list[CompactionCandidate]: ...
+    async def claim_compaction_job(  # all partitions or none (None)
+        self,
+        partitions: Sequence[PartitionKey],
+        holder: str,
+        lease_ms: int,
+        input_chunk_ids: Sequence[int] = (),
+    ) -> CompactionLease | None: ...
+    async def renew_compaction_lease(
+        self, token: str, lease_ms: int
+    ) -> CompactionLease: ...  # ConflictError: lost
+    async def release_compaction_lease(self, token: str) -> None: ...
 
     # consumer groups
     async def commit_offsets(  # one answer per offset, same order; the valid ones are stored

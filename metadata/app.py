@@ -28,6 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 
 from metadata import commit_feed
+from metadata import compaction_serde as cs
 from metadata import serde as s
 from metadata.db import is_db_unavailable
 from metadata.errors import (
@@ -252,8 +253,36 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
     @app.post("/v1/replace-chunks", response_model=s.OkResponse, tags=["compaction"])
     def replace_chunks(req: s.ReplaceChunksRequest) -> s.OkResponse:
         svc.replace_chunks(
-            list(req.input_chunk_ids), s.file_from_m(req.file), [s.output_from_m(o) for o in req.outputs]
+            list(req.input_chunk_ids),
+            s.file_from_m(req.file),
+            [s.output_from_m(o) for o in req.outputs],
+            [s.t_checkpoint(c) for c in req.checkpoints],
+            req.lease_token,
         )
+        return s.OkResponse()
+
+    @app.post("/v1/compaction/candidates", response_model=list[cs.CompactionCandidateM], tags=["compaction"])
+    def compaction_candidates(req: cs.CandidatesRequest) -> list[cs.CompactionCandidateM]:
+        found = svc.compaction_candidates(req.topic, cs.rules_from_m(req.rules), req.limit)
+        return [cs.candidate_to_m(c) for c in found]
+
+    @app.post("/v1/compaction/claim", response_model=cs.ClaimResponse, tags=["compaction"])
+    def claim_compaction_job(req: cs.ClaimRequest) -> cs.ClaimResponse:
+        lease = svc.claim_compaction_job(
+            [s.t.PartitionKey(k.topic_id, k.partition) for k in req.partitions],
+            req.holder,
+            req.lease_ms,
+            list(req.input_chunk_ids),
+        )
+        return cs.ClaimResponse(lease=cs.lease_to_m(lease) if lease else None)
+
+    @app.post("/v1/compaction/renew", response_model=cs.LeaseM, tags=["compaction"])
+    def renew_compaction_lease(req: cs.RenewRequest) -> cs.LeaseM:
+        return cs.lease_to_m(svc.renew_compaction_lease(req.token, req.lease_ms))
+
+    @app.post("/v1/compaction/release", response_model=s.OkResponse, tags=["compaction"])
+    def release_compaction_lease(req: cs.ReleaseRequest) -> s.OkResponse:
+        svc.release_compaction_lease(req.token)
         return s.OkResponse()
 
     # ---------------------------------------------------------------- groups

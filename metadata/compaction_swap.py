@@ -6,6 +6,11 @@ applies whole or not at all. Offsets never change: outputs hold absolute offsets
 must lie within their partition's inputs, not overlap each other nor any chunk that
 remains, and hold no more records than the inputs; their bitmaps (metadata.bitmaps)
 must match their ranges and counts. Input files left without chunks become `deleting`.
+
+Optionally (the compactor's planner passes them; older callers need not), in the same
+transaction: the job's lease token is checked on every input partition (a lost or
+expired lease refuses the swap) and cleaner checkpoints move (metadata.compaction_leases),
+so a refused swap leaves the checkpoint where it was.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from metadata import bitmaps
+from metadata.compaction_leases import check_lease, move_checkpoints
+from metadata.compaction_types import CheckpointUpdate
 from metadata.db import write_tx
 from metadata.dialect import Key
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError
@@ -32,7 +39,12 @@ class CompactionSwap:
         self._db = db
 
     def replace_chunks(
-        self, input_chunk_ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk]
+        self,
+        input_chunk_ids: Sequence[int],
+        file: FileSpec,
+        outputs: Sequence[OutputChunk],
+        checkpoints: Sequence[CheckpointUpdate] = (),
+        lease_token: str | None = None,
     ) -> None:
         """The compactor's atomic swap: delete the input chunks and record `file` with the
         `outputs` chunks (absolute offsets), in one transaction.
@@ -43,7 +55,11 @@ class CompactionSwap:
         partition, must not overlap each other nor any chunk that remains, must not hold
         more records than the inputs, and their bitmaps must match their ranges and counts;
         otherwise MetadataError(INVALID_REQUEST) and nothing changes. Offsets never change.
-        Input files left without chunks become `deleting` (GC deletes them after a grace)."""
+        Input files left without chunks become `deleting` (GC deletes them after a grace).
+
+        `lease_token`: every input partition must be leased to it, unexpired, else
+        ConflictError. `checkpoints`: cleaner checkpoints (first dirty offsets) of input
+        partitions, set in the same transaction (each within [0, high watermark])."""
         ids = sorted(set(input_chunk_ids))
         if not ids:
             raise MetadataError(INVALID_REQUEST, "replace_chunks needs at least one input chunk")
@@ -68,14 +84,21 @@ class CompactionSwap:
         now = self._db.clock()
         try:
             with write_tx(self._db.engine) as conn:
-                self._replace_locked(conn, ids, file, outputs, now)
+                self._replace_locked(conn, ids, file, outputs, now, checkpoints, lease_token)
         except IntegrityError as e:
             raise MetadataError(
                 INVALID_REQUEST, f"replace_chunks refused by the database: {e.orig}"
             ) from None
 
     def _replace_locked(
-        self, conn: Connection, ids: list[int], file: FileSpec, outputs: Sequence[OutputChunk], now: int
+        self,
+        conn: Connection,
+        ids: list[int],
+        file: FileSpec,
+        outputs: Sequence[OutputChunk],
+        now: int,
+        checkpoints: Sequence[CheckpointUpdate],
+        lease_token: str | None,
     ) -> None:
         c = chunks.c
         sel = select(c.id, c.file_id, c.topic_id, c.partition, c.base_offset, c.last_offset, c.record_count)
@@ -89,10 +112,13 @@ class CompactionSwap:
         first = read_inputs()
         if len(first) != len(ids):
             raise ConflictError(CONFLICT, f"{len(ids) - len(first)} input chunk(s) no longer exist")
-        self._db.dialect.lock_partitions(conn, [(r.topic_id, r.partition) for r in first])
+        locked = self._db.dialect.lock_partitions(conn, [(r.topic_id, r.partition) for r in first])
         rows = read_inputs()  # again, under the partition locks
         if len(rows) != len(ids):
             raise ConflictError(CONFLICT, f"{len(ids) - len(rows)} input chunk(s) no longer exist")
+        if lease_token is not None:
+            check_lease(self._db, conn, lease_token, locked.keys(), now)
+        move_checkpoints(self._db, conn, checkpoints, locked)
 
         spans: dict[Key, tuple[int, int, int]] = {}  # min base, max last, records
         for r in rows:

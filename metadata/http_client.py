@@ -21,8 +21,10 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from metadata import compaction_serde as cs
 from metadata import serde as s
 from metadata.api_types import MetadataClient
+from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
 from metadata.types import (
     AgentInfo,
@@ -57,6 +59,7 @@ _GROUP_IDS = TypeAdapter(list[str])
 _COMMIT_RESULTS = TypeAdapter(list[s.OffsetCommitResultM])
 _AGENTS = TypeAdapter(list[s.AgentInfoM])
 _WATERMARKS = TypeAdapter(list[s.PartitionWatermarkM])
+_CANDIDATES = TypeAdapter(list[cs.CompactionCandidateM])
 
 
 class HttpMetadataClient:
@@ -209,14 +212,54 @@ class HttpMetadataClient:
 
     # compaction
     async def replace_chunks(
-        self, input_chunk_ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk]
+        self,
+        input_chunk_ids: Sequence[int],
+        file: FileSpec,
+        outputs: Sequence[OutputChunk],
+        checkpoints: Sequence[CheckpointUpdate] = (),
+        lease_token: str | None = None,
     ) -> None:
         req = s.ReplaceChunksRequest.model_construct(
             input_chunk_ids=list(input_chunk_ids),
             file=s.file_to_m(file),
             outputs=[s.OutputChunkM.model_construct(**o.__dict__) for o in outputs],
+            checkpoints=[s.CheckpointUpdateM.model_construct(**c.__dict__) for c in checkpoints],
+            lease_token=lease_token,
         )
         await self._call("POST", "/v1/replace-chunks", req)
+
+    async def compaction_candidates(
+        self, topic: str | None = None, rules: MergeRules | None = None, limit: int = 1000
+    ) -> list[CompactionCandidate]:
+        req = cs.CandidatesRequest.model_construct(
+            topic=topic, rules=cs.rules_to_m(rules or MergeRules()), limit=limit
+        )
+        data = await self._call("POST", "/v1/compaction/candidates", req)
+        return [cs.candidate_from_m(m) for m in self._parse(_CANDIDATES, data)]
+
+    async def claim_compaction_job(
+        self,
+        partitions: Sequence[PartitionKey],
+        holder: str,
+        lease_ms: int,
+        input_chunk_ids: Sequence[int] = (),
+    ) -> CompactionLease | None:
+        req = cs.ClaimRequest.model_construct(
+            partitions=[s.PartitionKeyM.model_construct(**k.__dict__) for k in partitions],
+            holder=holder,
+            lease_ms=lease_ms,
+            input_chunk_ids=list(input_chunk_ids),
+        )
+        m = self._parse(TypeAdapter(cs.ClaimResponse), await self._call("POST", "/v1/compaction/claim", req))
+        return cs.lease_from_m(m.lease) if m.lease is not None else None
+
+    async def renew_compaction_lease(self, token: str, lease_ms: int) -> CompactionLease:
+        req = cs.RenewRequest.model_construct(token=token, lease_ms=lease_ms)
+        m = self._parse(TypeAdapter(cs.LeaseM), await self._call("POST", "/v1/compaction/renew", req))
+        return cs.lease_from_m(m)
+
+    async def release_compaction_lease(self, token: str) -> None:
+        await self._call("POST", "/v1/compaction/release", cs.ReleaseRequest.model_construct(token=token))
 
     # consumer groups
     async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:

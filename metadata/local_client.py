@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from metadata import commit_feed
 from metadata.api_types import MetadataClient
+from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.db import is_db_unavailable
 from metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
 from metadata.service import MetadataService
@@ -132,9 +133,43 @@ class LocalMetadataClient:
 
     # compaction
     async def replace_chunks(
-        self, input_chunk_ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk]
+        self,
+        input_chunk_ids: Sequence[int],
+        file: FileSpec,
+        outputs: Sequence[OutputChunk],
+        checkpoints: Sequence[CheckpointUpdate] = (),
+        lease_token: str | None = None,
     ) -> None:
-        await self._run(self.service.replace_chunks, list(input_chunk_ids), file, list(outputs))
+        await self._run(
+            self.service.replace_chunks,
+            list(input_chunk_ids),
+            file,
+            list(outputs),
+            list(checkpoints),
+            lease_token,
+        )
+
+    async def compaction_candidates(
+        self, topic: str | None = None, rules: MergeRules | None = None, limit: int = 1000
+    ) -> list[CompactionCandidate]:
+        return await self._run(self.service.compaction_candidates, topic, rules, limit)
+
+    async def claim_compaction_job(
+        self,
+        partitions: Sequence[PartitionKey],
+        holder: str,
+        lease_ms: int,
+        input_chunk_ids: Sequence[int] = (),
+    ) -> CompactionLease | None:
+        return await self._run(
+            self.service.claim_compaction_job, list(partitions), holder, lease_ms, list(input_chunk_ids)
+        )
+
+    async def renew_compaction_lease(self, token: str, lease_ms: int) -> CompactionLease:
+        return await self._run(self.service.renew_compaction_lease, token, lease_ms)
+
+    async def release_compaction_lease(self, token: str) -> None:
+        await self._run(self.service.release_compaction_lease, token)
 
     # consumer groups
     async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:

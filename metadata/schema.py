@@ -146,3 +146,22 @@ agents = Table(
     Column("zone", String(255), nullable=True),
     Column("last_heartbeat_ms", BigInteger, nullable=False),
 )
+
+# Per partition, what the compactor keeps (rows are created on first use, no foreign key:
+# a deleted topic's rows are removed with it by topic_admin; its topic id is never reused):
+# - the cleaner checkpoint (Kafka's cleaner-offset-checkpoint): the first dirty offset,
+#   moved only in the swap transaction that wrote the cleaned data; NULL: never cleaned;
+# - the job lease: which compactor job holds the partition (and so its input chunks)
+#   until when. A claim takes rows whose lease is absent or expired (PostgreSQL:
+#   FOR UPDATE SKIP LOCKED), so two compactors never take the same partition.
+compaction_state = Table(
+    "compaction_state",
+    metadata_obj,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("first_dirty_offset", BigInteger, nullable=True),
+    Column("lease_token", String(64), nullable=True),
+    Column("lease_holder", String(255), nullable=True),
+    Column("lease_expires_ms", BigInteger, nullable=True),
+    Index(None, "lease_token"),
+)

@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import Base64Bytes, BaseModel, ConfigDict, Field
 
 from metadata import types as t
+from metadata.compaction_types import CheckpointUpdate
 
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
@@ -246,10 +247,18 @@ class ProducerIdResponse(_M):
     producer_epoch: Int32
 
 
+class CheckpointUpdateM(_M):
+    topic_id: uuid.UUID
+    partition: Int32
+    first_dirty_offset: NonNegInt64
+
+
 class ReplaceChunksRequest(_M):
     input_chunk_ids: list[Int64]
     file: FileSpecM
     outputs: list[OutputChunkM]
+    checkpoints: list[CheckpointUpdateM] = []
+    lease_token: Annotated[str, Field(max_length=64)] | None = None
 
 
 class CommitOffsetsRequest(_M):
@@ -377,6 +386,10 @@ def output_to_m(x: t.OutputChunk) -> OutputChunkM:
 
 def output_from_m(m: OutputChunkM) -> t.OutputChunk:
     return t.OutputChunk(**m.__dict__)
+
+
+def t_checkpoint(m: CheckpointUpdateM) -> CheckpointUpdate:
+    return CheckpointUpdate(m.topic_id, m.partition, m.first_dirty_offset)
 
 
 def file_chunks_to_m(x: t.FileChunks) -> FileChunksM:

@@ -11,6 +11,8 @@ dialect, clock):
 - `metadata.commit_path.CommitPath`: committing agent files, producer ids;
 - `metadata.reads.Reads`: partition states, find_chunks, list_offsets;
 - `metadata.compaction_swap.CompactionSwap`: the compactor's replace_chunks;
+- `metadata.compaction_plan.CompactionPlanning`: which partitions need compaction now;
+- `metadata.compaction_leases.CompactionLeases`: compaction job leases, checkpoints;
 - `metadata.groups.GroupOffsets`: consumer groups' committed offsets;
 - `metadata.membership.Membership`: agent heartbeats and the live agents.
 
@@ -38,7 +40,10 @@ from sqlalchemy import Engine
 
 from metadata.commit_feed import CommitFeed, PgCommitListener
 from metadata.commit_path import CommitPath
+from metadata.compaction_leases import CompactionLeases
+from metadata.compaction_plan import CompactionPlanning
 from metadata.compaction_swap import CompactionSwap
+from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.db import create_engine_for, upgrade_to_head
 from metadata.dialect import dialect_for
 from metadata.groups import GroupOffsets
@@ -87,6 +92,8 @@ class MetadataService:
         self.commits = CommitPath(self._db, self.commit_feed, group_commit=group_commit)
         self.reads = Reads(self._db)
         self.compaction = CompactionSwap(self._db)
+        self.compaction_planning = CompactionPlanning(self._db)
+        self.compaction_leases = CompactionLeases(self._db)
         self.groups = GroupOffsets(self._db)
         self.agents = Membership(self._db, agent_ttl_ms)
 
@@ -195,9 +202,37 @@ class MetadataService:
     # ------------------------------------------------------------------ compaction
 
     def replace_chunks(
-        self, input_chunk_ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk]
+        self,
+        input_chunk_ids: Sequence[int],
+        file: FileSpec,
+        outputs: Sequence[OutputChunk],
+        checkpoints: Sequence[CheckpointUpdate] = (),
+        lease_token: str | None = None,
     ) -> None:
-        self.compaction.replace_chunks(input_chunk_ids, file, outputs)
+        self.compaction.replace_chunks(input_chunk_ids, file, outputs, checkpoints, lease_token)
+
+    def compaction_candidates(
+        self, topic: str | None = None, rules: MergeRules | None = None, limit: int = 1000
+    ) -> list[CompactionCandidate]:
+        return self.compaction_planning.compaction_candidates(topic, rules, limit)
+
+    def claim_compaction_job(
+        self,
+        partitions: Sequence[PartitionKey],
+        holder: str,
+        lease_ms: int,
+        input_chunk_ids: Sequence[int] = (),
+    ) -> CompactionLease | None:
+        return self.compaction_leases.claim_compaction_job(partitions, holder, lease_ms, input_chunk_ids)
+
+    def renew_compaction_lease(self, token: str, lease_ms: int) -> CompactionLease:
+        return self.compaction_leases.renew_compaction_lease(token, lease_ms)
+
+    def release_compaction_lease(self, token: str) -> None:
+        self.compaction_leases.release_compaction_lease(token)
+
+    def cleaner_checkpoints(self, keys: Sequence[PartitionKey]) -> dict[PartitionKey, int | None]:
+        return self.compaction_leases.checkpoints(keys)
 
     # ------------------------------------------------------------------ consumer groups
 

@@ -26,7 +26,7 @@ from metadata.errors import (
     MetadataError,
 )
 from metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting, topic_from_row
-from metadata.schema import chunks, group_offsets, partitions, producer_state, topics
+from metadata.schema import chunks, compaction_state, group_offsets, partitions, producer_state, topics
 from metadata.types import Topic
 
 # Kafka has no limit; creating a topic inserts one row per partition, so we keep one.
@@ -104,6 +104,7 @@ class TopicAdmin:
             conn.execute(delete(chunks).where(chunks.c.topic_id == tid))
             mark_orphan_files_deleting(self._db, conn, file_ids, now)
             conn.execute(delete(producer_state).where(producer_state.c.topic_id == tid))
+            conn.execute(delete(compaction_state).where(compaction_state.c.topic_id == tid))
             conn.execute(delete(partitions).where(partitions.c.topic_id == tid))
             conn.execute(delete(topics).where(topics.c.topic_id == tid))
             conn.execute(delete(group_offsets).where(group_offsets.c.topic == name))

@@ -29,6 +29,7 @@ from agent.handlers import HandlerRegistry
 from agent.protocol import decode_response, encode_request, response_schema
 from agent.server import AgentServer, start_agent_server
 from metadata.api_types import MetadataClient
+from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.errors import MetadataUnavailable
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
@@ -118,11 +119,44 @@ class FlakyMetadataClient:
         return await self._go("init_producer_id", self.inner.init_producer_id)
 
     async def replace_chunks(
-        self, input_chunk_ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk]
+        self,
+        input_chunk_ids: Sequence[int],
+        file: FileSpec,
+        outputs: Sequence[OutputChunk],
+        checkpoints: Sequence[CheckpointUpdate] = (),
+        lease_token: str | None = None,
     ) -> None:
         return await self._go(
-            "replace_chunks", lambda: self.inner.replace_chunks(input_chunk_ids, file, outputs)
+            "replace_chunks",
+            lambda: self.inner.replace_chunks(input_chunk_ids, file, outputs, checkpoints, lease_token),
         )
+
+    async def compaction_candidates(
+        self, topic: str | None = None, rules: MergeRules | None = None, limit: int = 1000
+    ) -> list[CompactionCandidate]:
+        return await self._go(
+            "compaction_candidates", lambda: self.inner.compaction_candidates(topic, rules, limit)
+        )
+
+    async def claim_compaction_job(
+        self,
+        partitions: Sequence[PartitionKey],
+        holder: str,
+        lease_ms: int,
+        input_chunk_ids: Sequence[int] = (),
+    ) -> CompactionLease | None:
+        return await self._go(
+            "claim_compaction_job",
+            lambda: self.inner.claim_compaction_job(partitions, holder, lease_ms, input_chunk_ids),
+        )
+
+    async def renew_compaction_lease(self, token: str, lease_ms: int) -> CompactionLease:
+        return await self._go(
+            "renew_compaction_lease", lambda: self.inner.renew_compaction_lease(token, lease_ms)
+        )
+
+    async def release_compaction_lease(self, token: str) -> None:
+        return await self._go("release_compaction_lease", lambda: self.inner.release_compaction_lease(token))
 
     async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
         return await self._go("commit_offsets", lambda: self.inner.commit_offsets(group_id, offsets))
