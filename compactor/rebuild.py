@@ -113,6 +113,10 @@ def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedReco
             if v < 0x80:
                 length = (v >> 1) ^ -(v & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 length, pos = _varint(data, pos)
             end = pos + length
@@ -123,6 +127,10 @@ def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedReco
             if v < 0x80:
                 ts_delta = (v >> 1) ^ -(v & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                ts_delta = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 ts_delta, pos = _varint(data, pos)
             ts_end = pos
@@ -130,12 +138,20 @@ def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedReco
             if v < 0x80:
                 offset_delta = (v >> 1) ^ -(v & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                offset_delta = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 offset_delta, pos = _varint(data, pos)
             v = data[pos]
             if v < 0x80:
                 klen = (v >> 1) ^ -(v & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                klen = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 klen, pos = _varint(data, pos)
             if klen >= 0:
@@ -147,6 +163,9 @@ def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedReco
                 raise ValueError(f"key length {klen}")
             v = data[pos]
             if v < 0x80:
+                vlen = (v >> 1) ^ -(v & 1)
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
                 vlen = (v >> 1) ^ -(v & 1)
             else:
                 vlen, _ = _varint(data, pos)
