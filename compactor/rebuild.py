@@ -1,0 +1,272 @@
+"""Rebuilding a RecordBatch that loses records in a clean, as Kafka's cleaner does.
+
+Kafka's rules (`LogCleaner.cleanInto` / `MemoryRecords.filterTo`, KIP-534), which
+`compactor.dedup` applies through this module:
+
+- Offsets never change and order is kept. A batch whose records all survive (and that
+  needs no delete horizon) is copied byte for byte; only its 8-byte baseOffset may be
+  written (agent files store relative offsets; the field is outside the CRC).
+- A batch that loses records is rebuilt with its original baseOffset and
+  lastOffsetDelta (so removed records leave holes, also at the tail), the same
+  partitionLeaderEpoch, producer id/epoch, baseSequence, attributes (codec, timestamp
+  type, transactional, control) and compression codec. Surviving records are copied as
+  encoded: their offset and timestamp deltas stay relative to the unchanged baseOffset
+  and baseTimestamp, so no record is re-encoded. maxTimestamp is recomputed from the
+  surviving records for CreateTime batches (Kafka's builder does the same) and kept for
+  LogAppendTime. (Kafka's builder would also make the first surviving record's
+  timestamp the new baseTimestamp; every record's timestamp is the same either way.)
+- Delete horizon (KIP-534): when a clean keeps a tombstone (null value) in a batch that
+  has no horizon yet, the batch is rewritten with attribute bit 0x40 set and
+  baseTimestamp = now + delete.retention.ms; each record's timestamp delta is then
+  re-encoded against the new base, so record timestamps do not change.
+- A batch left without records is dropped, except the last data batch of a producer
+  (producer id >= 0): Kafka keeps it as an empty batch (header only, baseTimestamp -1,
+  maxTimestamp kept) so the producer's last sequence and epoch survive (BatchRetention
+  RETAIN_EMPTY).
+
+Records are walked by `scan_records`, which reads only the fields the cleaner needs
+(record bounds, offset and timestamp deltas, key, whether the value is null) and keeps
+the byte positions for copying.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import crc32c
+
+from fileformat import codecs
+from fileformat.records import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    CRC_OFFSET,
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    LOG_OVERHEAD,
+    BatchHeader,
+    CorruptBatchError,
+    TimestampType,
+)
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_U32 = struct.Struct(">I")
+_DELETE_HORIZON_BIT = 0x40
+_COMPRESSION_MASK = 0x07
+
+
+class ScannedRecord(NamedTuple):
+    """One encoded record in a batch's (decompressed) records payload."""
+
+    start: int  # first byte (its length varint)
+    end: int  # one past its last byte
+    ts_end: int  # first byte after its timestampDelta field
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    tombstone: bool  # null value
+
+
+def records_payload(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    header: BatchHeader,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> bytes:
+    """The batch's records, decompressed."""
+    body = memoryview(buf)[position + BATCH_HEADER_SIZE : position + header.size]
+    codec = header.attributes & _COMPRESSION_MASK
+    if codec == 0:
+        return bytes(body)
+    return codecs.decompress(codec, body, max_output=max_decompressed_bytes, position=position)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag LEB128 value at `pos`: (value, next position)."""
+    result = 0
+    shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedRecord]:
+    """Walk `count` records of a decompressed payload (see `ScannedRecord`).
+
+    Raises CorruptBatchError (at the batch's `position`) on malformed records or when the
+    payload holds more or fewer bytes than the records."""
+    out: list[ScannedRecord] = []
+    append = out.append
+    n = len(data)
+    pos = 0
+    i = 0
+    try:
+        for i in range(count):  # noqa: B007 - i is used in the error message
+            start = pos
+            v = data[pos]
+            if v < 0x80:
+                length = (v >> 1) ^ -(v & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
+            else:
+                length, pos = _varint(data, pos)
+            end = pos + length
+            if length < 6 or end > n:
+                raise ValueError(f"record length {length} with {n - pos} bytes left")
+            pos += 1  # attributes
+            v = data[pos]
+            if v < 0x80:
+                ts_delta = (v >> 1) ^ -(v & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                ts_delta = (v >> 1) ^ -(v & 1)
+                pos += 2
+            else:
+                ts_delta, pos = _varint(data, pos)
+            ts_end = pos
+            v = data[pos]
+            if v < 0x80:
+                offset_delta = (v >> 1) ^ -(v & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                offset_delta = (v >> 1) ^ -(v & 1)
+                pos += 2
+            else:
+                offset_delta, pos = _varint(data, pos)
+            v = data[pos]
+            if v < 0x80:
+                klen = (v >> 1) ^ -(v & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                klen = (v >> 1) ^ -(v & 1)
+                pos += 2
+            else:
+                klen, pos = _varint(data, pos)
+            if klen >= 0:
+                key: bytes | None = data[pos : pos + klen]
+                pos += klen
+            elif klen == -1:
+                key = None
+            else:
+                raise ValueError(f"key length {klen}")
+            v = data[pos]
+            if v < 0x80:
+                vlen = (v >> 1) ^ -(v & 1)
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                vlen = (v >> 1) ^ -(v & 1)
+            else:
+                vlen, _ = _varint(data, pos)
+            if vlen < -1 or pos > end:
+                raise ValueError(f"value length {vlen}")
+            append(ScannedRecord(start, end, ts_end, offset_delta, ts_delta, key, vlen == -1))
+            pos = end
+    except (ValueError, IndexError) as exc:
+        raise CorruptBatchError(
+            f"record batch at byte {position}: record {i} of {count} is malformed: {exc}", position
+        ) from None
+    if pos != n:
+        raise CorruptBatchError(
+            f"record batch at byte {position}: {n - pos} bytes left after its {count} records", position
+        )
+    return out
+
+
+def _zigzag(v: int) -> bytes:
+    z = (v << 1) ^ (v >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _assemble(
+    header: BatchHeader,
+    base_offset: int,
+    attributes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    count: int,
+    records: bytes,
+) -> bytes:
+    codec = attributes & _COMPRESSION_MASK
+    body = records if codec == 0 or not records else codecs.compress(codec, records)
+    if not records:
+        attributes &= ~_COMPRESSION_MASK  # an empty batch is written uncompressed, as Kafka does
+    out = bytearray(BATCH_HEADER_SIZE)
+    out += body
+    _HEADER.pack_into(
+        out,
+        0,
+        base_offset,
+        len(out) - LOG_OVERHEAD,
+        header.partition_leader_epoch,
+        header.magic,
+        0,
+        attributes,
+        header.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        count,
+    )
+    _U32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def rebuild_batch(
+    header: BatchHeader,
+    base_offset: int,
+    payload: bytes,
+    kept: Sequence[ScannedRecord],
+    *,
+    new_delete_horizon_ms: int | None = None,
+) -> bytes:
+    """The batch with only the `kept` records (in order), its base offset `base_offset`,
+    and, with `new_delete_horizon_ms`, the delete horizon set (see the module doc)."""
+    if not kept:
+        return empty_batch(header, base_offset)
+    old_base_ts = header.base_timestamp
+    log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
+    attributes = header.attributes
+    if new_delete_horizon_ms is None:
+        base_ts = old_base_ts
+        records = b"".join([payload[r.start : r.end] for r in kept])
+        parts_ts = [r.timestamp_delta for r in kept]
+    else:
+        base_ts = new_delete_horizon_ms
+        attributes |= _DELETE_HORIZON_BIT
+        shift = old_base_ts - base_ts
+        pieces = []
+        parts_ts = []
+        for r in kept:
+            delta = r.timestamp_delta + shift
+            parts_ts.append(delta)
+            body = b"\x00" + _zigzag(delta) + payload[r.ts_end : r.end]
+            pieces.append(_zigzag(len(body)))
+            pieces.append(body)
+        records = b"".join(pieces)
+    max_ts = header.max_timestamp if log_append else base_ts + max(parts_ts)
+    return _assemble(header, base_offset, attributes, base_ts, max_ts, len(kept), records)
+
+
+def empty_batch(header: BatchHeader, base_offset: int) -> bytes:
+    """The header-only batch Kafka keeps for a producer's last batch (RETAIN_EMPTY)."""
+    attributes = header.attributes & ~(_COMPRESSION_MASK | _DELETE_HORIZON_BIT)
+    return _assemble(header, base_offset, attributes, -1, header.max_timestamp, 0, b"")
