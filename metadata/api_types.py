@@ -19,10 +19,10 @@ from typing import Protocol
 from metadata.types import (
     AgentInfo,
     ChunkResult,
+    ChunkSpec,
     ClaimedFile,
     DeleteRecordsAnswer,
     DeleteRecordsQuery,
-    ChunkSpec,
     FetchQuery,
     FileChunks,
     FileSpec,

@@ -27,10 +27,10 @@ from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataEr
 from metadata.types import (
     AgentInfo,
     ChunkResult,
+    ChunkSpec,
     ClaimedFile,
     DeleteRecordsAnswer,
     DeleteRecordsQuery,
-    ChunkSpec,
     FetchQuery,
     FileChunks,
     FileSpec,

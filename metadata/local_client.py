@@ -28,10 +28,10 @@ from metadata.service import MetadataService
 from metadata.types import (
     AgentInfo,
     ChunkResult,
+    ChunkSpec,
     ClaimedFile,
     DeleteRecordsAnswer,
     DeleteRecordsQuery,
-    ChunkSpec,
     FetchQuery,
     FileChunks,
     FileSpec,

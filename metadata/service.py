@@ -53,10 +53,10 @@ from metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
 from metadata.types import (
     AgentInfo,
     ChunkResult,
+    ChunkSpec,
     ClaimedFile,
     DeleteRecordsAnswer,
     DeleteRecordsQuery,
-    ChunkSpec,
     FetchQuery,
     FileChunks,
     FileSpec,
