@@ -17,16 +17,14 @@ from metadata.local_client import LocalMetadataClient
 from metadata.schema import FILE_DELETING, files
 from metadata.service import MetadataService
 from metadata.types import DeleteRecordsQuery, GroupOffset
-from tests.component.test_metadata_service import (  # noqa: F401 - fixtures
-    B,
-    FakeClock,
-    anyio_backend,
-    clock,
-    commit,
-    layout,
-    md,
-    service,
-)
+from tests.component import test_metadata_service as _ms
+from tests.component.test_metadata_service import B, FakeClock, commit, layout
+
+# The metadata service fixtures (both backends, local and HTTP clients, injected clock).
+anyio_backend = _ms.anyio_backend
+clock = _ms.clock
+service = _ms.service
+md = _ms.md
 
 pytestmark = pytest.mark.anyio
 
