@@ -21,6 +21,9 @@ from metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,
+    ClaimedFile,
+    DeleteRecordsAnswer,
+    DeleteRecordsQuery,
     FetchQuery,
     FileChunks,
     FileSpec,
@@ -33,6 +36,7 @@ from metadata.types import (
     PartitionKey,
     PartitionState,
     PartitionWatermark,
+    RetentionResult,
     Topic,
 )
 
@@ -83,6 +87,25 @@ class MetadataClient(Protocol):
         self, token: str, lease_ms: int
     ) -> CompactionLease: ...  # ConflictError: lost
     async def release_compaction_lease(self, token: str) -> None: ...
+
+    # retention, DeleteRecords, offset expiry (metadata.retention)
+    async def delete_records(  # one answer per query, same order
+        self, queries: Sequence[DeleteRecordsQuery]
+    ) -> list[DeleteRecordsAnswer]: ...
+    async def enforce_retention(  # the partitions whose log start moved or lost chunks
+        self, topic: str, max_chunks_per_partition: int = 1000
+    ) -> list[RetentionResult]: ...
+    async def touch_groups(self, group_ids: Sequence[str]) -> None: ...  # these groups have members now
+    async def expire_group_offsets(self, retention_ms: int) -> int: ...  # offsets deleted
+
+    # garbage collection (metadata.gc)
+    async def claim_deletable_files(
+        self, token: str, max_files: int, grace_ms: int, claim_ms: int
+    ) -> list[ClaimedFile]: ...
+    async def forget_files(self, token: str, file_ids: Sequence[int]) -> int: ...
+    async def unknown_object_keys(self, object_keys: Sequence[str]) -> list[str]: ...
+    async def record_success(self, task: str) -> None: ...  # a maintenance task just finished
+    async def last_successes(self) -> dict[str, int]: ...  # task -> ms since the epoch
 
     # consumer groups
     async def commit_offsets(  # one answer per offset, same order; the valid ones are stored

@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 
@@ -284,6 +284,63 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
     def release_compaction_lease(req: cs.ReleaseRequest) -> s.OkResponse:
         svc.release_compaction_lease(req.token)
         return s.OkResponse()
+
+    # ---------------------------------------------------------------- retention, GC
+
+    @app.post("/v1/delete-records", response_model=list[s.DeleteRecordsAnswerM], tags=["retention"])
+    def delete_records(req: s.DeleteRecordsRequest) -> list[s.DeleteRecordsAnswerM]:
+        answers = svc.delete_records([s.t.DeleteRecordsQuery(**q.__dict__) for q in req.queries])
+        return [s.DeleteRecordsAnswerM.model_construct(**a.__dict__) for a in answers]
+
+    @app.post("/v1/retention/enforce", response_model=list[s.RetentionResultM], tags=["retention"])
+    def enforce_retention(req: s.EnforceRetentionRequest) -> list[s.RetentionResultM]:
+        results = svc.enforce_retention(req.topic, req.max_chunks_per_partition)
+        return [s.RetentionResultM.model_construct(**r.__dict__) for r in results]
+
+    @app.post("/v1/groups/touch", response_model=s.OkResponse, tags=["groups"])
+    def touch_groups(req: s.GroupIdsRequest) -> s.OkResponse:
+        svc.touch_groups(req.group_ids)
+        return s.OkResponse()
+
+    @app.post("/v1/groups/expire-offsets", response_model=s.CountResponse, tags=["groups"])
+    def expire_group_offsets(req: s.ExpireOffsetsRequest) -> s.CountResponse:
+        return s.CountResponse(count=svc.expire_group_offsets(req.retention_ms))
+
+    @app.post("/v1/gc/claim", response_model=list[s.ClaimedFileM], tags=["gc"])
+    def claim_deletable_files(req: s.ClaimFilesRequest) -> list[s.ClaimedFileM]:
+        claimed = svc.claim_deletable_files(req.token, req.max_files, req.grace_ms, req.claim_ms)
+        return [s.ClaimedFileM.model_construct(**c.__dict__) for c in claimed]
+
+    @app.post("/v1/gc/forget", response_model=s.CountResponse, tags=["gc"])
+    def forget_files(req: s.ForgetFilesRequest) -> s.CountResponse:
+        return s.CountResponse(count=svc.forget_files(req.token, req.file_ids))
+
+    @app.post("/v1/gc/unknown-keys", response_model=list[str], tags=["gc"])
+    def unknown_object_keys(req: s.ObjectKeysRequest) -> list[str]:
+        return svc.unknown_object_keys(req.object_keys)
+
+    @app.post("/v1/gc/record-success", response_model=s.OkResponse, tags=["gc"])
+    def record_success(req: s.RecordSuccessRequest) -> s.OkResponse:
+        svc.record_success(req.task)
+        return s.OkResponse()
+
+    @app.get("/v1/gc/last-successes", response_model=dict[str, int], tags=["gc"])
+    def last_successes() -> dict[str, int]:
+        return svc.last_successes()
+
+    @app.get("/metrics", tags=["health"])
+    def metrics() -> Response:
+        """Prometheus text: seconds since each maintenance task last succeeded."""
+        now_ms = svc.clock()
+        lines = [
+            "# HELP skiff_maintenance_last_success_age_seconds Seconds since the task last succeeded.",
+            "# TYPE skiff_maintenance_last_success_age_seconds gauge",
+        ]
+        for task, ms in sorted(svc.last_successes().items()):
+            lines.append(
+                f'skiff_maintenance_last_success_age_seconds{{task="{task}"}} {(now_ms - ms) / 1000:.3f}'
+            )
+        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
     # ---------------------------------------------------------------- groups
 

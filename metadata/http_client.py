@@ -30,6 +30,9 @@ from metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,
+    ClaimedFile,
+    DeleteRecordsAnswer,
+    DeleteRecordsQuery,
     FetchQuery,
     FileChunks,
     FileSpec,
@@ -42,6 +45,7 @@ from metadata.types import (
     PartitionKey,
     PartitionState,
     PartitionWatermark,
+    RetentionResult,
     Topic,
 )
 
@@ -60,6 +64,13 @@ _COMMIT_RESULTS = TypeAdapter(list[s.OffsetCommitResultM])
 _AGENTS = TypeAdapter(list[s.AgentInfoM])
 _WATERMARKS = TypeAdapter(list[s.PartitionWatermarkM])
 _CANDIDATES = TypeAdapter(list[cs.CompactionCandidateM])
+
+_DELETE_ANSWERS = TypeAdapter(list[s.DeleteRecordsAnswerM])
+_RETENTION_RESULTS = TypeAdapter(list[s.RetentionResultM])
+_COUNT = TypeAdapter(s.CountResponse)
+_CLAIMED = TypeAdapter(list[s.ClaimedFileM])
+_KEYS = TypeAdapter(list[str])
+_SUCCESSES = TypeAdapter(dict[str, int])
 
 
 class HttpMetadataClient:
@@ -260,6 +271,55 @@ class HttpMetadataClient:
 
     async def release_compaction_lease(self, token: str) -> None:
         await self._call("POST", "/v1/compaction/release", cs.ReleaseRequest.model_construct(token=token))
+
+    # retention, DeleteRecords, offset expiry, GC
+    async def delete_records(self, queries: Sequence[DeleteRecordsQuery]) -> list[DeleteRecordsAnswer]:
+        req = s.DeleteRecordsRequest.model_construct(
+            queries=[s.DeleteRecordsQueryM.model_construct(**q.__dict__) for q in queries]
+        )
+        data = await self._call("POST", "/v1/delete-records", req)
+        return [DeleteRecordsAnswer(**m.__dict__) for m in self._parse(_DELETE_ANSWERS, data)]
+
+    async def enforce_retention(
+        self, topic: str, max_chunks_per_partition: int = 1000
+    ) -> list[RetentionResult]:
+        req = s.EnforceRetentionRequest.model_construct(
+            topic=topic, max_chunks_per_partition=max_chunks_per_partition
+        )
+        data = await self._call("POST", "/v1/retention/enforce", req)
+        return [RetentionResult(**m.__dict__) for m in self._parse(_RETENTION_RESULTS, data)]
+
+    async def touch_groups(self, group_ids: Sequence[str]) -> None:
+        await self._call(
+            "POST", "/v1/groups/touch", s.GroupIdsRequest.model_construct(group_ids=list(group_ids))
+        )
+
+    async def expire_group_offsets(self, retention_ms: int) -> int:
+        req = s.ExpireOffsetsRequest.model_construct(retention_ms=retention_ms)
+        return self._parse(_COUNT, await self._call("POST", "/v1/groups/expire-offsets", req)).count
+
+    async def claim_deletable_files(
+        self, token: str, max_files: int, grace_ms: int, claim_ms: int
+    ) -> list[ClaimedFile]:
+        req = s.ClaimFilesRequest.model_construct(
+            token=token, max_files=max_files, grace_ms=grace_ms, claim_ms=claim_ms
+        )
+        data = await self._call("POST", "/v1/gc/claim", req)
+        return [ClaimedFile(**m.__dict__) for m in self._parse(_CLAIMED, data)]
+
+    async def forget_files(self, token: str, file_ids: Sequence[int]) -> int:
+        req = s.ForgetFilesRequest.model_construct(token=token, file_ids=list(file_ids))
+        return self._parse(_COUNT, await self._call("POST", "/v1/gc/forget", req)).count
+
+    async def unknown_object_keys(self, object_keys: Sequence[str]) -> list[str]:
+        req = s.ObjectKeysRequest.model_construct(object_keys=list(object_keys))
+        return self._parse(_KEYS, await self._call("POST", "/v1/gc/unknown-keys", req))
+
+    async def record_success(self, task: str) -> None:
+        await self._call("POST", "/v1/gc/record-success", s.RecordSuccessRequest.model_construct(task=task))
+
+    async def last_successes(self) -> dict[str, int]:
+        return self._parse(_SUCCESSES, await self._call("GET", "/v1/gc/last-successes"))
 
     # consumer groups
     async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:

@@ -30,6 +30,9 @@ from metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,
+    ClaimedFile,
+    DeleteRecordsAnswer,
+    DeleteRecordsQuery,
     FetchQuery,
     FileChunks,
     FileSpec,
@@ -42,6 +45,7 @@ from metadata.types import (
     PartitionKey,
     PartitionState,
     PartitionWatermark,
+    RetentionResult,
     Topic,
 )
 
@@ -170,6 +174,38 @@ class LocalMetadataClient:
 
     async def release_compaction_lease(self, token: str) -> None:
         await self._run(self.service.release_compaction_lease, token)
+
+    # retention, DeleteRecords, offset expiry, GC
+    async def delete_records(self, queries: Sequence[DeleteRecordsQuery]) -> list[DeleteRecordsAnswer]:
+        return await self._run(self.service.delete_records, list(queries))
+
+    async def enforce_retention(
+        self, topic: str, max_chunks_per_partition: int = 1000
+    ) -> list[RetentionResult]:
+        return await self._run(self.service.enforce_retention, topic, max_chunks_per_partition)
+
+    async def touch_groups(self, group_ids: Sequence[str]) -> None:
+        await self._run(self.service.touch_groups, list(group_ids))
+
+    async def expire_group_offsets(self, retention_ms: int) -> int:
+        return await self._run(self.service.expire_group_offsets, retention_ms)
+
+    async def claim_deletable_files(
+        self, token: str, max_files: int, grace_ms: int, claim_ms: int
+    ) -> list[ClaimedFile]:
+        return await self._run(self.service.claim_deletable_files, token, max_files, grace_ms, claim_ms)
+
+    async def forget_files(self, token: str, file_ids: Sequence[int]) -> int:
+        return await self._run(self.service.forget_files, token, list(file_ids))
+
+    async def unknown_object_keys(self, object_keys: Sequence[str]) -> list[str]:
+        return await self._run(self.service.unknown_object_keys, list(object_keys))
+
+    async def record_success(self, task: str) -> None:
+        await self._run(self.service.record_success, task)
+
+    async def last_successes(self) -> dict[str, int]:
+        return await self._run(self.service.last_successes)
 
     # consumer groups
     async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:

@@ -76,6 +76,10 @@ files = Table(
     # When the file became `deleting` (its last chunk went away): GC waits a grace period
     # after this before deleting the object, as readers may still hold its location.
     Column("deleting_since_ms", BigInteger, nullable=True),
+    # The garbage collector's claim on a `deleting` file (metadata.gc): who claimed it and
+    # until when; an expired claim (a crashed collector) may be taken by another one.
+    Column("gc_claim_token", String(64), nullable=True),
+    Column("gc_claimed_until_ms", BigInteger, nullable=True),
     CheckConstraint("state IN ('live', 'deleting')", name="state"),
     Index(None, "state", "deleting_since_ms"),
 )
@@ -164,4 +168,26 @@ compaction_state = Table(
     Column("lease_holder", String(255), nullable=True),
     Column("lease_expires_ms", BigInteger, nullable=True),
     Index(None, "lease_token"),
+)
+
+
+# Consumer groups seen with members: an agent coordinating a non-empty group reports it
+# (metadata.retention.touch_groups) at least every offsets.retention.check.interval.ms,
+# so `last_active_ms` is (within that interval) when the group was last non-empty. A
+# group with no row never had members here: a standalone consumer's offsets expire by
+# their commit time; a group with a row expires whole `offsets.retention.minutes` after it.
+group_activity = Table(
+    "group_activity",
+    metadata_obj,
+    Column("group_id", Text, primary_key=True),
+    Column("last_active_ms", BigInteger, nullable=False),
+)
+
+# One row per periodic maintenance task ("gc", "orphans"): when it last finished
+# successfully; metadata's /metrics reports the age (metadata.gc).
+maintenance_runs = Table(
+    "maintenance_runs",
+    metadata_obj,
+    Column("task", String(64), primary_key=True),
+    Column("last_success_ms", BigInteger, nullable=False),
 )

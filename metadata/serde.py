@@ -285,6 +285,72 @@ class GroupsWithOffsetsRequest(_M):
     group_ids: list[str] | None = None
 
 
+class DeleteRecordsQueryM(_M):
+    topic: Name
+    partition: Int32
+    offset: Int64
+
+
+class DeleteRecordsRequest(_M):
+    queries: list[DeleteRecordsQueryM]
+
+
+class DeleteRecordsAnswerM(_M):
+    error_code: Int32 = 0
+    low_watermark: Int64 = -1
+    message: str | None = None
+
+
+class EnforceRetentionRequest(_M):
+    topic: Name
+    max_chunks_per_partition: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
+
+class RetentionResultM(_M):
+    topic: Name
+    partition: Int32
+    log_start_offset: Int64
+    chunks_deleted: NonNegInt64
+    bytes_deleted: NonNegInt64
+
+
+class GroupIdsRequest(_M):
+    group_ids: list[str]
+
+
+class ExpireOffsetsRequest(_M):
+    retention_ms: NonNegInt64
+
+
+class CountResponse(_M):
+    count: NonNegInt64
+
+
+class ClaimFilesRequest(_M):
+    token: Annotated[str, Field(min_length=1, max_length=64)]
+    max_files: Annotated[int, Field(ge=1, le=10_000)]
+    grace_ms: NonNegInt64
+    claim_ms: Annotated[int, Field(ge=1, le=2**63 - 1)]
+
+
+class ClaimedFileM(_M):
+    file_id: NonNegInt64
+    object_key: Name
+
+
+class ForgetFilesRequest(_M):
+    token: Annotated[str, Field(min_length=1, max_length=64)]
+    file_ids: list[NonNegInt64]
+
+
+class ObjectKeysRequest(_M):
+    object_keys: list[Name]
+
+
+class RecordSuccessRequest(_M):
+    task: Annotated[str, Field(min_length=1, max_length=64)]
+
+
 class ErrorResponse(_M):
     error_code: int
     message: str

@@ -14,7 +14,9 @@ dialect, clock):
 - `metadata.compaction_plan.CompactionPlanning`: which partitions need compaction now;
 - `metadata.compaction_leases.CompactionLeases`: compaction job leases, checkpoints;
 - `metadata.groups.GroupOffsets`: consumer groups' committed offsets;
-- `metadata.membership.Membership`: agent heartbeats and the live agents.
+- `metadata.membership.Membership`: agent heartbeats and the live agents;
+- `metadata.retention.Retention`: retention, DeleteRecords, committed-offset expiry;
+- `metadata.gc.GarbageCollection`: the garbage collector's claims and orphan checks.
 
 What differs between PostgreSQL and SQLite is behind `metadata.dialect.Dialect`.
 
@@ -46,15 +48,20 @@ from metadata.compaction_swap import CompactionSwap
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.db import create_engine_for, upgrade_to_head
 from metadata.dialect import dialect_for
+from metadata.gc import GarbageCollection
 from metadata.groups import GroupOffsets
 from metadata.membership import DEFAULT_AGENT_TTL_MS, Membership
 from metadata.reads import Reads
+from metadata.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
 from metadata.rows import Clock, Db, system_clock
 from metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
 from metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,
+    ClaimedFile,
+    DeleteRecordsAnswer,
+    DeleteRecordsQuery,
     FetchQuery,
     FileChunks,
     FileSpec,
@@ -66,6 +73,7 @@ from metadata.types import (
     PartitionFetchInfo,
     PartitionKey,
     PartitionState,
+    RetentionResult,
     Topic,
 )
 
@@ -96,6 +104,8 @@ class MetadataService:
         self.compaction_leases = CompactionLeases(self._db)
         self.groups = GroupOffsets(self._db)
         self.agents = Membership(self._db, agent_ttl_ms)
+        self.retention = Retention(self._db)
+        self.gc = GarbageCollection(self._db)
 
     @classmethod
     def from_url(
@@ -233,6 +243,39 @@ class MetadataService:
 
     def cleaner_checkpoints(self, keys: Sequence[PartitionKey]) -> dict[PartitionKey, int | None]:
         return self.compaction_leases.checkpoints(keys)
+
+    # ------------------------------------------------------------------ retention, GC
+
+    def delete_records(self, queries: Sequence[DeleteRecordsQuery]) -> list[DeleteRecordsAnswer]:
+        return self.retention.delete_records(queries)
+
+    def enforce_retention(
+        self, topic: str, max_chunks_per_partition: int = DEFAULT_MAX_CHUNKS_PER_PARTITION
+    ) -> list[RetentionResult]:
+        return self.retention.enforce_retention(topic, max_chunks_per_partition)
+
+    def touch_groups(self, group_ids: Sequence[str]) -> None:
+        self.retention.touch_groups(group_ids)
+
+    def expire_group_offsets(self, retention_ms: int) -> int:
+        return self.retention.expire_group_offsets(retention_ms)
+
+    def claim_deletable_files(
+        self, token: str, max_files: int, grace_ms: int, claim_ms: int
+    ) -> list[ClaimedFile]:
+        return self.gc.claim_deletable_files(token, max_files, grace_ms, claim_ms)
+
+    def forget_files(self, token: str, file_ids: Sequence[int]) -> int:
+        return self.gc.forget_files(token, file_ids)
+
+    def unknown_object_keys(self, object_keys: Sequence[str]) -> list[str]:
+        return self.gc.unknown_object_keys(object_keys)
+
+    def record_success(self, task: str) -> None:
+        self.gc.record_success(task)
+
+    def last_successes(self) -> dict[str, int]:
+        return self.gc.last_successes()
 
     # ------------------------------------------------------------------ consumer groups
 

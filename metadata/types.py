@@ -211,3 +211,42 @@ class FileChunks:
     state: str | None = None
     level: int = -1
     chunks: tuple[FileChunk, ...] = ()
+
+
+# --------------------------------------------------------------------------- retention, GC
+
+
+@dataclass(frozen=True)
+class DeleteRecordsQuery:
+    """DeleteRecords for one partition: move its log start offset up to `offset`
+    (-1: the high watermark)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class DeleteRecordsAnswer:
+    error_code: int = 0
+    low_watermark: int = -1  # the log start offset after the call
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    """What one retention pass did to one partition (only partitions it changed)."""
+
+    topic: str
+    partition: int
+    log_start_offset: int
+    chunks_deleted: int
+    bytes_deleted: int
+
+
+@dataclass(frozen=True)
+class ClaimedFile:
+    """A `deleting` file the garbage collector claimed: delete the object, then forget the row."""
+
+    file_id: int
+    object_key: str

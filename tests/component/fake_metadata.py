@@ -37,6 +37,9 @@ from metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,
+    ClaimedFile,
+    DeleteRecordsAnswer,
+    DeleteRecordsQuery,
     FetchQuery,
     FileChunks,
     FileSpec,
@@ -49,6 +52,7 @@ from metadata.types import (
     PartitionKey,
     PartitionState,
     PartitionWatermark,
+    RetentionResult,
     Topic,
 )
 
@@ -157,6 +161,42 @@ class FlakyMetadataClient:
 
     async def release_compaction_lease(self, token: str) -> None:
         return await self._go("release_compaction_lease", lambda: self.inner.release_compaction_lease(token))
+
+    async def delete_records(self, queries: Sequence[DeleteRecordsQuery]) -> list[DeleteRecordsAnswer]:
+        return await self._go("delete_records", lambda: self.inner.delete_records(queries))
+
+    async def enforce_retention(
+        self, topic: str, max_chunks_per_partition: int = 1000
+    ) -> list[RetentionResult]:
+        return await self._go(
+            "enforce_retention", lambda: self.inner.enforce_retention(topic, max_chunks_per_partition)
+        )
+
+    async def touch_groups(self, group_ids: Sequence[str]) -> None:
+        return await self._go("touch_groups", lambda: self.inner.touch_groups(group_ids))
+
+    async def expire_group_offsets(self, retention_ms: int) -> int:
+        return await self._go("expire_group_offsets", lambda: self.inner.expire_group_offsets(retention_ms))
+
+    async def claim_deletable_files(
+        self, token: str, max_files: int, grace_ms: int, claim_ms: int
+    ) -> list[ClaimedFile]:
+        return await self._go(
+            "claim_deletable_files",
+            lambda: self.inner.claim_deletable_files(token, max_files, grace_ms, claim_ms),
+        )
+
+    async def forget_files(self, token: str, file_ids: Sequence[int]) -> int:
+        return await self._go("forget_files", lambda: self.inner.forget_files(token, file_ids))
+
+    async def unknown_object_keys(self, object_keys: Sequence[str]) -> list[str]:
+        return await self._go("unknown_object_keys", lambda: self.inner.unknown_object_keys(object_keys))
+
+    async def record_success(self, task: str) -> None:
+        return await self._go("record_success", lambda: self.inner.record_success(task))
+
+    async def last_successes(self) -> dict[str, int]:
+        return await self._go("last_successes", self.inner.last_successes)
 
     async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
         return await self._go("commit_offsets", lambda: self.inner.commit_offsets(group_id, offsets))
