@@ -82,10 +82,11 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from agent.group_fencing import GroupFence, StoredGroup, encode_group_state
 from agent.group_model import (
     Group,
     GroupDescription,
@@ -220,6 +221,7 @@ class GroupCoordinator:
         new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
         heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat] | None = None,
         rebalance_purgatory: DelayedOperationPurgatory[DelayedOperation] | None = None,
+        fence: GroupFence | None = None,
     ) -> None:
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -232,19 +234,42 @@ class GroupCoordinator:
             rebalance_purgatory if rebalance_purgatory is not None else DelayedOperationPurgatory("Rebalance")
         )
         self.groups: dict[str, Group] = {}
+        # Fencing (agent.group_fencing): None in unit tests of the bare state machine.
+        self.fence = fence
+        if fence is not None:
+            fence.coordinator = self
+        self._base_generation: dict[str, int] = {}  # loaded empty groups: their last generation
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
-    def from_config(cls, config: AgentConfig) -> GroupCoordinator:
+    def from_config(cls, config: AgentConfig, fence: GroupFence | None = None) -> GroupCoordinator:
         return cls(
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
+            fence=fence,
         )
 
+    @classmethod
+    def from_context(cls, ctx: AgentContext) -> GroupCoordinator:
+        """The agent's coordinator, fenced by leases in metadata."""
+        config = ctx.config
+        fence = GroupFence(
+            ctx.metadata,
+            config.agent_id,
+            ttl_ms=config.group_lease_ttl_ms,
+            renew_interval_ms=config.group_lease_renew_interval_ms,
+            owns=lambda group_id: owns_group(ctx, group_id),
+            monotonic_ms=lambda: ctx.clock.monotonic() * 1000.0,
+        )
+        return cls.from_config(config, fence)
+
     def start(self) -> None:
-        """Drive both purgatories from the running event loop."""
+        """Drive both purgatories (and lease renewals) from the running event loop."""
         self.heartbeat_purgatory.start()
         self.rebalance_purgatory.start()
+        if self.fence is not None:
+            self.fence.start()
 
     async def close(self) -> None:
         """Answer every waiter with NOT_COORDINATOR, forget every group, stop the purgatories."""
@@ -257,6 +282,12 @@ class GroupCoordinator:
                 self._complete(m.sync_future, SyncResult(ErrorCode.not_coordinator))
                 m.join_future = m.sync_future = None
             self._complete_dead_group_ops(group)
+        if self.fence is not None:
+            await self.fence.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.heartbeat_purgatory.shutdown()
         await self.rebalance_purgatory.shutdown()
 
@@ -294,6 +325,8 @@ class GroupCoordinator:
         if group.state == GroupState.EMPTY and not group.members and not group.pending:
             if self.groups.get(group.group_id) is group:
                 del self.groups[group.group_id]
+                if self.fence is not None:
+                    self.fence.forgotten(group.group_id, encode_group_state(group))
             group.state = GroupState.DEAD
             self._complete_dead_group_ops(group)
 
@@ -303,6 +336,90 @@ class GroupCoordinator:
         self.rebalance_purgatory.check_and_complete(group.sync_key)
         for member_id in [*group.members, *group.pending]:
             self.heartbeat_purgatory.check_and_complete((group.group_id, member_id))
+
+    # ------------------------------------------------------------------ fencing
+
+    def drop_group(self, group_id: str) -> None:
+        """Forget a group whose lease this agent lost or gave up: whoever waits is told
+        NOT_COORDINATOR and finds the coordinator again (then rejoins)."""
+        self._base_generation.pop(group_id, None)
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        log.info("group %s: dropped (generation %d, not the coordinator)", group_id, group.generation_id)
+        group.state = GroupState.DEAD
+        for m in group.members.values():
+            self._complete(m.join_future, JoinResult(ErrorCode.not_coordinator, m.member_id))
+            self._complete(m.sync_future, SyncResult(ErrorCode.not_coordinator))
+            m.join_future = m.sync_future = None
+        self._complete_dead_group_ops(group)
+
+    def load_group(self, group_id: str, stored: StoredGroup | None) -> None:
+        """A lease was just acquired: take over the last confirmed generation. Its members
+        are known but must rejoin (PreparingRebalance; they learn it from their next
+        heartbeat), within the rebalance timeout or their session, before the group moves
+        on, so none of them still holds partitions when a new generation hands them out."""
+        self.drop_group(group_id)
+        if stored is None:
+            return
+        if not stored.members:
+            self._base_generation[group_id] = stored.generation_id
+            return
+        group = Group(
+            group_id,
+            state=GroupState.PREPARING_REBALANCE,
+            protocol_type=stored.protocol_type,
+            protocol_name=stored.protocol_name,
+            generation_id=stored.generation_id,
+        )
+        proto = stored.protocol_name or ""
+        for sm in stored.members:
+            group.members[sm.member_id] = Member(
+                sm.member_id,
+                sm.instance_id,
+                sm.client_id,
+                sm.client_host,
+                sm.session_timeout_ms,
+                sm.rebalance_timeout_ms,
+                stored.protocol_type or "",
+                [(proto, b"")],  # enough to check new members' protocols; rejoins bring theirs
+            )
+            if sm.instance_id is not None:
+                group.static[sm.instance_id] = sm.member_id
+        self.groups[group_id] = group
+        log.info(
+            "group %s: taken over at generation %d with %d member(s) to rejoin",
+            group_id,
+            group.generation_id,
+            len(group.members),
+        )
+        for m in group.members.values():
+            self._heartbeat(group, m)
+        op = DelayedJoin(self, group, group.rebalance_timeout_ms())
+        self.rebalance_purgatory.try_complete_else_watch(op, (group.join_key,))
+
+    async def _confirm_generation(self, group: Group, generation_id: int) -> None:
+        """Answer the joins of a new generation once metadata confirmed it (see
+        `_on_complete_join`); drop the group if the lease is lost."""
+        assert self.fence is not None
+        ok = await self.fence.confirm(group.group_id, encode_group_state(group))
+        if not self._alive(group):
+            return
+        if not ok:
+            self.fence.lose(group.group_id, release=False)
+            return
+        if group.generation_id != generation_id or not group.unconfirmed:
+            return  # it moved on: the joins still waiting belong to the next phase
+        group.unconfirmed = False
+        for m in group.members.values():
+            fut = m.join_future
+            m.join_future = None
+            self._complete(fut, self._join_answer(group, m))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_event_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------ heartbeats (sessions)
 
@@ -374,7 +491,8 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return now(ErrorCode.unknown_member_id)
-            group = Group(group_id)  # registered once it holds a member or a pending id
+            # registered once it holds a member or a pending id
+            group = Group(group_id, generation_id=self._base_generation.pop(group_id, 0))
         names = [n for n, _ in protocols]
         if not group.supports(protocol_type, names):
             return now(ErrorCode.inconsistent_group_protocol)
@@ -420,6 +538,9 @@ class GroupCoordinator:
             self._heartbeat(group, existing)
             self._check_join(group)
             return fut
+        if group.state == GroupState.COMPLETING_REBALANCE and group.unconfirmed and not changed:
+            # The generation is being confirmed in metadata: this join gets its answer then.
+            return self._await_join(existing)
         if group.state == GroupState.COMPLETING_REBALANCE and not changed:
             # It lost the join answer: say it again.
             self._heartbeat(group, existing)
@@ -539,6 +660,7 @@ class GroupCoordinator:
                 self._answer_sync(group, m, SyncResult(ErrorCode.rebalance_in_progress))
         was_empty = group.state == GroupState.EMPTY
         group.state = GroupState.PREPARING_REBALANCE
+        group.unconfirmed = False
         if group.pending_sync:
             group.pending_sync.clear()
         self.rebalance_purgatory.check_and_complete(group.sync_key)  # the sync wait is over
@@ -609,13 +731,19 @@ class GroupCoordinator:
             len(group.members),
             group.protocol_name,
         )
+        # With fencing, nobody learns the generation before metadata confirmed this agent
+        # still holds the group's lease (and stored the generation for a next holder).
+        group.unconfirmed = self.fence is not None
         for m in group.members.values():
-            fut = m.join_future
-            m.join_future = None
-            self._complete(fut, self._join_answer(group, m))
+            if not group.unconfirmed:
+                fut = m.join_future
+                m.join_future = None
+                self._complete(fut, self._join_answer(group, m))
             m.is_new = False
             self._heartbeat(group, m)
             group.pending_sync.add(m.member_id)
+        if group.unconfirmed:
+            self._spawn(self._confirm_generation(group, group.generation_id))
         op_sync = DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms())
         self.rebalance_purgatory.try_complete_else_watch(op_sync, (group.sync_key,))
 
@@ -847,6 +975,8 @@ class GroupCoordinator:
             return ErrorCode.non_empty_group
         group = self.groups.pop(group_id, None)
         if group is not None:
+            if self.fence is not None:
+                self.fence.forgotten(group_id, encode_group_state(group))
             group.state = GroupState.DEAD
             self._complete_dead_group_ops(group)  # pending member ids
             group.pending.clear()
@@ -861,7 +991,7 @@ def coordinator(ctx: AgentContext) -> GroupCoordinator:
     register one; call it from a handler, i.e. on the running loop)."""
     found = ctx.services.get(GROUP_COORDINATOR)
     if found is None:
-        found = ctx.services[GROUP_COORDINATOR] = GroupCoordinator.from_config(ctx.config)
+        found = ctx.services[GROUP_COORDINATOR] = GroupCoordinator.from_context(ctx)
         found.start()
     assert isinstance(found, GroupCoordinator)
     return found
@@ -870,3 +1000,13 @@ def coordinator(ctx: AgentContext) -> GroupCoordinator:
 def owns_group(ctx: AgentContext, group_id: str) -> bool:
     """Whether this agent coordinates `group_id` (else the answer is NOT_COORDINATOR)."""
     return ctx.agents.coordinator_for_group(group_id).node_id == ctx.agents.self_node_id
+
+
+async def ensure_coordinator(ctx: AgentContext, group_id: str) -> ErrorCode:
+    """Whether this agent may serve a request for `group_id` now: NONE, NOT_COORDINATOR
+    (routed elsewhere, or another agent holds its lease) or COORDINATOR_NOT_AVAILABLE
+    (metadata out of reach). Acquires the group's lease if needed (agent.group_fencing)."""
+    fence = coordinator(ctx).fence
+    if fence is None:
+        return ErrorCode.none if owns_group(ctx, group_id) else ErrorCode.not_coordinator
+    return await fence.ensure(group_id)

@@ -30,6 +30,7 @@ from metadata import serde as s
 from metadata.api_types import MetadataClient
 from metadata.db import is_db_unavailable
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
+from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.service import MetadataService
 from metadata.types import (
     AgentInfo,
@@ -138,8 +139,10 @@ class LocalMetadataClient:
         await self._run(self.service.replace_chunks, list(input_chunk_ids), file, list(outputs))
 
     # consumer groups
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None:
-        await self._run(self.service.commit_offsets, group_id, list(offsets))
+    async def commit_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
+    ) -> None:
+        await self._run(self.service.commit_offsets, group_id, list(offsets), lease)
 
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         return await self._run(self.service.fetch_offsets, group_id, None if topics is None else list(topics))
@@ -161,6 +164,23 @@ class LocalMetadataClient:
 
     async def live_agents(self) -> list[AgentInfo]:
         return await self._run(self.service.live_agents)
+
+    # group coordinator leases
+    async def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant:
+        return await self._run(self.service.acquire_group_lease, group_id, agent_id, ttl_ms)
+
+    async def renew_group_leases(
+        self, agent_id: str, leases: Sequence[tuple[str, int]], ttl_ms: int
+    ) -> list[str]:
+        return await self._run(self.service.renew_group_leases, agent_id, list(leases), ttl_ms)
+
+    async def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None:
+        await self._run(self.service.release_group_leases, agent_id, list(leases))
+
+    async def confirm_group_generation(
+        self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
+    ) -> None:
+        await self._run(self.service.confirm_group_generation, group_id, lease, ttl_ms, group_state)
 
     async def close(self) -> None:
         if self._closed:
@@ -342,9 +362,15 @@ class HttpMetadataClient:
         await self._call("POST", "/v1/replace-chunks", req)
 
     # consumer groups
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None:
+    async def commit_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
+    ) -> None:
         req = s.CommitOffsetsRequest.model_construct(
-            group_id=group_id, offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets]
+            group_id=group_id,
+            offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets],
+            lease=None
+            if lease is None
+            else s.LeaseTokenM.model_construct(holder=lease.holder, epoch=lease.epoch),
         )
         await self._call("POST", "/v1/groups/commit-offsets", req)
 
@@ -378,6 +404,39 @@ class HttpMetadataClient:
 
     async def live_agents(self) -> list[AgentInfo]:
         return [AgentInfo(**m.__dict__) for m in self._parse(_AGENTS, await self._call("GET", "/v1/agents"))]
+
+    # group coordinator leases
+    async def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant:
+        req = s.AcquireGroupLeaseRequest.model_construct(group_id=group_id, agent_id=agent_id, ttl_ms=ttl_ms)
+        m = self._parse(TypeAdapter(s.LeaseGrantM), await self._call("POST", "/v1/groups/lease/acquire", req))
+        return LeaseGrant(**m.__dict__)
+
+    async def renew_group_leases(
+        self, agent_id: str, leases: Sequence[tuple[str, int]], ttl_ms: int
+    ) -> list[str]:
+        req = s.RenewGroupLeasesRequest.model_construct(
+            agent_id=agent_id,
+            leases=[s.GroupLeaseM.model_construct(group_id=g, epoch=e) for g, e in leases],
+            ttl_ms=ttl_ms,
+        )
+        return self._parse(_GROUP_IDS, await self._call("POST", "/v1/groups/lease/renew", req))
+
+    async def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None:
+        req = s.ReleaseGroupLeasesRequest.model_construct(
+            agent_id=agent_id, leases=[s.GroupLeaseM.model_construct(group_id=g, epoch=e) for g, e in leases]
+        )
+        await self._call("POST", "/v1/groups/lease/release", req)
+
+    async def confirm_group_generation(
+        self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
+    ) -> None:
+        req = s.ConfirmGroupGenerationRequest.model_construct(
+            group_id=group_id,
+            lease=s.LeaseTokenM.model_construct(holder=lease.holder, epoch=lease.epoch),
+            ttl_ms=ttl_ms,
+            group_state=group_state,
+        )
+        await self._call("POST", "/v1/groups/lease/confirm-generation", req)
 
     async def close(self) -> None:
         await self._http.aclose()

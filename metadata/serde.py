@@ -231,6 +231,7 @@ class ReplaceChunksRequest(_M):
 class CommitOffsetsRequest(_M):
     group_id: str
     offsets: list[GroupOffsetM]
+    lease: LeaseTokenM | None = None
 
 
 class FetchOffsetsRequest(_M):
@@ -348,3 +349,52 @@ def output_to_m(x: t.OutputChunk) -> OutputChunkM:
 
 def output_from_m(m: OutputChunkM) -> t.OutputChunk:
     return t.OutputChunk(**m.__dict__)
+
+
+# ---------------------------------------------------------------- group coordinator leases
+
+
+class LeaseTokenM(_M):
+    holder: Name
+    epoch: Int64
+
+
+class LeaseGrantM(_M):
+    group_id: str
+    granted: bool
+    holder: Name
+    epoch: Int64
+    expires_ms: Int64
+    group_state: str | None = None
+
+
+class AcquireGroupLeaseRequest(_M):
+    group_id: str
+    agent_id: Name
+    ttl_ms: Int64
+
+
+class GroupLeaseM(_M):
+    group_id: str
+    epoch: Int64
+
+
+class RenewGroupLeasesRequest(_M):
+    agent_id: Name
+    leases: list[GroupLeaseM]
+    ttl_ms: Int64
+
+
+class ReleaseGroupLeasesRequest(_M):
+    agent_id: Name
+    leases: list[GroupLeaseM]
+
+
+class ConfirmGroupGenerationRequest(_M):
+    group_id: str
+    lease: LeaseTokenM
+    ttl_ms: Int64
+    group_state: str
+
+
+CommitOffsetsRequest.model_rebuild()  # its `lease` field is declared above this section

@@ -50,7 +50,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import IntegrityError
 
-from metadata import bitmaps, configs, idempotence
+from metadata import bitmaps, configs, group_leases, idempotence
 from metadata.commit_feed import NOTIFY_CHANNEL, CommitFeed, PgCommitListener, notify_payload
 from metadata.commit_plan import (
     CommitPlan,
@@ -81,6 +81,7 @@ from metadata.errors import (
     MetadataError,
 )
 from metadata.group_commit import GroupCommitter
+from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.schema import (
     FILE_DELETING,
     FILE_LIVE,
@@ -1231,7 +1232,11 @@ class MetadataService:
 
     # ------------------------------------------------------------------ consumer groups
 
-    def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None:
+    def commit_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
+    ) -> None:
+        """Upsert committed offsets; with `lease`, only while it is the group's current
+        coordinator lease (checked in this transaction, else NOT_COORDINATOR)."""
         if not offsets:
             return
         now = self.clock()
@@ -1261,6 +1266,8 @@ class MetadataService:
             },
         )
         with write_tx(self.engine) as conn:
+            if lease is not None:
+                group_leases.check(conn, group_id, lease, now)
             conn.execute(stmt, rows)
 
     def fetch_offsets(self, group_id: str, topics_: Sequence[str] | None) -> list[GroupOffset]:
@@ -1312,17 +1319,10 @@ class MetadataService:
     # ------------------------------------------------------------------ agents
 
     def heartbeat_agent(self, agent: AgentInfo) -> None:
-        """Register or refresh an agent; last_heartbeat_ms is the service's clock."""
-        now = self.clock()
-        stmt = self._insert(agents).values(
-            agent_id=agent.agent_id, host=agent.host, port=agent.port, zone=agent.zone, last_heartbeat_ms=now
-        )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[agents.c.agent_id],
-            set_={"host": agent.host, "port": agent.port, "zone": agent.zone, "last_heartbeat_ms": now},
-        )
+        """Register or refresh an agent; last_heartbeat_ms is the service's clock. A live
+        agent id heartbeated from another address is refused (metadata.group_leases)."""
         with write_tx(self.engine) as conn:
-            conn.execute(stmt)
+            group_leases.heartbeat_agent(conn, agent, self.clock(), self.agent_ttl_ms)
 
     def live_agents(self) -> list[AgentInfo]:
         """Agents that heartbeated within the TTL, by agent id; expired ones are deleted."""
@@ -1367,6 +1367,26 @@ class MetadataService:
             for t in (topics, partitions, files, chunks, producer_state, group_offsets, agents):
                 out[t.name] = int(conn.execute(select(func.count()).select_from(t)).scalar_one())
         return out
+
+    # ------------------------------------------------------------------ group coordinator leases
+
+    def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant:
+        with write_tx(self.engine) as conn:
+            return group_leases.acquire(conn, group_id, agent_id, self.clock(), ttl_ms)
+
+    def renew_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]], ttl_ms: int) -> list[str]:
+        with write_tx(self.engine) as conn:
+            return group_leases.renew(conn, agent_id, leases, self.clock(), ttl_ms)
+
+    def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None:
+        with write_tx(self.engine) as conn:
+            group_leases.release(conn, agent_id, leases)
+
+    def confirm_group_generation(
+        self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
+    ) -> None:
+        with write_tx(self.engine) as conn:
+            group_leases.confirm(conn, group_id, lease, self.clock(), ttl_ms, group_state)
 
 
 __all__ = ["MetadataService", "system_clock", "DEFAULT_AGENT_TTL_MS"]
