@@ -349,5 +349,9 @@ class GroupFence:
         if held:
             with contextlib.suppress(MetadataUnavailable, MetadataError, OSError):
                 await self.metadata.release_group_leases(self.agent_id, list(held.items()))
-        if self._background:
+        await self.drain()
+
+    async def drain(self) -> None:
+        """Wait for the releases running in the background."""
+        while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
