@@ -2,9 +2,11 @@
 
 One `GroupCoordinator` per agent holds, in memory, the groups this agent coordinates
 (the agent chosen for a group id by rendezvous hashing, `LiveAgents.coordinator_for_group`).
-Committed offsets are not kept here: they are durable in metadata. Group membership is
-soft state: if the coordinator moves (an agent joins or leaves), clients get
-NOT_COORDINATOR, find the new one, are told UNKNOWN_MEMBER_ID and simply rejoin.
+Committed offsets are not kept here: they are durable in metadata. So is every group state
+a member can learn (a new generation, the leader's assignment), stored under the group's
+coordinator lease before the answers go out (agent.group_fencing): if the coordinator moves
+(an agent joins or leaves, or dies), clients get NOT_COORDINATOR, find the new one, and
+go on in their generation there, as after a coordinator failover in Kafka (`load_group`).
 
 States, as in Kafka's GroupMetadata:
 
@@ -20,8 +22,8 @@ States, as in Kafka's GroupMetadata:
   those every member supports, by vote of each member's first supported preference; a
   member that shares none with the group gets INCONSISTENT_GROUP_PROTOCOL. The leader's
   join answer lists every member's metadata for that protocol; the others get an empty list.
-- SyncGroup: followers park until the leader's SyncGroup carries the assignments; then all
-  get theirs and the group is Stable.
+- SyncGroup: followers park until the leader's SyncGroup carries the assignments; then
+  (with fencing, once metadata stored them) all get theirs and the group is Stable.
 - Heartbeat: keeps the member's session; answers REBALANCE_IN_PROGRESS while preparing a
   rebalance, ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID.
 - Static membership (`group.instance.id`): a join with a known instance id and no member
@@ -355,10 +357,16 @@ class GroupCoordinator:
         self._complete_dead_group_ops(group)
 
     def load_group(self, group_id: str, stored: StoredGroup | None) -> None:
-        """A lease was just acquired: take over the last confirmed generation. Its members
-        are known but must rejoin (PreparingRebalance; they learn it from their next
-        heartbeat), within the rebalance timeout or their session, before the group moves
-        on, so none of them still holds partitions when a new generation hands them out."""
+        """A lease was just acquired: take over the group's last stored generation, as Kafka's
+        coordinator loads a group on failover (GroupMetadataManager.loadGroup, onGroupLoaded).
+
+        Stored with the leader's assignment: the group is Stable at that generation, with
+        its leader, members, protocols and assignments, so the members' heartbeats, commits,
+        syncs and rejoins are answered as by the previous coordinator, and nobody rebalances
+        because the coordinator moved. Stored at the end of a join phase (the previous
+        coordinator died before the leader's assignment was stored): CompletingRebalance at
+        that generation; a member that lost its join answer gets it again, the leader's
+        SyncGroup completes it. Either way every member's session restarts now."""
         self.drop_group(group_id)
         if stored is None:
             return
@@ -367,12 +375,11 @@ class GroupCoordinator:
             return
         group = Group(
             group_id,
-            state=GroupState.PREPARING_REBALANCE,
+            state=GroupState.STABLE if stored.assigned else GroupState.COMPLETING_REBALANCE,
             protocol_type=stored.protocol_type,
             protocol_name=stored.protocol_name,
             generation_id=stored.generation_id,
         )
-        proto = stored.protocol_name or ""
         for sm in stored.members:
             group.members[sm.member_id] = Member(
                 sm.member_id,
@@ -382,21 +389,27 @@ class GroupCoordinator:
                 sm.session_timeout_ms,
                 sm.rebalance_timeout_ms,
                 stored.protocol_type or "",
-                [(proto, b"")],  # enough to check new members' protocols; rejoins bring theirs
+                list(sm.protocols),
+                assignment=sm.assignment,
             )
             if sm.instance_id is not None:
                 group.static[sm.instance_id] = sm.member_id
+        leader = stored.leader_id
+        group.leader_id = leader if leader in group.members else next(iter(group.members))
         self.groups[group_id] = group
         log.info(
-            "group %s: taken over at generation %d with %d member(s) to rejoin",
+            "group %s: taken over at generation %d (%s) with %d member(s)",
             group_id,
             group.generation_id,
+            group.state.value,
             len(group.members),
         )
         for m in group.members.values():
             self._heartbeat(group, m)
-        op = DelayedJoin(self, group, group.rebalance_timeout_ms())
-        self.rebalance_purgatory.try_complete_else_watch(op, (group.join_key,))
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            group.pending_sync.update(group.members)
+            op = DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms())
+            self.rebalance_purgatory.try_complete_else_watch(op, (group.sync_key,))
 
     async def _confirm_generation(self, group: Group, generation_id: int) -> None:
         """Answer the joins of a new generation once metadata confirmed it (see
@@ -415,6 +428,37 @@ class GroupCoordinator:
             fut = m.join_future
             m.join_future = None
             self._complete(fut, self._join_answer(group, m))
+
+    async def _store_assignment(self, group: Group, generation_id: int) -> None:
+        """Answer the SyncGroups once metadata stored the leader's assignment (see `sync`);
+        drop the group if the lease is lost (as Kafka answers the syncs with the store's error)."""
+        assert self.fence is not None
+
+        def current() -> bool:
+            return (
+                self._alive(group)
+                and group.generation_id == generation_id
+                and group.state == GroupState.COMPLETING_REBALANCE
+                and group.storing_assignment
+            )
+
+        if not current():
+            return  # it rebalanced meanwhile: the syncs were answered REBALANCE_IN_PROGRESS
+        ok = await self.fence.confirm(group.group_id, encode_group_state(group, assigned=True))
+        if self._alive(group) and not ok:
+            self.fence.lose(group.group_id, release=False)
+        elif ok and current():
+            self._assignment_stored(group)
+
+    async def _store_stable(self, group: Group, generation_id: int) -> None:
+        """Store a Stable group whose membership changed without a rebalance (a static member
+        came back with a new member id); drop the group if the lease is lost."""
+        assert self.fence is not None
+        if not self._alive(group) or group.state != GroupState.STABLE or group.generation_id != generation_id:
+            return  # it moved on: the next generation is stored when it forms
+        ok = await self.fence.confirm(group.group_id, encode_group_state(group, assigned=True))
+        if self._alive(group) and not ok:
+            self.fence.lose(group.group_id, release=False)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_event_loop().create_task(coro)
@@ -604,6 +648,8 @@ class GroupCoordinator:
         self._heartbeat(group, new)
         unchanged = old.protocols == new.protocols
         if group.state == GroupState.STABLE and unchanged:
+            if self.fence is not None:
+                self._spawn(self._store_stable(group, group.generation_id))
             answer = self._join_answer(group, new)
             if was_leader:
                 answer = JoinResult(
@@ -660,7 +706,7 @@ class GroupCoordinator:
                 self._answer_sync(group, m, SyncResult(ErrorCode.rebalance_in_progress))
         was_empty = group.state == GroupState.EMPTY
         group.state = GroupState.PREPARING_REBALANCE
-        group.unconfirmed = False
+        group.unconfirmed = group.storing_assignment = False
         if group.pending_sync:
             group.pending_sync.clear()
         self.rebalance_purgatory.check_and_complete(group.sync_key)  # the sync wait is over
@@ -803,15 +849,26 @@ class GroupCoordinator:
         self._complete(member.sync_future, SyncResult(ErrorCode.rebalance_in_progress))
         member.sync_future = fut
         self._heartbeat(group, member)
-        if member_id == group.leader_id:
+        if member_id == group.leader_id and not group.storing_assignment:
             given = {mid: bytes(a) for mid, a in assignments}
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
-            group.state = GroupState.STABLE
-            for m in group.members.values():
-                self._answer_sync(group, m, self._sync_answer(group, m))
+            if self.fence is None:
+                self._assignment_stored(group)
+            else:
+                # As Kafka's storeGroup: the assignment is stored (with the lease checked)
+                # before anyone learns it, so a next coordinator takes over this generation.
+                group.storing_assignment = True
+                self._spawn(self._store_assignment(group, group.generation_id))
         self._synced(group, member_id)
         return fut
+
+    def _assignment_stored(self, group: Group) -> None:
+        """The leader's assignment holds: the group is Stable, every waiting member learns its part."""
+        group.storing_assignment = False
+        group.state = GroupState.STABLE
+        for m in group.members.values():
+            self._answer_sync(group, m, self._sync_answer(group, m))
 
     def _synced(self, group: Group, member_id: str) -> None:
         if member_id in group.pending_sync:

@@ -10,15 +10,20 @@ stops. So coordinating a group also takes a lease in metadata, held with an epoc
   group are let go); owner with a valid lease -> go on; owner without one -> acquire it
   (one request per group however many clients ask at once). Refused (another agent holds
   it) -> NOT_COORDINATOR, metadata out of reach -> COORDINATOR_NOT_AVAILABLE; clients find
-  the coordinator again and retry. An acquisition loads the group's last confirmed
-  generation (`load_group`): its members must rejoin (or let their sessions expire)
-  before a new generation can form, so members of the previous coordinator's generation
-  give up their partitions (eager) or declare them (cooperative) before anyone else is
-  given them.
-- Every new generation is confirmed in metadata before any member learns it: the
-  coordinator's `_on_complete_join` holds the join answers until `confirm` has renewed the
-  lease and stored the generation (members, timeouts, protocol) in one conditional UPDATE.
-  Offset commits carry the lease (holder, epoch), checked in the commit's transaction.
+  the coordinator again and retry. An acquisition loads the group's last stored state
+  (`load_group`), as Kafka's coordinator loads a group when it takes over its partition of
+  `__consumer_offsets`: stored with the leader's assignment, the group is Stable at that
+  generation (members, protocols, assignments; every member's session restarts), so its
+  members go on with their partitions and nobody rebalances because the coordinator
+  moved; stored at the end of a join phase, it is CompletingRebalance at that generation.
+  A later rebalance waits, as always, for every member to rejoin or expire, so members of
+  the previous coordinator's generation give up their partitions (eager) or declare them
+  (cooperative) before anyone else is given them.
+- Every state a member can learn is stored in metadata first, with the lease renewed and
+  checked (holder, epoch) in the same conditional UPDATE (`confirm`): a new generation
+  before the join answers (`_on_complete_join`), the leader's assignment before the
+  SyncGroup answers (as Kafka's storeGroup), a static member's new id. Offset commits
+  carry the lease, checked in the commit's transaction.
 - Leases are renewed every `renew_interval_ms`, all groups in one request. The agent
   trusts a lease until `sent + ttl_ms - ttl_ms / 4` (by its monotonic clock, counted from
   when the acquiring or renewing request was sent): metadata grants until its own
@@ -30,13 +35,17 @@ stops. So coordinating a group also takes a lease in metadata, held with an epoc
   stops) has its lease released, so the next coordinator need not wait for the TTL.
 
 `group_state` JSON (what a new holder loads): `{"generation": int, "protocol_type": str|null,
-"protocol": str|null, "members": [{"id", "instance", "client_id", "client_host",
-"session_ms", "rebalance_ms"}]}`.
+"protocol": str|null, "leader": str|null, "assigned": bool, "members": [{"id", "instance",
+"client_id", "client_host", "session_ms", "rebalance_ms", "protocols": [[name, base64]],
+"assignment": base64}]}`; `assigned`: stored with the leader's assignment (else the
+assignments are empty). Kafka stores only the chosen protocol's metadata; all of them are
+kept here, so a member rejoining with unchanged metadata after a takeover does not rebalance.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -70,6 +79,8 @@ class StoredMember:
     client_host: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes
 
 
 @dataclass(frozen=True)
@@ -77,15 +88,25 @@ class StoredGroup:
     generation_id: int
     protocol_type: str | None
     protocol_name: str | None
+    leader_id: str | None
+    assigned: bool  # stored with the leader's assignment (Stable), else at the end of a join phase
     members: tuple[StoredMember, ...]
 
 
-def encode_group_state(group: Group) -> str:
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def encode_group_state(group: Group, *, assigned: bool = False) -> str:
+    """The group as a next coordinator loads it; `assigned`: the members' assignments are
+    the leader's for this generation (stored at its SyncGroup, before anyone learns them)."""
     return json.dumps(
         {
             "generation": group.generation_id,
             "protocol_type": group.protocol_type,
             "protocol": group.protocol_name,
+            "leader": group.leader_id,
+            "assigned": assigned,
             "members": [
                 {
                     "id": m.member_id,
@@ -94,6 +115,8 @@ def encode_group_state(group: Group) -> str:
                     "client_host": m.client_host,
                     "session_ms": m.session_timeout_ms,
                     "rebalance_ms": m.rebalance_timeout_ms,
+                    "protocols": [[name, _b64(data)] for name, data in m.protocols],
+                    "assignment": _b64(m.assignment) if assigned else "",
                 }
                 for m in group.members.values()
             ],
@@ -108,10 +131,13 @@ def decode_group_state(text: str | None) -> StoredGroup | None:
         return None
     try:
         d: dict[str, Any] = json.loads(text)
+        protocol = d.get("protocol")
         return StoredGroup(
             int(d["generation"]),
             d.get("protocol_type"),
-            d.get("protocol"),
+            protocol,
+            d.get("leader"),
+            bool(d.get("assigned", False)),
             tuple(
                 StoredMember(
                     str(m["id"]),
@@ -120,6 +146,11 @@ def decode_group_state(text: str | None) -> StoredGroup | None:
                     str(m.get("client_host", "")),
                     int(m["session_ms"]),
                     int(m["rebalance_ms"]),
+                    tuple(
+                        (str(name), base64.b64decode(data, validate=True))
+                        for name, data in m.get("protocols", [[protocol or "", ""]])
+                    ),
+                    base64.b64decode(m.get("assignment", ""), validate=True),
                 )
                 for m in d["members"]
             ),

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from agent.group_coordinator import DelayedHeartbeat, GroupCoordinator
 from agent.group_fencing import GroupFence, decode_group_state
-from agent.group_model import GroupState, JoinResult
+from agent.group_model import GroupState, JoinResult, SyncResult
 from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from agent.timing_wheel import SystemTimer
 from metadata.client import LocalMetadataClient
@@ -80,6 +80,20 @@ class Agent:
 
     def start_join(self, member_id: str = "", group: str = "g") -> asyncio.Future[JoinResult]:
         return asyncio.ensure_future(self.join(member_id, group))
+
+    async def sync(
+        self, generation: int, member_id: str, assignments: dict[str, bytes] | None = None, group: str = "g"
+    ) -> SyncResult:
+        code = await self.fence.ensure(group)
+        if code != E.none:
+            return SyncResult(code)
+        fut = self.gc.sync(group, generation, member_id, None, list((assignments or {}).items()))
+        return await asyncio.wait_for(fut, 5)
+
+    def start_sync(
+        self, generation: int, member_id: str, assignments: dict[str, bytes] | None = None
+    ) -> asyncio.Future[SyncResult]:
+        return asyncio.ensure_future(self.sync(generation, member_id, assignments))
 
 
 class World:
@@ -149,41 +163,74 @@ async def test_a_second_agent_that_believes_it_coordinates_is_refused(world: Wor
     assert await b.fence.ensure("g") == E.not_coordinator
 
 
+async def test_the_leaders_assignment_is_stored_before_the_members_learn_it(world: World) -> None:
+    a = world.agent("A")
+    r = await a.join()
+    world.metadata.down = True
+    sync = a.start_sync(1, r.member_id, {r.member_id: b"p0"})
+    await settle()
+    # metadata cannot store it: the leader is never told its assignment, the group is dropped
+    assert (await sync).error == E.not_coordinator
+    assert "g" not in a.gc.groups and "g" not in a.fence.held
+    world.metadata.down = False
+    again = await a.join(r.member_id)  # re-acquired: generation 1 (stored at its join) goes on
+    assert again.error == E.none and again.generation_id == 1
+    assert (await a.sync(1, r.member_id, {r.member_id: b"p0"})).assignment == b"p0"
+    stored = decode_group_state(world.stored()[2])
+    assert stored is not None and stored.assigned and stored.generation_id == 1
+    assert stored.leader_id == r.member_id
+    assert [(m.member_id, m.protocols, m.assignment) for m in stored.members] == [
+        (r.member_id, (("range", b"meta"),), b"p0")
+    ]
+
+
 async def test_routing_moves_the_group_release_lets_the_new_owner_in_at_once(world: World) -> None:
     a, b = world.agent("A"), world.agent("B")
     ra = await a.join()
-    fut = a.gc.heartbeat("g", 1, ra.member_id, None)
-    assert fut == E.none
+    assert (await a.sync(1, ra.member_id, {ra.member_id: b"p0"})).error == E.none
+    assert a.gc.heartbeat("g", 1, ra.member_id, None) == E.none
     a.owner = False  # A's view now routes the group to B
     assert await a.fence.ensure("g") == E.not_coordinator
     assert "g" not in a.gc.groups
     await a.fence.drain()  # the release runs in the background
-    rb = await b.join(ra.member_id)
-    # B took over the confirmed generation: the old member is known, must rejoin, and does
-    assert rb.error == E.none and rb.generation_id == 2 and rb.member_id == ra.member_id
+    # B takes over at once, with the stored generation: Stable, same member and assignment
+    assert await b.fence.ensure("g") == E.none
     assert world.stored()[:2] == ("B", 2)
+    g = b.gc.groups["g"]
+    assert (g.state, g.generation_id, g.leader_id) == (GroupState.STABLE, 1, ra.member_id)
+    assert b.gc.heartbeat("g", 1, ra.member_id, None) == E.none
+    assert (await b.sync(1, ra.member_id)).assignment == b"p0"
+    desc = b.gc.describe("g")
+    assert desc is not None and [m.assignment for m in desc.members] == [b"p0"]
 
 
-async def test_takeover_after_expiry_waits_for_the_previous_generation_to_rejoin(world: World) -> None:
+async def test_takeover_after_expiry_keeps_the_generation_until_everyone_rejoined(world: World) -> None:
     a, b = world.agent("A"), world.agent("B")
     r1 = await a.join()
     assert r1.generation_id == 1
     m2 = a.start_join()
     m1b = a.start_join(r1.member_id)  # the leader rejoins for the second member
     r1, r2 = await m1b, await m2
-    assert r1.generation_id == r2.generation_id == 2
+    assert r1.generation_id == r2.generation_id == 2 and r1.leader == r1.member_id
+    s2 = a.start_sync(2, r2.member_id)
+    s1 = await a.sync(2, r1.member_id, {r1.member_id: b"p0", r2.member_id: b"p1"})
+    assert (s1.assignment, (await s2).assignment) == (b"p0", b"p1")
     # A dies (no release). B cannot take the group before the lease lapses.
     assert (await b.join()).error == E.not_coordinator
     world.mclock.now += TTL + 1
     assert await b.fence.ensure("g") == E.none
     g = b.gc.groups["g"]
-    assert g.state == GroupState.PREPARING_REBALANCE and g.generation_id == 2
-    assert set(g.members) == {r1.member_id, r2.member_id}
-    # the old members learn of the rebalance from their heartbeat, commits still pass
-    assert b.gc.heartbeat("g", 2, r1.member_id, None) == E.rebalance_in_progress
+    assert g.state == GroupState.STABLE and g.generation_id == 2
+    assert {m: g.members[m].assignment for m in g.members} == {r1.member_id: b"p0", r2.member_id: b"p1"}
+    # the members go on in their generation: heartbeats, commits, a follower's rejoin
+    assert b.gc.heartbeat("g", 2, r1.member_id, None) == E.none
     assert b.gc.validate_commit("g", 2, r2.member_id, None) == E.none
-    # a new member waits until both old members rejoined
+    again = await b.join(r2.member_id)
+    assert (again.error, again.generation_id, g.state) == (E.none, 2, GroupState.STABLE)
+    # a new member waits until both old members rejoined (their sessions restarted at the load)
     m3 = b.start_join()
+    await settle()
+    assert b.gc.heartbeat("g", 2, r1.member_id, None) == E.rebalance_in_progress
     o1 = b.start_join(r1.member_id)
     await settle()
     assert not m3.done() and not o1.done()
@@ -191,6 +238,49 @@ async def test_takeover_after_expiry_waits_for_the_previous_generation_to_rejoin
     r3, n1, n2 = await m3, await o1, await o2
     assert r3.generation_id == n1.generation_id == n2.generation_id == 3
     assert json.loads(world.stored()[2] or "")["generation"] == 3
+
+
+async def test_takeover_of_a_generation_whose_assignment_was_not_stored(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    r1 = await a.join()
+    m2 = a.start_join()
+    r1, r2 = await a.start_join(r1.member_id), await m2
+    assert r1.generation_id == 2
+    # A dies before the leader's SyncGroup: generation 2 was stored without assignments
+    world.mclock.now += TTL + 1
+    assert await b.fence.ensure("g") == E.none
+    g = b.gc.groups["g"]
+    assert g.state == GroupState.COMPLETING_REBALANCE and g.generation_id == 2
+    # members that lost their join answer get it again (the leader with every member's metadata)
+    again = await b.join(r1.member_id)
+    assert (again.generation_id, again.leader) == (2, r1.member_id)
+    assert [(m.member_id, m.metadata) for m in again.members] == [
+        (r1.member_id, b"meta"),
+        (r2.member_id, b"meta"),
+    ]
+    s2 = b.start_sync(2, r2.member_id)
+    await settle()
+    assert not s2.done()
+    s1 = await b.sync(2, r1.member_id, {r1.member_id: b"p0", r2.member_id: b"p1"})
+    assert (s1.assignment, (await s2).assignment) == (b"p0", b"p1")
+    assert g.state == GroupState.STABLE
+    stored = decode_group_state(world.stored()[2])
+    assert stored is not None and stored.assigned and stored.generation_id == 2
+
+
+async def test_members_of_a_taken_over_generation_that_never_come_back_expire(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    r1 = await a.join()
+    await a.sync(1, r1.member_id, {r1.member_id: b"p0"})
+    world.mclock.now += TTL + 1
+    assert await b.fence.ensure("g") == E.none
+    assert b.gc.groups["g"].state == GroupState.STABLE
+    world.clock.advance(SESSION / 1000 + 0.1)  # no heartbeat reached B within a session
+    await settle()
+    assert "g" not in b.gc.groups  # the member expired; the group emptied and was forgotten
+    await b.fence.drain()
+    stored = decode_group_state(world.stored()[2])
+    assert stored is not None and stored.members == () and stored.generation_id == 2
 
 
 async def test_a_stale_coordinator_drops_its_group_when_renewal_finds_the_lease_lost(world: World) -> None:
@@ -217,7 +307,8 @@ async def test_a_lease_not_renewed_in_time_is_no_longer_trusted(world: World) ->
     world.metadata.down = False
     assert await a.fence.ensure("g") == E.none  # re-acquired, new epoch, generation 1 loaded
     assert world.stored()[:2] == ("A", 2)
-    assert a.gc.heartbeat("g", 1, ra.member_id, None) == E.rebalance_in_progress
+    assert a.gc.groups["g"].state == GroupState.COMPLETING_REBALANCE  # no SyncGroup yet
+    assert a.gc.heartbeat("g", 1, ra.member_id, None) == E.none
 
 
 async def test_renewals_are_one_request_for_every_group(world: World) -> None:
@@ -256,3 +347,23 @@ async def test_an_emptied_group_stores_its_state_and_releases(world: World) -> N
     assert stored is not None and stored.members == () and stored.generation_id == 2
     rb = await b.join()  # no wait for the lease to lapse, and the generation goes on
     assert rb.error == E.none and rb.generation_id == 3
+
+
+async def test_a_static_member_replaced_without_a_rebalance_is_stored(world: World) -> None:
+    a = world.agent("A")
+    assert await a.fence.ensure("g") == E.none
+
+    def join_static(member_id: str) -> asyncio.Future[JoinResult]:
+        return a.gc.join("g", member_id, "i1", "consumer", [("range", b"meta")], SESSION, REBALANCE)
+
+    r = await join_static("")
+    assert r.error == E.none
+    assert (await a.sync(1, r.member_id, {r.member_id: b"p0"})).assignment == b"p0"
+    back = await join_static("")  # the same instance, restarted: a new member id, no rebalance
+    assert back.error == E.none and back.generation_id == 1 and back.member_id != r.member_id
+    await settle()
+    stored = decode_group_state(world.stored()[2])
+    assert stored is not None and stored.assigned
+    assert [(m.member_id, m.instance_id, m.assignment) for m in stored.members] == [
+        (back.member_id, "i1", b"p0")
+    ]

@@ -5,25 +5,28 @@ Three agents (`skiff metadata` on PostgreSQL, a moto S3 bucket); the consumers a
 with all three. The group's coordinator is found with a raw FindCoordinator (all agents agree)
 and killed mid-consumption. Until its TTL runs out the survivors still name it (it is
 unreachable); then rendezvous hashing moves the group to a survivor, which takes the group's
-lease once the dead agent's has lapsed and loads its last generation (agent.group_fencing):
-the members get NOT_COORDINATOR, find the new coordinator, are told REBALANCE_IN_PROGRESS (or
-UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION), rejoin and resume from the offsets committed in
-metadata.
+lease once the dead agent's has lapsed and loads its last stored generation, with the leader's
+assignment (agent.group_fencing; as Kafka's coordinator loads a group on failover): the members
+get NOT_COORDINATOR (or cannot connect), find the new coordinator and go on in their generation,
+with their partitions, without a rebalance (a client may still rejoin on its own, e.g. when its
+own session check gave up on the dead coordinator). Then a third member joins: the taken-over
+group rebalances on the new coordinator and every partition resumes from the offsets committed
+in metadata.
 
 The consumers are driven from one thread (poll a member, commit what it consumed, next
 member), so no commit is ever in flight when the agent is killed: the committed offsets at the
 kill are exactly the last successful commits. What is checked:
 
-- after every assignment (the first one, the rebalance after the kill, any other), each
-  partition's first delivered record is at exactly the offset committed when the assignment
-  happened (0 without a commit): nothing committed is re-delivered, nothing is skipped; in
-  particular after the failover every partition resumes at its offset committed at the kill;
-- the new coordinator takes the group over at its last generation (agent.group_fencing, as
-  Kafka's loads it): a member of that generation may still commit the partitions it holds
-  until it rejoins, but never a partition already given out again in a new generation; every
-  commit after the member rejoined succeeds;
+- after every assignment (the first one, any rebalance after the kill, the third member's),
+  each partition's first delivered record is at exactly the offset committed when the
+  assignment happened (0 without a commit), or, for a member given back a partition it had,
+  its own position: nothing committed is re-delivered, nothing is skipped; a member that keeps
+  its partitions across the failover goes on without a gap or a repeat;
+- after the failover both members commit through the new coordinator; a commit of the old
+  generation never succeeds for a partition already given out again in a new generation;
 - every record (produced before and after the failover) is consumed at least once, with the
-  right contents; re-deliveries are only of records consumed but not committed before the kill;
+  right contents; re-deliveries are only of records consumed but not committed before a
+  partition moved;
 - the commits after the failover land on the new coordinator: a raw OffsetFetch to it returns
   them; the other survivor answers NOT_COORDINATOR.
 """
@@ -127,19 +130,33 @@ class Tracker:
     assigned_after_kill: set[int] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
     killed: bool = False
+    moved: bool = False  # the survivors name the new coordinator
+    committed_after_move: set[int] = field(default_factory=set)  # members with a commit since
     timeline: list[str] = field(default_factory=list)  # for failure messages
 
     def __post_init__(self) -> None:
-        n = len(self.members)
+        members, self.members = self.members, []
         # per member: partition -> the offset its next record must have (None: first since the assignment)
-        self.next: list[dict[int, int | None]] = [{} for _ in range(n)]
+        self.next: list[dict[int, int | None]] = []
         # per member and partition, first record since the assignment: (committed then, own position or None)
-        self.first_ok: list[dict[int, tuple[int, int | None]]] = [{} for _ in range(n)]
+        self.first_ok: list[dict[int, tuple[int, int | None]]] = []
         # per member: partitions revoked (not lost) from it since its last assignment -> its position
-        self.held: list[dict[int, int]] = [{} for _ in range(n)]
-        self.seen = [0] * n
-        self.polls = [0] * n
-        self.uncommitted: list[dict[int, int]] = [{} for _ in range(n)]
+        self.held: list[dict[int, int]] = []
+        self.seen: list[int] = []
+        self.polls: list[int] = []
+        self.uncommitted: list[dict[int, int]] = []
+        for m in members:
+            self.add(m)
+
+    def add(self, member: Member) -> None:
+        """One more member, driven with the others from now on."""
+        self.members.append(member)
+        self.next.append({})
+        self.first_ok.append({})
+        self.held.append({})
+        self.seen.append(0)
+        self.polls.append(0)
+        self.uncommitted.append({})
 
     def lagging(self) -> bool:
         """Whether some partition has records consumed but not committed."""
@@ -213,6 +230,8 @@ class Tracker:
             else:
                 self.note(f"member {i} commit {offsets} ok")
                 self.commits_ok.append((i, offsets, self.killed))
+                if self.moved:
+                    self.committed_after_move.add(i)
                 if self.killed and i not in self.rejoined and set(offsets) & self.assigned_after_kill:
                     self.problems.append(
                         f"member {i}: commit {offsets} of the old generation succeeded after the kill,"
@@ -313,13 +332,27 @@ def test_group_moves_to_a_new_coordinator_when_its_agent_is_killed(
     assert code == ErrorCode.none
     (new_coordinator,) = [a for a in survivors if a.port == new_port]
     (other,) = [a for a in survivors if a is not new_coordinator]
+    t.moved = True
+    t.note(f"the group moved to {new_port}")
 
-    # both members rejoin (at the new coordinator) and get every partition between them
+    # both members go on at the new coordinator (in their generation, or rejoined) and commit there
     t.run_until(
-        lambda: t.rejoined == {0, 1} and t.assigned_after_kill == set(range(PARTITIONS)),
-        "both members to rejoin with all partitions assigned",
+        lambda: t.committed_after_move == {0, 1}, "both members to commit through the new coordinator"
     )
-    rejoined_after_s = time.monotonic() - killed_at
+    rebalanced_at_failover = sorted(t.rejoined)
+    resumed_after_s = time.monotonic() - killed_at
+
+    # a third member joins: the taken-over group rebalances on the new coordinator, each old member
+    # rejoins, and every partition is handed out again
+    t.add(member_factory(client, bootstrap, topic, group, max_poll_records=POLL_RECORDS))
+    t.run_until(
+        lambda: (
+            t.rejoined == {0, 1, 2}
+            and t.assigned_after_kill == set(range(PARTITIONS))
+            and all(m.assignment() for m in t.members)
+        ),
+        "the three members to share the partitions",
+    )
 
     # more data, produced through the survivors; consume everything, committing as we go
     after = tagged("b", AFTER, start=BEFORE, partitions=PARTITIONS)
@@ -342,8 +375,8 @@ def test_group_moves_to_a_new_coordinator_when_its_agent_is_killed(
     # (the tracker checked that after every assignment each partition resumed at the offset
     # committed then, or went on from the member's own position, and then had no gap or repeat)
     # after the failover in particular: each partition's first post-kill assignment resumed at
-    # the offset committed then: the one committed at the kill, or a later one its member of the
-    # old generation committed before rejoining (never an older one), unless its member kept it
+    # the offset committed then: the one committed at the kill, or a later one its member
+    # committed in its generation since (never an older one), unless its member kept it
     first_after: dict[int, tuple[int, int, bool]] = {}
     for _, p, first, committed_then, after_kill, continued in t.firsts:
         if after_kill and p not in first_after:
@@ -373,8 +406,9 @@ def test_group_moves_to_a_new_coordinator_when_its_agent_is_killed(
     code, _ = offset_fetch(other.bootstrap, group, topic)
     assert code == ErrorCode.not_coordinator
     print(
-        f"{client}: coordinator {doomed.port} killed; group on {new_port}, both members rejoined"
-        f" {rejoined_after_s:.1f} s after the kill; {len(t.commits_failed)} commits failed meanwhile;"
+        f"{client}: coordinator {doomed.port} killed; group on {new_port}, both members committing there"
+        f" {resumed_after_s:.1f} s after the kill (members that rejoined meanwhile: {rebalanced_at_failover});"
+        f" {len(t.commits_failed)} commits failed meanwhile;"
         f" committed at the kill {at_kill}, consumed {consumed_at_kill}; {redelivered} records re-delivered;"
         f" partitions kept by their member across the failover: {kept}"
     )
