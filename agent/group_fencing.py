@@ -11,19 +11,11 @@ stops. So coordinating a group also takes a lease in metadata, held with an epoc
   (one request per group however many clients ask at once). Refused (another agent holds
   it) -> NOT_COORDINATOR, metadata out of reach -> COORDINATOR_NOT_AVAILABLE; clients find
   the coordinator again and retry. An acquisition loads the group's last stored state
-  (`load_group`), as Kafka's coordinator loads a group when it takes over its partition of
-  `__consumer_offsets`: stored with the leader's assignment, the group is Stable at that
-  generation (members, protocols, assignments; every member's session restarts), so its
-  members go on with their partitions and nobody rebalances because the coordinator
-  moved; stored at the end of a join phase, it is CompletingRebalance at that generation.
-  A later rebalance waits, as always, for every member to rejoin or expire, so members of
-  the previous coordinator's generation give up their partitions (eager) or declare them
-  (cooperative) before anyone else is given them.
-- Every state a member can learn is stored in metadata first, with the lease renewed and
-  checked (holder, epoch) in the same conditional UPDATE (`confirm`): a new generation
-  before the join answers (`_on_complete_join`), the leader's assignment before the
-  SyncGroup answers (as Kafka's storeGroup), a static member's new id. Offset commits
-  carry the lease, checked in the commit's transaction.
+  (`GroupPersistence.load_group`, agent.group_persistence: the takeover, as Kafka's).
+- Every group state a member can learn is stored in metadata first, with the lease renewed
+  and checked (holder, epoch) in the same conditional UPDATE (`confirm`); see
+  agent.group_persistence. Offset commits carry the lease (`token`), checked in the
+  commit's transaction.
 - Leases are renewed every `renew_interval_ms`, all groups in one request. The agent
   trusts a lease until `sent + ttl_ms - ttl_ms / 4` (by its monotonic clock, counted from
   when the acquiring or renewing request was sent): metadata grants until its own
@@ -33,21 +25,12 @@ stops. So coordinating a group also takes a lease in metadata, held with an epoc
   acquires again, with a new epoch.
 - A group that leaves this agent (routing moved it, it was forgotten when empty, the agent
   stops) has its lease released, so the next coordinator need not wait for the TTL.
-
-`group_state` JSON (what a new holder loads): `{"generation": int, "protocol_type": str|null,
-"protocol": str|null, "leader": str|null, "assigned": bool, "members": [{"id", "instance",
-"client_id", "client_host", "session_ms", "rebalance_ms", "protocols": [[name, base64]],
-"assignment": base64}]}`; `assigned`: stored with the leader's assignment (else the
-assignments are empty). Kafka stores only the chosen protocol's metadata; all of them are
-kept here, so a member rejoining with unchanged metadata after a takeover does not rebalance.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -56,108 +39,18 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from agent.group_model import Group
 from metadata.api_types import MetadataClient
 from metadata.errors import MetadataError, MetadataUnavailable
 from metadata.group_lease_types import LeaseToken
 
 if TYPE_CHECKING:
-    from agent.group_coordinator import GroupCoordinator
+    from agent.group_persistence import GroupPersistence
 
 log = logging.getLogger(__name__)
 
 
 def _monotonic_ms() -> float:
     return time.monotonic() * 1000.0
-
-
-@dataclass(frozen=True)
-class StoredMember:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-    assignment: bytes
-
-
-@dataclass(frozen=True)
-class StoredGroup:
-    generation_id: int
-    protocol_type: str | None
-    protocol_name: str | None
-    leader_id: str | None
-    assigned: bool  # stored with the leader's assignment (Stable), else at the end of a join phase
-    members: tuple[StoredMember, ...]
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def encode_group_state(group: Group, *, assigned: bool = False) -> str:
-    """The group as a next coordinator loads it; `assigned`: the members' assignments are
-    the leader's for this generation (stored at its SyncGroup, before anyone learns them)."""
-    return json.dumps(
-        {
-            "generation": group.generation_id,
-            "protocol_type": group.protocol_type,
-            "protocol": group.protocol_name,
-            "leader": group.leader_id,
-            "assigned": assigned,
-            "members": [
-                {
-                    "id": m.member_id,
-                    "instance": m.group_instance_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "session_ms": m.session_timeout_ms,
-                    "rebalance_ms": m.rebalance_timeout_ms,
-                    "protocols": [[name, _b64(data)] for name, data in m.protocols],
-                    "assignment": _b64(m.assignment) if assigned else "",
-                }
-                for m in group.members.values()
-            ],
-        },
-        separators=(",", ":"),
-    )
-
-
-def decode_group_state(text: str | None) -> StoredGroup | None:
-    """None for no state, or state that does not parse (logged: the group starts afresh)."""
-    if not text:
-        return None
-    try:
-        d: dict[str, Any] = json.loads(text)
-        protocol = d.get("protocol")
-        return StoredGroup(
-            int(d["generation"]),
-            d.get("protocol_type"),
-            protocol,
-            d.get("leader"),
-            bool(d.get("assigned", False)),
-            tuple(
-                StoredMember(
-                    str(m["id"]),
-                    m.get("instance"),
-                    str(m.get("client_id", "")),
-                    str(m.get("client_host", "")),
-                    int(m["session_ms"]),
-                    int(m["rebalance_ms"]),
-                    tuple(
-                        (str(name), base64.b64decode(data, validate=True))
-                        for name, data in m.get("protocols", [[protocol or "", ""]])
-                    ),
-                    base64.b64decode(m.get("assignment", ""), validate=True),
-                )
-                for m in d["members"]
-            ),
-        )
-    except (ValueError, KeyError, TypeError) as e:
-        log.warning("ignoring a stored group state that does not parse (%s): %.200s", e, text)
-        return None
 
 
 @dataclass
@@ -192,7 +85,7 @@ class GroupFence:
         self._locks: dict[str, asyncio.Lock] = {}  # one confirm/release at a time per group, in order
         self._background: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
-        self.coordinator: GroupCoordinator | None = None  # set by the coordinator
+        self.coordinator: GroupPersistence | None = None  # set by the coordinator
         self.renewals = 0
         self.lost = 0
 
@@ -249,7 +142,7 @@ class GroupFence:
             return ErrorCode.not_coordinator
         log.info("group %s: coordinator lease acquired (epoch %d)", group_id, grant.epoch)
         if self.coordinator is not None:
-            self.coordinator.load_group(group_id, decode_group_state(grant.group_state))
+            self.coordinator.load_group(group_id, grant.group_state)
         return ErrorCode.none
 
     # ------------------------------------------------------------------ state changes

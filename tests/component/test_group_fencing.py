@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from agent.group_coordinator import DelayedHeartbeat, GroupCoordinator
-from agent.group_fencing import GroupFence, decode_group_state
+from agent.group_coordinator import GroupCoordinator
+from agent.group_fencing import GroupFence
 from agent.group_model import GroupState, JoinResult, SyncResult
+from agent.group_persistence import decode_group_state
+from agent.group_rebalance import DelayedHeartbeat
 from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from agent.timing_wheel import SystemTimer
 from metadata.client import LocalMetadataClient
@@ -361,7 +363,7 @@ async def test_a_static_member_replaced_without_a_rebalance_is_stored(world: Wor
     assert (await a.sync(1, r.member_id, {r.member_id: b"p0"})).assignment == b"p0"
     back = await join_static("")  # the same instance, restarted: a new member id, no rebalance
     assert back.error == E.none and back.generation_id == 1 and back.member_id != r.member_id
-    await settle()
+    await a.gc.drain()
     stored = decode_group_state(world.stored()[2])
     assert stored is not None and stored.assigned
     assert [(m.member_id, m.instance_id, m.assignment) for m in stored.members] == [
