@@ -6,6 +6,11 @@
 unreachable it logs, keeps the last view and tries again at the next tick: routing is
 advice (any agent serves any partition), so a stale view is harmless.
 
+Identity: metadata refuses a live agent id heartbeated from another address
+(DUPLICATE_BROKER_REGISTRATION). Refused at the first heartbeat, `start()` raises
+`AgentIdInUse` and the agent does not start; refused later (this agent was silent past the
+TTL and another took its id), the refusal is logged at every beat.
+
 `LiveAgents` is what handlers read: the brokers to list in Metadata/DescribeCluster,
 each partition's leader and each group's coordinator (rendezvous hashing, see
 `agent.routing`), and the controller id. It always contains this agent, with the address
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from agent import routing
 from metadata.api_types import MetadataClient
 from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION
 from metadata.types import AgentInfo
 
 log = logging.getLogger(__name__)
@@ -159,6 +165,10 @@ class LiveAgents:
         return self._by_agent[owner] if owner is not None else self._brokers[self._self_node_id]
 
 
+class AgentIdInUse(Exception):
+    """Metadata refused this agent's registration: its id belongs to another live agent."""
+
+
 class AgentRegistry:
     """Background heartbeat + live-agent refresh."""
 
@@ -176,6 +186,7 @@ class AgentRegistry:
         self._task: asyncio.Task[None] | None = None
         self.beats = 0
         self.failures = 0
+        self.refused: str | None = None  # metadata's message when it refused our agent id
 
     async def beat_once(self) -> bool:
         """One heartbeat and refresh; False (logged) if metadata could not be reached."""
@@ -184,19 +195,31 @@ class AgentRegistry:
         try:
             await self._metadata.heartbeat_agent(info)
             agents = await self._metadata.live_agents()
-        except (MetadataUnavailable, MetadataError, OSError) as e:
+        except MetadataError as e:
+            if e.error_code != DUPLICATE_BROKER_REGISTRATION:
+                self.failures += 1
+                log.warning("agent heartbeat failed (keeping the last agent list): %s", e)
+                return False
+            self.failures += 1
+            self.refused = e.message
+            log.error("agent registration refused: %s", e.message)
+            return False
+        except (MetadataUnavailable, OSError) as e:
             self.failures += 1
             log.warning("agent heartbeat failed (keeping the last agent list): %s", e)
             return False
         self._view.update(agents)
+        self.refused = None
         self.beats += 1
         return True
 
     async def start(self) -> None:
-        """Beat once now (so the agent is listed before it serves), then keep beating."""
+        """Beat once now (so the agent is listed before it serves), then keep beating.
+        Raises `AgentIdInUse` if metadata refuses this agent's id."""
         if self._task is not None:
             return
-        await self.beat_once()
+        if not await self.beat_once() and self.refused is not None:
+            raise AgentIdInUse(self.refused)
         self._task = asyncio.create_task(self._run(), name="skiff-agent-heartbeat")
 
     async def _run(self) -> None:

@@ -12,7 +12,9 @@ suffixes `KiB`, `MiB`, `GiB` (`8MiB`, `100_000`); booleans accept
 `AgentConfig.__post_init__` checks ranges, so an invalid setting fails at start-up with
 the name of the field, never later on the hot path.
 
-Identity: `agent_id` is the agent's name in metadata (a pod name works well). Kafka
+Identity: `agent_id` is the agent's name in metadata (a pod name works well; unset, the
+hostname and process id). Metadata refuses a live agent id heartbeated from another
+address, and the agent then fails at start-up. Kafka
 clients need integer broker ids, derived from agent ids by `agent.routing.node_id_for_agent`
 (a decimal `agent_id` is used as is, anything else is hashed to 31 bits).
 """
@@ -43,7 +45,10 @@ RESERVED_FILE_DESCRIPTORS = 256
 
 
 def _default_agent_id() -> str:
-    return socket.gethostname() or "skiff-agent"
+    """`<hostname>-<pid>`: unique among the processes of one host (two agents started on one
+    machine must not share an identity), and stable across restarts of a container, whose
+    hostname (the pod name) stays and whose agent is pid 1 again."""
+    return f"{socket.gethostname() or 'skiff-agent'}-{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,18 @@ class AgentConfig:
             "(Kafka's group.max.session.timeout.ms)"
         },
     )
+    group_lease_ttl_ms: int = field(
+        default=10_000,
+        metadata={
+            "help": "how long a group coordinator's lease in metadata lasts unless renewed: after an "
+            "agent dies, its groups move once this has run out (keep it at most agent_ttl_ms; the "
+            "agent itself trusts a lease for three quarters of it)"
+        },
+    )
+    group_lease_renew_interval_ms: int = field(
+        default=2_000,
+        metadata={"help": "how often an agent renews all its group coordinator leases (one request)"},
+    )
 
     # --- connections and their bounds -------------------------------------------------
     connection_max_inflight_bytes: int = field(
@@ -339,6 +356,14 @@ class AgentConfig:
         for name in ("max_connections", "max_connections_per_ip"):
             if getattr(self, name) is not None:
                 positive(name)
+        if not 100 <= self.group_lease_ttl_ms <= 600_000:
+            raise ValueError(f"group_lease_ttl_ms must be in [100, 600000], got {self.group_lease_ttl_ms}")
+        positive("group_lease_renew_interval_ms")
+        if self.group_lease_renew_interval_ms * 2 > self.group_lease_ttl_ms * 3 // 4:
+            raise ValueError(
+                "group_lease_renew_interval_ms must be at most 3/8 of group_lease_ttl_ms (two renewals "
+                "within the time the agent trusts a lease)"
+            )
 
     # --- derived values -------------------------------------------------------------
 

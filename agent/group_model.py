@@ -116,6 +116,8 @@ class Group:
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     initial_delay: bool = False  # an InitialDelayedJoin holds the join phase
     new_member_added: bool = False  # ... and a member arrived since it was armed
+    unconfirmed: bool = False  # a new generation whose join answers wait for metadata (fencing)
+    storing_assignment: bool = False  # the leader's assignment, being stored before Stable (fencing)
 
     @property
     def join_key(self) -> tuple[str, str]:

@@ -22,7 +22,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.agent_registry import AgentRegistry
+from agent.agent_registry import AgentIdInUse, AgentRegistry
 from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.config import AgentConfig, env_var
@@ -119,11 +119,18 @@ async def start_agent(
     ctx.services[COMMIT_WATCH] = watch
     watch.start()
     ctx.services[OBJECT_STORE] = cache
-    groups = ctx.services[GROUP_COORDINATOR] = GroupCoordinator.from_config(config)
+    groups = ctx.services[GROUP_COORDINATOR] = GroupCoordinator.from_context(ctx)
     groups.start()
     server = await start_agent_server(ctx, config.host, config.port)
     registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
-    await registry.start()
+    try:
+        await registry.start()
+    except AgentIdInUse:  # undo the start-up; the caller reports it
+        await server.close()
+        await groups.close()
+        await buffer.close()
+        await watch.close()
+        raise
     log.info("agent %s serving Kafka on %s:%d", config.agent_id, config.host, server.port)
     return RunningAgent(config, ctx, server, buffer, cache, watch, registry, store, metadata)
 
@@ -165,7 +172,12 @@ def run_agent(config: AgentConfig) -> int:
     async def main() -> None:
         metadata = open_metadata_client(config.metadata_url, timeout_s=config.metadata_timeout_ms / 1000)
         store = open_agent_store(config)
-        agent = await start_agent(config, metadata, store)
+        try:
+            agent = await start_agent(config, metadata, store)
+        except AgentIdInUse as e:
+            await store.close()
+            await metadata.close()
+            raise SystemExit(f"skiff agent: cannot start: {e}") from None
         gc.freeze()  # start-up objects never die: keep full collections short (tail latency)
         if config.metrics_port:
             from agent.metrics import serve_metrics

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
+from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -108,8 +109,12 @@ class MetadataClient(Protocol):
     async def last_successes(self) -> dict[str, int]: ...  # task -> ms since the epoch
 
     # consumer groups
-    async def commit_offsets(  # one answer per offset, same order; the valid ones are stored
-        self, group_id: str, offsets: Sequence[GroupOffset]
+    async def commit_offsets(  # one answer per offset, same order; the valid ones are stored.
+        # With `lease`: every offset is refused with NOT_COORDINATOR unless it is current.
+        self,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+        lease: LeaseToken | None = None,
     ) -> list[OffsetCommitResult]: ...
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]: ...
     async def delete_group_offsets(self, group_id: str) -> None: ...
@@ -121,5 +126,15 @@ class MetadataClient(Protocol):
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None: ...  # registers on first call
     async def live_agents(self) -> list[AgentInfo]: ...
+
+    # group coordinator leases (metadata.group_leases)
+    async def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant: ...
+    async def renew_group_leases(  # the groups renewed
+        self, agent_id: str, leases: Sequence[tuple[str, int]], ttl_ms: int
+    ) -> list[str]: ...
+    async def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None: ...
+    async def confirm_group_generation(
+        self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
+    ) -> None: ...
 
     async def close(self) -> None: ...

@@ -38,6 +38,7 @@ from metadata.errors import (
     ConflictError,
     MetadataError,
 )
+from metadata.group_lease_types import LeaseToken
 from metadata.service import MetadataService
 
 log = logging.getLogger(__name__)
@@ -346,7 +347,10 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
 
     @app.post("/v1/groups/commit-offsets", response_model=list[s.OffsetCommitResultM], tags=["groups"])
     def commit_offsets(req: s.CommitOffsetsRequest) -> list[s.OffsetCommitResultM]:
-        results = svc.commit_offsets(req.group_id, [s.t.GroupOffset(**o.__dict__) for o in req.offsets])
+        lease = None if req.lease is None else LeaseToken(req.lease.holder, req.lease.epoch)
+        results = svc.commit_offsets(
+            req.group_id, [s.t.GroupOffset(**o.__dict__) for o in req.offsets], lease
+        )
         return [s.OffsetCommitResultM.model_construct(**r.__dict__) for r in results]
 
     @app.post("/v1/groups/fetch-offsets", response_model=list[s.GroupOffsetM], tags=["groups"])
@@ -381,6 +385,31 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
     @app.get("/v1/agents", response_model=list[s.AgentInfoM], tags=["agents"])
     def live_agents() -> list[s.AgentInfoM]:
         return [s.AgentInfoM.model_construct(**a.__dict__) for a in svc.live_agents()]
+
+    # ---------------------------------------------------------------- group coordinator leases
+
+    @app.post("/v1/groups/lease/acquire", response_model=s.LeaseGrantM, tags=["groups"])
+    def acquire_group_lease(req: s.AcquireGroupLeaseRequest) -> s.LeaseGrantM:
+        """Take (or re-take, with a new epoch) the lease on coordinating a group (metadata.group_leases)."""
+        grant = svc.acquire_group_lease(req.group_id, req.agent_id, req.ttl_ms)
+        return s.LeaseGrantM.model_construct(**{f: getattr(grant, f) for f in s.LeaseGrantM.model_fields})
+
+    @app.post("/v1/groups/lease/renew", response_model=list[str], tags=["groups"])
+    def renew_group_leases(req: s.RenewGroupLeasesRequest) -> list[str]:
+        """Renew an agent's group leases in one transaction; answers the groups renewed."""
+        return svc.renew_group_leases(req.agent_id, [(x.group_id, x.epoch) for x in req.leases], req.ttl_ms)
+
+    @app.post("/v1/groups/lease/release", response_model=s.OkResponse, tags=["groups"])
+    def release_group_leases(req: s.ReleaseGroupLeasesRequest) -> s.OkResponse:
+        svc.release_group_leases(req.agent_id, [(x.group_id, x.epoch) for x in req.leases])
+        return s.OkResponse()
+
+    @app.post("/v1/groups/lease/confirm-generation", response_model=s.OkResponse, tags=["groups"])
+    def confirm_group_generation(req: s.ConfirmGroupGenerationRequest) -> s.OkResponse:
+        """A new generation: renew the lease and store the group's state, or NOT_COORDINATOR."""
+        lease = LeaseToken(req.lease.holder, req.lease.epoch)
+        svc.confirm_group_generation(req.group_id, lease, req.ttl_ms, req.group_state)
+        return s.OkResponse()
 
     # ---------------------------------------------------------------- health
 

@@ -14,8 +14,10 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, tuple_
 
+from metadata import group_leases
 from metadata.db import read_tx, write_tx
 from metadata.errors import INVALID_REQUEST, OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION
+from metadata.group_lease_types import LeaseToken
 from metadata.rows import IDS_PER_STATEMENT, Db
 from metadata.schema import group_offsets, topics
 from metadata.types import GroupOffset, OffsetCommitResult
@@ -26,18 +28,24 @@ class GroupOffsets:
     def __init__(self, db: Db) -> None:
         self._db = db
 
-    def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
+    def commit_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
+    ) -> list[OffsetCommitResult]:
         """Store the valid offsets (the last one wins if a partition is listed twice) and
         answer each one: refused are offsets below -1 (INVALID_REQUEST), metadata strings
         over 4096 bytes (OFFSET_METADATA_TOO_LARGE) and partitions that do not exist
         (UNKNOWN_TOPIC_OR_PARTITION). The topics are read FOR SHARE in the same
         transaction, so a concurrent delete_topic (which removes its group offsets) cannot
-        leave an offset of a deleted topic behind."""
+        leave an offset of a deleted topic behind. With `lease`, only while it is the
+        group's current coordinator lease (checked in this transaction, else the whole
+        commit is refused with NOT_COORDINATOR: metadata.group_leases)."""
         if not offsets:
             return []
         now = self._db.clock()
         results: list[OffsetCommitResult] = []
         with write_tx(self._db.engine) as conn:
+            if lease is not None:
+                group_leases.check(conn, group_id, lease, now)
             counts = _partition_counts(conn, sorted({o.topic for o in offsets}))
             latest: dict[tuple[str, int], GroupOffset] = {}
             for o in offsets:

@@ -26,6 +26,7 @@ from metadata import serde as s
 from metadata.api_types import MetadataClient
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
+from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -60,6 +61,7 @@ _TOPIC_LIST = TypeAdapter(list[s.TopicM])
 _TOPIC_MAP = TypeAdapter(dict[str, s.TopicM])
 _GROUP_OFFSETS = TypeAdapter(list[s.GroupOffsetM])
 _GROUP_IDS = TypeAdapter(list[str])
+_LEASE_GRANT = TypeAdapter(s.LeaseGrantM)
 _COMMIT_RESULTS = TypeAdapter(list[s.OffsetCommitResultM])
 _AGENTS = TypeAdapter(list[s.AgentInfoM])
 _WATERMARKS = TypeAdapter(list[s.PartitionWatermarkM])
@@ -322,12 +324,51 @@ class HttpMetadataClient:
         return self._parse(_SUCCESSES, await self._call("GET", "/v1/gc/last-successes"))
 
     # consumer groups
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
+    async def commit_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
+    ) -> list[OffsetCommitResult]:
         req = s.CommitOffsetsRequest.model_construct(
-            group_id=group_id, offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets]
+            group_id=group_id,
+            offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets],
+            lease=None
+            if lease is None
+            else s.LeaseTokenM.model_construct(holder=lease.holder, epoch=lease.epoch),
         )
         data = await self._call("POST", "/v1/groups/commit-offsets", req)
         return [OffsetCommitResult(**m.__dict__) for m in self._parse(_COMMIT_RESULTS, data)]
+
+    # group coordinator leases
+    async def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant:
+        req = s.AcquireGroupLeaseRequest.model_construct(group_id=group_id, agent_id=agent_id, ttl_ms=ttl_ms)
+        m = self._parse(_LEASE_GRANT, await self._call("POST", "/v1/groups/lease/acquire", req))
+        return LeaseGrant(**m.__dict__)
+
+    async def renew_group_leases(
+        self, agent_id: str, leases: Sequence[tuple[str, int]], ttl_ms: int
+    ) -> list[str]:
+        req = s.RenewGroupLeasesRequest.model_construct(
+            agent_id=agent_id,
+            leases=[s.GroupLeaseM.model_construct(group_id=g, epoch=e) for g, e in leases],
+            ttl_ms=ttl_ms,
+        )
+        return self._parse(_GROUP_IDS, await self._call("POST", "/v1/groups/lease/renew", req))
+
+    async def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None:
+        req = s.ReleaseGroupLeasesRequest.model_construct(
+            agent_id=agent_id, leases=[s.GroupLeaseM.model_construct(group_id=g, epoch=e) for g, e in leases]
+        )
+        await self._call("POST", "/v1/groups/lease/release", req)
+
+    async def confirm_group_generation(
+        self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
+    ) -> None:
+        req = s.ConfirmGroupGenerationRequest.model_construct(
+            group_id=group_id,
+            lease=s.LeaseTokenM.model_construct(holder=lease.holder, epoch=lease.epoch),
+            ttl_ms=ttl_ms,
+            group_state=group_state,
+        )
+        await self._call("POST", "/v1/groups/lease/confirm-generation", req)
 
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         req = s.FetchOffsetsRequest.model_construct(

@@ -25,6 +25,7 @@ from metadata.api_types import MetadataClient
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.db import is_db_unavailable
 from metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
+from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.service import MetadataService
 from metadata.types import (
     AgentInfo,
@@ -208,8 +209,27 @@ class LocalMetadataClient:
         return await self._run(self.service.last_successes)
 
     # consumer groups
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
-        return await self._run(self.service.commit_offsets, group_id, list(offsets))
+    async def commit_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
+    ) -> list[OffsetCommitResult]:
+        return await self._run(self.service.commit_offsets, group_id, list(offsets), lease)
+
+    # group coordinator leases
+    async def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant:
+        return await self._run(self.service.acquire_group_lease, group_id, agent_id, ttl_ms)
+
+    async def renew_group_leases(
+        self, agent_id: str, leases: Sequence[tuple[str, int]], ttl_ms: int
+    ) -> list[str]:
+        return await self._run(self.service.renew_group_leases, agent_id, list(leases), ttl_ms)
+
+    async def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None:
+        await self._run(self.service.release_group_leases, agent_id, list(leases))
+
+    async def confirm_group_generation(
+        self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
+    ) -> None:
+        await self._run(self.service.confirm_group_generation, group_id, lease, ttl_ms, group_state)
 
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         return await self._run(self.service.fetch_offsets, group_id, None if topics is None else list(topics))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import delete, select
 
+from metadata import group_leases
 from metadata.db import read_tx, write_tx
 from metadata.rows import Db
 from metadata.schema import agents
@@ -24,17 +25,10 @@ class Membership:
         self.ttl_ms = ttl_ms
 
     def heartbeat_agent(self, agent: AgentInfo) -> None:
-        """Register or refresh an agent; last_heartbeat_ms is the service's clock."""
-        now = self._db.clock()
-        stmt = self._db.dialect.insert(agents).values(
-            agent_id=agent.agent_id, host=agent.host, port=agent.port, zone=agent.zone, last_heartbeat_ms=now
-        )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[agents.c.agent_id],
-            set_={"host": agent.host, "port": agent.port, "zone": agent.zone, "last_heartbeat_ms": now},
-        )
+        """Register or refresh an agent; last_heartbeat_ms is the service's clock. A live
+        agent id heartbeated from another address is refused (metadata.group_leases)."""
         with write_tx(self._db.engine) as conn:
-            conn.execute(stmt)
+            group_leases.heartbeat_agent(conn, agent, self._db.clock(), self.ttl_ms)
 
     def live_agents(self) -> list[AgentInfo]:
         """Agents that heartbeated within the TTL, by agent id; expired ones are deleted."""

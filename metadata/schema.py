@@ -191,3 +191,18 @@ maintenance_runs = Table(
     Column("task", String(64), primary_key=True),
     Column("last_success_ms", BigInteger, nullable=False),
 )
+
+
+# Who coordinates each consumer group (metadata.group_leases): the holder agent, the
+# epoch of its grant (bumped by every acquisition, never reused) and when the lease
+# lapses unless renewed; group_state is the last generation its coordinators confirmed
+# (JSON: generation, protocol, member ids and timeouts), read by the next holder.
+group_leases = Table(
+    "group_leases",
+    metadata_obj,
+    Column("group_id", Text, primary_key=True),
+    Column("holder", String(255), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Column("group_state", Text, nullable=True),
+)

@@ -264,6 +264,7 @@ class ReplaceChunksRequest(_M):
 class CommitOffsetsRequest(_M):
     group_id: str
     offsets: list[GroupOffsetM]
+    lease: LeaseTokenM | None = None
 
 
 class FetchOffsetsRequest(_M):
@@ -484,3 +485,52 @@ def file_chunks_from_m(m: FileChunksM) -> t.FileChunks:
             t.FileChunk(c.topic_id, c.topic_name, c.partition, location_from_m(c.location)) for c in m.chunks
         ),
     )
+
+
+# ---------------------------------------------------------------- group coordinator leases
+
+
+class LeaseTokenM(_M):
+    holder: Name
+    epoch: Int64
+
+
+class LeaseGrantM(_M):
+    group_id: str
+    granted: bool
+    holder: Name
+    epoch: Int64
+    expires_ms: Int64
+    group_state: str | None = None
+
+
+class AcquireGroupLeaseRequest(_M):
+    group_id: str
+    agent_id: Name
+    ttl_ms: Int64
+
+
+class GroupLeaseM(_M):
+    group_id: str
+    epoch: Int64
+
+
+class RenewGroupLeasesRequest(_M):
+    agent_id: Name
+    leases: list[GroupLeaseM]
+    ttl_ms: Int64
+
+
+class ReleaseGroupLeasesRequest(_M):
+    agent_id: Name
+    leases: list[GroupLeaseM]
+
+
+class ConfirmGroupGenerationRequest(_M):
+    group_id: str
+    lease: LeaseTokenM
+    ttl_ms: Int64
+    group_state: str
+
+
+CommitOffsetsRequest.model_rebuild()  # its `lease` field is declared above this section

@@ -40,15 +40,17 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from metadata import group_leases
 from metadata.commit_feed import CommitFeed, PgCommitListener
 from metadata.commit_path import CommitPath
 from metadata.compaction_leases import CompactionLeases
 from metadata.compaction_plan import CompactionPlanning
 from metadata.compaction_swap import CompactionSwap
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
-from metadata.db import create_engine_for, upgrade_to_head
+from metadata.db import create_engine_for, upgrade_to_head, write_tx
 from metadata.dialect import dialect_for
 from metadata.gc import GarbageCollection
+from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.groups import GroupOffsets
 from metadata.membership import DEFAULT_AGENT_TTL_MS, Membership
 from metadata.reads import Reads
@@ -279,8 +281,10 @@ class MetadataService:
 
     # ------------------------------------------------------------------ consumer groups
 
-    def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
-        return self.groups.commit_offsets(group_id, offsets)
+    def commit_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
+    ) -> list[OffsetCommitResult]:
+        return self.groups.commit_offsets(group_id, offsets, lease)
 
     def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         return self.groups.fetch_offsets(group_id, topics)
@@ -301,6 +305,27 @@ class MetadataService:
 
     def live_agents(self) -> list[AgentInfo]:
         return self.agents.live_agents()
+
+    # ------------------------------------------------------------------ group coordinator leases
+    # (metadata.group_leases: who coordinates each group, fenced by an epoch)
+
+    def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant:
+        with write_tx(self.engine) as conn:
+            return group_leases.acquire(conn, group_id, agent_id, self.clock(), ttl_ms)
+
+    def renew_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]], ttl_ms: int) -> list[str]:
+        with write_tx(self.engine) as conn:
+            return group_leases.renew(conn, agent_id, leases, self.clock(), ttl_ms)
+
+    def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None:
+        with write_tx(self.engine) as conn:
+            group_leases.release(conn, agent_id, leases)
+
+    def confirm_group_generation(
+        self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
+    ) -> None:
+        with write_tx(self.engine) as conn:
+            group_leases.confirm(conn, group_id, lease, self.clock(), ttl_ms, group_state)
 
 
 __all__ = ["MetadataService", "system_clock", "DEFAULT_AGENT_TTL_MS", "MAX_PARTITIONS_PER_TOPIC"]

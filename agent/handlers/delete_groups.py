@@ -16,7 +16,7 @@ from kio.schema.delete_groups.v2.response import DeletableGroupResult, DeleteGro
 from kio.schema.errors import ErrorCode
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
+from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
 
 API_KEY = 42
@@ -30,8 +30,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     codes: dict[str, ErrorCode] = {}
     candidates: list[str] = []
     for group_id in dict.fromkeys(names):
-        if not owns_group(ctx, group_id):
-            codes[group_id] = ErrorCode.not_coordinator
+        code = await ensure_coordinator(ctx, group_id)  # a lease: a group held elsewhere is not empty
+        if code != ErrorCode.none:
+            codes[group_id] = code
         elif not coord.is_empty(group_id):
             codes[group_id] = ErrorCode.non_empty_group
         else:

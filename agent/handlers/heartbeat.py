@@ -11,7 +11,7 @@ from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.heartbeat.v4.response import HeartbeatResponse
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
+from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 from agent.protocol import convert
 
@@ -22,9 +22,8 @@ MAX_VERSION = 4
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, HeartbeatRequest)
-    if not owns_group(ctx, body.group_id):
-        code = ErrorCode.not_coordinator
-    else:
+    code = await ensure_coordinator(ctx, body.group_id)
+    if code == ErrorCode.none:
         code = coordinator(ctx).heartbeat(
             body.group_id, int(body.generation_id), body.member_id, body.group_instance_id
         )

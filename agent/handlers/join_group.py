@@ -1,7 +1,8 @@
 """JoinGroup (api key 11), v0-v9: the join phase of the classic group protocol.
 
 The state machine is `agent.group_coordinator`; this module translates. A group this
-agent does not coordinate gets NOT_COORDINATOR (the client finds the coordinator again).
+agent does not coordinate (or whose lease it cannot take, `agent.group_fencing`) gets
+NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again).
 v4+ clients are asked to rejoin with a member id the coordinator hands out
 (MEMBER_ID_REQUIRED, KIP-394); older ones get a member id at once. The answer waits
 until the join phase ends (bounded by the rebalance timeout).
@@ -17,7 +18,7 @@ from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupRespon
 from kio.static.primitive import i32
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
+from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import JoinResult
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 from agent.protocol import convert
@@ -53,8 +54,9 @@ def _response(r: JoinResult, version: int) -> JoinGroupResponse:
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, JoinGroupRequest)
-    if not owns_group(ctx, body.group_id):
-        return _response(JoinResult(ErrorCode.not_coordinator, member_id=body.member_id), request.api_version)
+    code = await ensure_coordinator(ctx, body.group_id)
+    if code != ErrorCode.none:
+        return _response(JoinResult(code, member_id=body.member_id), request.api_version)
     session_ms = _ms(body.session_timeout)
     rebalance_ms = _ms(body.rebalance_timeout) if request.api_version >= 1 else session_ms
     fut = coordinator(ctx).join(

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.leave_group.v5.response import LeaveGroupResponse, MemberResponse
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
+from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import LeaveRequest
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 
@@ -30,8 +30,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         if batched
         else [LeaveRequest(body.member_id)]
     )
-    if not owns_group(ctx, body.group_id):
-        return LeaveGroupResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.not_coordinator, members=())
+    code = await ensure_coordinator(ctx, body.group_id)
+    if code != ErrorCode.none:
+        return LeaveGroupResponse(throttle_time=NO_THROTTLE, error_code=code, members=())
     codes = coordinator(ctx).leave(body.group_id, leaving)
     if not batched:
         return LeaveGroupResponse(throttle_time=NO_THROTTLE, error_code=codes[0], members=())

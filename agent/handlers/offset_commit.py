@@ -5,7 +5,8 @@ A commit with generation -1 and no member id is a "simple" commit (a consumer wi
 member and generation must be the group's current ones (ILLEGAL_GENERATION,
 UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while assignments are being
 handed out), as `GroupCoordinator.validate_commit` decides. A group this agent does not
-coordinate gets NOT_COORDINATOR on every partition. Unknown topics or partitions get
+coordinate gets NOT_COORDINATOR on every partition; so does a commit whose group lease
+(`agent.group_fencing`) metadata no longer confirms in the commit's own transaction. Unknown topics or partitions get
 UNKNOWN_TOPIC_OR_PARTITION, metadata strings over 4096 bytes OFFSET_METADATA_TOO_LARGE;
 the rest is written in one metadata call, which answers each partition (offsets below -1:
 INVALID_REQUEST) and whose failure is reported on every partition (REQUEST_TIMED_OUT when
@@ -26,9 +27,10 @@ from kio.schema.offset_commit.v9.response import (
 from kio.static.primitive import i32
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
+from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
 from agent.protocol import convert
+from metadata.errors import MetadataError
 from metadata.types import GroupOffset, Topic
 
 API_KEY = 8
@@ -56,8 +58,9 @@ def _all(body: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, OffsetCommitRequest)
-    if not owns_group(ctx, body.group_id):
-        return _all(body, ErrorCode.not_coordinator)
+    code = await ensure_coordinator(ctx, body.group_id)
+    if code != ErrorCode.none:
+        return _all(body, code)
     instance_id = body.group_instance_id if request.api_version >= 7 else None
     code = coordinator(ctx).validate_commit(
         body.group_id, int(body.generation_id_or_member_epoch), body.member_id, instance_id
@@ -94,10 +97,16 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 )
         codes.append(row)
     if offsets:
+        fence = coordinator(ctx).fence
+        lease = fence.token(body.group_id) if fence is not None else None
         try:
-            results = await ctx.metadata.commit_offsets(body.group_id, offsets)
+            if fence is not None and lease is None:  # not confirmed since the check above
+                raise MetadataError(ErrorCode.not_coordinator, "group lease expired")
+            results = await ctx.metadata.commit_offsets(body.group_id, offsets, lease)
         except Exception as e:
             failed = error_of(e)[0]
+            if failed == ErrorCode.not_coordinator and fence is not None:
+                fence.lose(body.group_id, release=False)
             codes = [[failed if c == ErrorCode.none else c for c in row] for row in codes]
         else:  # metadata checks each offset too (offset >= -1, the partition still exists)
             for (ti, pi), result in zip(where, results, strict=True):

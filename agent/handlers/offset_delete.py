@@ -23,7 +23,7 @@ from kio.schema.offset_delete.v0.response import (
 )
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
+from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import CONSUMER_PROTOCOL_TYPE
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
 from metadata.types import Topic
@@ -59,8 +59,9 @@ def _answer(
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = request.body
     group_id = body.group_id
-    if not owns_group(ctx, group_id):
-        return _answer(body, ErrorCode.not_coordinator)
+    code = await ensure_coordinator(ctx, group_id)
+    if code != ErrorCode.none:
+        return _answer(body, code)
     coord = coordinator(ctx)
     try:
         if group_id not in coord.groups and not await ctx.metadata.groups_with_offsets([group_id]):

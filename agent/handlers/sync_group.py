@@ -13,7 +13,7 @@ from kio.schema.sync_group.v5.request import SyncGroupRequest
 from kio.schema.sync_group.v5.response import SyncGroupResponse
 
 from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
+from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import SyncResult
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
 from agent.protocol import convert
@@ -35,8 +35,9 @@ def _response(r: SyncResult) -> SyncGroupResponse:
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, SyncGroupRequest)
-    if not owns_group(ctx, body.group_id):
-        return _response(SyncResult(ErrorCode.not_coordinator))
+    code = await ensure_coordinator(ctx, body.group_id)
+    if code != ErrorCode.none:
+        return _response(SyncResult(code))
     v5 = request.api_version >= 5
     fut = coordinator(ctx).sync(
         body.group_id,

@@ -31,6 +31,7 @@ from agent.server import AgentServer, start_agent_server
 from metadata.api_types import MetadataClient
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.errors import MetadataUnavailable
+from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import (
@@ -198,8 +199,10 @@ class FlakyMetadataClient:
     async def last_successes(self) -> dict[str, int]:
         return await self._go("last_successes", self.inner.last_successes)
 
-    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
-        return await self._go("commit_offsets", lambda: self.inner.commit_offsets(group_id, offsets))
+    async def commit_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
+    ) -> list[OffsetCommitResult]:
+        return await self._go("commit_offsets", lambda: self.inner.commit_offsets(group_id, offsets, lease))
 
     async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
         return await self._go("fetch_offsets", lambda: self.inner.fetch_offsets(group_id, topics))
@@ -220,6 +223,31 @@ class FlakyMetadataClient:
 
     async def live_agents(self) -> list[AgentInfo]:
         return await self._go("live_agents", self.inner.live_agents)
+
+    async def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant:
+        return await self._go(
+            "acquire_group_lease", lambda: self.inner.acquire_group_lease(group_id, agent_id, ttl_ms)
+        )
+
+    async def renew_group_leases(
+        self, agent_id: str, leases: Sequence[tuple[str, int]], ttl_ms: int
+    ) -> list[str]:
+        return await self._go(
+            "renew_group_leases", lambda: self.inner.renew_group_leases(agent_id, leases, ttl_ms)
+        )
+
+    async def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None:
+        return await self._go(
+            "release_group_leases", lambda: self.inner.release_group_leases(agent_id, leases)
+        )
+
+    async def confirm_group_generation(
+        self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
+    ) -> None:
+        return await self._go(
+            "confirm_group_generation",
+            lambda: self.inner.confirm_group_generation(group_id, lease, ttl_ms, group_state),
+        )
 
     async def close(self) -> None:
         await self.inner.close()

@@ -46,6 +46,9 @@ def start_cluster(
         "SKIFF_HEARTBEAT_INTERVAL_MS": "500",
         "SKIFF_AGENT_TTL_MS": "3000",
         "SKIFF_TOPIC_CACHE_TTL_MS": "1000",
+        # group coordinator leases lapse as fast as dead agents leave the routing view
+        "SKIFF_GROUP_LEASE_TTL_MS": "3000",
+        "SKIFF_GROUP_LEASE_RENEW_INTERVAL_MS": "500",
         **(extra_env or {}),
     }
     agents = [

@@ -4,22 +4,31 @@ group consumes with manual commits.
 Three agents (`skiff metadata` on PostgreSQL, a moto S3 bucket); the consumers are bootstrapped
 with all three. The group's coordinator is found with a raw FindCoordinator (all agents agree)
 and killed mid-consumption. Until its TTL runs out the survivors still name it (it is
-unreachable); then rendezvous hashing moves the group to a survivor, which knows nothing of
-the group: the members get NOT_COORDINATOR / UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION, find the
-new coordinator, rejoin and resume from the offsets committed in metadata.
+unreachable); then rendezvous hashing moves the group to a survivor, which takes the group's
+lease once the dead agent's has lapsed and loads its last stored generation, with the leader's
+assignment (agent.group_fencing; as Kafka's coordinator loads a group on failover): the members
+get NOT_COORDINATOR (or cannot connect), find the new coordinator and go on in their generation,
+with their partitions, without a rebalance (a client may still rejoin on its own, e.g. when its
+own session check gave up on the dead coordinator). Then a third member joins: the taken-over
+group rebalances on the new coordinator and every partition resumes from the offsets committed
+in metadata.
 
 The consumers are driven from one thread (poll a member, commit what it consumed, next
 member), so no commit is ever in flight when the agent is killed: the committed offsets at the
 kill are exactly the last successful commits. What is checked:
 
-- after every assignment (the first one, the rebalance after the kill, any other), each
-  partition's first delivered record is at exactly the offset committed when the assignment
-  happened (0 without a commit): nothing committed is re-delivered, nothing is skipped; in
-  particular after the failover every partition resumes at its offset committed at the kill;
-- no commit succeeds after the kill until the committing member has rejoined the group (the
-  new coordinator does not accept the old generation), and every commit after that succeeds;
+- after every assignment (the first one, any rebalance after the kill, the third member's),
+  each partition's first delivered record is at exactly the offset committed when the
+  assignment happened (0 without a commit), or, for a member given back a partition it had,
+  its own position: nothing committed is re-delivered, nothing is skipped; a member that keeps
+  its partitions across the failover goes on without a gap or a repeat;
+- after the failover, records produced then are consumed and committed through the new
+  coordinator in every partition (both members go on there), and again once the third member
+  shares them; a commit of the old generation never succeeds for a partition already given
+  out again in a new generation;
 - every record (produced before and after the failover) is consumed at least once, with the
-  right contents; re-deliveries are only of records consumed but not committed before the kill;
+  right contents; re-deliveries are only of records consumed but not committed before a
+  partition moved;
 - the commits after the failover land on the new coordinator: a raw OffsetFetch to it returns
   them; the other survivor answers NOT_COORDINATOR.
 """
@@ -106,7 +115,8 @@ class Tracker:
       its own position (kafka-python keeps positions of partitions that stay assigned) - nothing is
       lost or re-delivered either way;
     - then its records of that partition follow contiguously, without a gap or a repeat;
-    - a commit never succeeds after the kill before the committing member rejoined.
+    - a commit of the old generation never succeeds after the kill for a partition already
+      given out again in a new one.
     """
 
     members: list[Member]
@@ -125,16 +135,28 @@ class Tracker:
     timeline: list[str] = field(default_factory=list)  # for failure messages
 
     def __post_init__(self) -> None:
-        n = len(self.members)
+        members, self.members = self.members, []
         # per member: partition -> the offset its next record must have (None: first since the assignment)
-        self.next: list[dict[int, int | None]] = [{} for _ in range(n)]
+        self.next: list[dict[int, int | None]] = []
         # per member and partition, first record since the assignment: (committed then, own position or None)
-        self.first_ok: list[dict[int, tuple[int, int | None]]] = [{} for _ in range(n)]
+        self.first_ok: list[dict[int, tuple[int, int | None]]] = []
         # per member: partitions revoked (not lost) from it since its last assignment -> its position
-        self.held: list[dict[int, int]] = [{} for _ in range(n)]
-        self.seen = [0] * n
-        self.polls = [0] * n
-        self.uncommitted: list[dict[int, int]] = [{} for _ in range(n)]
+        self.held: list[dict[int, int]] = []
+        self.seen: list[int] = []
+        self.polls: list[int] = []
+        self.uncommitted: list[dict[int, int]] = []
+        for m in members:
+            self.add(m)
+
+    def add(self, member: Member) -> None:
+        """One more member, driven with the others from now on."""
+        self.members.append(member)
+        self.next.append({})
+        self.first_ok.append({})
+        self.held.append({})
+        self.seen.append(0)
+        self.polls.append(0)
+        self.uncommitted.append({})
 
     def lagging(self) -> bool:
         """Whether some partition has records consumed but not committed."""
@@ -208,9 +230,10 @@ class Tracker:
             else:
                 self.note(f"member {i} commit {offsets} ok")
                 self.commits_ok.append((i, offsets, self.killed))
-                if self.killed and i not in self.rejoined:
+                if self.killed and i not in self.rejoined and set(offsets) & self.assigned_after_kill:
                     self.problems.append(
-                        f"member {i}: commit {offsets} succeeded after the kill before it rejoined"
+                        f"member {i}: commit {offsets} of the old generation succeeded after the kill,"
+                        f" for partitions already given out again ({sorted(self.assigned_after_kill)})"
                     )
                 self.committed.update(offsets)
 
@@ -307,27 +330,44 @@ def test_group_moves_to_a_new_coordinator_when_its_agent_is_killed(
     assert code == ErrorCode.none
     (new_coordinator,) = [a for a in survivors if a.port == new_port]
     (other,) = [a for a in survivors if a is not new_coordinator]
+    t.note(f"the group moved to {new_port}")
 
-    # both members rejoin (at the new coordinator) and get every partition between them
-    t.run_until(
-        lambda: t.rejoined == {0, 1} and t.assigned_after_kill == set(range(PARTITIONS)),
-        "both members to rejoin with all partitions assigned",
-    )
-    rejoined_after_s = time.monotonic() - killed_at
+    # both members go on at the new coordinator (in their generation, or rejoined): more data,
+    # produced through the survivors, is consumed and committed there, in every partition
+    survivors_bootstrap = ",".join(a.bootstrap for a in survivors)
+    end = BEFORE
 
-    # more data, produced through the survivors; consume everything, committing as we go
-    after = tagged("b", AFTER, start=BEFORE, partitions=PARTITIONS)
-    produce(",".join(a.bootstrap for a in survivors), topic, after)
-    for p in range(PARTITIONS):
-        expected[p] += after[p]
-    end = BEFORE + AFTER
+    def more(tag: str) -> None:
+        nonlocal end
+        values = tagged(tag, AFTER, start=end, partitions=PARTITIONS)
+        produce(survivors_bootstrap, topic, values)
+        for p in range(PARTITIONS):
+            expected[p] += values[p]
+        end += AFTER
 
     def all_consumed_and_committed() -> bool:
         return all(
             set(t.consumed[p]) >= set(range(end)) and t.committed.get(p) == end for p in range(PARTITIONS)
         )
 
-    t.run_until(all_consumed_and_committed, "every record consumed and committed")
+    more("b")
+    t.run_until(all_consumed_and_committed, "every record consumed and committed at the new coordinator")
+    rebalanced_at_failover = sorted(t.rejoined)
+    resumed_after_s = time.monotonic() - killed_at
+
+    # a third member joins: the taken-over group rebalances on the new coordinator, each old member
+    # rejoins, and every partition is handed out again; then more data, all consumed and committed
+    t.add(member_factory(client, bootstrap, topic, group, max_poll_records=POLL_RECORDS))
+    t.run_until(
+        lambda: (
+            t.rejoined == {0, 1, 2}
+            and t.assigned_after_kill == set(range(PARTITIONS))
+            and all(m.assignment() for m in t.members)
+        ),
+        "the three members to share the partitions",
+    )
+    more("c")
+    t.run_until(all_consumed_and_committed, "every record consumed and committed by the three members")
     for _ in range(5):  # nothing more arrives
         for i in range(len(t.members)):
             t.step(i)
@@ -336,24 +376,26 @@ def test_group_moves_to_a_new_coordinator_when_its_agent_is_killed(
     # (the tracker checked that after every assignment each partition resumed at the offset
     # committed then, or went on from the member's own position, and then had no gap or repeat)
     # after the failover in particular: each partition's first post-kill assignment resumed at
-    # the offset committed at the kill (no commit succeeded in between), unless its member kept it
-    first_after: dict[int, tuple[int, bool]] = {}
-    for _, p, first, _, after_kill, continued in t.firsts:
+    # the offset committed then: the one committed at the kill, or a later one its member
+    # committed in its generation since (never an older one), unless its member kept it
+    first_after: dict[int, tuple[int, int, bool]] = {}
+    for _, p, first, committed_then, after_kill, continued in t.firsts:
         if after_kill and p not in first_after:
-            first_after[p] = (first, continued)
+            first_after[p] = (first, committed_then, continued)
     assert set(first_after) == set(range(PARTITIONS)), first_after
-    resumed = {p: f for p, (f, continued) in first_after.items() if not continued}
-    assert resumed == {p: at_kill.get(p, 0) for p in resumed}, (
-        f"first offsets after the failover {first_after}, committed at the kill {at_kill}"
-    )
-    kept = sorted(p for p, (_, continued) in first_after.items() if continued)
+    for p, (first, committed_then, continued) in first_after.items():
+        assert committed_then >= at_kill.get(p, 0), (p, first_after, at_kill)
+        assert continued or first == committed_then, (
+            f"first offsets after the failover {first_after}, committed at the kill {at_kill}"
+        )
+    kept = sorted(p for p, (_, _, continued) in first_after.items() if continued)
     # at least once; re-delivered only what was consumed but not committed before a rebalance
     for p in range(PARTITIONS):
         missing = sorted(set(range(end)) - set(t.consumed[p]))
         assert not missing, f"partition {p}: never consumed {missing[:10]}"
     redelivered = sum(len(t.consumed[p]) - end for p in range(PARTITIONS))
-    uncommitted_at_kill = sum(
-        consumed_at_kill.get(p, 0) - at_kill.get(p, 0) for p in range(PARTITIONS) if p not in kept
+    uncommitted_at_kill = sum(  # consumed by the kill, not committed when the partition moved
+        max(0, consumed_at_kill.get(p, 0) - first_after[p][1]) for p in range(PARTITIONS) if p not in kept
     )
     assert redelivered >= uncommitted_at_kill, (redelivered, uncommitted_at_kill)
     assert any(after_kill for *_, after_kill in t.commits_ok), "no commit succeeded after the failover"
@@ -365,8 +407,9 @@ def test_group_moves_to_a_new_coordinator_when_its_agent_is_killed(
     code, _ = offset_fetch(other.bootstrap, group, topic)
     assert code == ErrorCode.not_coordinator
     print(
-        f"{client}: coordinator {doomed.port} killed; group on {new_port}, both members rejoined"
-        f" {rejoined_after_s:.1f} s after the kill; {len(t.commits_failed)} commits failed meanwhile;"
+        f"{client}: coordinator {doomed.port} killed; group on {new_port}, every partition committed there"
+        f" {resumed_after_s:.1f} s after the kill (members that rejoined meanwhile: {rebalanced_at_failover});"
+        f" {len(t.commits_failed)} commits failed meanwhile;"
         f" committed at the kill {at_kill}, consumed {consumed_at_kill}; {redelivered} records re-delivered;"
         f" partitions kept by their member across the failover: {kept}"
     )

@@ -371,10 +371,25 @@ class KafkaPythonMember(Member):
         return KTP(self.topic, p)
 
     def poll(self, timeout_s: float = 0.2) -> list[Rec]:
+        self._keep_finished_join()
         got = self.c.poll(timeout_ms=int(timeout_s * 1000), max_records=self.max_records)
         out = [Rec(m.partition, m.offset, m.value) for recs in got.values() for m in recs]
         self.log.extend(out)
         return out
+
+    def _keep_finished_join(self) -> None:
+        # Work around a kafka-python 3.0.12 bug (client side, not the broker's): a JoinGroup +
+        # SyncGroup round trip that outlasts one poll() goes on in the background, and when it
+        # finishes before the next poll(), that poll sees a finished task (`join_group_async`:
+        # `if self._join_task is None or self._join_task.is_done`) and sends a new JoinGroup
+        # instead of taking the result. A group leader's JoinGroup waits for the other members, so
+        # it outlasts short polls; its new JoinGroup starts another rebalance (a leader's join
+        # rebalances a Stable group, in Kafka as here), and so on for good. Handing the client
+        # the finished result as a task still pending lets its own code take it.
+        coordinator = self.c._coordinator
+        task = coordinator._join_task
+        if task is not None and task.succeeded():
+            coordinator._join_task = _pending_join_task(task.value)
 
     def assignment(self) -> set[int]:
         return {tp.partition for tp in self.c.assignment()}
@@ -408,6 +423,18 @@ class KafkaPythonMember(Member):
 
     def close(self) -> None:
         self.c.close()
+
+
+def _pending_join_task(value: Any) -> Any:
+    """A kafka-python Future that looks pending but hands `value` to whoever waits on it."""
+    from kafka.future import Future as KafkaFuture
+
+    class PendingJoinTask(KafkaFuture):  # type: ignore[misc]
+        def add_callback(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            f(*args, value, **kwargs)
+            return self
+
+    return PendingJoinTask()
 
 
 class AiokafkaMember(Member):

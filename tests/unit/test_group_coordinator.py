@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from agent.group_coordinator import DelayedHeartbeat, GroupCoordinator
+from agent.group_coordinator import GroupCoordinator
 from agent.group_model import GroupState, JoinResult, LeaveRequest, subscription_topics
+from agent.group_rebalance import DelayedHeartbeat
 from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from agent.timing_wheel import SystemTimer
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003"
-down_revision: str | None = "0001"
+down_revision: str | None = "0002"
 branch_labels: str | None = None
 depends_on: str | None = None
 

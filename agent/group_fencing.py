@@ -1,0 +1,281 @@
+"""Group coordinator fencing: the agent's side of the leases in `metadata.group_leases`.
+
+Agents choose a group's coordinator by rendezvous hashing over the agents each believes
+alive; those views differ for up to a heartbeat interval whenever an agent starts or
+stops. So coordinating a group also takes a lease in metadata, held with an epoch:
+
+- Before serving a group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+  OffsetCommit, DeleteGroups, OffsetDelete) the handler calls `ensure_coordinator`: not
+  the rendezvous owner -> NOT_COORDINATOR (and any state and lease this agent had for the
+  group are let go); owner with a valid lease -> go on; owner without one -> acquire it
+  (one request per group however many clients ask at once). Refused (another agent holds
+  it) -> NOT_COORDINATOR, metadata out of reach -> COORDINATOR_NOT_AVAILABLE; clients find
+  the coordinator again and retry. An acquisition loads the group's last stored state
+  (`GroupPersistence.load_group`, agent.group_persistence: the takeover, as Kafka's).
+- Every group state a member can learn is stored in metadata first, with the lease renewed
+  and checked (holder, epoch) in the same conditional UPDATE (`confirm`); see
+  agent.group_persistence. Offset commits carry the lease (`token`), checked in the
+  commit's transaction.
+- Leases are renewed every `renew_interval_ms`, all groups in one request. The agent
+  trusts a lease until `sent + ttl_ms - ttl_ms / 4` (by its monotonic clock, counted from
+  when the acquiring or renewing request was sent): metadata grants until its own
+  `now + ttl_ms`, later than that, and the quarter of the TTL absorbs differences between
+  the clocks of several metadata replicas. A lease lost or not confirmed in time: the
+  group's state is dropped (waiters answered NOT_COORDINATOR) and the next request
+  acquires again, with a new epoch.
+- A group that leaves this agent (routing moved it, it was forgotten when empty, the agent
+  stops) has its lease released, so the next coordinator need not wait for the TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from metadata.api_types import MetadataClient
+from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.group_lease_types import LeaseToken
+
+if TYPE_CHECKING:
+    from agent.group_persistence import GroupPersistence
+
+log = logging.getLogger(__name__)
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+@dataclass
+class _Held:
+    epoch: int
+    deadline_ms: float  # monotonic: trusted until then
+    used_ms: float  # monotonic: last request that needed it
+
+
+class GroupFence:
+    """The leases this agent holds. Loop-confined, like the coordinator it serves."""
+
+    def __init__(
+        self,
+        metadata: MetadataClient,
+        agent_id: str,
+        *,
+        ttl_ms: int = 10_000,
+        renew_interval_ms: int = 2_000,
+        owns: Callable[[str], bool] = lambda _g: True,
+        monotonic_ms: Callable[[], float] = _monotonic_ms,
+    ) -> None:
+        self.metadata = metadata
+        self.agent_id = agent_id
+        self.ttl_ms = ttl_ms
+        self.trust_ms = ttl_ms - ttl_ms // 4
+        self.renew_interval_ms = renew_interval_ms
+        self.owns = owns
+        self._now = monotonic_ms
+        self.held: dict[str, _Held] = {}
+        self._acquiring: dict[str, asyncio.Task[ErrorCode]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}  # one confirm/release at a time per group, in order
+        self._background: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.coordinator: GroupPersistence | None = None  # set by the coordinator
+        self.renewals = 0
+        self.lost = 0
+
+    # ------------------------------------------------------------------ queries
+
+    def valid(self, group_id: str) -> bool:
+        h = self.held.get(group_id)
+        return h is not None and self._now() < h.deadline_ms
+
+    def token(self, group_id: str) -> LeaseToken | None:
+        h = self.held.get(group_id)
+        return LeaseToken(self.agent_id, h.epoch) if h is not None and self._now() < h.deadline_ms else None
+
+    # ------------------------------------------------------------------ acquisition
+
+    async def ensure(self, group_id: str) -> ErrorCode:
+        if not self.owns(group_id):
+            if group_id in self.held or (self.coordinator and group_id in self.coordinator.groups):
+                log.info("group %s: no longer coordinated by this agent, letting it go", group_id)
+                self.lose(group_id, release=True)
+            return ErrorCode.not_coordinator
+        h = self.held.get(group_id)
+        if h is not None and self._now() < h.deadline_ms:
+            h.used_ms = self._now()
+            return ErrorCode.none
+        task = self._acquiring.get(group_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._acquire(group_id))
+            self._acquiring[group_id] = task
+            task.add_done_callback(lambda _t: self._acquiring.pop(group_id, None))
+        return await asyncio.shield(task)
+
+    async def _acquire(self, group_id: str) -> ErrorCode:
+        if group_id in self.held:
+            log.warning("group %s: lease not confirmed in time, dropping the group's state", group_id)
+            self.lose(group_id, release=False)
+        sent = self._now()
+        try:
+            grant = await self.metadata.acquire_group_lease(group_id, self.agent_id, self.ttl_ms)
+        except (MetadataUnavailable, MetadataError, OSError) as e:
+            log.warning("group %s: cannot acquire the coordinator lease: %s", group_id, e)
+            return ErrorCode.coordinator_not_available
+        if not grant.granted:
+            log.info(
+                "group %s: %s holds the coordinator lease (epoch %d), answering NOT_COORDINATOR",
+                group_id,
+                grant.holder,
+                grant.epoch,
+            )
+            return ErrorCode.not_coordinator
+        self.held[group_id] = _Held(grant.epoch, sent + self.trust_ms, self._now())
+        if not self.owns(group_id):  # the view changed while we asked
+            self.lose(group_id, release=True)
+            return ErrorCode.not_coordinator
+        log.info("group %s: coordinator lease acquired (epoch %d)", group_id, grant.epoch)
+        if self.coordinator is not None:
+            self.coordinator.load_group(group_id, grant.group_state)
+        return ErrorCode.none
+
+    # ------------------------------------------------------------------ state changes
+
+    async def confirm(self, group_id: str, group_state: str) -> bool:
+        """Renew the lease and store a new generation; False if the lease is lost or could
+        not be confirmed (the caller drops the group)."""
+        async with self._lock(group_id):
+            h = self.held.get(group_id)
+            if h is None or self._now() >= h.deadline_ms:
+                return False
+            sent = self._now()
+            try:
+                await self.metadata.confirm_group_generation(
+                    group_id, LeaseToken(self.agent_id, h.epoch), self.ttl_ms, group_state
+                )
+            except (MetadataUnavailable, MetadataError, OSError) as e:
+                log.warning("group %s: new generation not confirmed, dropping the group: %s", group_id, e)
+                return False
+            if self.held.get(group_id) is h:
+                h.deadline_ms = max(h.deadline_ms, sent + self.trust_ms)
+            return True
+
+    def lose(self, group_id: str, *, release: bool) -> None:
+        """Forget the lease and drop the group's in-memory state; with `release`, also give
+        the lease back in metadata (in the background, after any confirm in flight)."""
+        h = self.held.pop(group_id, None)
+        if self.coordinator is not None:
+            self.coordinator.drop_group(group_id)
+        if h is not None and release:
+            self._spawn(self._release(group_id, h.epoch, None))
+        elif h is not None:
+            self.lost += 1
+
+    def forgotten(self, group_id: str, final_state: str) -> None:
+        """The coordinator forgot an empty group: store its last state and release."""
+        h = self.held.pop(group_id, None)
+        if h is not None:
+            self._spawn(self._release(group_id, h.epoch, final_state))
+
+    async def _release(self, group_id: str, epoch: int, final_state: str | None) -> None:
+        async with self._lock(group_id):
+            try:
+                if final_state is not None:
+                    token = LeaseToken(self.agent_id, epoch)
+                    await self.metadata.confirm_group_generation(group_id, token, self.ttl_ms, final_state)
+                await self.metadata.release_group_leases(self.agent_id, [(group_id, epoch)])
+            except (MetadataUnavailable, MetadataError, OSError) as e:
+                log.info("group %s: lease not released (it will lapse): %s", group_id, e)
+        lock = self._locks.get(group_id)
+        if group_id not in self.held and lock is not None and not lock.locked():
+            del self._locks[group_id]
+
+    def _lock(self, group_id: str) -> asyncio.Lock:
+        lock = self._locks.get(group_id)
+        if lock is None:
+            lock = self._locks[group_id] = asyncio.Lock()
+        return lock
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ------------------------------------------------------------------ renewal
+
+    async def renew_once(self) -> None:
+        """Let go of groups routed elsewhere, of idle leases of groups not in memory and of
+        leases no longer trusted; renew the rest in one request."""
+        now = self._now()
+        in_memory = self.coordinator.groups if self.coordinator is not None else {}
+        for group_id, h in list(self.held.items()):
+            if not self.owns(group_id):
+                log.info("group %s: routed to another agent now, letting it go", group_id)
+                self.lose(group_id, release=True)
+            elif now >= h.deadline_ms:
+                log.warning("group %s: coordinator lease not renewed in time, dropping the group", group_id)
+                self.lose(group_id, release=False)
+            elif group_id not in in_memory and now - h.used_ms >= self.ttl_ms:
+                self.lose(group_id, release=True)
+        if not self.held:
+            return
+        asked = {g: h.epoch for g, h in self.held.items()}
+        sent = self._now()
+        try:
+            renewed = set(
+                await self.metadata.renew_group_leases(self.agent_id, list(asked.items()), self.ttl_ms)
+            )
+        except (MetadataUnavailable, MetadataError, OSError) as e:
+            log.warning("renewing %d group lease(s) failed (retrying): %s", len(asked), e)
+            return
+        self.renewals += 1
+        for group_id, epoch in asked.items():
+            mine = self.held.get(group_id)
+            if mine is None or mine.epoch != epoch:
+                continue
+            if group_id in renewed:
+                mine.deadline_ms = max(h.deadline_ms, sent + self.trust_ms)
+            else:
+                log.warning(
+                    "group %s: coordinator lease lost (epoch %d), dropping the group", group_id, epoch
+                )
+                self.lose(group_id, release=False)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="skiff-group-leases")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.renew_interval_ms / 1000.0)
+            try:
+                await self.renew_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not stop renewals for good
+                log.exception("unexpected error renewing group leases")
+
+    async def close(self) -> None:
+        """Stop renewing and release every lease (the groups were dropped by the caller)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        held = {g: h.epoch for g, h in self.held.items()}
+        self.held.clear()
+        if held:
+            with contextlib.suppress(MetadataUnavailable, MetadataError, OSError):
+                await self.metadata.release_group_leases(self.agent_id, list(held.items()))
+        await self.drain()
+
+    async def drain(self) -> None:
+        """Wait for the releases running in the background."""
+        while self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

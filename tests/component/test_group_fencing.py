@@ -1,0 +1,371 @@
+"""Group coordinator fencing (`agent.group_fencing`): coordinators over a real metadata
+service (SQLite), with injected clocks: metadata's clock, each agent's monotonic clock,
+and the purgatories' manual clock (tests.unit.test_group_coordinator.ManualClock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from agent.group_coordinator import GroupCoordinator
+from agent.group_fencing import GroupFence
+from agent.group_model import GroupState, JoinResult, SyncResult
+from agent.group_persistence import decode_group_state
+from agent.group_rebalance import DelayedHeartbeat
+from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
+from agent.timing_wheel import SystemTimer
+from metadata.client import LocalMetadataClient
+from metadata.service import MetadataService
+from metadata.types import GroupOffset
+from tests.component.fake_metadata import FlakyMetadataClient
+from tests.unit.test_group_coordinator import ManualClock
+
+E = ErrorCode
+TTL = 10_000
+SESSION = 10_000
+REBALANCE = 30_000
+
+
+class Ms:
+    def __init__(self, now: float = 1_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Agent:
+    """One agent's coordinator + fence, with its own monotonic clock and routing answer."""
+
+    def __init__(self, agent_id: str, metadata: FlakyMetadataClient, clock: ManualClock) -> None:
+        self.mono = Ms()
+        self.owner = True
+        self.fence = GroupFence(
+            metadata,
+            agent_id,
+            ttl_ms=TTL,
+            renew_interval_ms=2_000,
+            owns=lambda _g: self.owner,
+            monotonic_ms=self.mono,
+        )
+        hb: DelayedOperationPurgatory[DelayedHeartbeat] = DelayedOperationPurgatory(
+            "Heartbeat", timer=SystemTimer(now_ms=clock, sleep=clock.sleep)
+        )
+        rb: DelayedOperationPurgatory[DelayedOperation] = DelayedOperationPurgatory(
+            "Rebalance", timer=SystemTimer(now_ms=clock, sleep=clock.sleep)
+        )
+        clock.purgatories += [hb, rb]
+        self.gc = GroupCoordinator(
+            initial_rebalance_delay_ms=0, heartbeat_purgatory=hb, rebalance_purgatory=rb, fence=self.fence
+        )
+
+    async def join(self, member_id: str = "", group: str = "g") -> JoinResult:
+        code = await self.fence.ensure(group)
+        if code != E.none:
+            return JoinResult(code, member_id)
+        fut = self.gc.join(
+            group,
+            member_id,
+            None,
+            "consumer",
+            [("range", b"meta")],
+            SESSION,
+            REBALANCE,
+            require_known_member_id=False,
+        )
+        return await asyncio.wait_for(fut, 5)
+
+    def start_join(self, member_id: str = "", group: str = "g") -> asyncio.Future[JoinResult]:
+        return asyncio.ensure_future(self.join(member_id, group))
+
+    async def sync(
+        self, generation: int, member_id: str, assignments: dict[str, bytes] | None = None, group: str = "g"
+    ) -> SyncResult:
+        code = await self.fence.ensure(group)
+        if code != E.none:
+            return SyncResult(code)
+        fut = self.gc.sync(group, generation, member_id, None, list((assignments or {}).items()))
+        return await asyncio.wait_for(fut, 5)
+
+    def start_sync(
+        self, generation: int, member_id: str, assignments: dict[str, bytes] | None = None
+    ) -> asyncio.Future[SyncResult]:
+        return asyncio.ensure_future(self.sync(generation, member_id, assignments))
+
+
+class World:
+    def __init__(self, tmp: Path) -> None:
+        self.mclock = Ms()
+        self.service = MetadataService.from_url(f"sqlite:///{tmp}/m.db", clock=lambda: int(self.mclock.now))
+        self.service.create_topic("t", 2, {})
+        self.metadata = FlakyMetadataClient(LocalMetadataClient(self.service))
+        self.clock = ManualClock()
+
+    def agent(self, agent_id: str) -> Agent:
+        return Agent(agent_id, self.metadata, self.clock)
+
+    def stored(self, group: str = "g") -> tuple[str, int, str | None]:
+        with self.service.engine.connect() as conn:
+            r = conn.exec_driver_sql(
+                "SELECT holder, epoch, group_state FROM group_leases WHERE group_id = ?", (group,)
+            ).one()
+        return r[0], r[1], r[2]
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    w = World(tmp_path)
+    yield w
+    await w.metadata.close()
+    w.service.close()
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_generation_is_confirmed_in_metadata_before_members_learn_it(world: World) -> None:
+    a = world.agent("A")
+    r = await a.join()
+    assert r.error == E.none and r.generation_id == 1
+    holder, epoch, state = world.stored()
+    assert (holder, epoch) == ("A", 1)
+    stored = decode_group_state(state)
+    assert (
+        stored is not None
+        and stored.generation_id == 1
+        and [m.member_id for m in stored.members] == [r.member_id]
+    )
+    # metadata refuses the confirmation: the join is never answered with the generation
+    world.metadata.down = True
+    b_join = a.start_join()
+    await settle()
+    assert not b_join.done()  # the join phase waits for the old member
+    follow = a.gc.join("g", r.member_id, None, "consumer", [("range", b"meta")], SESSION, REBALANCE)
+    await settle()
+    assert (await b_join).error == E.not_coordinator
+    assert (await follow).error == E.not_coordinator
+    assert "g" not in a.gc.groups and "g" not in a.fence.held
+    world.metadata.down = False
+
+
+async def test_a_second_agent_that_believes_it_coordinates_is_refused(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    ra = await a.join()
+    assert ra.error == E.none
+    rb = await b.join()
+    assert rb.error == E.not_coordinator and "g" not in b.gc.groups
+    # offsets through B are refused too: it holds no lease
+    assert await b.fence.ensure("g") == E.not_coordinator
+
+
+async def test_the_leaders_assignment_is_stored_before_the_members_learn_it(world: World) -> None:
+    a = world.agent("A")
+    r = await a.join()
+    world.metadata.down = True
+    sync = a.start_sync(1, r.member_id, {r.member_id: b"p0"})
+    await settle()
+    # metadata cannot store it: the leader is never told its assignment, the group is dropped
+    assert (await sync).error == E.not_coordinator
+    assert "g" not in a.gc.groups and "g" not in a.fence.held
+    world.metadata.down = False
+    again = await a.join(r.member_id)  # re-acquired: generation 1 (stored at its join) goes on
+    assert again.error == E.none and again.generation_id == 1
+    assert (await a.sync(1, r.member_id, {r.member_id: b"p0"})).assignment == b"p0"
+    stored = decode_group_state(world.stored()[2])
+    assert stored is not None and stored.assigned and stored.generation_id == 1
+    assert stored.leader_id == r.member_id
+    assert [(m.member_id, m.protocols, m.assignment) for m in stored.members] == [
+        (r.member_id, (("range", b"meta"),), b"p0")
+    ]
+
+
+async def test_routing_moves_the_group_release_lets_the_new_owner_in_at_once(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    ra = await a.join()
+    assert (await a.sync(1, ra.member_id, {ra.member_id: b"p0"})).error == E.none
+    assert a.gc.heartbeat("g", 1, ra.member_id, None) == E.none
+    a.owner = False  # A's view now routes the group to B
+    assert await a.fence.ensure("g") == E.not_coordinator
+    assert "g" not in a.gc.groups
+    await a.fence.drain()  # the release runs in the background
+    # B takes over at once, with the stored generation: Stable, same member and assignment
+    assert await b.fence.ensure("g") == E.none
+    assert world.stored()[:2] == ("B", 2)
+    g = b.gc.groups["g"]
+    assert (g.state, g.generation_id, g.leader_id) == (GroupState.STABLE, 1, ra.member_id)
+    assert b.gc.heartbeat("g", 1, ra.member_id, None) == E.none
+    assert (await b.sync(1, ra.member_id)).assignment == b"p0"
+    desc = b.gc.describe("g")
+    assert desc is not None and [m.assignment for m in desc.members] == [b"p0"]
+
+
+async def test_takeover_after_expiry_keeps_the_generation_until_everyone_rejoined(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    r1 = await a.join()
+    assert r1.generation_id == 1
+    m2 = a.start_join()
+    m1b = a.start_join(r1.member_id)  # the leader rejoins for the second member
+    r1, r2 = await m1b, await m2
+    assert r1.generation_id == r2.generation_id == 2 and r1.leader == r1.member_id
+    s2 = a.start_sync(2, r2.member_id)
+    s1 = await a.sync(2, r1.member_id, {r1.member_id: b"p0", r2.member_id: b"p1"})
+    assert (s1.assignment, (await s2).assignment) == (b"p0", b"p1")
+    # A dies (no release). B cannot take the group before the lease lapses.
+    assert (await b.join()).error == E.not_coordinator
+    world.mclock.now += TTL + 1
+    assert await b.fence.ensure("g") == E.none
+    g = b.gc.groups["g"]
+    assert g.state == GroupState.STABLE and g.generation_id == 2
+    assert {m: g.members[m].assignment for m in g.members} == {r1.member_id: b"p0", r2.member_id: b"p1"}
+    # the members go on in their generation: heartbeats, commits, a follower's rejoin
+    assert b.gc.heartbeat("g", 2, r1.member_id, None) == E.none
+    assert b.gc.validate_commit("g", 2, r2.member_id, None) == E.none
+    again = await b.join(r2.member_id)
+    assert (again.error, again.generation_id, g.state) == (E.none, 2, GroupState.STABLE)
+    # a new member waits until both old members rejoined (their sessions restarted at the load)
+    m3 = b.start_join()
+    await settle()
+    assert b.gc.heartbeat("g", 2, r1.member_id, None) == E.rebalance_in_progress
+    o1 = b.start_join(r1.member_id)
+    await settle()
+    assert not m3.done() and not o1.done()
+    o2 = b.start_join(r2.member_id)
+    r3, n1, n2 = await m3, await o1, await o2
+    assert r3.generation_id == n1.generation_id == n2.generation_id == 3
+    assert json.loads(world.stored()[2] or "")["generation"] == 3
+
+
+async def test_takeover_of_a_generation_whose_assignment_was_not_stored(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    r1 = await a.join()
+    m2 = a.start_join()
+    r1, r2 = await a.start_join(r1.member_id), await m2
+    assert r1.generation_id == 2
+    # A dies before the leader's SyncGroup: generation 2 was stored without assignments
+    world.mclock.now += TTL + 1
+    assert await b.fence.ensure("g") == E.none
+    g = b.gc.groups["g"]
+    assert g.state == GroupState.COMPLETING_REBALANCE and g.generation_id == 2
+    # members that lost their join answer get it again (the leader with every member's metadata)
+    again = await b.join(r1.member_id)
+    assert (again.generation_id, again.leader) == (2, r1.member_id)
+    assert [(m.member_id, m.metadata) for m in again.members] == [
+        (r1.member_id, b"meta"),
+        (r2.member_id, b"meta"),
+    ]
+    s2 = b.start_sync(2, r2.member_id)
+    await settle()
+    assert not s2.done()
+    s1 = await b.sync(2, r1.member_id, {r1.member_id: b"p0", r2.member_id: b"p1"})
+    assert (s1.assignment, (await s2).assignment) == (b"p0", b"p1")
+    assert g.state == GroupState.STABLE
+    stored = decode_group_state(world.stored()[2])
+    assert stored is not None and stored.assigned and stored.generation_id == 2
+
+
+async def test_members_of_a_taken_over_generation_that_never_come_back_expire(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    r1 = await a.join()
+    await a.sync(1, r1.member_id, {r1.member_id: b"p0"})
+    world.mclock.now += TTL + 1
+    assert await b.fence.ensure("g") == E.none
+    assert b.gc.groups["g"].state == GroupState.STABLE
+    world.clock.advance(SESSION / 1000 + 0.1)  # no heartbeat reached B within a session
+    await settle()
+    assert "g" not in b.gc.groups  # the member expired; the group emptied and was forgotten
+    await b.fence.drain()
+    stored = decode_group_state(world.stored()[2])
+    assert stored is not None and stored.members == () and stored.generation_id == 2
+
+
+async def test_a_stale_coordinator_drops_its_group_when_renewal_finds_the_lease_lost(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    ra = await a.join()
+    world.mclock.now += TTL + 1
+    assert await b.fence.ensure("g") == E.none  # B took over (A's lease lapsed in metadata)
+    await a.fence.renew_once()
+    assert "g" not in a.gc.groups and a.fence.lost == 1
+    assert a.gc.heartbeat("g", 1, ra.member_id, None) == E.unknown_member_id
+    assert await a.fence.ensure("g") == E.not_coordinator
+
+
+async def test_a_lease_not_renewed_in_time_is_no_longer_trusted(world: World) -> None:
+    a = world.agent("A")
+    ra = await a.join()
+    world.metadata.down = True
+    await a.fence.renew_once()  # fails: the lease stays trusted until its deadline
+    assert a.fence.valid("g") and "g" in a.gc.groups
+    a.mono.now += TTL * 3 / 4  # three quarters of the TTL after the confirmation was sent
+    assert not a.fence.valid("g") and a.fence.token("g") is None
+    assert await a.fence.ensure("g") == E.coordinator_not_available
+    assert "g" not in a.gc.groups
+    world.metadata.down = False
+    assert await a.fence.ensure("g") == E.none  # re-acquired, new epoch, generation 1 loaded
+    assert world.stored()[:2] == ("A", 2)
+    assert a.gc.groups["g"].state == GroupState.COMPLETING_REBALANCE  # no SyncGroup yet
+    assert a.gc.heartbeat("g", 1, ra.member_id, None) == E.none
+
+
+async def test_renewals_are_one_request_for_every_group(world: World) -> None:
+    a = world.agent("A")
+    for g in ("g1", "g2", "g3"):
+        assert (await a.join(group=g)).error == E.none
+    world.metadata.calls.clear()
+    await a.fence.renew_once()
+    assert world.metadata.calls == ["renew_group_leases"]
+    assert sorted(a.fence.held) == ["g1", "g2", "g3"]
+
+
+async def test_offset_commit_under_a_lost_lease_is_refused_in_metadata(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    await a.join()
+    token = a.fence.token("g")
+    assert token is not None
+    await world.metadata.commit_offsets("g", [GroupOffset("t", 0, 1, None, -1)], token)
+    world.mclock.now += TTL + 1
+    assert await b.fence.ensure("g") == E.none
+    with pytest.raises(Exception) as e:
+        await world.metadata.commit_offsets("g", [GroupOffset("t", 0, 2, None, -1)], token)
+    assert getattr(e.value, "error_code", None) == E.not_coordinator
+
+
+async def test_an_emptied_group_stores_its_state_and_releases(world: World) -> None:
+    a, b = world.agent("A"), world.agent("B")
+    ra = await a.join()
+    assert a.gc.leave("g", [type("L", (), {"member_id": ra.member_id, "group_instance_id": None})()]) == [
+        E.none
+    ]  # type: ignore[list-item]
+    await a.fence.drain()
+    assert "g" not in a.gc.groups and "g" not in a.fence.held
+    holder, _epoch, state = world.stored()
+    stored = decode_group_state(state)
+    assert stored is not None and stored.members == () and stored.generation_id == 2
+    rb = await b.join()  # no wait for the lease to lapse, and the generation goes on
+    assert rb.error == E.none and rb.generation_id == 3
+
+
+async def test_a_static_member_replaced_without_a_rebalance_is_stored(world: World) -> None:
+    a = world.agent("A")
+    assert await a.fence.ensure("g") == E.none
+
+    def join_static(member_id: str) -> asyncio.Future[JoinResult]:
+        return a.gc.join("g", member_id, "i1", "consumer", [("range", b"meta")], SESSION, REBALANCE)
+
+    r = await join_static("")
+    assert r.error == E.none
+    assert (await a.sync(1, r.member_id, {r.member_id: b"p0"})).assignment == b"p0"
+    back = await join_static("")  # the same instance, restarted: a new member id, no rebalance
+    assert back.error == E.none and back.generation_id == 1 and back.member_id != r.member_id
+    await a.gc.drain()
+    stored = decode_group_state(world.stored()[2])
+    assert stored is not None and stored.assigned
+    assert [(m.member_id, m.instance_id, m.assignment) for m in stored.members] == [
+        (back.member_id, "i1", b"p0")
+    ]
