@@ -270,9 +270,7 @@ def consume_cold(agent: Agent, topic: str, partitions: int, records: int) -> dic
     cons["gets"] = g1.get("skiff_object_store_requests:get_range", 0) - g0.get(
         "skiff_object_store_requests:get_range", 0
     )
-    cons["get_bytes"] = g1.get("skiff_object_store_bytes:in", 0) - g0.get(
-        "skiff_object_store_bytes:in", 0
-    )
+    cons["get_bytes"] = g1.get("skiff_object_store_bytes:in", 0) - g0.get("skiff_object_store_bytes:in", 0)
     return cons
 
 
