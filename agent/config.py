@@ -152,7 +152,7 @@ class AgentConfig:
         },
     )
     fetch_readahead_bytes: int = field(
-        default=16 * MiB,
+        default=64 * MiB,
         metadata={
             "help": "per fetch, bytes of the requested partitions' further chunks read along with needed "
             "ones (same GET, only when fetch_read_inflight_bytes has room) and kept in the cache for the "
