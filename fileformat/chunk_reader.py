@@ -374,15 +374,15 @@ def plan_reads(
     is below its limit) and for the first partition with data, so for one partition the
     plan is exactly `plan_fetch`'s; the shared budget (chunks are taken while the total
     is below `max_bytes`) also counts the other partitions' first chunks, by the share of
-    their offsets at or after the fetch offset. With many partitions the order differs: the first
-    object is the one holding the next chunk of the first partition with data (KIP-74
-    progress; clients rotate their partitions, so none waits for ever); each next object
-    is the one where the partitions' next chunks add up to the most bytes (the first
-    such in request order on ties), and every partition whose next chunk lies in it takes
-    it (and its following chunks while they stay in that object). So each object a fetch
-    reads is served as fully as its partitions' positions allow, and a fetch of N
-    partitions whose files each hold a chunk of every partition reads about
-    budget / file size files, each once, instead of every file of the window.
+    their offsets at or after the fetch offset. With many partitions the order differs:
+    objects are taken oldest first (the object of the waiting chunk with the lowest
+    `chunk_id`; metadata numbers chunks in commit order), and every partition whose next
+    chunk lies in the object takes it (and its following chunks while they stay in that
+    object). So each object a fetch reads is served as fully as its partitions'
+    positions allow, and a fetch of N partitions whose files each hold a chunk of every
+    partition reads about budget / file size files, each once, instead of every file of
+    the window. Oldest first also means no partition waits for ever: the chunks older
+    than a lagging partition's next one are finitely many and each fetch takes some.
     """
     pending = [[loc for loc in r.locations if loc.last_offset >= r.fetch_offset] for r in reads]
     taken = [0] * len(reads)
@@ -409,25 +409,24 @@ def plan_reads(
             )
         taken[i] += 1
 
+    # the first partition with data in request order: its first chunk is not counted
+    # against the budget (as in plan_fetch; select_fetch gives it the KIP-74 first batch)
     first = next((i for i in range(len(reads)) if pending[i]), None)
     if first is None or (max_bytes <= 0 and not first_unbounded):
         return [PartitionRead((), read.fetch_offset, read.max_bytes) for read in reads]
-    chosen: str | None = pending[first][0].object_key
     started = False
-    while chosen is not None:
+    while True:
+        # the object of the oldest waiting chunk (metadata numbers chunks in commit order)
+        next_chunks = [pending[i][taken[i]] for i in range(len(reads)) if eligible(i)]
+        if not next_chunks:
+            return _planned(reads, pending, taken)
+        chosen = min(next_chunks, key=lambda loc: loc.chunk_id).object_key
         for i in range(len(reads)):
             while eligible(i) and pending[i][taken[i]].object_key == chosen:
                 if used >= max_bytes and started:  # the budget is spent (KIP-74: not before one chunk)
                     return _planned(reads, pending, taken)
                 take(i)
                 started = True
-        frontier: dict[str, int] = {}
-        for i in range(len(reads)):
-            if eligible(i):
-                loc = pending[i][taken[i]]
-                frontier[loc.object_key] = frontier.get(loc.object_key, 0) + loc.byte_length
-        chosen = max(frontier, key=frontier.__getitem__) if frontier else None
-    return _planned(reads, pending, taken)
 
 
 def _planned(

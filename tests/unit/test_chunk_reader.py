@@ -263,8 +263,8 @@ def test_object_plan_serves_a_valid_kafka_answer(
     """`plan_reads` may serve a partition less than the request-order rule would (that
     is its point), but what it serves is always a valid fetch answer: per partition a
     prefix of its own answer, the shared budget kept apart from one first batch (KIP-74),
-    the first partition with data served, nothing loaded outside the plan; and for one
-    partition it is exactly `plan_fetch`."""
+    progress (a batch) whenever a partition has data, nothing loaded outside the plan;
+    and for one partition it is exactly `plan_fetch`."""
     partitions = [
         build_log(s, chunking, absolute=absolute, files=files, key_prefix=f"p{i}")
         for i, s in enumerate(shapes)
@@ -296,9 +296,8 @@ def test_object_plan_serves_a_valid_kafka_answer(
         alone = expected_selection(log, read.fetch_offset, read.max_bytes)
         got = returned_batches(result.records)
         assert [b[0] for b in got] == [b.base_offset for b in alone[: len(got)]]
-    with_data = [i for i, log in enumerate(partitions) if log.batches[-1].last_offset >= offsets[i]]
-    if with_data:
-        assert first == with_data[0]  # progress: the first partition with data always gets a batch
+    if any(log.batches[-1].last_offset >= offsets[i] for i, log in enumerate(partitions)):
+        assert first is not None  # progress: some partition gets at least one batch (KIP-74)
     for read in reads:
         assert list(plan_reads([read], read.max_bytes)[0].locations) == plan_fetch([read], read.max_bytes)
 
