@@ -169,7 +169,15 @@ class AgentConfig:
         default=64 * MiB,
         metadata={
             "help": "per fetch, bytes of the requested partitions' further chunks read along with needed "
-            "ones (same GET) and kept in the cache for the next fetch (0: off; at most fetch_cache_bytes/2)"
+            "ones (same GET, only when fetch_read_inflight_bytes has room) and kept in the cache for the "
+            "next fetch (0: off; at most fetch_cache_bytes/2)"
+        },
+    )
+    fetch_read_inflight_bytes: int = field(
+        default=128 * MiB,
+        metadata={
+            "help": "agent-wide bound on the bytes of ranged GETs in flight for fetches (needed, gap and "
+            "read-ahead bytes); cold fetches beyond it wait their turn"
         },
     )
 
@@ -320,6 +328,7 @@ class AgentConfig:
             "metadata_timeout_ms",
             "fetch_max_bytes",
             "max_partition_fetch_bytes",
+            "fetch_read_inflight_bytes",
         ):
             positive(name)
         if not 0 <= self.metrics_port <= 65535:

@@ -81,7 +81,10 @@ async def start_agent(
     # Fetches and the produce buffer see the bucket through the range cache: reads are
     # cached and coalesced, the files this agent PUTs are kept whole for tail consumers.
     cache = RangeCache(
-        store, max_bytes=config.fetch_cache_bytes, coalesce_gap_bytes=config.fetch_coalesce_gap_bytes
+        store,
+        max_bytes=config.fetch_cache_bytes,
+        coalesce_gap_bytes=config.fetch_coalesce_gap_bytes,
+        max_inflight_bytes=config.fetch_read_inflight_bytes,
     )
     locations = ChunkLocationCache(ttl_ms=config.chunk_cache_ttl_ms)
     watch = CommitWatch(

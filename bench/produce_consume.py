@@ -1,16 +1,23 @@
 """Produce/consume benchmark: one `skiff agent` process, librdkafka clients, three stores.
 
     python bench/produce_consume.py [--stores file,moto,seaweedfs] [--mib 256] [--partitions 100]
+                                    [--layouts sticky,keyed]
 
 For each store (file://, moto's S3 server, SeaweedFS), in one run:
 1. raw ceiling: this process PUTs the same number of bytes as 8 MiB objects, 4 at a time
    (the agent's default flush size and in-flight flushes), straight to the store;
-2. produce at full speed: 1 KiB records over 100 partitions, acks=all, no compression;
+2. produce at full speed: 1 KiB records over 100 partitions, acks=all, no compression,
+   in each produce layout asked for (`--layouts`): `sticky`, librdkafka's default for
+   unkeyed records (one partition fills a whole ~1 MiB batch before the next, so an 8 MiB
+   file holds a handful of partitions), and `keyed`, every record with its own key
+   (librdkafka hashes keys over all partitions: the common production pattern, every
+   flushed file holds all 100 partitions, each a small chunk);
    MiB/s, ack latency p50/p99 (librdkafka's own per-message latency), PUTs and bytes per
    PUT from the agent's metrics, and the CPU the S3 server process used;
 3. produce at a fixed 16 MiB/s (below the 32 MiB/s line): ack latency p50/p99 and PUTs/s;
 4. consume everything from a freshly restarted agent (cold cache: every byte comes from
-   the store): MiB/s and GETs per GiB;
+   the store), one consumer of all partitions: MiB/s and ranged GETs per GiB, for each
+   layout (each layout is its own topic; only the first one's produce is timed in 2);
 5. end-to-end latency: a tailing consumer and a producer at 1,000 records/s (linger 20 ms);
    each value carries its send time.
 Prints one markdown table per store, for docs/benchmarks.md.
@@ -170,7 +177,13 @@ def raw_ceiling(url: str, total_bytes: int, env: dict[str, str]) -> float:
 
 
 def produce(
-    bootstrap: str, topic: str, total_bytes: int, record_bytes: int, rate_mib_s: float | None
+    bootstrap: str,
+    topic: str,
+    total_bytes: int,
+    record_bytes: int,
+    rate_mib_s: float | None,
+    *,
+    keyed: bool = False,
 ) -> dict:
     p = Producer(
         {
@@ -202,7 +215,10 @@ def produce(
                 p.poll(delay)
         while True:
             try:
-                p.produce(topic, value, on_delivery=on_delivery)
+                if keyed:  # a key per record: librdkafka hashes it over all partitions
+                    p.produce(topic, value, key=b"%d" % i, on_delivery=on_delivery)
+                else:
+                    p.produce(topic, value, on_delivery=on_delivery)
                 break
             except BufferError:
                 p.poll(0.01)
@@ -313,6 +329,21 @@ def paced_latency(bootstrap: str, topic: str, partitions: int, rate: int, second
     }
 
 
+def consume_cold(agent: Agent, topic: str, partitions: int, records: int) -> dict:
+    """Restart the agent (cold cache: every fetched byte comes from the store) and consume
+    `topic` with one consumer of all partitions; adds the ranged GETs made."""
+    agent.stop()
+    agent.start()
+    g0 = scrape(agent.metrics_port)
+    cons = consume_all(agent.bootstrap, topic, partitions, records)
+    g1 = scrape(agent.metrics_port)
+    cons["gets"] = g1.get("skiff_object_store_requests:get_range", 0) - g0.get(
+        "skiff_object_store_requests:get_range", 0
+    )
+    cons["get_bytes"] = g1.get("skiff_object_store_bytes:in", 0) - g0.get("skiff_object_store_bytes:in", 0)
+    return cons
+
+
 def _start_store(kind: str, work: Path) -> tuple[str, dict[str, str], S3Server | None]:
     if kind == "file":
         (work / "bucket").mkdir()
@@ -365,7 +396,9 @@ def run_sweep(
             server.process.stop(grace=3)
 
 
-def run_store(kind: str, mib: int, partitions: int, record_bytes: int, agent_env: dict[str, str]) -> None:
+def run_store(
+    kind: str, mib: int, partitions: int, record_bytes: int, agent_env: dict[str, str], layouts: list[str]
+) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"skiff-bench-{kind}-"))
     url, env, server = _start_store(kind, work)
     agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", {**env, **agent_env}, work)
@@ -374,22 +407,30 @@ def run_store(kind: str, mib: int, partitions: int, record_bytes: int, agent_env
         ceiling = raw_ceiling(url, total, env)
         agent.start()
         admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+        topics = {layout: f"bench-{layout}" for layout in layouts}
         created = admin.create_topics(
-            [NewTopic("bench", partitions, 1), NewTopic("paced", partitions, 1), NewTopic("e2e", 1, 1)]
+            [NewTopic(t, partitions, 1) for t in topics.values()]
+            + [NewTopic("paced", partitions, 1), NewTopic("e2e", 1, 1)]
         )
         for fut in created.values():
             fut.result(30)
         time.sleep(1)
-        m0 = scrape(agent.metrics_port)
-        cpu0 = proc_cpu_s(server.process.pid) if server else 0.0
-        agent_cpu0 = proc_cpu_s(agent.proc.pid)  # type: ignore[union-attr]
-        full = produce(agent.bootstrap, "bench", total, record_bytes, None)
-        cpu1 = proc_cpu_s(server.process.pid) if server else 0.0
-        agent_cpu1 = proc_cpu_s(agent.proc.pid)  # type: ignore[union-attr]
-        m1 = scrape(agent.metrics_port)
-        puts = m1.get("skiff_object_store_requests:put", 0) - m0.get("skiff_object_store_requests:put", 0)
-        files = m1["skiff_produce_files"] - m0["skiff_produce_files"]
-        file_bytes = m1["skiff_produce_file_bytes"] - m0["skiff_produce_file_bytes"]
+        produced: dict[str, dict] = {}
+        for layout, topic in topics.items():
+            m0 = scrape(agent.metrics_port)
+            cpu0 = proc_cpu_s(server.process.pid) if server else 0.0
+            agent_cpu0 = proc_cpu_s(agent.proc.pid)  # type: ignore[union-attr]
+            run = produce(agent.bootstrap, topic, total, record_bytes, None, keyed=layout == "keyed")
+            run["server_cpu"] = (proc_cpu_s(server.process.pid) if server else 0.0) - cpu0
+            run["agent_cpu"] = proc_cpu_s(agent.proc.pid) - agent_cpu0  # type: ignore[union-attr]
+            m1 = scrape(agent.metrics_port)
+            run["puts"] = m1.get("skiff_object_store_requests:put", 0) - m0.get(
+                "skiff_object_store_requests:put", 0
+            )
+            run["files"] = m1["skiff_produce_files"] - m0["skiff_produce_files"]
+            run["file_bytes"] = m1["skiff_produce_file_bytes"] - m0["skiff_produce_file_bytes"]
+            produced[layout] = run
+        full = produced[layouts[0]]
         paced_bytes = min(total, 16 * MiB * 10)
         m2 = scrape(agent.metrics_port)
         paced = produce(agent.bootstrap, "paced", paced_bytes, record_bytes, 16.0)
@@ -398,44 +439,50 @@ def run_store(kind: str, mib: int, partitions: int, record_bytes: int, agent_env
             "skiff_object_store_requests:put", 0
         )
         e2e = end_to_end(agent.bootstrap, "e2e")
-        agent.stop()
-        agent.start()  # cold cache: every fetched byte comes from the store
-        g0 = scrape(agent.metrics_port)
-        cons = consume_all(agent.bootstrap, "bench", partitions, full["records"])
-        g1 = scrape(agent.metrics_port)
-        gets = g1.get("skiff_object_store_requests:get_range", 0) - g0.get(
-            "skiff_object_store_requests:get_range", 0
-        )
+        consumed = {
+            layout: consume_cold(agent, topic, partitions, produced[layout]["records"])
+            for layout, topic in topics.items()
+        }
         gib = total / (1 << 30)
         print(f"\n### {kind} ({mib} MiB of {record_bytes}-byte records, {partitions} partitions)\n")
         print("| measure | value |\n|---|---|")
         print(f"| raw store PUT ceiling (8 MiB objects, 4 in flight) | {ceiling:.1f} MiB/s |")
+        for layout, run in produced.items():
+            print(
+                f"| produce, full speed ({layout}) | {run['mib_s']:.1f} MiB/s "
+                f"({run['mib_s'] / ceiling:.0%} of the ceiling) |"
+            )
         print(
-            f"| produce, full speed | {full['mib_s']:.1f} MiB/s ({full['mib_s'] / ceiling:.0%} of the ceiling) |"
-        )
-        print(
-            f"| produce ack latency p50 / p99 (full speed) | {full['p50_ms']:.0f} / {full['p99_ms']:.0f} ms |"
+            f"| produce ack latency p50 / p99 (full speed, {layouts[0]}) | "
+            f"{full['p50_ms']:.0f} / {full['p99_ms']:.0f} ms |"
         )
         print(
             f"| produce at 16 MiB/s: ack latency p50 / p99 | {paced['p50_ms']:.0f} / {paced['p99_ms']:.0f} ms |"
         )
         print(f"| produce at 16 MiB/s: PUTs per second | {paced_puts / paced['seconds']:.2f} |")
-        print(
-            f"| files written (full speed), mean size | {files:.0f}, {file_bytes / max(files, 1) / MiB:.2f} MiB |"
-        )
-        print(f"| PUTs per GiB produced | {puts / gib:.0f} |")
-        print(f"| agent CPU per GiB produced | {(agent_cpu1 - agent_cpu0) / gib:.1f} s |")
+        for layout, run in produced.items():
+            print(
+                f"| files written (full speed, {layout}), mean size | {run['files']:.0f}, "
+                f"{run['file_bytes'] / max(run['files'], 1) / MiB:.2f} MiB |"
+            )
+        print(f"| PUTs per GiB produced ({layouts[0]}) | {full['puts'] / gib:.0f} |")
+        print(f"| agent CPU per GiB produced ({layouts[0]}) | {full['agent_cpu'] / gib:.1f} s |")
         if server:
-            print(f"| S3 server CPU per GiB produced | {(cpu1 - cpu0) / gib:.1f} s |")
-        print(f"| consume, cold cache | {cons['mib_s']:.1f} MiB/s |")
-        print(f"| ranged GETs per GiB consumed | {gets / gib:.0f} |")
+            print(f"| S3 server CPU per GiB produced ({layouts[0]}) | {full['server_cpu'] / gib:.1f} s |")
+        for layout, cons in consumed.items():
+            files = produced[layout]["files"]
+            print(f"| consume, cold cache ({layout}) | {cons['mib_s']:.1f} MiB/s |")
+            print(
+                f"| ranged GETs per GiB consumed ({layout}) | {cons['gets'] / gib:.0f} "
+                f"({cons['gets']:.0f} GETs for {files:.0f} files, {cons['get_bytes'] / total:.2f} x the bytes) |"
+            )
         print(
             f"| end-to-end latency p50 / p99 (1,000 rec/s) | {e2e['p50_ms']:.0f} / {e2e['p99_ms']:.0f} ms |"
         )
-        if full["errors"] or paced["errors"] or cons["records"] != full["records"]:
-            print(
-                f"| errors | produce {full['errors'] + paced['errors']}, consumed {cons['records']}/{full['records']} |"
-            )
+        errors = sum(r["errors"] for r in produced.values()) + paced["errors"]
+        short = {k: f"{c['records']}/{produced[k]['records']}" for k, c in consumed.items()}
+        if errors or any(c["records"] != produced[k]["records"] for k, c in consumed.items()):
+            print(f"| errors | produce {errors}, consumed {short} |")
     finally:
         agent.stop()
         if server:
@@ -448,6 +495,11 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--record-bytes", type=int, default=1024)
+    ap.add_argument(
+        "--layouts",
+        default="sticky,keyed",
+        help="produce layouts, each consumed cold: sticky (unkeyed records), keyed (a key per record)",
+    )
     ap.add_argument("--sweep", action="store_true", help="run the ack latency sweep instead")
     ap.add_argument("--rates", default="10,100,1000,10000", help="records/s of the sweep")
     ap.add_argument("--partition-counts", default="1,100", help="topic sizes of the sweep")
@@ -466,9 +518,12 @@ def main() -> None:
                 agent_env,
             )
         return
+    layouts = args.layouts.split(",")
+    if not layouts or set(layouts) - {"sticky", "keyed"}:
+        ap.error("--layouts takes sticky and/or keyed")
     print(f"# produce/consume benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
     for kind in args.stores.split(","):
-        run_store(kind, args.mib, args.partitions, args.record_bytes, agent_env)
+        run_store(kind, args.mib, args.partitions, args.record_bytes, agent_env, layouts)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,13 @@ returned even when it alone is larger than the budget (KIP-74), so a consumer al
 progress past a big batch. Across the partitions of one request the request's byte budget
 is shared in request order: each partition gets min(its own max, what is left).
 
-Planning (`plan_fetch`, `plan_readahead`, `coalesce_ranges`): which chunks a fetch needs
-before any byte is read, so that a driver can read the chunks of one object together
-(one ranged GET per run of ranges whose gaps are at most a coalescing gap).
+Planning (`plan_reads`, `plan_fetch`, `plan_readahead`, `coalesce_ranges`): which chunks
+a fetch needs before any byte is read, so that a driver can read the chunks of one object
+together (one ranged GET per run of ranges whose gaps are at most a coalescing gap).
+`plan_reads` chooses what a multi-partition fetch serves object by object rather than
+partition by partition: Kafka lets a broker return less than a partition's limit, and
+serving, say, the first 7 files of 100 partitions costs 7 GETs where serving 20
+partitions to their limit touches every file of the window (see its docstring).
 
 Integrity: with `verify_crc`, every batch a selection returns has its CRC-32C checked
 (in C, `crc32c`) before it is served, so a flipped bit in the bucket (or in memory)
@@ -359,6 +363,81 @@ def plan_fetch(
     return out
 
 
+def plan_reads(
+    reads: Sequence[PartitionRead], max_bytes: int, *, first_unbounded: bool = True
+) -> list[PartitionRead]:
+    """What a fetch serves, chosen object by object: per read, a prefix of its chunks
+    (those wholly below the fetch offset left out), as reads for `select_fetch`.
+
+    Counting is `plan_fetch`'s for each partition's own limit (its first chunk, which may
+    hold bytes below the fetch offset, is not counted; it takes chunks while its count
+    is below its limit) and for the first partition with data, so for one partition the
+    plan is exactly `plan_fetch`'s; the shared budget (chunks are taken while the total
+    is below `max_bytes`) also counts the other partitions' first chunks, by the share of
+    their offsets at or after the fetch offset. With many partitions the order differs:
+    objects are taken oldest first (the object of the waiting chunk with the lowest
+    `chunk_id`; metadata numbers chunks in commit order), and every partition whose next
+    chunk lies in the object takes it (and its following chunks while they stay in that
+    object). So each object a fetch reads is served as fully as its partitions'
+    positions allow, and a fetch of N partitions whose files each hold a chunk of every
+    partition reads about budget / file size files, each once, instead of every file of
+    the window. Oldest first also means no partition waits for ever: the chunks older
+    than a lagging partition's next one are finitely many and each fetch takes some.
+    """
+    pending = [[loc for loc in r.locations if loc.last_offset >= r.fetch_offset] for r in reads]
+    taken = [0] * len(reads)
+    counted = [0] * len(reads)
+    used = 0
+
+    def eligible(i: int) -> bool:
+        return taken[i] < len(pending[i]) and (taken[i] == 0 or counted[i] < reads[i].max_bytes)
+
+    def take(i: int) -> None:
+        nonlocal used
+        loc = pending[i][taken[i]]
+        if taken[i] > 0:
+            counted[i] += loc.byte_length
+            used += loc.byte_length
+        elif i != first:
+            # Another partition's first chunk counts towards the shared budget by the
+            # share of its offsets at or after the fetch offset (records are of similar
+            # sizes): not counting it at all would let 100 partitions overrun the budget
+            # by 100 chunks, i.e. read objects this fetch cannot serve.
+            span = loc.last_offset - loc.base_offset + 1
+            used += (
+                loc.byte_length * (loc.last_offset - max(reads[i].fetch_offset, loc.base_offset) + 1) // span
+            )
+        taken[i] += 1
+
+    # the first partition with data in request order: its first chunk is not counted
+    # against the budget (as in plan_fetch; select_fetch gives it the KIP-74 first batch)
+    first = next((i for i in range(len(reads)) if pending[i]), None)
+    if first is None or (max_bytes <= 0 and not first_unbounded):
+        return [PartitionRead((), read.fetch_offset, read.max_bytes) for read in reads]
+    started = False
+    while True:
+        # the object of the oldest waiting chunk (metadata numbers chunks in commit order)
+        next_chunks = [pending[i][taken[i]] for i in range(len(reads)) if eligible(i)]
+        if not next_chunks:
+            return _planned(reads, pending, taken)
+        chosen = min(next_chunks, key=lambda loc: loc.chunk_id).object_key
+        for i in range(len(reads)):
+            while eligible(i) and pending[i][taken[i]].object_key == chosen:
+                if used >= max_bytes and started:  # the budget is spent (KIP-74: not before one chunk)
+                    return _planned(reads, pending, taken)
+                take(i)
+                started = True
+
+
+def _planned(
+    reads: Sequence[PartitionRead], pending: list[list[ChunkLocation]], taken: list[int]
+) -> list[PartitionRead]:
+    return [
+        PartitionRead(pending[i][: taken[i]], read.fetch_offset, read.max_bytes)
+        for i, read in enumerate(reads)
+    ]
+
+
 def group_by_object(locations: Iterable[ChunkLocation]) -> dict[str, list[tuple[int, int]]]:
     """Distinct (position, length) ranges per object, in first-seen order (one read
     request per object for a driver)."""
@@ -383,16 +462,24 @@ class Span(NamedTuple):
         return self.start + self.length
 
 
-def coalesce_ranges(ranges: Sequence[tuple[int, int]], gap_bytes: int) -> list[Span]:
+def coalesce_ranges(
+    ranges: Sequence[tuple[int, int]], gap_bytes: int, *, max_span_bytes: int | None = None
+) -> list[Span]:
     """Group (start, length) ranges of one object into spans, one read each: ranges
-    overlapping or at most `gap_bytes` apart share a span. Spans are in position order."""
+    overlapping or at most `gap_bytes` apart share a span, unless the span would grow
+    beyond `max_span_bytes` (a single range longer than that is a span of its own).
+    Spans are in position order."""
     order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
     spans: list[Span] = []
     start = end = -1
     members: list[int] = []
     for i in order:
         s, length = ranges[i]
-        if members and s <= end + gap_bytes:
+        if (
+            members
+            and s <= end + gap_bytes
+            and (max_span_bytes is None or max(end, s + length) - start <= max_span_bytes)
+        ):
             end = max(end, s + length)
             members.append(i)
             continue

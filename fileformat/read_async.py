@@ -6,18 +6,18 @@ The rules live in `fileformat.chunk_reader` (pure); this module only fetches byt
   object (all objects concurrently), so that a store that coalesces (the agent's
   `RangeCache`, or any store given `gap_bytes`) reads neighbouring chunks with one GET.
   A failed object fails only the chunks in it.
-- `read_fetch` answers a whole fetch: plan the chunks every partition needs within the
-  shared budget (plus, optionally, read-ahead of the request's other chunks that share
-  those GETs), load them, run the selection in request order; load more and select again
-  in the rare case the plan fell short (whole batches leave a partition a little under
-  its estimate).
+- `read_fetch` answers a whole fetch: plan what every partition serves within the shared
+  budget object by object (`chunk_reader.plan_reads`), load those chunks (plus,
+  optionally, read-ahead of the request's other chunks that would share those GETs,
+  handed to a `RangeCache` as `readahead`: it reads them only when its in-flight byte
+  budget has room), run the selection in request order over the planned chunks.
 - `read_partition`, `read_chunk`: one partition, one chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from fileformat.chunk_reader import (
     BytesLike,
@@ -26,20 +26,34 @@ from fileformat.chunk_reader import (
     PartitionRead,
     RangeKey,
     group_by_object,
-    plan_fetch,
     plan_readahead,
+    plan_reads,
     select_fetch,
 )
 from fileformat.objectstore import AsyncObjectStore
+from fileformat.objectstore.range_cache import RangeCache
 
 
 async def load_chunks(
-    store: AsyncObjectStore, locations: Iterable[ChunkLocation], *, gap_bytes: int | None = None
+    store: AsyncObjectStore,
+    locations: Iterable[ChunkLocation],
+    *,
+    gap_bytes: int | None = None,
+    readahead: Iterable[ChunkLocation] = (),
 ) -> tuple[dict[RangeKey, BytesLike], dict[RangeKey, Exception]]:
-    """Read the chunks, one `get_ranges` per object: (bytes by range, errors by range)."""
+    """Read the chunks, one `get_ranges` per object: (bytes by range, errors by range).
+    `readahead` chunks are offered to a `RangeCache` store (read along if they join a
+    GET, cached, not returned); other stores ignore them."""
     groups = group_by_object(locations)
+    ahead = group_by_object(readahead) if isinstance(store, RangeCache) else {}
+
+    def get(key: str, ranges: list[tuple[int, int]]) -> Awaitable[list[BytesLike]]:
+        if key in ahead and isinstance(store, RangeCache):
+            return store.get_ranges(key, ranges, gap_bytes=gap_bytes, readahead=ahead[key])
+        return store.get_ranges(key, ranges, gap_bytes=gap_bytes)
+
     answers = await asyncio.gather(
-        *(store.get_ranges(key, ranges, gap_bytes=gap_bytes) for key, ranges in groups.items()),
+        *(get(key, ranges) for key, ranges in groups.items()),
         return_exceptions=True,
     )
     loaded: dict[RangeKey, BytesLike] = {}
@@ -69,16 +83,17 @@ async def read_fetch(
 ) -> list[FetchSelection | Exception]:
     """One fetch: a selection (or the error that made the partition unreadable) per read.
 
-    `readahead_bytes` > 0 also reads up to that many bytes of the reads' other chunks
-    that share a GET with needed ones (within `readahead_gap_bytes`); useful only when
-    `store` caches them (the agent's `RangeCache`), whose `is_cached` skips chunks already
-    held. `verify_crc` checks the CRC-32C of every batch returned.
+    `readahead_bytes` > 0 also offers up to that many bytes of the reads' other chunks
+    that would share a GET with needed ones (within `readahead_gap_bytes`) to the store;
+    only a `RangeCache` uses them (it keeps them for the next fetch), skipping chunks
+    `is_cached` says it holds. `verify_crc` checks the CRC-32C of every batch returned.
     """
     loaded: dict[RangeKey, BytesLike] = {}
     failed: dict[RangeKey, Exception] = {}
-    want = plan_fetch(reads, max_bytes)
+    planned = plan_reads(reads, max_bytes)
+    want = [loc for read in planned for loc in read.locations]
     extra: list[ChunkLocation] = []
-    if readahead_bytes > 0:
+    if readahead_bytes > 0 and isinstance(store, RangeCache):
         extra = plan_readahead(
             reads,
             want,
@@ -87,12 +102,13 @@ async def read_fetch(
             is_cached=is_cached or (lambda _k: False),
         )
     while True:
-        got, bad = await load_chunks(store, [*want, *extra], gap_bytes=gap_bytes)
+        got, bad = await load_chunks(store, want, gap_bytes=gap_bytes, readahead=extra)
         loaded.update(got)
         failed.update(bad)
-        outcome = select_fetch(reads, max_bytes, loaded, failed, verify_crc=verify_crc)
+        outcome = select_fetch(planned, max_bytes, loaded, failed, verify_crc=verify_crc)
         if not outcome.missing:
             return outcome.results
+        # Not reached with a complete plan; kept so that a plan bug costs a GET, not an answer.
         want = [loc for loc in outcome.missing if loc.range_key not in failed]
         extra = []
 

@@ -15,7 +15,7 @@ from fileformat.chunk_reader import (
     PartitionRead,
     RangeKey,
     group_by_object,
-    plan_fetch,
+    plan_reads,
     select_fetch,
 )
 from fileformat.objectstore import ObjectStore
@@ -50,12 +50,13 @@ def read_fetch(
     """One fetch: a selection (or the error that made the partition unreadable) per read."""
     loaded: dict[RangeKey, BytesLike] = {}
     failed: dict[RangeKey, Exception] = {}
-    want = plan_fetch(reads, max_bytes)
+    planned = plan_reads(reads, max_bytes)  # what each partition serves, object by object
+    want = [loc for read in planned for loc in read.locations]
     while True:
         got, bad = load_chunks(store, want, gap_bytes=gap_bytes)
         loaded.update(got)
         failed.update(bad)
-        outcome = select_fetch(reads, max_bytes, loaded, failed, verify_crc=verify_crc)
+        outcome = select_fetch(planned, max_bytes, loaded, failed, verify_crc=verify_crc)
         if not outcome.missing:
             return outcome.results
         want = [loc for loc in outcome.missing if loc.range_key not in failed]

@@ -9,11 +9,16 @@ Per request:
    with the partition's `partition_max_bytes`); offsets outside [log start, high
    watermark] get OFFSET_OUT_OF_RANGE, unknown partitions UNKNOWN_TOPIC_OR_PARTITION.
 3. Records are read with `fileformat.read_async.read_fetch` through the agent's store,
-   a `RangeCache` wrapper: the chunks every partition needs are collected first and read
-   grouped per object (neighbouring chunks of one object with one ranged GET, together
-   with the request's further chunks in that GET's reach, kept for the next fetch), then
-   the selection runs per partition in request order with the request's `max_bytes`
-   shared; the first partition with data always returns at least one whole batch (KIP-74).
+   a `RangeCache` wrapper. What each partition serves is planned object by object
+   (`chunk_reader.plan_reads`: the oldest files the partitions wait on, each served to
+   every partition waiting on it, until the request's `max_bytes` is used; Kafka lets a
+   broker return less than a partition's limit), so a consumer of many partitions reads
+   each file about once. The planned chunks are read grouped per object (neighbouring
+   chunks of one object with one ranged GET, together with the request's further chunks
+   in that GET's reach as read-ahead, kept for the next fetch, when the agent-wide bound
+   on bytes in flight has room), then the selection runs per partition in request order
+   over its planned chunks; some partition with data always returns at least one whole
+   batch (KIP-74).
    As in Kafka, `max_bytes` is capped by `fetch_max_bytes` (Kafka's fetch.max.bytes) and
    each `partition_max_bytes` by `max_partition_fetch_bytes`. A partition whose bytes
    cannot be read, are inconsistent or fail their CRC-32C (checked on every batch served

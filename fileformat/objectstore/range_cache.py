@@ -18,8 +18,16 @@ than a request). Each span load runs as its own task, registered while in flight
 concurrent requests for bytes inside it wait for that one GET (single flight) and the
 cancellation of one caller never fails the others. Cached spans are evicted least
 recently used when their bytes exceed `max_bytes`; a span larger than `max_bytes` is
-served but not kept. Bytes in flight are not counted: they belong to requests that are
-bounded by their own size limits.
+served but not kept.
+
+Bytes in flight are bounded agent-wide: every ranged GET holds its length from a byte
+budget (`max_inflight_bytes`, shared by all callers: many concurrent cold fetches
+queue, first come first served, instead of each holding its own tens of MiB) from
+before the request until its bytes are in the cache. Spans are never coalesced beyond
+that bound (a single range longer than it is read alone, holding the whole budget).
+Read-ahead (`get_ranges(..., readahead=...)`: ranges nobody needs yet, read along
+because they would join a needed span within the gap) is only ever speculative: it is
+added to a span only when the budget has room for it at once, never waited for.
 
 `put` of an object (a file this agent just wrote) keeps the whole object when
 `keep_puts` is on and it fits, so tail consumers on this agent need no GET at all.
@@ -29,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 
 from fileformat.chunk_reader import coalesce_ranges
@@ -38,8 +46,66 @@ from .base import DEFAULT_CHUNK_SIZE, AsyncObjectStore, AsyncObjectStream, Bytes
 
 MiB = 1 << 20
 DEFAULT_COALESCE_GAP_BYTES = MiB
+DEFAULT_MAX_INFLIGHT_BYTES = 128 * MiB
 
 SpanKey = tuple[str, int]  # (object key, start)
+
+
+class ByteBudget:
+    """Bytes in flight against a limit; waiters are served in arrival order (a large
+    request is not overtaken for ever by small ones). A request larger than the limit
+    takes the whole limit, so it runs alone."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        if limit_bytes < 1:
+            raise ValueError("limit_bytes must be >= 1")
+        self.limit_bytes = limit_bytes
+        self.used_bytes = 0
+        self.peak_bytes = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def _grant(self, n: int) -> None:
+        self.used_bytes += n
+        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+
+    def try_acquire(self, n: int) -> int | None:
+        """Take `n` bytes (capped at the limit) if free now and nobody waits; the amount
+        taken (to release later) or None."""
+        n = min(n, self.limit_bytes)
+        if self._waiters or self.used_bytes + n > self.limit_bytes:
+            return None
+        self._grant(n)
+        return n
+
+    async def acquire(self, n: int) -> int:
+        """Wait for `n` bytes (capped at the limit); the amount taken, to release later."""
+        taken = self.try_acquire(n)
+        if taken is not None:
+            return taken
+        n = min(n, self.limit_bytes)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((n, future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release(n)  # granted just as we were cancelled
+            else:
+                self._waiters.remove((n, future))
+                self._wake()
+            raise
+        return n
+
+    def release(self, n: int) -> None:
+        self.used_bytes -= n
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.used_bytes + self._waiters[0][0] <= self.limit_bytes:
+            n, future = self._waiters.popleft()
+            if not future.done():
+                self._grant(n)
+                future.set_result(None)
 
 
 class _Loading:
@@ -60,6 +126,7 @@ class RangeCache(AsyncObjectStore):
         *,
         max_bytes: int,
         coalesce_gap_bytes: int = DEFAULT_COALESCE_GAP_BYTES,
+        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
         keep_puts: bool = True,
     ) -> None:
         if max_bytes < 0:
@@ -72,6 +139,7 @@ class RangeCache(AsyncObjectStore):
         self.max_bytes = max_bytes
         self.coalesce_gap_bytes = coalesce_gap_bytes
         self.keep_puts = keep_puts
+        self.inflight = ByteBudget(max_inflight_bytes)
         self._spans: OrderedDict[SpanKey, bytes] = OrderedDict()  # LRU order
         self._starts: dict[str, list[int]] = {}  # per object: sorted starts of cached spans
         self._longest: dict[str, int] = {}  # per object: longest cached span (bounds lookups)
@@ -81,6 +149,8 @@ class RangeCache(AsyncObjectStore):
         self.misses = 0  # ranges that needed a new load
         self.loads = 0  # ranged GETs issued
         self.loaded_bytes = 0
+        self.readahead_bytes = 0  # bytes read ahead (in spans with room for them)
+        self.readahead_skipped_bytes = 0  # read-ahead left out for lack of in-flight room
 
     # ------------------------------------------------------------------ cache state
 
@@ -162,33 +232,52 @@ class RangeCache(AsyncObjectStore):
 
     # ------------------------------------------------------------------ reads
 
-    async def _load(self, key: str, start: int, length: int) -> bytes:
+    async def _load(self, key: str, start: int, length: int, held: int | None) -> bytes:
         try:
-            data = await self.inner.get_range(key, start, length)
+            if held is None:
+                held = await self.inflight.acquire(length)
+            try:
+                data = await self.inner.get_range(key, start, length)
+                self.loaded_bytes += len(data)
+                self._insert(key, start, data)
+            finally:
+                self.inflight.release(held)
         finally:
             spans = self._loading.get(key, [])
             self._loading[key] = [s for s in spans if s.start != start or s.end != start + length]
             if not self._loading[key]:
                 del self._loading[key]
-        self.loaded_bytes += len(data)
-        self._insert(key, start, data)
         return data
 
-    def _start_load(self, key: str, start: int, length: int) -> _Loading:
+    def _start_load(self, key: str, start: int, length: int, held: int | None = None) -> _Loading:
         self.loads += 1
-        task = asyncio.get_running_loop().create_task(self._load(key, start, length))
+        task = asyncio.get_running_loop().create_task(self._load(key, start, length, held))
         # A failed load nobody waits for any more must not be logged as never retrieved.
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         loading = _Loading(start, start + length, task)
         self._loading.setdefault(key, []).append(loading)
         return loading
 
+    def _needs_load(self, key: str, start: int, length: int) -> bool:
+        return (
+            self._lookup(key, start, length, touch=False) is None
+            and self._in_flight(key, start, length) is None
+        )
+
     async def get_ranges(
-        self, key: str, ranges: Sequence[tuple[int, int]], *, gap_bytes: int | None = None
+        self,
+        key: str,
+        ranges: Sequence[tuple[int, int]],
+        *,
+        gap_bytes: int | None = None,
+        readahead: Sequence[tuple[int, int]] = (),
     ) -> list[BytesLike]:
-        """The bytes of each range (see the module docstring for caching and coalescing);
-        `gap_bytes` overrides the configured coalescing gap for this call."""
+        """The bytes of each range (see the module docstring for caching, coalescing and
+        the in-flight bound); `gap_bytes` overrides the configured coalescing gap for this
+        call. `readahead` ranges are not returned: they are read into the cache only
+        when they join a span read for `ranges` and the in-flight budget has room now."""
         gap = self.coalesce_gap_bytes if gap_bytes is None else gap_bytes
+        limit = self.inflight.limit_bytes
         out: list[BytesLike | None] = [None] * len(ranges)
         waits: list[tuple[int, _Loading]] = []
         missed: list[int] = []
@@ -208,9 +297,26 @@ class RangeCache(AsyncObjectStore):
                 self.misses += 1
                 missed.append(i)
         if missed:
-            for span in coalesce_ranges([ranges[i] for i in missed], gap):
-                loading = self._start_load(key, span.start, span.length)
-                waits.extend((missed[m], loading) for m in span.members)
+            needed = [ranges[i] for i in missed]
+            extra = [r for r in readahead if r[1] > 0 and r[0] >= 0 and self._needs_load(key, *r)]
+            together = needed + extra
+            for span in coalesce_ranges(together, gap, max_span_bytes=limit):
+                mine = [m for m in span.members if m < len(needed)]
+                ahead = sum(together[m][1] for m in span.members if m >= len(needed))
+                if not mine:
+                    continue  # read-ahead alone is not worth a GET of its own
+                if ahead:  # read-ahead joins this span only if there is room for it now
+                    held = self.inflight.try_acquire(span.length)
+                    if held is not None:
+                        self.readahead_bytes += ahead
+                        loading = self._start_load(key, span.start, span.length, held)
+                        waits.extend((missed[m], loading) for m in mine)
+                        continue
+                    self.readahead_skipped_bytes += ahead
+                # the needed ranges alone: they wait for room
+                for sub in coalesce_ranges([needed[m] for m in mine], gap, max_span_bytes=limit):
+                    loading = self._start_load(key, sub.start, sub.length)
+                    waits.extend((missed[mine[j]], loading) for j in sub.members)
         for i, loading in waits:
             data = await asyncio.shield(loading.task)
             start, length = ranges[i]

@@ -201,6 +201,57 @@ async def test_one_fetch_of_many_partitions_reads_each_file_with_one_get(
     assert [bytes(r) for r in records] == [batches[p] for p in range(10)]  # offsets 0..2 each, as sent
 
 
+async def test_consuming_many_partitions_reads_each_file_about_once(tmp_path: Path) -> None:
+    """Eight files each holding a chunk of each of 10 partitions (keyed traffic); one
+    consumer of all 10 reads everything with fetches of room for two files, read-ahead
+    off. Serving the partitions in request order would touch every file in every fetch
+    (8 GETs per fetch, 40 in all); the fetch is planned by object instead: a fetch reads
+    the files it serves, at most one of them partly, so at most files + fetches GETs."""
+    service = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    md = LocalMetadataClient(service, owns_service=True)
+    store = open_async_store(f"memory://wide-{uuid.uuid4().hex}")
+    cfg = AgentConfig.from_env(
+        {}, agent_id="w", host="127.0.0.1", port=0, flush_interval_ms=20, fetch_readahead_bytes=0
+    )
+    running = await start_agent(cfg, md, store)
+    bootstrap = f"127.0.0.1:{running.port}"
+    files = 8
+    try:
+        await md.create_topic("keyed", 10, {})
+        sent: dict[int, bytes] = {p: b"" for p in range(10)}
+        for _ in range(files):  # one produce request, one file, a batch of each partition
+            batches = {p: build_batch([(i, 1, None, b"v" * 1000, ()) for i in range(3)]) for p in range(10)}
+            resp = (
+                await asyncio.to_thread(
+                    send_request, bootstrap, produce_request("keyed", batches), timeout_s=30
+                )
+            ).parse()
+            assert all(int(p.error_code) == 0 for p in resp.responses[0].partition_responses)
+            for p in range(10):
+                sent[p] += batches[p]
+        assert running.buffer.files_flushed == files
+        file_bytes = 10 * len(batches[0])
+        running.cache.clear()
+        gets0 = running.store.stats.snapshot().requests.get("get_range", 0)
+        offsets = dict.fromkeys(range(10), 0)
+        got = dict.fromkeys(range(10), 0)
+        fetches = 0
+        while any(o < 3 * files for o in offsets.values()):
+            fetches += 1
+            parts = [(p, offsets[p], 1 << 20) for p in range(10)]
+            answers = await asyncio.to_thread(_fetch_many, bootstrap, "keyed", parts, 2 * file_bytes)
+            assert sum(len(a) for a in answers) <= 2 * file_bytes
+            for p, records in enumerate(answers):
+                offsets[p] += 3 * len(records) // len(batches[0])
+                got[p] += len(records)
+            assert fetches <= 2 * files
+        gets = running.store.stats.snapshot().requests.get("get_range", 0) - gets0
+        assert got == {p: len(sent[p]) for p in range(10)}
+        assert gets <= files + fetches, (gets, files, fetches)
+    finally:
+        await running.close()
+
+
 async def test_fetch_sizes_are_capped_by_the_agent(tmp_path: Path) -> None:
     """fetch_max_bytes caps a request's max_bytes and max_partition_fetch_bytes each
     partition's, whatever the client asks for; a first batch above both still comes (KIP-74)."""

@@ -19,7 +19,7 @@ from agent.group_persistence import decode_group_state
 from agent.group_rebalance import DelayedHeartbeat
 from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from agent.timing_wheel import SystemTimer
-from metadata.client import LocalMetadataClient
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import GroupOffset
 from tests.component.fake_metadata import FlakyMetadataClient

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from metadata.app import create_app
-from metadata.client import HttpMetadataClient
 from metadata.errors import MetadataError
 from metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION, NOT_COORDINATOR, LeaseToken
+from metadata.http_client import HttpMetadataClient
 from metadata.service import MetadataService
 from metadata.types import AgentInfo, GroupOffset
 

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fileformat.chunk_reader import (
+    ChunkLocation,
     ChunkReadError,
     FetchSelection,
     PartitionRead,
@@ -20,6 +21,7 @@ from fileformat.chunk_reader import (
     max_timestamp_record,
     plan_fetch,
     plan_readahead,
+    plan_reads,
     select_batches,
     select_fetch,
 )
@@ -237,6 +239,108 @@ def test_fetch_shares_the_budget_and_planning_converges(
         single = plan_fetch([read], read.max_bytes)
         part = {loc.range_key: everything[loc.range_key] for loc in single}
         assert select_fetch([read], read.max_bytes, part).missing == []
+
+
+@SETTINGS
+@given(
+    shapes=st.lists(batch_shapes(max_batches=6), min_size=1, max_size=4),
+    absolute=st.booleans(),
+    chunking=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+    files=st.integers(1, 3),
+    pmax=st.lists(st.sampled_from([1, 300, 3000, 1 << 20]), min_size=4, max_size=4),
+    max_bytes=st.sampled_from([1, 500, 4000, 20_000, 1 << 20]),
+    picks=st.lists(st.floats(0, 1), min_size=4, max_size=4),
+)
+def test_object_plan_serves_a_valid_kafka_answer(
+    shapes: list,
+    absolute: bool,
+    chunking: list[int],
+    files: int,
+    pmax: list[int],
+    max_bytes: int,
+    picks: list[float],
+) -> None:
+    """`plan_reads` may serve a partition less than the request-order rule would (that
+    is its point), but what it serves is always a valid fetch answer: per partition a
+    prefix of its own answer, the shared budget kept apart from one first batch (KIP-74),
+    progress (a batch) whenever a partition has data, nothing loaded outside the plan;
+    and for one partition it is exactly `plan_fetch`."""
+    partitions = [
+        build_log(s, chunking, absolute=absolute, files=files, key_prefix=f"p{i}")
+        for i, s in enumerate(shapes)
+    ]
+    offsets = [
+        log.batches[0].base_offset + int((log.batches[-1].last_offset - log.batches[0].base_offset) * pick)
+        for log, pick in zip(partitions, picks, strict=False)
+    ]
+    reads = [
+        PartitionRead(log.locations, off, pm) for log, off, pm in zip(partitions, offsets, pmax, strict=False)
+    ]
+    everything = {k: v for log in partitions for k, v in chunk_bytes(log).items()}
+    planned = plan_reads(reads, max_bytes)
+    for read, plan in zip(reads, planned, strict=True):
+        needed = [loc for loc in read.locations if loc.last_offset >= read.fetch_offset]
+        assert list(plan.locations) == needed[: len(plan.locations)]
+        assert (plan.fetch_offset, plan.max_bytes) == (read.fetch_offset, read.max_bytes)
+    loaded = {loc.range_key: everything[loc.range_key] for plan in planned for loc in plan.locations}
+    outcome = select_fetch(planned, max_bytes, loaded)
+    assert outcome.missing == []
+    served = [r for r in outcome.results if isinstance(r, FetchSelection)]
+    assert len(served) == len(reads)
+    total = sum(len(r.records) for r in served)
+    first = next((i for i, r in enumerate(served) if r.batch_count), None)
+    assert total <= max_bytes or (
+        first is not None and served[first].batch_count == 1 and total == len(served[first].records)
+    )
+    for log, read, result in zip(partitions, reads, served, strict=True):
+        alone = expected_selection(log, read.fetch_offset, read.max_bytes)
+        got = returned_batches(result.records)
+        assert [b[0] for b in got] == [b.base_offset for b in alone[: len(got)]]
+    if any(log.batches[-1].last_offset >= offsets[i] for i, log in enumerate(partitions)):
+        assert first is not None  # progress: some partition gets at least one batch (KIP-74)
+    for read in reads:
+        assert list(plan_reads([read], read.max_bytes)[0].locations) == plan_fetch([read], read.max_bytes)
+
+
+def _keyed_layout(objects: int, partitions: int, chunk_bytes_: int) -> list[list[ChunkLocation]]:
+    """Per partition, its chunk locations when every object holds one chunk of every
+    partition (keyed produce): object k, partition p at byte p * chunk_bytes_."""
+    return [
+        [
+            ChunkLocation(
+                chunk_id=k * partitions + p,
+                object_key=f"file-{k:03d}",
+                byte_position=p * chunk_bytes_,
+                byte_length=chunk_bytes_,
+                base_offset=10 * k,
+                last_offset=10 * k + 9,
+                record_count=10,
+                max_timestamp=k,
+            )
+            for k in range(objects)
+        ]
+        for p in range(partitions)
+    ]
+
+
+def test_object_plan_reads_few_whole_files_of_a_keyed_layout() -> None:
+    """40 files each holding a 1 KiB chunk of each of 100 partitions; a fetch of all of them
+    with room for 4.5 files reads 5 files (4 whole and the one the budget ends in), not all
+    40 as serving partitions in request order does."""
+    layout = _keyed_layout(objects=40, partitions=100, chunk_bytes_=1024)
+    reads = [PartitionRead(locs, 0, 1 << 20) for locs in layout]
+    budget = 100 * 1024 * 9 // 2
+    planned = plan_reads(reads, budget)
+    objects = {loc.object_key for plan in planned for loc in plan.locations}
+    assert objects == {f"file-{k:03d}" for k in range(5)}
+    assert {loc.object_key for loc in plan_fetch(reads, budget)} == {f"file-{k:03d}" for k in range(40)}
+    # files 0-3 are served to every partition, file 4 to the first half (by estimate; the
+    # rest of file 4 is the read-ahead's job)
+    assert [len(plan.locations) for plan in planned] == [5] * 51 + [4] * 49
+    # partitions at different positions: each object taken serves every partition there
+    reads = [PartitionRead(locs, 10 * (p % 3), 1 << 20) for p, locs in enumerate(layout)]
+    planned = plan_reads(reads, budget)
+    assert len({loc.object_key for plan in planned for loc in plan.locations}) <= 8
 
 
 def test_failed_chunk_fails_only_its_partition() -> None:

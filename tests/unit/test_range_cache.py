@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from fileformat.objectstore import AsyncMemoryStore, AsyncObjectStore, ObjectNotFound, drop_memory_bucket
-from fileformat.objectstore.range_cache import RangeCache
+from fileformat.objectstore.range_cache import ByteBudget, RangeCache
 
 BLOB = bytes(range(256)) * 64  # 16 KiB, every offset distinguishable
 
@@ -130,3 +130,115 @@ async def test_failed_load_is_not_cached_and_propagates(inner: GatedStore) -> No
             await cache.get_ranges("missing", [(0, 10), (20, 10)])
     assert inner.calls == [("missing", 0, 30)] * 2
     assert cache.cached_bytes == 0
+
+
+# ------------------------------------------------------------------------------ bytes in flight
+
+
+class CountingStore(GatedStore):
+    """A gated store that tracks the bytes of its GETs in progress, their peak, and sets
+    `reached` once `target` GETs are in progress at the same time."""
+
+    def __init__(self, target: int) -> None:
+        super().__init__()
+        self.inflight_bytes = 0
+        self.peak_bytes = 0
+        self.inflight_gets = 0
+        self.target = target
+        self.reached = asyncio.Event()
+
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        self.inflight_bytes += length
+        self.inflight_gets += 1
+        self.peak_bytes = max(self.peak_bytes, self.inflight_bytes)
+        if self.inflight_gets >= self.target:
+            self.reached.set()
+        try:
+            return await super().get_range(key, start, length)
+        finally:
+            self.inflight_bytes -= length
+            self.inflight_gets -= 1
+
+
+async def test_bytes_in_flight_never_exceed_the_bound() -> None:
+    """Many concurrent cold reads (distinct objects, so nothing is shared): the GETs in
+    progress at any time hold at most `max_inflight_bytes`; the rest queue and all
+    complete. Without the bound all 12 (12,000 bytes) would be in flight at once."""
+    inner = CountingStore(target=3)
+    try:
+        for i in range(12):
+            await inner.put(f"o{i}", BLOB)
+        cache = RangeCache(inner, max_bytes=1 << 20, coalesce_gap_bytes=200, max_inflight_bytes=3000)
+        inner.gate = asyncio.Event()
+        # each call: two 400-byte ranges 200 apart, coalesced into one 1000-byte GET
+        reads = [asyncio.create_task(cache.get_ranges(f"o{i}", [(0, 400), (600, 400)])) for i in range(12)]
+        await inner.reached.wait()
+        assert inner.inflight_gets == 3 and inner.inflight_bytes == 3000
+        assert cache.inflight.used_bytes == 3000
+        inner.gate.set()
+        for task in reads:
+            assert [bytes(b) for b in await task] == [BLOB[:400], BLOB[600:1000]]
+        assert inner.peak_bytes <= 3000 and cache.inflight.peak_bytes <= 3000
+        assert cache.inflight.used_bytes == 0
+        assert len(inner.calls) == 12
+    finally:
+        drop_memory_bucket(inner.bucket)
+
+
+async def test_read_ahead_joins_a_get_only_with_room() -> None:
+    inner = CountingStore(target=2)
+    await inner.put("obj", BLOB)
+    await inner.put("other", BLOB)
+    cache = RangeCache(inner, max_bytes=1 << 20, coalesce_gap_bytes=200, max_inflight_bytes=2000)
+    inner.gate = asyncio.Event()
+    busy = asyncio.create_task(cache.get_range("other", 0, 1500))  # holds 1500 of 2000
+    await inner.started.wait()
+    # 300 needed + 300 read-ahead (a 700-byte span) does not fit in the 500 left: the
+    # needed range is read alone, the read-ahead dropped, not waited for
+    needed = asyncio.create_task(cache.get_ranges("obj", [(0, 300)], readahead=[(400, 300)]))
+    await inner.reached.wait()  # the second GET started: it had room
+    assert inner.calls[1] == ("obj", 0, 300)
+    inner.gate.set()
+    assert bytes((await needed)[0]) == BLOB[:300]
+    await busy
+    assert cache.readahead_skipped_bytes == 300 and not cache.contains("obj", 400, 300)
+    # with room, the read-ahead shares the GET and is cached for the next call
+    assert (
+        bytes((await cache.get_ranges("obj", [(1000, 300)], readahead=[(1400, 300)]))[0]) == BLOB[1000:1300]
+    )
+    assert inner.calls[-1] == ("obj", 1000, 700)
+    assert cache.readahead_bytes == 300
+    assert await cache.get_range("obj", 1400, 300) == BLOB[1400:1700]
+    assert len(inner.calls) == 3
+    # read-ahead alone (nothing needed in its reach) costs no GET
+    await cache.get_ranges("obj", [(5000, 10)], readahead=[(9000, 100)])
+    assert inner.calls[-1] == ("obj", 5000, 10) and not cache.contains("obj", 9000, 100)
+    drop_memory_bucket(inner.bucket)
+
+
+async def test_spans_are_not_coalesced_beyond_the_bound(inner: GatedStore) -> None:
+    cache = RangeCache(inner, max_bytes=1 << 20, coalesce_gap_bytes=1000, max_inflight_bytes=2000)
+    got = await cache.get_ranges("obj", [(0, 1000), (1000, 1000), (2000, 1000)])
+    assert [bytes(b) for b in got] == [BLOB[0:1000], BLOB[1000:2000], BLOB[2000:3000]]
+    assert inner.calls == [("obj", 0, 2000), ("obj", 2000, 1000)]
+    # one range longer than the bound is read alone, holding the whole budget
+    assert await cache.get_range("other", 0, 5000) == BLOB[:5000]
+    assert cache.inflight.peak_bytes == 2000 and cache.inflight.used_bytes == 0
+
+
+async def test_byte_budget_waiters_in_order_and_cancellation_returns_nothing() -> None:
+    budget = ByteBudget(100)
+    assert await budget.acquire(70) == 70
+    big = asyncio.create_task(budget.acquire(60))
+    small = asyncio.create_task(budget.acquire(10))
+    cancelled = asyncio.create_task(budget.acquire(20))
+    await asyncio.sleep(0)
+    assert budget.try_acquire(1) is None  # others wait: no overtaking
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    budget.release(70)
+    assert await big == 60 and await small == 10
+    budget.release(60)
+    budget.release(10)
+    assert budget.used_bytes == 0 and budget.try_acquire(500) == 100  # capped at the limit
