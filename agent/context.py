@@ -1,23 +1,28 @@
-"""What every request handler gets: the agent's configuration and its shared services.
+"""What every request handler gets: the agent's configuration and its components, typed.
 
-One `AgentContext` per agent process, built once at start-up and passed explicitly to
-handlers (`handler(ctx, request)`); nothing in the agent reads globals. It holds:
+One `AgentContext` per agent process, built once at start-up by
+`agent.runtime.build_agent_context` and passed explicitly to handlers
+(`handler(ctx, request)`); nothing in the agent reads globals, and nothing is looked up
+by name. It holds:
 
 - `config`: the frozen `AgentConfig`;
 - `metadata`: a `metadata.api_types.MetadataClient` (in-process or HTTP);
 - `topics`: the `TopicCache` in front of metadata's topic lookups;
 - `agents`: the `LiveAgents` routing view (brokers, leaders, coordinators);
 - `clock`: wall time in ms and a monotonic clock, injectable for tests;
-- `services`: a typed-by-convention slot map for the data-path components other modules
-  own (the produce buffer, the fetch cache, the group coordinator), so adding one does
-  not change this module's signature. Use `ctx.service(name, Type)` to read one checked.
+- `parts`: the data-path components (`AgentParts`), so that a reader can follow
+  produce -> `parts.produce_buffer` -> PUT through `parts.bucket` -> commit, and
+  fetch -> `parts.chunk_locations` / metadata -> `parts.bucket` (the range cache) -> GET.
+
+Per-connection state (a connection's produce ordering) lives on the connection
+(`agent.handlers.ConnectionInfo`), not here.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from agent.agent_registry import LiveAgents
 from agent.config import AgentConfig
@@ -25,7 +30,12 @@ from agent.topic_cache import TopicCache
 from metadata.api_types import MetadataClient
 from metadata.types import AgentInfo
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from agent.chunk_cache import ChunkLocationCache
+    from agent.commit_watch import CommitWatch
+    from agent.group_coordinator import GroupCoordinator
+    from agent.produce_buffer import ProduceBuffer
+    from fileformat.objectstore.range_cache import RangeCache
 
 
 class Clock(Protocol):
@@ -41,42 +51,39 @@ class SystemClock:
         return time.monotonic()
 
 
-@dataclass
+@dataclass(frozen=True)
+class AgentParts:
+    """The agent's data-path components, each built once at start-up."""
+
+    # The bucket as the agent sees it: the range cache over the object store (reads cached,
+    # single-flight and coalesced; files this agent PUTs kept whole for tail consumers).
+    bucket: RangeCache
+    produce_buffer: ProduceBuffer  # batches -> one file per flush -> PUT -> commit -> acks
+    chunk_locations: ChunkLocationCache  # where partitions' offsets live, learnt from metadata
+    commit_watch: CommitWatch  # parked fetches, woken by commits through any agent
+    groups: GroupCoordinator  # the consumer groups this agent coordinates
+
+
+@dataclass(frozen=True)
 class AgentContext:
     config: AgentConfig
     metadata: MetadataClient
     topics: TopicCache
     agents: LiveAgents
-    clock: Clock = field(default_factory=SystemClock)
-    services: dict[str, Any] = field(default_factory=dict)
+    clock: Clock
+    parts: AgentParts
 
-    @classmethod
-    def create(
-        cls,
-        config: AgentConfig,
-        metadata: MetadataClient,
-        clock: Clock | None = None,
-        bound_port: int | None = None,
-    ) -> AgentContext:
-        """The usual wiring: a topic cache and a live-agent view that starts with this agent."""
-        clock = clock or SystemClock()
-        me = AgentInfo(
-            agent_id=config.agent_id,
-            host=config.resolved_advertised_host(),
-            port=config.resolved_advertised_port(bound_port),
-            zone=config.zone,
-        )
-        return cls(
-            config=config,
-            metadata=metadata,
-            topics=TopicCache(metadata, ttl_ms=config.topic_cache_ttl_ms, monotonic=clock.monotonic),
-            agents=LiveAgents(me, ttl_ms=config.agent_ttl_ms, wall_ms=clock.wall_ms),
-            clock=clock,
-        )
 
-    def service(self, name: str, kind: type[T]) -> T:
-        """A registered data-path service, type-checked; KeyError if it was never registered."""
-        value = self.services[name]
-        if not isinstance(value, kind):
-            raise TypeError(f"service {name!r} is a {type(value).__name__}, not a {kind.__name__}")
-        return value
+def live_agents_view(config: AgentConfig, clock: Clock, bound_port: int | None = None) -> LiveAgents:
+    """The routing view an agent starts with: only itself, until the registry hears more."""
+    me = AgentInfo(
+        agent_id=config.agent_id,
+        host=config.resolved_advertised_host(),
+        port=config.resolved_advertised_port(bound_port),
+        zone=config.zone,
+    )
+    return LiveAgents(me, ttl_ms=config.agent_ttl_ms, wall_ms=clock.wall_ms)
+
+
+def topic_cache(config: AgentConfig, metadata: MetadataClient, clock: Clock) -> TopicCache:
+    return TopicCache(metadata, ttl_ms=config.topic_cache_ttl_ms, monotonic=clock.monotonic)

@@ -65,12 +65,12 @@ from agent.group_rebalance import NEW_MEMBER_JOIN_TIMEOUT_MS, DelayedHeartbeat
 from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
+    from agent.agent_registry import LiveAgents
     from agent.config import AgentConfig
-    from agent.context import AgentContext
+    from agent.context import AgentContext, Clock
+    from metadata.api_types import MetadataClient
 
 log = logging.getLogger(__name__)
-
-GROUP_COORDINATOR = "group_coordinator"
 
 
 class GroupCoordinator(GroupPersistence):
@@ -107,16 +107,18 @@ class GroupCoordinator(GroupPersistence):
         )
 
     @classmethod
-    def from_context(cls, ctx: AgentContext) -> GroupCoordinator:
-        """The agent's coordinator, fenced by leases in metadata."""
-        config = ctx.config
+    def fenced(
+        cls, config: AgentConfig, metadata: MetadataClient, agents: LiveAgents, clock: Clock
+    ) -> GroupCoordinator:
+        """The agent's coordinator, fenced by leases in metadata; it coordinates the groups
+        the routing view `agents` gives this agent."""
         fence = GroupFence(
-            ctx.metadata,
+            metadata,
             config.agent_id,
             ttl_ms=config.group_lease_ttl_ms,
             renew_interval_ms=config.group_lease_renew_interval_ms,
-            owns=lambda group_id: owns_group(ctx, group_id),
-            monotonic_ms=lambda: ctx.clock.monotonic() * 1000.0,
+            owns=lambda group_id: agents.coordinator_for_group(group_id).node_id == agents.self_node_id,
+            monotonic_ms=lambda: clock.monotonic() * 1000.0,
         )
         return cls.from_config(config, fence)
 
@@ -417,14 +419,8 @@ class GroupCoordinator(GroupPersistence):
 
 
 def coordinator(ctx: AgentContext) -> GroupCoordinator:
-    """The agent's coordinator (created and started on first use if the runtime did not
-    register one; call it from a handler, i.e. on the running loop)."""
-    found = ctx.services.get(GROUP_COORDINATOR)
-    if found is None:
-        found = ctx.services[GROUP_COORDINATOR] = GroupCoordinator.from_context(ctx)
-        found.start()
-    assert isinstance(found, GroupCoordinator)
-    return found
+    """The agent's coordinator."""
+    return ctx.parts.groups
 
 
 def owns_group(ctx: AgentContext, group_id: str) -> bool:

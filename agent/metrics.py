@@ -29,8 +29,6 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agent.group_coordinator import GROUP_COORDINATOR, GroupCoordinator
-
 if TYPE_CHECKING:
     from agent.runtime import RunningAgent
 
@@ -129,7 +127,7 @@ class AgentCollector(Collector):
             "Partitions whose commits through other agents this agent follows (long poll on metadata)",
             value=a.watch.followed_partitions,
         )
-        groups = a.context.service(GROUP_COORDINATOR, GroupCoordinator)
+        groups = a.context.parts.groups
         delayed = GaugeMetricFamily(
             "skiff_purgatory_delayed", "Operations waiting in a purgatory", labels=["purgatory"]
         )

@@ -26,10 +26,8 @@ from agent.agent_registry import AgentIdInUse, AgentRegistry
 from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.config import AgentConfig, env_var
-from agent.context import AgentContext, Clock
-from agent.group_coordinator import GROUP_COORDINATOR, GroupCoordinator
-from agent.handlers.fetch import CHUNK_CACHE, COMMIT_WATCH, OBJECT_STORE
-from agent.handlers.produce import PRODUCE_BUFFER
+from agent.context import AgentContext, AgentParts, Clock, SystemClock, live_agents_view, topic_cache
+from agent.group_coordinator import GroupCoordinator
 from agent.produce_buffer import CommittedFile, ProduceBuffer
 from agent.server import AgentServer, start_agent_server
 from fileformat.objectstore import AsyncObjectStore, open_async_store
@@ -44,11 +42,8 @@ class RunningAgent:
     config: AgentConfig
     context: AgentContext
     server: AgentServer
-    buffer: ProduceBuffer
-    cache: RangeCache
-    watch: CommitWatch
     registry: AgentRegistry
-    store: AsyncObjectStore
+    store: AsyncObjectStore  # the object store itself (context.parts.bucket wraps it)
     metadata: MetadataClient
 
     @property
@@ -59,28 +54,40 @@ class RunningAgent:
     def bootstrap(self) -> str:
         return f"{self.context.agents.self_info.host}:{self.server.port}"
 
+    @property
+    def cache(self) -> RangeCache:
+        return self.context.parts.bucket
+
+    @property
+    def buffer(self) -> ProduceBuffer:
+        return self.context.parts.produce_buffer
+
+    @property
+    def watch(self) -> CommitWatch:
+        return self.context.parts.commit_watch
+
     async def close(self, *, close_clients: bool = True) -> None:
         await self.server.close()
-        await self.context.service(GROUP_COORDINATOR, GroupCoordinator).close()
-        await self.buffer.close()
+        await close_parts(self.context.parts)
         await self.registry.close()
-        await self.watch.close()
         if close_clients:
             await self.store.close()
             await self.metadata.close()
 
 
-async def start_agent(
+def build_agent_context(
     config: AgentConfig,
     metadata: MetadataClient,
     store: AsyncObjectStore,
     *,
     clock: Clock | None = None,
-) -> RunningAgent:
-    ctx = AgentContext.create(config, metadata, clock=clock)
+) -> AgentContext:
+    """Every component of one agent, wired and typed; nothing is started yet."""
+    clock = clock or SystemClock()
+    agents = live_agents_view(config, clock)
     # Fetches and the produce buffer see the bucket through the range cache: reads are
     # cached and coalesced, the files this agent PUTs are kept whole for tail consumers.
-    cache = RangeCache(
+    bucket = RangeCache(
         store,
         max_bytes=config.fetch_cache_bytes,
         coalesce_gap_bytes=config.fetch_coalesce_gap_bytes,
@@ -106,36 +113,67 @@ async def start_agent(
                 watch.committed(key, runs[-1].last_offset + 1)
 
     buffer = ProduceBuffer(
-        store=cache,
+        store=bucket,
         metadata=metadata,
         agent_id=config.agent_id,
         flush_interval_ms=config.flush_interval_ms,
         flush_max_bytes=config.flush_max_bytes,
         max_inflight_flushes=config.max_inflight_flushes,
         max_buffered_bytes=config.max_buffered_bytes,
-        wall_clock_ms=ctx.clock.wall_ms,
+        wall_clock_ms=clock.wall_ms,
         on_committed=on_committed,
     )
-    ctx.services[PRODUCE_BUFFER] = buffer
     watch.local_commit_pending = buffer.is_committing
-    ctx.services[CHUNK_CACHE] = locations
-    ctx.services[COMMIT_WATCH] = watch
-    watch.start()
-    ctx.services[OBJECT_STORE] = cache
-    groups = ctx.services[GROUP_COORDINATOR] = GroupCoordinator.from_context(ctx)
-    groups.start()
+    groups = GroupCoordinator.fenced(config, metadata, agents, clock)
+    return AgentContext(
+        config=config,
+        metadata=metadata,
+        topics=topic_cache(config, metadata, clock),
+        agents=agents,
+        clock=clock,
+        parts=AgentParts(
+            bucket=bucket,
+            produce_buffer=buffer,
+            chunk_locations=locations,
+            commit_watch=watch,
+            groups=groups,
+        ),
+    )
+
+
+def start_parts(parts: AgentParts) -> None:
+    """Start the components' background work on the running loop."""
+    parts.commit_watch.start()
+    parts.groups.start()
+
+
+async def close_parts(parts: AgentParts) -> None:
+    """Stop them in the safe order: groups, then flush and commit whatever is buffered
+    (nothing a producer was promised is dropped), then the commit watch."""
+    await parts.groups.close()
+    await parts.produce_buffer.close()
+    await parts.commit_watch.close()
+
+
+async def start_agent(
+    config: AgentConfig,
+    metadata: MetadataClient,
+    store: AsyncObjectStore,
+    *,
+    clock: Clock | None = None,
+) -> RunningAgent:
+    ctx = build_agent_context(config, metadata, store, clock=clock)
+    start_parts(ctx.parts)
     server = await start_agent_server(ctx, config.host, config.port)
     registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
     try:
         await registry.start()
     except AgentIdInUse:  # undo the start-up; the caller reports it
         await server.close()
-        await groups.close()
-        await buffer.close()
-        await watch.close()
+        await close_parts(ctx.parts)
         raise
     log.info("agent %s serving Kafka on %s:%d", config.agent_id, config.host, server.port)
-    return RunningAgent(config, ctx, server, buffer, cache, watch, registry, store, metadata)
+    return RunningAgent(config, ctx, server, registry, store, metadata)
 
 
 def absolute_bucket_url(url: str) -> str:

@@ -31,6 +31,7 @@ in place is all it takes to serve Produce.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import importlib
 import pkgutil
@@ -52,12 +53,16 @@ NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 @dataclass
 class ConnectionInfo:
-    """Per-connection facts a handler may want (logging, metrics, quotas)."""
+    """Per-connection facts and state a handler may want (logging, metrics, ordering)."""
 
     connection_id: int
     peer: str
     client_software_name: str | None = None  # from ApiVersions v3+
     client_software_version: str | None = None
+    # The newest Produce of this connection still appending to the produce buffer: the next
+    # one appends after it, so a connection's batches reach the buffer in request order
+    # (agent.handlers.produce). Done or None when no append is pending.
+    produce_tail: asyncio.Future[None] | None = None
 
 
 @dataclass(frozen=True)

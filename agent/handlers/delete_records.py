@@ -25,10 +25,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from kio.static.primitive import i32, i64
 
-from agent.chunk_cache import ChunkLocationCache
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
-from agent.handlers.fetch import CHUNK_CACHE
 from agent.protocol import convert, to_error_code
 from metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery
 
@@ -81,9 +79,7 @@ def _forget_cached_locations(
     below the new log start asks metadata and gets OFFSET_OUT_OF_RANGE at once. Other
     agents learn it within chunk_cache_ttl_ms (their cached files outlive that: the
     garbage collector's grace period is longer)."""
-    cache = ctx.services.get(CHUNK_CACHE)
-    if not isinstance(cache, ChunkLocationCache):
-        return
+    cache = ctx.parts.chunk_locations
     for q, a in zip(queries, answers, strict=True):
         topic = ctx.topics.cached(q.topic)
         if a.error_code == 0 and topic is not None:

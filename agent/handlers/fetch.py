@@ -45,8 +45,6 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.response import FetchableTopicResponse, FetchResponse, PartitionData
 from kio.static.primitive import Records, i32, i64
 
-from agent.chunk_cache import ChunkLocationCache
-from agent.commit_watch import CommitWatch
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
 from fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
@@ -59,9 +57,6 @@ API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 12
 
-CHUNK_CACHE = "chunk_cache"
-COMMIT_WATCH = "commit_watch"
-OBJECT_STORE = "object_store"
 
 Key = tuple[uuid.UUID, int]
 log = logging.getLogger(__name__)
@@ -88,7 +83,7 @@ async def _read_once(
     slots: list[list[tuple[Key, int, int] | PartitionData]],
 ) -> tuple[list[list[PartitionData]], int, dict[Key, int]]:
     """One pass over every requested partition; returns (answers, bytes found, watermarks)."""
-    store: AsyncObjectStore = ctx.services[OBJECT_STORE]
+    store = ctx.parts.bucket
     queries = [
         FetchQuery(k[0], k[1], offset, max_bytes)
         for row in slots
@@ -96,8 +91,8 @@ async def _read_once(
         if isinstance(s, tuple)
         for k, offset, max_bytes in [s]
     ]
-    locations = ctx.service(CHUNK_CACHE, ChunkLocationCache)
-    watch = ctx.service(COMMIT_WATCH, CommitWatch)
+    locations = ctx.parts.chunk_locations
+    watch = ctx.parts.commit_watch
     trust_ms = ctx.config.fetch_poll_interval_ms
     infos: list[PartitionFetchInfo | None] = [
         locations.lookup((q.topic_id, q.partition), q.offset, q.max_bytes)
@@ -269,7 +264,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     max_wait_ms = min(int(body.max_wait.total_seconds() * 1000), ctx.config.fetch_max_wait_ms_cap)
     min_bytes = max(int(body.min_bytes), 1)
     if total < min_bytes and max_wait_ms > 0 and watermarks:
-        watch = ctx.service(COMMIT_WATCH, CommitWatch)
+        watch = ctx.parts.commit_watch
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000.0
         while total < min_bytes and watermarks:

@@ -40,10 +40,8 @@ from kio.static.primitive import i32, i64
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
-from agent.handlers.fetch import OBJECT_STORE
 from agent.protocol import convert, to_error_code
 from fileformat.chunk_reader import first_record_at_or_after, max_timestamp_record
-from fileformat.objectstore import AsyncObjectStore
 from fileformat.read_async import load_chunks
 from metadata.errors import MetadataError, MetadataUnavailable
 from metadata.types import (
@@ -168,7 +166,7 @@ async def _refine(
         for i in todo:
             out[i] = OffsetAnswer(int(UNAVAILABLE))
         return out
-    store: AsyncObjectStore = ctx.services[OBJECT_STORE]
+    store = ctx.parts.bucket
     chunks = {
         i: info.chunks[0] for i, info in zip(todo, infos, strict=True) if not info.error_code and info.chunks
     }

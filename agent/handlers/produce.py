@@ -70,8 +70,6 @@ API_KEY = 0
 MIN_VERSION = 3
 MAX_VERSION = 9
 
-PRODUCE_BUFFER = "produce_buffer"
-_ORDER = "produce_order"
 
 _MAX_TIMESTAMP_OFFSET = 35
 _TIMESTAMP_TYPE_BIT = 0x08
@@ -244,20 +242,19 @@ def _combine(
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = request.body
-    buffer = ctx.service(PRODUCE_BUFFER, ProduceBuffer)
+    buffer = ctx.parts.produce_buffer
     # Take this connection's ordering ticket before the first await (see module doc).
-    order: dict[int, asyncio.Future[None]] = ctx.services.setdefault(_ORDER, {})
-    conn_id = request.connection.connection_id
-    previous = order.get(conn_id)
+    conn = request.connection
+    previous = conn.produce_tail
     mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    order[conn_id] = mine
+    conn.produce_tail = mine
     try:
         return await _produce(ctx, request, body, buffer, previous, mine)
     finally:
         if not mine.done():
             mine.set_result(None)
-        if order.get(conn_id) is mine:
-            del order[conn_id]
+        if conn.produce_tail is mine:
+            conn.produce_tail = None
 
 
 async def _produce(

@@ -24,10 +24,11 @@ from typing import Any, TypeVar
 from agent.agent_registry import AgentRegistry
 from agent.config import AgentConfig
 from agent.context import AgentContext
-from agent.group_coordinator import GROUP_COORDINATOR, GroupCoordinator
 from agent.handlers import HandlerRegistry
 from agent.protocol import decode_response, encode_request, response_schema
+from agent.runtime import build_agent_context, close_parts
 from agent.server import AgentServer, start_agent_server
+from fileformat.objectstore.memory import AsyncMemoryStore
 from metadata.api_types import MetadataClient
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.errors import MetadataUnavailable
@@ -319,7 +320,11 @@ class AgentHarness:
 
         async def go() -> RunningAgent:
             assert self.metadata is not None
-            ctx = AgentContext.create(cfg, self.metadata)
+            # every part of a real agent; the bucket is in memory (these agents serve admin
+            # and group requests), only the group coordinator runs in the background
+            store = AsyncMemoryStore(f"harness-{uuid.uuid4().hex}")
+            ctx = build_agent_context(cfg, self.metadata, store)
+            ctx.parts.groups.start()
             server = await start_agent_server(ctx, "127.0.0.1", 0, registry=registry)
             membership = AgentRegistry(self.metadata, ctx.agents, cfg.heartbeat_interval_ms)
             await membership.start()
@@ -348,9 +353,7 @@ class AgentHarness:
             for a in self.agents:
                 await a.registry.close()
                 await a.server.close()
-                groups = a.ctx.services.get(GROUP_COORDINATOR)  # started by the first group request
-                if isinstance(groups, GroupCoordinator):
-                    await groups.close()
+                await close_parts(a.ctx.parts)
             if self.metadata is not None:
                 await self.metadata.close()
 

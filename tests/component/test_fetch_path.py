@@ -17,9 +17,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from agent.chunk_cache import ChunkLocationCache
 from agent.config import AgentConfig
-from agent.handlers.fetch import CHUNK_CACHE
 from agent.runtime import RunningAgent, start_agent
 from fileformat.objectstore import open_async_store
 from fileformat.records import build_batch, iter_batches
@@ -382,7 +380,7 @@ async def test_agent_learns_the_locations_metadata_records(tmp_path: Path, times
         for i in range(3):  # each produce is one commit: the cache extends from its answer
             assert await asyncio.to_thread(_raw_produce, bootstrap, "learn", b"v%d" % i) == i + 1
         key = (topic.topic_id, 0)
-        cached = running.context.service(CHUNK_CACHE, ChunkLocationCache).lookup(key, 0, 1 << 30)
+        cached = running.context.parts.chunk_locations.lookup(key, 0, 1 << 30)
         assert cached is not None and cached.high_watermark == 4
         (truth,) = await md.find_chunks([FetchQuery(topic.topic_id, 0, 0, 1 << 30)])
         assert cached.chunks == truth.chunks
