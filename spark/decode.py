@@ -203,7 +203,12 @@ class RecordBatchBuilder:
         if not keep.all():
             idx = np.flatnonzero(keep)
             offsets, timestamps, ts_type = offsets[idx], timestamps[idx], ts_type[idx]
-            key_pos, key_len, value_pos, value_len = key_pos[idx], key_len[idx], value_pos[idx], value_len[idx]
+            key_pos, key_len, value_pos, value_len = (
+                key_pos[idx],
+                key_len[idx],
+                value_pos[idx],
+                value_len[idx],
+            )
             headers_pos, headers_count = headers_pos[idx], headers_count[idx]
         n = len(offsets)
         if n == 0:
