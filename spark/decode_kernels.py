@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover - numba is part of the spark extra
 def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
     """(zigzag-decoded value, next position); next position -1 when malformed."""
     shift = 0
-    raw = 0
+    raw: Any = np.int64(0)
     while True:
         if pos >= end or shift > 63:
             return 0, -1
