@@ -11,4 +11,4 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[${SKIFF_EXTRAS:-test}]"
+.venv/bin/python -m pip install --quiet -e ".[${SKIFF_EXTRAS:-test,spark}]"

@@ -1,0 +1,178 @@
+"""Spark reading a Skiff topic straight from the bucket vs Spark reading the same rows
+from Parquet, in one run with one local session.
+
+Set-up (not timed): a `skiff metadata` process (SQLite) and a file:// bucket; N records
+of 100-byte values (16-byte keys) in batches of `--batch-records` records (as a producer
+with linger writes them), 8 MiB agent-style files (relative offsets, one chunk per
+partition per file) committed through metadata's HTTP client, as agents commit. Then:
+
+1. skiff: `spark.read.format("skiff")` over the topic, with an aggregate that touches
+   every column the Parquet query reads (key, value, offset, timestamp);
+2. the same DataFrame written to Parquet (snappy, Spark's default), then
+   `spark.read.parquet` with the same aggregate.
+
+Each query runs `--repeat` times after one warm-up; the best time counts. Rows/s and
+MiB/s of record payload (key + value bytes) are printed, and the ratio.
+
+    python bench/spark_read.py --records 4000000 --partitions 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fileformat.objectstore import open_store  # noqa: E402
+from fileformat.records import build_batch  # noqa: E402
+from fileformat.segment import ChunkInput, build_segment  # noqa: E402
+from metadata.http_client import HttpMetadataClient  # noqa: E402
+from metadata.types import BatchSpec, ChunkSpec, FileSpec  # noqa: E402
+from tests.support.agents import skiff_command, wait_for_port  # noqa: E402
+from tests.support.s3servers import free_port  # noqa: E402
+
+T0 = 1_700_000_000_000
+
+
+async def load(metadata_url: str, bucket: str, records: int, partitions: int, per_batch: int) -> int:
+    """Commit `records` records to topic `bench`; returns the payload bytes."""
+    client = HttpMetadataClient(metadata_url)
+    store = open_store(bucket, fsync=False)
+    topic = await client.create_topic("bench", partitions, {})
+    templates = [
+        build_batch(
+            [
+                (i, T0 + i, f"key-{t:04d}-{i:07d}"[:16].encode(), bytes([65 + (i + t) % 26]) * 100, [])
+                for i in range(per_batch)
+            ]
+        )
+        for t in range(4)
+    ]
+    batch_bytes = len(templates[0])
+    batches_per_chunk = max(1, (8 * 1024 * 1024 // partitions) // batch_bytes)
+    total_batches = records // per_batch
+    done = 0
+    n = 0
+    while done < total_batches:
+        chunks, specs = [], []
+        for p in range(partitions):
+            k = min(batches_per_chunk, (total_batches - done + partitions - 1 - p) // partitions)
+            if k <= 0:
+                continue
+            bs = [templates[(n + j) % 4] for j in range(k)]
+            chunks.append(ChunkInput(topic.topic_id, p, bs, k, k * per_batch))
+            done += k
+        data, placements = build_segment(chunks)
+        key = f"segments/{uuid.uuid4().hex}"
+        store.put(key, data)
+        for pl in placements:
+            specs.append(
+                ChunkSpec(
+                    pl.topic_id,
+                    pl.partition,
+                    tuple(
+                        BatchSpec(pos, batch_bytes, per_batch, per_batch, T0 + per_batch - 1)
+                        for pos in pl.batch_positions
+                    ),
+                )
+            )
+        results = await client.commit_file(FileSpec(key, len(data)), specs)
+        assert all(r.error_code == 0 for r in results), results
+        n += 1
+    await client.close()
+    return total_batches * per_batch * (16 + 100)
+
+
+def best_time(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=4_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--batch-records", type=int, default=4096)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--conf", action="append", default=[], help="extra Spark setting KEY=VALUE")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="skiff-spark-bench-"))
+    port = free_port()
+    log = work / "metadata.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*skiff_command(), "metadata", "--db", f"sqlite:///{work}/md.db", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for_port(port, proc, log)  # type: ignore[arg-type]
+        url, bucket = f"http://127.0.0.1:{port}", f"file://{work}/bucket"
+        t = time.perf_counter()
+        payload = asyncio.run(load(url, bucket, args.records, args.partitions, args.batch_records))
+        rows = args.records // args.batch_records * args.batch_records
+        print(f"loaded {rows} records ({payload / 2**20:.0f} MiB payload) in {time.perf_counter() - t:.1f}s")
+
+        from spark import skiff_session
+
+        spark = skiff_session(
+            "skiff-bench",
+            args.master,
+            {
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                **dict(c.split("=", 1) for c in args.conf),
+            },
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        agg = [
+            "count(*) n",
+            "sum(length(key)) + sum(length(value)) bytes",
+            "max(offset) o",
+            "max(timestamp) ts",
+        ]
+        skiff_df = (
+            spark.read.format("skiff")
+            .option("metadata.url", url)
+            .option("bucket", bucket)
+            .option("subscribe", "bench")
+            .load()
+        )
+        check = skiff_df.selectExpr(*agg).collect()[0]
+        assert check.n == rows, check
+        skiff_s = best_time(lambda: skiff_df.selectExpr(*agg).collect(), args.repeat)
+        skiff_df.write.parquet(str(work / "parquet"))
+        parquet_df = spark.read.parquet(str(work / "parquet"))
+        assert parquet_df.selectExpr(*agg).collect()[0] == check
+        parquet_s = best_time(lambda: parquet_df.selectExpr(*agg).collect(), args.repeat)
+        mib = payload / 2**20
+        print(f"{'source':<8} {'seconds':>8} {'rows/s':>12} {'MiB/s':>8}")
+        for name, s in (("skiff", skiff_s), ("parquet", parquet_s)):
+            print(f"{name:<8} {s:>8.2f} {rows / s:>12,.0f} {mib / s:>8.1f}")
+        print(f"skiff / parquet rate: {parquet_s / skiff_s:.2f}")
+        spark.stop()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        os.system(f"rm -rf {work}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""The driver's plan: options + metadata -> offset ranges -> input partitions with chunks.
+
+Everything here talks to the metadata service over HTTP (`metadata.http_client`; never the
+database) and, only to refine a timestamp to an exact offset, reads one chunk from the
+bucket. The steps:
+
+1. topics and partitions: `subscribe` / `subscribePattern` (list_topics, whole-name
+   regex match) / `assign`; an unknown topic or partition is an error;
+2. each partition's log start and high watermark (partition_states), then the start and
+   end offsets from the option specs: earliest = log start, latest = high watermark;
+   timestamps through list_offsets (metadata answers per chunk) refined inside the chunk
+   by `first_record_at_or_after`; JSON maps must name exactly the assigned partitions;
+3. a start below the log start (retention, DeleteRecords) fails the query when
+   `failOnDataLoss` is true, else the range starts at the log start; a start above the
+   end, or an end above the high watermark, is an error;
+4. the ranges are split into tasks (`spark.ranges`), and each task gets the chunk
+   locations covering its range (find_chunks, paged, so a long range costs a few calls).
+   The executors then read only the bucket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fileformat.chunk_reader import ChunkLocation, first_record_at_or_after
+from fileformat.objectstore import open_store
+from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.http_client import HttpMetadataClient
+from metadata.types import FetchQuery, OffsetQuery, PartitionKey, Topic
+from spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
+from spark.ranges import OffsetRange, split_ranges
+
+# find_chunks answers chunks until their bytes add up to this; longer ranges page on.
+FIND_CHUNKS_PAGE_BYTES = 256 * 1024 * 1024
+
+
+class SkiffSourceError(RuntimeError):
+    """The query cannot be planned or read: the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    topic: str
+    topic_id: str
+    partition: int
+    log_start: int
+    high_watermark: int
+
+
+@dataclass(frozen=True)
+class PlannedRead:
+    """One Spark task: an offset range of one partition and the chunks that hold it."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    chunks: tuple[ChunkLocation, ...]
+
+
+def run(coro_fn, metadata_url: str):  # type: ignore[no-untyped-def]
+    """Run `await coro_fn(client)` with a fresh HTTP client; metadata errors become
+    `SkiffSourceError`s a data engineer can act on."""
+
+    async def main():  # type: ignore[no-untyped-def]
+        client = HttpMetadataClient(metadata_url)
+        try:
+            return await coro_fn(client)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(main())
+    except MetadataUnavailable as exc:
+        raise SkiffSourceError(f"cannot reach the Skiff metadata service at {metadata_url}: {exc}") from exc
+    except MetadataError as exc:
+        raise SkiffSourceError(f"the Skiff metadata service at {metadata_url} refused: {exc}") from exc
+
+
+async def resolve_partitions(client: HttpMetadataClient, opts: SourceOptions) -> list[PartitionInfo]:
+    """The partitions the options select, with their log start and high watermark."""
+    wanted: list[tuple[Topic, int]] = []
+    if opts.subscribe is not None:
+        found = await client.describe_topics(list(opts.subscribe))
+        missing = [t for t in opts.subscribe if t not in found]
+        if missing:
+            raise SkiffSourceError(f"unknown topic(s): {', '.join(missing)}")
+        wanted = [(found[t], p) for t in opts.subscribe for p in range(found[t].partition_count)]
+    elif opts.subscribe_pattern is not None:
+        regex = re.compile(opts.subscribe_pattern)
+        topics = sorted(
+            (t for t in await client.list_topics() if regex.fullmatch(t.name)), key=lambda t: t.name
+        )
+        wanted = [(t, p) for t in topics for p in range(t.partition_count)]
+    else:
+        assert opts.assign is not None
+        names = sorted({t for t, _ in opts.assign})
+        found = await client.describe_topics(names)
+        for name, partition in opts.assign:
+            topic = found.get(name)
+            if topic is None:
+                raise SkiffSourceError(f"unknown topic: {name}")
+            if not 0 <= partition < topic.partition_count:
+                raise SkiffSourceError(
+                    f"topic {name} has {topic.partition_count} partitions; partition {partition} does not exist"
+                )
+            wanted.append((topic, partition))
+    states = await client.partition_states([PartitionKey(t.topic_id, p) for t, p in wanted])
+    out = []
+    for (topic, p), state in zip(wanted, states, strict=True):
+        if state.error_code:
+            raise SkiffSourceError(
+                f"partition {topic.name}-{p} is unknown to metadata (error {state.error_code})"
+            )
+        out.append(
+            PartitionInfo(topic.name, str(topic.topic_id), p, state.log_start_offset, state.high_watermark)
+        )
+    return out
+
+
+async def _timestamp_offsets(
+    client: HttpMetadataClient,
+    parts: Sequence[PartitionInfo],
+    timestamps_ms: Sequence[int],
+    opts: SourceOptions,
+    edge: str,
+) -> list[int]:
+    """The first offset whose record timestamp is >= the timestamp, per partition (Kafka's
+    offsetsForTimes); none: an error, or the latest offset with strategy `latest`."""
+    import uuid
+
+    answers = await client.list_offsets(
+        [
+            OffsetQuery(uuid.UUID(p.topic_id), p.partition, ts)
+            for p, ts in zip(parts, timestamps_ms, strict=True)
+        ]
+    )
+    out = []
+    store = None
+    for p, ts, ans in zip(parts, timestamps_ms, answers, strict=True):
+        offset = ans.offset if ans.error_code == 0 else -1
+        if offset >= 0:
+            # metadata narrows it to a chunk; the exact record is found inside the chunk
+            info = (await client.find_chunks([FetchQuery(uuid.UUID(p.topic_id), p.partition, offset, 1)]))[0]
+            if info.chunks:
+                if opts.bucket is None:
+                    raise SkiffSourceError(
+                        "option bucket is required (the bucket URL, e.g. s3://bucket/prefix)"
+                    )
+                store = store or open_store(opts.bucket)
+                loc = info.chunks[0]
+                data = store.get_range(loc.object_key, loc.byte_position, loc.byte_length)
+                hit = first_record_at_or_after(loc, data, ts, min_offset=max(offset, p.log_start))
+                offset = hit[0] if hit is not None else offset
+        if offset < 0:
+            if opts.timestamp_strategy == "latest" or edge == "ending":
+                offset = p.high_watermark
+            else:
+                raise SkiffSourceError(
+                    f"no record at or after timestamp {ts} in {p.topic}-{p.partition}"
+                    " (set startingOffsetsByTimestampStrategy=latest to start at the latest offset)"
+                )
+        out.append(offset)
+    return out
+
+
+async def _resolve(
+    client: HttpMetadataClient, parts: list[PartitionInfo], spec: OffsetSpec, opts: SourceOptions, edge: str
+) -> list[int]:
+    if spec.kind == "earliest":
+        return [p.log_start for p in parts]
+    if spec.kind == "latest":
+        return [p.high_watermark for p in parts]
+    if spec.kind == "timestamp":
+        assert spec.timestamp_ms is not None
+        return await _timestamp_offsets(client, parts, [spec.timestamp_ms] * len(parts), opts, edge)
+    per = dict(spec.per_partition or {})
+    assigned = {(p.topic, p.partition) for p in parts}
+    if set(per) != assigned:
+        name = f"{edge}Offsets" if spec.kind == "offsets" else f"{edge}OffsetsByTimestamp"
+        extra = sorted(set(per) - assigned)
+        missing = sorted(assigned - set(per))
+        raise SkiffSourceError(
+            f"{name} must name exactly the assigned partitions: "
+            f"not assigned {[f'{t}-{p}' for t, p in extra]}, missing {[f'{t}-{p}' for t, p in missing]}"
+        )
+    values = [per[(p.topic, p.partition)] for p in parts]
+    if spec.kind == "timestamps":
+        return await _timestamp_offsets(client, parts, values, opts, edge)
+    out = []
+    for p, v in zip(parts, values, strict=True):
+        if v == EARLIEST:
+            out.append(p.log_start)
+        elif v == LATEST:
+            out.append(p.high_watermark)
+        elif v < 0:
+            raise SkiffSourceError(
+                f"{edge}Offsets for {p.topic}-{p.partition} is {v}: use -2, -1 or an offset"
+            )
+        else:
+            out.append(v)
+    return out
+
+
+async def plan_batch(client: HttpMetadataClient, opts: SourceOptions) -> list[PlannedRead]:
+    parts = await resolve_partitions(client, opts)
+    starts = await _resolve(client, parts, opts.starting, opts, "starting")
+    ends = await _resolve(client, parts, opts.ending, opts, "ending")
+    ranges = []
+    for p, start, end in zip(parts, starts, ends, strict=True):
+        if start < p.log_start:
+            if opts.fail_on_data_loss:
+                raise SkiffSourceError(
+                    f"{p.topic}-{p.partition}: offsets {start} to {p.log_start - 1} are gone (the log now"
+                    f" starts at {p.log_start}; retention or DeleteRecords removed them). Set"
+                    " failOnDataLoss=false to read from the log start instead."
+                )
+            start = p.log_start
+        if end > p.high_watermark:
+            raise SkiffSourceError(
+                f"{p.topic}-{p.partition}: ending offset {end} is above the latest offset {p.high_watermark}"
+            )
+        if start > end:
+            raise SkiffSourceError(
+                f"{p.topic}-{p.partition}: starting offset {start} is after the ending offset {end}"
+            )
+        ranges.append(OffsetRange(p.topic, p.partition, start, end))
+    tasks = split_ranges(
+        ranges, min_partitions=opts.min_partitions, max_records_per_partition=opts.max_records_per_partition
+    )
+    ids = {(p.topic, p.partition): p.topic_id for p in parts}
+    return await attach_chunks(client, tasks, ids)
+
+
+async def attach_chunks(
+    client: HttpMetadataClient, tasks: list[OffsetRange], topic_ids: dict[tuple[str, int], str]
+) -> list[PlannedRead]:
+    """Each task with the chunks that hold its offsets (find_chunks pages, all tasks at once)."""
+    import uuid
+
+    found: list[list[ChunkLocation]] = [[] for _ in tasks]
+    cursor = [t.from_offset for t in tasks]
+    todo = [i for i, t in enumerate(tasks) if t.size > 0]
+    while todo:
+        queries = [
+            FetchQuery(
+                uuid.UUID(topic_ids[(tasks[i].topic, tasks[i].partition)]),
+                tasks[i].partition,
+                cursor[i],
+                FIND_CHUNKS_PAGE_BYTES,
+            )
+            for i in todo
+        ]
+        answers = await client.find_chunks(queries)
+        next_todo = []
+        for i, info in zip(todo, answers, strict=True):
+            t = tasks[i]
+            if info.error_code:
+                raise SkiffSourceError(
+                    f"{t.topic}-{t.partition}: offsets from {cursor[i]} cannot be read (Kafka error"
+                    f" {info.error_code}; log start {info.log_start_offset}, latest {info.high_watermark})."
+                    " Retention may have removed them while the query was planned."
+                )
+            useful = [c for c in info.chunks if c.base_offset < t.until_offset]
+            found[i].extend(useful)
+            if not info.chunks or len(useful) < len(info.chunks):
+                continue
+            cursor[i] = info.chunks[-1].last_offset + 1
+            if cursor[i] < t.until_offset:
+                next_todo.append(i)
+        todo = next_todo
+    return [
+        PlannedRead(t.topic, t.partition, t.from_offset, t.until_offset, tuple(chunks))
+        for t, chunks in zip(tasks, found, strict=True)
+    ]
