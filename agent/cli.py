@@ -81,9 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 object_key=args.key,
             )
         if args.command == "metadata":
-            from metadata.app import run_metadata_server
-
             from agent.runtime import absolute_bucket_url
+            from metadata.app import run_metadata_server
 
             bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
             run_metadata_server(args.db, args.host, args.port, bucket_url=bucket_url)

@@ -187,7 +187,9 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             frm = begin.get(key, p.log_start if p is not None else end)
             if p is None:
                 if frm < end:
-                    self._data_loss(f"{key[0]}-{key[1]} no longer exists; offsets {frm} to {end - 1} are lost")
+                    self._data_loss(
+                        f"{key[0]}-{key[1]} no longer exists; offsets {frm} to {end - 1} are lost"
+                    )
                 continue
             if frm < p.log_start:
                 self._data_loss(
@@ -211,4 +213,3 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         pass
-

@@ -261,7 +261,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     mport, aport = free_port(), free_port()
     # metadata is told the bucket, so queries may leave out the bucket option
     metadata = _spawn(
-        ["metadata", "--db", f"sqlite:///{db_path}", "--port", str(mport), "--bucket", f"file://{bucket_dir}"],
+        [
+            "metadata",
+            "--db",
+            f"sqlite:///{db_path}",
+            "--port",
+            str(mport),
+            "--bucket",
+            f"file://{bucket_dir}",
+        ],
         mport,
         base / "metadata.log",
     )

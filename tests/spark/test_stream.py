@@ -78,7 +78,9 @@ def _drain(spark, cluster: Cluster, checkpoint: Path, sink: Path) -> list[int]: 
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
 
-def test_two_waves_with_a_restart_land_exactly_once(spark, cluster: Cluster, bootstrap: str, tmp_path: Path) -> None:
+def test_two_waves_with_a_restart_land_exactly_once(
+    spark, cluster: Cluster, bootstrap: str, tmp_path: Path
+) -> None:
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
