@@ -2,7 +2,7 @@
 
     skiff playground [--data-dir DIR] [--port 9092] [--metadata-port 9093]
     skiff agent --bucket URL --metadata URL [--port 9092] [--advertised-host H] [--zone Z] ...
-    skiff metadata --db URL [--host H] [--port 9093]
+    skiff metadata --db URL [--host H] [--port 9093] [--bucket URL]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
 
 Agent settings come from flags and `SKIFF_*` environment variables (see
@@ -40,6 +40,12 @@ def _build_parser() -> argparse.ArgumentParser:
     md.add_argument("--db", default=os.environ.get("SKIFF_DB", "sqlite:///./skiff-data/metadata.db"))
     md.add_argument("--host", default=os.environ.get("SKIFF_METADATA_HOST", "127.0.0.1"))
     md.add_argument("--port", type=int, default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")))
+    md.add_argument(
+        "--bucket",
+        dest="bucket_url",
+        default=os.environ.get("SKIFF_BUCKET_URL") or None,
+        help="the bucket URL the agents write to, told to readers such as Spark (GET /v1/cluster)",
+    )
 
     ins = sub.add_parser("inspect", help="print a segment file's chunks")
     ins.add_argument("target", help="a local path, file://, s3://bucket/key or memory:// URL")
@@ -75,9 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 object_key=args.key,
             )
         if args.command == "metadata":
+            from agent.runtime import absolute_bucket_url
             from metadata.app import run_metadata_server
 
-            run_metadata_server(args.db, args.host, args.port)
+            bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
+            run_metadata_server(args.db, args.host, args.port, bucket_url=bucket_url)
             return 0
         if args.command == "agent":
             from agent.config import AgentConfig

@@ -275,7 +275,7 @@ def run_playground(*, data_dir: str, host: str, port: int, metadata_port: int) -
     _QuietServer = _quiet_server_class()
 
     async def main() -> None:
-        service = MetadataService.from_url(db_url)
+        service = MetadataService.from_url(db_url, bucket_url=bucket_url)
         metadata = LocalMetadataClient(service, owns_service=True)
         store = open_async_store(bucket_url)
         agent = await start_agent(config, metadata, store)

@@ -128,6 +128,9 @@ class MetadataClient(Protocol):
     async def deregister_agent(self, agent: AgentInfo) -> None: ...  # on clean shutdown
     async def live_agents(self) -> list[AgentInfo]: ...
 
+    # cluster settings
+    async def bucket_url(self) -> str | None: ...  # where the agents write; None: not configured
+
     # group coordinator leases (metadata.group_leases)
     async def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant: ...
     async def renew_group_leases(  # the groups renewed

@@ -416,6 +416,13 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         svc.confirm_group_generation(req.group_id, lease, req.ttl_ms, req.group_state)
         return s.OkResponse()
 
+    # ---------------------------------------------------------------- cluster settings
+
+    @app.get("/v1/cluster", response_model=s.ClusterInfoM, tags=["cluster"])
+    def cluster_info() -> s.ClusterInfoM:
+        """Settings readers need: the bucket URL the agents write to (null: not configured)."""
+        return s.ClusterInfoM(bucket_url=svc.bucket_url)
+
     # ---------------------------------------------------------------- health
 
     @app.get("/healthz", tags=["health"])
@@ -435,12 +442,14 @@ def run_metadata_server(
     *,
     log_level: str = "info",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    bucket_url: str | None = None,
 ) -> None:
     """Serve the metadata API with uvicorn until interrupted (the `skiff metadata` command).
-    Runs the migrations first; several replicas may start at once over one PostgreSQL."""
+    Runs the migrations first; several replicas may start at once over one PostgreSQL.
+    `bucket_url` (the agents' bucket) is served at GET /v1/cluster for readers such as Spark."""
     import uvicorn
 
-    service = MetadataService.from_url(db_url)
+    service = MetadataService.from_url(db_url, bucket_url=bucket_url)
     try:
         app = create_app(service, max_body_bytes=max_body_bytes)
         # Everything loaded so far lives as long as the process: keep it out of the cyclic

@@ -73,6 +73,7 @@ _COUNT = TypeAdapter(s.CountResponse)
 _CLAIMED = TypeAdapter(list[s.ClaimedFileM])
 _KEYS = TypeAdapter(list[str])
 _SUCCESSES = TypeAdapter(dict[str, int])
+_CLUSTER = TypeAdapter(s.ClusterInfoM)
 
 
 class HttpMetadataClient:
@@ -403,6 +404,10 @@ class HttpMetadataClient:
 
     async def live_agents(self) -> list[AgentInfo]:
         return [AgentInfo(**m.__dict__) for m in self._parse(_AGENTS, await self._call("GET", "/v1/agents"))]
+
+    # cluster settings
+    async def bucket_url(self) -> str | None:
+        return self._parse(_CLUSTER, await self._call("GET", "/v1/cluster")).bucket_url
 
     async def close(self) -> None:
         await self._http.aclose()

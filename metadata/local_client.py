@@ -255,6 +255,9 @@ class LocalMetadataClient:
     async def live_agents(self) -> list[AgentInfo]:
         return await self._run(self.service.live_agents)
 
+    async def bucket_url(self) -> str | None:
+        return self.service.bucket_url
+
     async def close(self) -> None:
         if self._closed:
             return

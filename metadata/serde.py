@@ -361,6 +361,13 @@ class OkResponse(_M):
     ok: bool = True
 
 
+class ClusterInfoM(_M):
+    """Cluster-wide settings readers need (`GET /v1/cluster`): the bucket URL the agents
+    write to, or null when the service was not given one."""
+
+    bucket_url: str | None = None
+
+
 # ---------------------------------------------------------------- conversions
 
 

@@ -89,8 +89,12 @@ class MetadataService:
         agent_ttl_ms: int = DEFAULT_AGENT_TTL_MS,
         owns_engine: bool = False,
         group_commit: bool = True,
+        bucket_url: str | None = None,
     ) -> None:
         self.engine = engine
+        # The bucket URL the agents write to, as configured (`skiff metadata --bucket`): metadata
+        # stores no objects, it only tells readers (Spark) where they are.
+        self.bucket_url = bucket_url
         self.dialect = dialect_for(engine)
         self._db = Db(engine, self.dialect, clock or system_clock)
         self._owns_engine = owns_engine
@@ -118,6 +122,7 @@ class MetadataService:
         agent_ttl_ms: int = DEFAULT_AGENT_TTL_MS,
         migrate: bool = True,
         group_commit: bool = True,
+        bucket_url: str | None = None,
         **engine_kwargs: Any,
     ) -> MetadataService:
         engine = create_engine_for(db_url, **engine_kwargs)
@@ -128,7 +133,12 @@ class MetadataService:
             engine.dispose()
             raise
         return cls(
-            engine, clock=clock, agent_ttl_ms=agent_ttl_ms, owns_engine=True, group_commit=group_commit
+            engine,
+            clock=clock,
+            agent_ttl_ms=agent_ttl_ms,
+            owns_engine=True,
+            group_commit=group_commit,
+            bucket_url=bucket_url,
         )
 
     def close(self) -> None:

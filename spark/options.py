@@ -15,7 +15,8 @@ Names and semantics follow Spark's Kafka integration guide (keys are case-insens
 - `failOnDataLoss` (default true), `minPartitions`, `maxRecordsPerPartition`,
   `includeHeaders` (default false), `maxOffsetsPerTrigger` (streaming);
 - Skiff's own: `metadata.url` (required), `bucket` (the bucket URL: `s3://b/prefix`,
-  `file:///path`; endpoint and credentials from the usual AWS settings).
+  `file:///path`; default: the one metadata serves; endpoint and credentials from the
+  usual AWS settings).
 
 Errors are `SkiffOptionError` (a ValueError) with a message naming the option.
 """
@@ -113,6 +114,11 @@ def _offset_spec(opts: Mapping[str, str], edge: str, default: str) -> OffsetSpec
     if raw.lower() in ("earliest", "latest"):
         return OffsetSpec(raw.lower())
     return OffsetSpec("offsets", per_partition=_json_partition_map(f"{edge}Offsets", raw))
+
+
+def include_headers_option(raw: Mapping[str, str]) -> bool:
+    """`includeHeaders` alone (it decides the schema, for batch and streaming alike)."""
+    return _bool({str(k).lower(): str(v) for k, v in raw.items()}, "includeHeaders", False)
 
 
 def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceOptions:

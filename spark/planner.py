@@ -16,6 +16,9 @@ bucket. The steps:
 4. the ranges are split into tasks (`spark.ranges`), and each task gets the chunk
    locations covering its range (find_chunks, paged, so a long range costs a few calls).
    The executors then read only the bucket.
+
+The bucket URL is the `bucket` option, else the one metadata serves (GET /v1/cluster).
+Streaming (`spark.stream`) reuses steps 1, 2 and 4 for each micro-batch.
 """
 
 from __future__ import annotations
@@ -167,7 +170,7 @@ async def _timestamp_offsets(
     return out
 
 
-async def _resolve(
+async def resolve_offsets(
     client: HttpMetadataClient, parts: list[PartitionInfo], spec: OffsetSpec, opts: SourceOptions, edge: str
 ) -> list[int]:
     if spec.kind == "earliest":
@@ -207,8 +210,8 @@ async def _resolve(
 
 async def plan_batch(client: HttpMetadataClient, opts: SourceOptions) -> list[PlannedRead]:
     parts = await resolve_partitions(client, opts)
-    starts = await _resolve(client, parts, opts.starting, opts, "starting")
-    ends = await _resolve(client, parts, opts.ending, opts, "ending")
+    starts = await resolve_offsets(client, parts, opts.starting, opts, "starting")
+    ends = await resolve_offsets(client, parts, opts.ending, opts, "ending")
     ranges = []
     for p, start, end in zip(parts, starts, ends, strict=True):
         if start < p.log_start:
@@ -228,11 +231,35 @@ async def plan_batch(client: HttpMetadataClient, opts: SourceOptions) -> list[Pl
                 f"{p.topic}-{p.partition}: starting offset {start} is after the ending offset {end}"
             )
         ranges.append(OffsetRange(p.topic, p.partition, start, end))
+    ids = {(p.topic, p.partition): p.topic_id for p in parts}
+    return await plan_tasks(client, ranges, ids, opts)
+
+
+async def plan_tasks(
+    client: HttpMetadataClient,
+    ranges: list[OffsetRange],
+    topic_ids: dict[tuple[str, int], str],
+    opts: SourceOptions,
+) -> list[PlannedRead]:
+    """Offset ranges -> Spark tasks (split as Spark's Kafka source does) with their chunks."""
     tasks = split_ranges(
         ranges, min_partitions=opts.min_partitions, max_records_per_partition=opts.max_records_per_partition
     )
-    ids = {(p.topic, p.partition): p.topic_id for p in parts}
-    return await attach_chunks(client, tasks, ids)
+    return await attach_chunks(client, tasks, topic_ids)
+
+
+async def resolve_bucket(client: HttpMetadataClient, opts: SourceOptions) -> str:
+    """The `bucket` option, else the bucket URL metadata was given (`skiff metadata --bucket`)."""
+    if opts.bucket:
+        return opts.bucket
+    bucket = await client.bucket_url()
+    if not bucket:
+        raise SkiffSourceError(
+            f"no bucket URL: the metadata service at {client.base_url} was not given one (start it"
+            " with `skiff metadata --bucket URL` or SKIFF_BUCKET_URL) and the option bucket is not"
+            " set; set option bucket to the URL the agents write to (s3://bucket/prefix, file:///path)"
+        )
+    return bucket
 
 
 async def attach_chunks(

@@ -1,26 +1,30 @@
 """`SkiffDataSource`: the PySpark (4.x) Python data source named `skiff`.
 
     spark.dataSource.register(SkiffDataSource)
-    spark.read.format("skiff").option("metadata.url", url).option("bucket", bucket_url)
-        .option("subscribe", "orders").load()
+    spark.read.format("skiff").option("metadata.url", url).option("subscribe", "orders").load()
+    spark.readStream.format("skiff").option("metadata.url", url).option("subscribe", "orders").load()
 
 The schema is Spark's Kafka source schema (`includeHeaders` adds `headers`); the options
 are its options (see `spark.options`). `reader()` runs where Spark plans the query: it asks
 metadata for the offsets and chunks (`spark.planner`) and hands Spark one
 `SkiffInputPartition` per task; `read()` runs on executors and yields
-`pyarrow.RecordBatch`es (`spark.executor`), with no metadata access.
+`pyarrow.RecordBatch`es (`spark.executor`), with no metadata access. `streamReader()`
+gives the Structured Streaming reader (`spark.stream`). Without the `bucket` option the
+bucket URL comes from metadata.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from spark.options import SourceOptions, parse_options
-from spark.planner import PlannedRead, SkiffSourceError, plan_batch, run
+from metadata.http_client import HttpMetadataClient
+from spark.options import SourceOptions, include_headers_option, parse_options
+from spark.planner import PlannedRead, plan_batch, resolve_bucket, run
 
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long,"
@@ -46,38 +50,37 @@ class SkiffInputPartition(InputPartition):
         self.fail_on_data_loss = fail_on_data_loss
 
 
-def _bucket(opts: SourceOptions) -> str:
-    if not opts.bucket:
-        raise SkiffSourceError(
-            "option bucket is required: the Skiff bucket URL (s3://bucket/prefix or file:///path),"
-            " as given to `skiff agent --bucket`"
-        )
-    return opts.bucket
-
-
 class SkiffBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self.bucket = _bucket(opts)
 
     def partitions(self) -> Sequence[InputPartition]:
-        tasks = run(lambda client: plan_batch(client, self.opts), self.opts.metadata_url)
+        async def plan(client: HttpMetadataClient) -> tuple[str, list[PlannedRead]]:
+            bucket = await resolve_bucket(client, self.opts)
+            return bucket, await plan_batch(client, dataclasses.replace(self.opts, bucket=bucket))
+
+        bucket, tasks = run(plan, self.opts.metadata_url)
         return [
-            SkiffInputPartition(t, self.bucket, self.opts.include_headers, self.opts.fail_on_data_loss)
+            SkiffInputPartition(t, bucket, self.opts.include_headers, self.opts.fail_on_data_loss)
             for t in tasks
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from spark.executor import read_task
+        return read_partition(partition)
 
-        if not isinstance(partition, SkiffInputPartition):
-            return  # nothing was planned: Spark still runs one (placeholder) task
-        yield from read_task(
-            partition.task,
-            partition.bucket,
-            include_headers=partition.include_headers,
-            fail_on_data_loss=partition.fail_on_data_loss,
-        )
+
+def read_partition(partition: InputPartition) -> Iterator[Any]:
+    """An executor's read of one planned task (batch or micro-batch)."""
+    from spark.executor import read_task
+
+    if not isinstance(partition, SkiffInputPartition):
+        return  # nothing was planned: Spark still runs one (placeholder) task
+    yield from read_task(
+        partition.task,
+        partition.bucket,
+        include_headers=partition.include_headers,
+        fail_on_data_loss=partition.fail_on_data_loss,
+    )
 
 
 class SkiffDataSource(DataSource):
@@ -91,7 +94,13 @@ class SkiffDataSource(DataSource):
         return parse_options(dict(self.options), streaming=streaming)
 
     def schema(self) -> StructType | str:
-        return schema_ddl(self._opts(streaming=False).include_headers)
+        # only includeHeaders matters here: the batch/streaming checks run in reader()/streamReader()
+        return schema_ddl(include_headers_option(dict(self.options)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return SkiffBatchReader(self._opts(streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from spark.stream import SkiffStreamReader
+
+        return SkiffStreamReader(self._opts(streaming=True))

@@ -35,6 +35,7 @@ from tests.support.s3servers import free_port
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 T0 = 1_700_000_000_000
+AGENT_ID = "spark-tests"
 
 
 @dataclass
@@ -51,6 +52,8 @@ class Cluster:
     db_path: Path
     produced: Produced
     compacted_survivors: list[tuple[int, bytes, bytes]]  # (offset, key, value)
+    agent_port: int  # the stopped agent's port and id: a later agent taking both is at once
+    agent_id: str  # the same broker to clients and metadata (no wait for the old one to expire)
 
 
 @pytest.fixture(scope="session")
@@ -256,8 +259,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     bucket_dir = base / "bucket"
     bucket_dir.mkdir()
     mport, aport = free_port(), free_port()
+    # metadata is told the bucket, so queries may leave out the bucket option
     metadata = _spawn(
-        ["metadata", "--db", f"sqlite:///{db_path}", "--port", str(mport)], mport, base / "metadata.log"
+        [
+            "metadata",
+            "--db",
+            f"sqlite:///{db_path}",
+            "--port",
+            str(mport),
+            "--bucket",
+            f"file://{bucket_dir}",
+        ],
+        mport,
+        base / "metadata.log",
     )
     metadata_url = f"http://127.0.0.1:{mport}"
     try:
@@ -265,6 +279,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             ["agent", "--bucket", f"file://{bucket_dir}", "--metadata", metadata_url, "--port", str(aport)],
             aport,
             base / "agent.log",
+            env={"SKIFF_AGENT_ID": AGENT_ID},
         )
         produced = Produced()
         try:
@@ -274,6 +289,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         assert not agent.alive()
         survivors = _compact(metadata_url, bucket_dir, produced)
         _trim(db_path, metadata_url, 20)
-        yield Cluster(metadata_url, f"file://{bucket_dir}", db_path, produced, survivors)
+        yield Cluster(metadata_url, f"file://{bucket_dir}", db_path, produced, survivors, aport, AGENT_ID)
     finally:
         metadata.kill(signal.SIGTERM)

@@ -1,0 +1,215 @@
+"""Structured Streaming: `SkiffStreamReader`, the `DataSourceStreamReader` behind
+`spark.readStream.format("skiff")`.
+
+Offsets are Spark's Kafka source offsets: JSON of the next offset to read per partition,
+`{"orders": {"0": 23, "1": 40}}`. Each micro-batch:
+
+1. `latestOffset(start, limit)` asks metadata once for the selected partitions and their
+   log start and high watermark (`planner.resolve_partitions`: topic lookups and one
+   partition_states call; never a bucket LIST). The end is each partition's high
+   watermark, capped by the Trigger.AvailableNow target if one was taken, then cut by
+   the read limit: `ReadMaxRows(maxOffsetsPerTrigger)` is prorated over the partitions
+   exactly as Spark's `KafkaMicroBatchStream.rateLimit` does (a partition's share is
+   floored, or ceiled when below 1, so small partitions are not starved).
+2. `partitions(start, end)` turns the offset pairs into ranges (a partition missing from
+   `start` is new and starts at its log start, i.e. earliest), applies `failOnDataLoss`
+   to starts below the log start, and plans tasks with the batch planner (split as
+   Spark's Kafka source, chunks attached by find_chunks). Executors read them with the
+   batch executor.
+
+The plan depends only on the two offsets, so a batch Spark replays after a restart from
+its checkpoint reads exactly the same records: nothing lost, nothing twice.
+
+Trigger.AvailableNow: `prepareForTriggerAvailableNow` takes the high watermarks of that
+moment as the target; later micro-batches never go past them (partitions created after
+it wait for the next run). Spark before 4.2 calls `latestOffset()` without a start or a
+limit: the reader then starts from the last offsets it saw and applies
+`maxOffsetsPerTrigger` itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from metadata.http_client import HttpMetadataClient
+from spark.options import SourceOptions
+from spark.planner import (
+    PartitionInfo,
+    SkiffSourceError,
+    plan_tasks,
+    resolve_bucket,
+    resolve_offsets,
+    resolve_partitions,
+    run,
+)
+from spark.ranges import OffsetRange
+from spark.source import SkiffInputPartition, read_partition
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - older 4.x
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+
+Key = tuple[str, int]
+
+
+def parse_offsets(offsets: Mapping[str, Any] | None) -> dict[Key, int]:
+    """`{"orders": {"0": 23}}` -> {("orders", 0): 23}."""
+    return {(str(t), int(p)): int(o) for t, parts in (offsets or {}).items() for p, o in parts.items()}
+
+
+def offsets_json(offsets: Mapping[Key, int]) -> dict[str, dict[str, int]]:
+    """The inverse of `parse_offsets`, topics and partitions in order (stable checkpoints)."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+def rate_limit(max_rows: int, begin: Mapping[Key, int], until: Mapping[Key, int]) -> dict[Key, int]:
+    """Spark's KafkaMicroBatchStream.rateLimit: share `max_rows` over the partitions in
+    proportion to their backlog `until - begin` (every key of `until` is in `begin`)."""
+    sizes = {k: end - begin[k] for k, end in until.items() if end - begin[k] > 0}
+    total = float(sum(sizes.values()))
+    if total < 1:
+        return dict(until)
+    out = {}
+    for k, end in until.items():
+        if k not in sizes:
+            out[k] = end
+            continue
+        prorate = max_rows * (sizes[k] / total)
+        share = int(prorate) if prorate >= 1 else (1 if prorate > 0 else 0)
+        out[k] = min(end, begin[k] + share)
+    return out
+
+
+class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._bucket: str | None = None
+        self._parts: dict[Key, PartitionInfo] = {}  # the last answer from metadata
+        self._available_now: dict[Key, int] | None = None
+        self._last_end: dict[str, Any] | None = None  # for Spark < 4.2 (latestOffset without start)
+
+    # ------------------------------------------------------------------ metadata
+
+    def _poll(self) -> dict[Key, PartitionInfo]:
+        """One metadata conversation: the selected partitions with log start and watermark."""
+        parts = run(lambda client: resolve_partitions(client, self.opts), self.opts.metadata_url)
+        self._parts = {(p.topic, p.partition): p for p in parts}
+        return self._parts
+
+    # ------------------------------------------------------------------ offsets
+
+    def initialOffset(self) -> dict:
+        async def starts(client: HttpMetadataClient) -> dict[Key, int]:
+            parts = await resolve_partitions(client, self.opts)
+            bucket = await resolve_bucket(client, self.opts)  # timestamps read one chunk
+            opts = dataclasses.replace(self.opts, bucket=bucket)
+            offsets = await resolve_offsets(client, parts, opts.starting, opts, "starting")
+            return {(p.topic, p.partition): o for p, o in zip(parts, offsets, strict=True)}
+
+        return offsets_json(run(starts, self.opts.metadata_url))
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.opts.max_offsets_per_trigger is not None and ReadMaxRows is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = {k: p.high_watermark for k, p in self._poll().items()}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        max_rows: int | None
+        if start is None:  # Spark < 4.2: no start, no limit; the source limits itself
+            start = self._last_end if self._last_end is not None else self.initialOffset()
+            max_rows = self.opts.max_offsets_per_trigger
+        else:
+            max_rows = limit.max_rows if ReadMaxRows is not None and isinstance(limit, ReadMaxRows) else None
+        begin = parse_offsets(start)
+        until = dict(begin)  # partitions metadata no longer lists stay where they were
+        for key, p in self._poll().items():
+            if key not in begin:  # a new partition: from the earliest offset
+                begin[key] = p.log_start
+            end = p.high_watermark
+            if self._available_now is not None:
+                end = min(end, self._available_now.get(key, begin[key]))
+            until[key] = max(end, begin[key])  # offsets never move back
+        if max_rows is not None:
+            until = rate_limit(max_rows, begin, until)
+        self._last_end = offsets_json(until)
+        return self._last_end
+
+    def reportLatestOffset(self) -> dict | None:
+        if not self._parts:
+            return None
+        return offsets_json({k: p.high_watermark for k, p in self._parts.items()})
+
+    # ------------------------------------------------------------------ planning and reading
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, until = parse_offsets(start), parse_offsets(end)
+        if all(begin.get(k) == u for k, u in until.items()):
+            return []  # nothing new: no metadata call
+
+        async def plan(client: HttpMetadataClient) -> tuple[str, list[Any]]:
+            bucket = self._bucket or await resolve_bucket(client, self.opts)
+            if not set(until) <= set(self._parts):  # e.g. a batch replayed after a restart
+                self._parts = {(p.topic, p.partition): p for p in await resolve_partitions(client, self.opts)}
+            ranges = self._ranges(begin, until)
+            ids = {k: p.topic_id for k, p in self._parts.items()}
+            return bucket, await plan_tasks(client, ranges, ids, self.opts)
+
+        self._bucket, tasks = run(plan, self.opts.metadata_url)
+        self._last_end = end
+        return [
+            SkiffInputPartition(t, self._bucket, self.opts.include_headers, self.opts.fail_on_data_loss)
+            for t in tasks
+        ]
+
+    def _ranges(self, begin: Mapping[Key, int], until: Mapping[Key, int]) -> list[OffsetRange]:
+        ranges = []
+        for key, end in sorted(until.items()):
+            p = self._parts.get(key)
+            frm = begin.get(key, p.log_start if p is not None else end)
+            if p is None:
+                if frm < end:
+                    self._data_loss(
+                        f"{key[0]}-{key[1]} no longer exists; offsets {frm} to {end - 1} are lost"
+                    )
+                continue
+            if frm < p.log_start:
+                self._data_loss(
+                    f"{p.topic}-{p.partition}: offsets {frm} to {p.log_start - 1} are gone (the log now"
+                    f" starts at {p.log_start}; retention or DeleteRecords removed them)"
+                )
+                frm = p.log_start
+            if frm < end:
+                ranges.append(OffsetRange(p.topic, p.partition, frm, end))
+        return ranges
+
+    def _data_loss(self, message: str) -> None:
+        if self.opts.fail_on_data_loss:
+            raise SkiffSourceError(message + ". Set failOnDataLoss=false to skip them.")
+
+    def commit(self, end: dict) -> None:
+        self._last_end = end  # metadata keeps no reader state: the checkpoint is Spark's
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_partition(partition)
+
+    def stop(self) -> None:
+        pass
