@@ -4,6 +4,7 @@
     skiff agent --bucket URL --metadata URL [--port 9092] [--advertised-host H] [--zone Z] ...
     skiff metadata --db URL [--host H] [--port 9093]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
+    skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
 
 Agent settings come from flags and `SKIFF_*` environment variables (see
 `agent.config` and docs/configuration.md).
@@ -52,6 +53,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="metadata service (or database) URL: show topic names and the offsets metadata assigned",
     )
     ins.add_argument("--key", default=None, help="the object key in metadata (default: from segments/ on)")
+
+    from agent.cli.compact import add_arguments as add_compact_arguments
+
+    cp = sub.add_parser("compact", help="retention, compaction, garbage collection and offset expiry")
+    add_compact_arguments(cp)
     return parser
 
 
@@ -74,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 metadata_url=args.metadata_url,
                 object_key=args.key,
             )
+        if args.command == "compact":
+            from agent.cli.compact import run_compact
+
+            return run_compact(args)
         if args.command == "metadata":
             from metadata.app import run_metadata_server
 
