@@ -278,3 +278,44 @@ def _chunk_hw(metadata_url: str, partition: int) -> int:
             await md.close()
 
     return asyncio.run(go())
+
+
+def test_playground_compacts_on_its_timer(spawn_skiff: Callable[..., SkiffProcess], tmp_path: Path) -> None:
+    """The playground's own maintenance loop (SQLite, file:// bucket) compacts a topic."""
+    from tests.support.agents import wait_for_port
+    from tests.support.s3servers import free_port
+
+    mport = free_port()
+    pg = spawn_skiff(
+        "playground",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--port",
+        "{port}",
+        "--metadata-port",
+        str(mport),
+        "--compaction-interval-ms",
+        "200",
+    )
+    wait_for_port(mport, pg.proc, pg.log)
+    admin = AdminClient({"bootstrap.servers": pg.bootstrap})
+    admin.create_topics([NewTopic("kv", 1, 1, config={"cleanup.policy": "compact"})])["kv"].result(timeout=30)
+    p = Producer({"bootstrap.servers": pg.bootstrap, "linger.ms": 5})
+    latest: dict[bytes, int] = {}
+
+    def delivered(err: object, msg: object) -> None:
+        assert err is None, err
+        latest[msg.key()] = msg.offset()  # type: ignore[attr-defined]
+
+    for r in range(4):
+        for i in range(50):
+            p.produce("kv", b"v%d" % r, key=b"k%d" % (i % 10), on_delivery=delivered)
+        assert p.flush(30) == 0
+    end = 1 + max(latest.values())
+    want = sorted((o, k, b"v3") for k, o in latest.items())
+    deadline = time.monotonic() + 60
+    while True:  # the timer runs every 200 ms; wait for a pass that compacted the topic
+        got = _read_all(pg.bootstrap, "kv", 0, end)
+        if got == want or time.monotonic() > deadline:
+            break
+    assert got == want
