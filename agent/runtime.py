@@ -9,6 +9,13 @@ buffered (so nothing a producer was promised is dropped), stop heartbeating.
 `run_playground` runs everything in one process on the embedded default: SQLite at
 DATA_DIR/metadata.db, a file:// bucket at DATA_DIR/bucket, one agent, and the metadata
 HTTP API (the same service object, so the HTTP view and the agent agree).
+
+Background roles: `run_agent` and `run_playground` take factories of extra background
+tasks (`BackgroundRole`: given the metadata client and the bucket URL, an object with
+`start()` and `async close()`). The `skiff` command line passes the compactor's
+maintenance loop (retention, compaction, GC, offset expiry on a timer) through them, so
+this module never imports the compactor (the import contract in pyproject.toml). Every
+agent also reports its non-empty consumer groups to metadata (`agent.group_activity`).
 """
 
 from __future__ import annotations
@@ -19,14 +26,17 @@ import gc
 import logging
 import os
 import signal
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from agent.agent_registry import AgentIdInUse, AgentRegistry
 from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.config import AgentConfig, env_var
 from agent.context import AgentContext, AgentParts, Clock, SystemClock, live_agents_view, topic_cache
+from agent.group_activity import GroupActivityReporter
 from agent.group_coordinator import GroupCoordinator
 from agent.produce_buffer import CommittedFile, ProduceBuffer
 from agent.server import AgentServer, start_agent_server
@@ -37,6 +47,15 @@ from metadata.api_types import MetadataClient
 log = logging.getLogger(__name__)
 
 
+class BackgroundTask(Protocol):
+    def start(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+BackgroundRole = Callable[[MetadataClient, str], BackgroundTask]
+"""A background role's factory: (metadata client, bucket URL) -> a task to start and close."""
+
+
 @dataclass
 class RunningAgent:
     config: AgentConfig
@@ -45,6 +64,8 @@ class RunningAgent:
     registry: AgentRegistry
     store: AsyncObjectStore  # the object store itself (context.parts.bucket wraps it)
     metadata: MetadataClient
+    group_activity: GroupActivityReporter | None = None
+    background: list[BackgroundTask] = field(default_factory=list)
 
     @property
     def port(self) -> int:
@@ -67,7 +88,11 @@ class RunningAgent:
         return self.context.parts.commit_watch
 
     async def close(self, *, close_clients: bool = True) -> None:
+        for task in self.background:
+            await task.close()
         await self.server.close()
+        if self.group_activity is not None:
+            await self.group_activity.close()
         await close_parts(self.context.parts)
         await self.registry.close()
         if close_clients:
@@ -172,8 +197,20 @@ async def start_agent(
         await server.close()
         await close_parts(ctx.parts)
         raise
+    groups = ctx.parts.groups
+    activity = GroupActivityReporter(
+        metadata, lambda: [g.group_id for g in groups.list_groups() if g.members]
+    )
+    activity.start()
     log.info("agent %s serving Kafka on %s:%d", config.agent_id, config.host, server.port)
-    return RunningAgent(config, ctx, server, registry, store, metadata)
+    return RunningAgent(config, ctx, server, registry, store, metadata, activity)
+
+
+def start_background(agent: RunningAgent, roles: Sequence[BackgroundRole], bucket_url: str) -> None:
+    for role in roles:
+        task = role(agent.metadata, bucket_url)
+        task.start()
+        agent.background.append(task)
 
 
 def absolute_bucket_url(url: str) -> str:
@@ -206,8 +243,9 @@ async def _wait_for_stop_signal() -> None:
     await stop.wait()
 
 
-def run_agent(config: AgentConfig) -> int:
-    """`skiff agent`: serve until SIGINT/SIGTERM, then flush and exit."""
+def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) -> int:
+    """`skiff agent`: serve (and run the background roles) until SIGINT/SIGTERM, then
+    flush and exit."""
     from metadata.client import open_metadata_client
 
     async def main() -> None:
@@ -219,6 +257,7 @@ def run_agent(config: AgentConfig) -> int:
             await store.close()
             await metadata.close()
             raise SystemExit(f"skiff agent: cannot start: {e}") from None
+        start_background(agent, background, absolute_bucket_url(config.bucket_url))
         gc.freeze()  # start-up objects never die: keep full collections short (tail latency)
         if config.metrics_port:
             from agent.metrics import serve_metrics
@@ -247,8 +286,11 @@ def _quiet_server_class() -> type:
     return QuietServer
 
 
-def run_playground(*, data_dir: str, host: str, port: int, metadata_port: int) -> int:
-    """`skiff playground`: SQLite + file:// bucket under data_dir, one agent, the metadata API."""
+def run_playground(
+    *, data_dir: str, host: str, port: int, metadata_port: int, background: Sequence[BackgroundRole] = ()
+) -> int:
+    """`skiff playground`: SQLite + file:// bucket under data_dir, one agent, the metadata
+    API, and the background roles (the CLI passes compaction, retention and GC on a timer)."""
     import uvicorn
 
     from metadata.app import create_app
@@ -279,6 +321,7 @@ def run_playground(*, data_dir: str, host: str, port: int, metadata_port: int) -
         metadata = LocalMetadataClient(service, owns_service=True)
         store = open_async_store(bucket_url)
         agent = await start_agent(config, metadata, store)
+        start_background(agent, background, bucket_url)
         gc.freeze()
         http = _QuietServer(
             uvicorn.Config(

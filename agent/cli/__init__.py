@@ -4,6 +4,7 @@
     skiff agent --bucket URL --metadata URL [--port 9092] [--advertised-host H] [--zone Z] ...
     skiff metadata --db URL [--host H] [--port 9093] [--bucket URL]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
+    skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
 
 Agent settings come from flags and `SKIFF_*` environment variables (see
 `agent.config` and docs/configuration.md).
@@ -16,6 +17,11 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent.runtime import BackgroundRole, BackgroundTask
+    from metadata.api_types import MetadataClient
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -30,11 +36,28 @@ def _build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--host", default=os.environ.get("SKIFF_HOST", "127.0.0.1"))
     pg.add_argument("--port", type=int, default=int(os.environ.get("SKIFF_PORT", "9092")))
     pg.add_argument("--metadata-port", type=int, default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")))
+    pg.add_argument(
+        "--compaction-interval-ms",
+        type=int,
+        default=int(os.environ.get("SKIFF_COMPACTION_INTERVAL_MS", "30000")),
+        help="run retention, compaction and GC this often (0: never)",
+    )
 
     ag = sub.add_parser("agent", help="run one Kafka protocol agent")
     config.add_arguments(ag)
     ag.add_argument("--bucket", dest="bucket_url", default=None, help="alias of --bucket-url")
     ag.add_argument("--metadata", dest="metadata_url", default=None, help="alias of --metadata-url")
+    ag.add_argument(
+        "--roles",
+        default=os.environ.get("SKIFF_ROLES", "kafka"),
+        help="comma-separated: kafka (always), compaction (retention, compaction and GC in the background)",
+    )
+    ag.add_argument(
+        "--compaction-interval-ms",
+        type=int,
+        default=int(os.environ.get("SKIFF_COMPACTION_INTERVAL_MS", "30000")),
+        help="with the compaction role: run a maintenance pass this often",
+    )
 
     md = sub.add_parser("metadata", help="run the metadata HTTP service")
     md.add_argument("--db", default=os.environ.get("SKIFF_DB", "sqlite:///./skiff-data/metadata.db"))
@@ -58,7 +81,23 @@ def _build_parser() -> argparse.ArgumentParser:
         help="metadata service (or database) URL: show topic names and the offsets metadata assigned",
     )
     ins.add_argument("--key", default=None, help="the object key in metadata (default: from segments/ on)")
+
+    from agent.cli.compact import add_arguments as add_compact_arguments
+
+    cp = sub.add_parser("compact", help="retention, compaction, garbage collection and offset expiry")
+    add_compact_arguments(cp)
     return parser
+
+
+def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
+    """Retention, compaction, GC and offset expiry every `interval_ms`, as a background role."""
+
+    def role(md: MetadataClient, bucket_url: str) -> BackgroundTask:
+        from agent.cli.compact import maintenance_role
+
+        return maintenance_role(md, bucket_url, interval_ms, holder)
+
+    return role
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 metadata_url=args.metadata_url,
                 object_key=args.key,
             )
+        if args.command == "compact":
+            from agent.cli.compact import run_compact
+
+            return run_compact(args)
         if args.command == "metadata":
             from agent.runtime import absolute_bucket_url
             from metadata.app import run_metadata_server
@@ -95,12 +138,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cfg = AgentConfig.from_args(args)
             except ValueError as exc:
                 parser.error(str(exc))
-            return run_agent(cfg)
+            roles = {r.strip() for r in str(args.roles).split(",") if r.strip()}
+            unknown = roles - {"kafka", "compaction"}
+            if unknown:
+                parser.error(f"unknown role(s): {', '.join(sorted(unknown))}")
+            background = (
+                [_maintenance(args.compaction_interval_ms, f"agent-{cfg.agent_id}")]
+                if "compaction" in roles and args.compaction_interval_ms > 0
+                else []
+            )
+            return run_agent(cfg, background)
         if args.command == "playground":
             from agent.runtime import run_playground
 
+            interval_ms = args.compaction_interval_ms
             return run_playground(
-                data_dir=args.data_dir, host=args.host, port=args.port, metadata_port=args.metadata_port
+                data_dir=args.data_dir,
+                host=args.host,
+                port=args.port,
+                metadata_port=args.metadata_port,
+                background=[_maintenance(interval_ms, "playground")] if interval_ms > 0 else [],
             )
     except KeyboardInterrupt:
         return 130

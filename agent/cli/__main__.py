@@ -1,0 +1,7 @@
+"""`python -m agent.cli`: the `skiff` command."""
+
+import sys
+
+from agent.cli import main
+
+sys.exit(main())

@@ -1,0 +1,246 @@
+"""`skiff compact`: retention, compaction, garbage collection and offset expiry, from the CLI;
+and the same maintenance as a background role of the playground and of agents.
+
+    skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
+
+`--dry-run` prints the jobs the planner would run now (`compactor.planner.describe_plan`)
+and changes nothing: no lease, no retention, no deletion. `--once` runs one pass
+(`compactor.runner.run_pass`: retention, compaction rounds until the planner has nothing
+left, GC and the orphan scan, offset expiry) and exits; without it, passes repeat every
+`--interval-ms` until SIGINT/SIGTERM. Progress bars (rich) go to stderr while it works;
+the summary goes to stdout at the end (`--json`: one JSON object).
+
+This module is the agent package's one door to the compactor (the import contract in
+pyproject.toml): `maintenance_role` builds the `MaintenanceLoop` the playground and the
+agent's compaction role run, so agent.runtime never imports compactor itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
+from compactor.keymap import DEFAULT_BUDGET_BYTES
+from compactor.output import DEFAULT_ROLL_BYTES
+from compactor.plan import JobPlan, JobStats
+from compactor.planner import (
+    DEFAULT_LEASE_MS,
+    DEFAULT_MAX_JOB_INPUT_BYTES,
+    PlannerConfig,
+    describe_plan,
+    plan_jobs,
+)
+from compactor.retention import DEFAULT_OFFSETS_RETENTION_MINUTES
+from compactor.runner import DEFAULT_INTERVAL_MS, MaintenanceLoop, PassSummary, RunnerConfig, run_pass
+from fileformat.objectstore import ObjectStore, open_store
+from metadata.api_types import MetadataClient
+from metadata.compaction_types import MergeRules
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, str(default)))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bucket", dest="bucket_url", default=os.environ.get("SKIFF_BUCKET_URL"), required=False)
+    p.add_argument("--metadata", dest="metadata_url", default=os.environ.get("SKIFF_METADATA_URL"))
+    p.add_argument("--once", action="store_true", help="one pass until nothing is left to do, then exit")
+    p.add_argument("--topic", default=None, help="only this topic")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--interval-ms", type=int, default=_env_int("SKIFF_COMPACT_INTERVAL_MS", DEFAULT_INTERVAL_MS)
+    )
+    p.add_argument("--holder", default=os.environ.get("SKIFF_COMPACT_HOLDER", f"compactor-{os.getpid()}"))
+    p.add_argument("--lease-ms", type=int, default=_env_int("SKIFF_COMPACT_LEASE_MS", DEFAULT_LEASE_MS))
+    p.add_argument("--max-job-input-bytes", type=int, default=DEFAULT_MAX_JOB_INPUT_BYTES)
+    p.add_argument("--keymap-budget-bytes", type=int, default=DEFAULT_BUDGET_BYTES)
+    p.add_argument("--roll-bytes", type=int, default=DEFAULT_ROLL_BYTES, help="output file size")
+    rules = MergeRules()
+    p.add_argument("--merge-min-bytes", type=int, default=rules.min_level0_bytes)
+    p.add_argument("--merge-min-chunks", type=int, default=rules.min_level0_chunks)
+    p.add_argument("--merge-max-delay-ms", type=int, default=rules.max_level0_delay_ms)
+    p.add_argument("--merge-target-chunk-bytes", type=int, default=rules.target_chunk_bytes)
+    p.add_argument("--gc-grace-ms", type=int, default=DEFAULT_GRACE_MS)
+    p.add_argument("--orphan-grace-ms", type=int, default=DEFAULT_ORPHAN_GRACE_MS)
+    p.add_argument("--offsets-retention-minutes", type=int, default=DEFAULT_OFFSETS_RETENTION_MINUTES)
+
+
+def config_from_args(args: argparse.Namespace) -> RunnerConfig:
+    planner = PlannerConfig(
+        holder=args.holder,
+        max_job_input_bytes=args.max_job_input_bytes,
+        lease_ms=args.lease_ms,
+        rules=MergeRules(
+            target_chunk_bytes=args.merge_target_chunk_bytes,
+            min_level0_bytes=args.merge_min_bytes,
+            min_level0_chunks=args.merge_min_chunks,
+            max_level0_delay_ms=args.merge_max_delay_ms,
+        ),
+    )
+    return RunnerConfig(
+        planner=planner,
+        topic=args.topic,
+        keymap_budget_bytes=args.keymap_budget_bytes,
+        roll_bytes=args.roll_bytes,
+        key_prefix=f"compacted/{args.holder}/",
+        gc_grace_ms=args.gc_grace_ms,
+        orphan_grace_ms=args.orphan_grace_ms,
+        offsets_retention_minutes=args.offsets_retention_minutes,
+    )
+
+
+def open_bucket(url: str) -> ObjectStore:
+    from agent.runtime import absolute_bucket_url
+
+    return open_store(absolute_bucket_url(url))
+
+
+class RichProgress:
+    """Progress bars on stderr: one for the pass's stages, one per job (input chunks swapped)."""
+
+    def __init__(self, console: Console) -> None:
+        self.bars = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._stage: Any = None
+        self._jobs: dict[str, tuple[Any, int]] = {}  # job id -> (task, input chunks)
+
+    def __enter__(self) -> RichProgress:
+        self.bars.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bars.__exit__(None, None, None)
+
+    def stage(self, name: str) -> None:
+        if self._stage is not None:
+            self.bars.update(self._stage, completed=1)
+        self._stage = self.bars.add_task(name, total=1)
+
+    def job_started(self, plan: JobPlan) -> None:
+        chunks = sum(len(f.chunks) for f in plan.files)
+        label = f"  job {plan.job_id}: {len(plan.partitions)} partition(s), {len(plan.files)} file(s)"
+        self._jobs[plan.job_id] = (self.bars.add_task(label, total=chunks), chunks)
+
+    def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None:
+        self.bars.advance(self._jobs[plan.job_id][0], input_chunks)
+        self.bars.console.log(f"swapped {object_key} for {input_chunks} input chunk(s)")
+
+    def job_done(self, plan: JobPlan, stats: JobStats | None) -> None:
+        task, chunks = self._jobs.pop(plan.job_id)
+        self.bars.update(task, completed=chunks)
+        if stats is None:
+            self.bars.console.log(f"job {plan.job_id} failed (see the log); it will be retried")
+
+    def finish(self) -> None:
+        if self._stage is not None:
+            self.bars.update(self._stage, completed=1)
+
+
+def _size(n: int) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024 or unit == "GiB":
+            return f"{x:.1f} {unit}" if unit != "B" else f"{n} B"
+        x /= 1024
+    return f"{n} B"
+
+
+def print_summary(summary: PassSummary, console: Console) -> None:
+    t = Table(title="skiff compact", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("jobs (failed)", f"{summary.jobs} ({summary.jobs_failed})")
+    t.add_row("files in / out", f"{summary.files_in} / {summary.files_out}")
+    t.add_row("bytes in / out", f"{_size(summary.bytes_in)} / {_size(summary.bytes_out)}")
+    t.add_row("records in / out", f"{summary.records_in} / {summary.records_out}")
+    t.add_row("records removed", str(summary.records_removed))
+    t.add_row("tombstones dropped", str(summary.tombstones_dropped))
+    t.add_row("GETs per input file (max)", str(summary.max_gets_per_input_file))
+    t.add_row("peak key-map memory", _size(summary.peak_keymap_bytes))
+    t.add_row(
+        "retention: chunks / bytes dropped",
+        f"{summary.retention_chunks_deleted} / {_size(summary.retention_bytes_deleted)}",
+    )
+    t.add_row("GC: files / orphans deleted", f"{summary.gc_files_deleted} / {summary.orphans_deleted}")
+    t.add_row("committed offsets expired", str(summary.offsets_expired))
+    t.add_row("time", f"{summary.elapsed_s:.2f} s")
+    console.print(t)
+
+
+async def _dry_run(md: MetadataClient, config: RunnerConfig, out: Console) -> int:
+    plans = await plan_jobs(md, topic=config.topic, config=config.planner)
+    if not plans:
+        out.print("nothing to do", markup=False)
+    for plan in plans:
+        out.print(describe_plan(plan), markup=False, highlight=False)
+    return 0
+
+
+async def _compact(args: argparse.Namespace) -> int:
+    from metadata.client import open_metadata_client
+
+    config = config_from_args(args)
+    md = open_metadata_client(args.metadata_url)
+    out = Console(highlight=False)
+    err = Console(stderr=True)
+    try:
+        if args.dry_run:
+            return await _dry_run(md, config, out)
+        store = open_bucket(args.bucket_url)
+        total = PassSummary()
+        with RichProgress(err) as progress:
+            if args.once:
+                total = await run_pass(md, store, config, progress)
+            else:
+                loop = MaintenanceLoop(
+                    md, store, config, interval_ms=args.interval_ms, progress_factory=lambda: progress
+                )
+                stop = asyncio.Event()
+                running = asyncio.get_running_loop()
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    with contextlib.suppress(NotImplementedError):
+                        running.add_signal_handler(sig, stop.set)
+                loop.start()
+                await stop.wait()
+                await loop.close()
+                total = loop.total
+            progress.finish()
+        if args.json:
+            print(json.dumps(total.as_dict()), flush=True)
+        else:
+            print_summary(total, out)
+        return 1 if total.jobs_failed else 0
+    finally:
+        await md.close()
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    if not args.metadata_url:
+        raise SystemExit("skiff compact: --metadata URL is required")
+    if not args.dry_run and not args.bucket_url:
+        raise SystemExit("skiff compact: --bucket URL is required")
+    return asyncio.run(_compact(args))
+
+
+def maintenance_role(md: MetadataClient, bucket_url: str, interval_ms: int, holder: str) -> MaintenanceLoop:
+    """The background maintenance of the playground and of agents given the compaction role:
+    the same passes as `skiff compact`, every `interval_ms`, leases keeping them apart."""
+    config = RunnerConfig(planner=PlannerConfig(holder=holder), key_prefix=f"compacted/{holder}/")
+    return MaintenanceLoop(md, open_bucket(bucket_url), config, interval_ms=interval_ms)

@@ -1,0 +1,356 @@
+"""One maintenance pass, and the loop of them: what `skiff compact`, the playground timer
+and an agent's compaction role run.
+
+A pass, in this order:
+
+1. retention (`compactor.retention.enforce_all`): drops whole chunks by `retention.ms` /
+   `retention.bytes` and below the log start offset, so compaction never rewrites data
+   that is about to go;
+2. compaction rounds: the planner claims a job (a lease on all its partitions,
+   `compactor.planner.claim_jobs`), the job runs in a worker thread (`compactor.job.run_job`,
+   blocking: two streaming GETs per input file) while this loop renews the lease every
+   third of its lifetime; each output file is swapped with `replace_chunks(...,
+   checkpoints, lease_token)` from the worker through the event loop; the lease is released
+   at the end, whatever happened. Rounds repeat until the planner has nothing to offer, or
+   offers exactly the input chunks of a round before (no progress: stop rather than spin);
+3. garbage collection (`compactor.gc.GarbageCollector`): files past their grace period,
+   then the paged orphan scan;
+4. committed-offset expiry (`compactor.retention.expire_offsets`, Kafka's
+   `offsets.retention.minutes`).
+
+A failed job (lost lease, refused swap, unreadable input) is logged and counted; its
+inputs stay live and its partitions are planned again once the lease is gone. A pass
+never raises for one job's failure. Many runners may run side by side: the leases keep
+their jobs apart, the collector's claims keep their deletes apart.
+
+`MaintenanceLoop` runs passes on an interval until stopped (the playground, agents with
+the compaction role, `skiff compact` without `--once`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from compactor import retention
+from compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS, GarbageCollector
+from compactor.job import JobResult, run_job
+from compactor.keymap import DEFAULT_BUDGET_BYTES
+from compactor.output import DEFAULT_ROLL_BYTES, Checkpoint
+from compactor.plan import JobPlan, JobStats
+from compactor.planner import PlannerConfig, claim_jobs
+from fileformat.objectstore import ObjectStore
+from metadata.api_types import MetadataClient
+from metadata.compaction_types import CheckpointUpdate
+from metadata.types import FileSpec, OutputChunk
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_MS = 30_000
+MAX_ROUNDS_PER_PASS = 10_000  # a safety net: each round consumes input chunks or the pass ends
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    topic: str | None = None  # compact only this topic (retention too); None: all
+    keymap_budget_bytes: int = DEFAULT_BUDGET_BYTES
+    roll_bytes: int = DEFAULT_ROLL_BYTES
+    key_prefix: str = "compacted/"
+    gc_grace_ms: int = DEFAULT_GRACE_MS
+    orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS
+    offsets_retention_minutes: int = retention.DEFAULT_OFFSETS_RETENTION_MINUTES
+    retention: bool = True
+    gc: bool = True
+    expire_offsets: bool = True
+
+
+@dataclass
+class PassSummary:
+    """What a pass did (the `skiff compact` summary adds passes up)."""
+
+    jobs: int = 0
+    jobs_failed: int = 0
+    partitions: int = 0
+    files_in: int = 0
+    bytes_in: int = 0
+    files_out: int = 0
+    bytes_out: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    tombstones_dropped: int = 0
+    gets_per_input_file: dict[str, int] = field(default_factory=dict)
+    peak_keymap_bytes: int = 0
+    retention_chunks_deleted: int = 0
+    retention_bytes_deleted: int = 0
+    gc_files_deleted: int = 0
+    orphans_deleted: int = 0
+    offsets_expired: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def records_removed(self) -> int:
+        return self.records_in - self.records_out
+
+    @property
+    def max_gets_per_input_file(self) -> int:
+        return max(self.gets_per_input_file.values(), default=0)
+
+    def add_job(self, plan: JobPlan, stats: JobStats) -> None:
+        self.jobs += 1
+        self.partitions += len(plan.partitions)
+        self.files_in += stats.files_in
+        self.bytes_in += stats.bytes_in
+        self.files_out += stats.files_out
+        self.bytes_out += stats.bytes_out
+        self.records_in += stats.records_in
+        self.records_out += stats.records_out
+        self.tombstones_dropped += stats.tombstones_dropped
+        for key, n in stats.gets_per_input_file.items():
+            self.gets_per_input_file[key] = max(n, self.gets_per_input_file.get(key, 0))
+        self.peak_keymap_bytes = max(self.peak_keymap_bytes, stats.peak_keymap_bytes)
+
+    def merge(self, other: PassSummary) -> None:
+        for name in (
+            "jobs",
+            "jobs_failed",
+            "partitions",
+            "files_in",
+            "bytes_in",
+            "files_out",
+            "bytes_out",
+            "records_in",
+            "records_out",
+            "tombstones_dropped",
+            "retention_chunks_deleted",
+            "retention_bytes_deleted",
+            "gc_files_deleted",
+            "orphans_deleted",
+            "offsets_expired",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for key, n in other.gets_per_input_file.items():
+            self.gets_per_input_file[key] = max(n, self.gets_per_input_file.get(key, 0))
+        self.peak_keymap_bytes = max(self.peak_keymap_bytes, other.peak_keymap_bytes)
+        self.elapsed_s += other.elapsed_s
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "jobs": self.jobs,
+            "jobs_failed": self.jobs_failed,
+            "partitions": self.partitions,
+            "files_in": self.files_in,
+            "bytes_in": self.bytes_in,
+            "files_out": self.files_out,
+            "bytes_out": self.bytes_out,
+            "records_in": self.records_in,
+            "records_out": self.records_out,
+            "records_removed": self.records_removed,
+            "tombstones_dropped": self.tombstones_dropped,
+            "max_gets_per_input_file": self.max_gets_per_input_file,
+            "input_files_read": len(self.gets_per_input_file),
+            "peak_keymap_bytes": self.peak_keymap_bytes,
+            "retention_chunks_deleted": self.retention_chunks_deleted,
+            "retention_bytes_deleted": self.retention_bytes_deleted,
+            "gc_files_deleted": self.gc_files_deleted,
+            "orphans_deleted": self.orphans_deleted,
+            "offsets_expired": self.offsets_expired,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+class Progress(Protocol):
+    """Where a pass reports what it is doing (the CLI draws rich progress bars)."""
+
+    def stage(self, name: str) -> None: ...
+    def job_started(self, plan: JobPlan) -> None: ...
+    def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None: ...
+    def job_done(self, plan: JobPlan, stats: JobStats | None) -> None: ...
+
+
+class NoProgress:
+    def stage(self, name: str) -> None:
+        pass
+
+    def job_started(self, plan: JobPlan) -> None:
+        pass
+
+    def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None:
+        pass
+
+    def job_done(self, plan: JobPlan, stats: JobStats | None) -> None:
+        pass
+
+
+async def run_leased_job(
+    md: MetadataClient,
+    store: ObjectStore,
+    plan: JobPlan,
+    config: RunnerConfig,
+    progress: Progress | None = None,
+) -> JobResult:
+    """Run one claimed job: the blocking runner in a thread, the lease renewed meanwhile,
+    each output swapped under the lease with its checkpoints, the lease released at the end."""
+    progress = progress or NoProgress()
+    loop = asyncio.get_running_loop()
+    token = plan.lease_token
+
+    def swap(
+        ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk], cps: Sequence[Checkpoint]
+    ) -> None:
+        updates = [CheckpointUpdate(c.topic_id, c.partition, c.first_dirty_offset) for c in cps]
+        fut = asyncio.run_coroutine_threadsafe(
+            md.replace_chunks(list(ids), file, list(outputs), updates, token), loop
+        )
+        fut.result()
+        loop.call_soon_threadsafe(progress.file_swapped, plan, file.object_key, len(ids))
+
+    renewer = asyncio.create_task(_renew(md, token, config.planner.lease_ms)) if token else None
+    try:
+        return await asyncio.to_thread(
+            run_job,
+            plan,
+            store,
+            swap,
+            key_prefix=config.key_prefix,
+            writer_id=config.planner.holder,
+            keymap_budget_bytes=config.keymap_budget_bytes,
+            roll_bytes=config.roll_bytes,
+        )
+    finally:
+        if renewer is not None:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+        if token:
+            try:
+                await md.release_compaction_lease(token)
+            except Exception as exc:  # it expires on its own; the work is done or retried
+                log.warning("compaction: releasing lease of job %s failed: %s", plan.job_id, exc)
+
+
+async def _renew(md: MetadataClient, token: str, lease_ms: int) -> None:
+    """Renew every third of the lease's lifetime; a lost lease is logged (the swap refuses)."""
+    while True:
+        await asyncio.sleep(lease_ms / 3000)
+        try:
+            await md.renew_compaction_lease(token, lease_ms)
+        except Exception as exc:
+            log.warning("compaction: renewing lease failed: %s", exc)
+
+
+async def run_pass(
+    md: MetadataClient,
+    store: ObjectStore,
+    config: RunnerConfig | None = None,
+    progress: Progress | None = None,
+) -> PassSummary:
+    """Retention, then compaction until nothing is left, then GC and offset expiry."""
+    config = config or RunnerConfig()
+    progress = progress or NoProgress()
+    started = time.monotonic()
+    summary = PassSummary()
+    if config.retention:
+        progress.stage("retention")
+        topics = [config.topic] if config.topic else None
+        r = await retention.enforce_all(md, topics)
+        summary.retention_chunks_deleted += r.chunks_deleted
+        summary.retention_bytes_deleted += r.bytes_deleted
+
+    progress.stage("compaction")
+    seen: set[frozenset[int]] = set()
+    for _ in range(MAX_ROUNDS_PER_PASS):
+        plans = await claim_jobs(md, topic=config.topic, config=config.planner, max_jobs=1)
+        if not plans:
+            break
+        plan = plans[0]
+        inputs = frozenset(ch.location.chunk_id for f in plan.files for ch in f.chunks)
+        if inputs in seen:  # the same work again: the last run of it changed nothing
+            if plan.lease_token:
+                await md.release_compaction_lease(plan.lease_token)
+            log.warning("compaction: job over the same input chunks offered again; stopping this pass")
+            break
+        seen.add(inputs)
+        progress.job_started(plan)
+        try:
+            result = await run_leased_job(md, store, plan, config, progress)
+        except Exception as exc:
+            summary.jobs_failed += 1
+            log.warning("compaction: job %s failed: %s", plan.job_id, exc, exc_info=True)
+            progress.job_done(plan, None)
+            continue
+        summary.add_job(plan, result.stats)
+        progress.job_done(plan, result.stats)
+
+    if config.gc:
+        progress.stage("garbage collection")
+        collector = GarbageCollector(
+            md, store, grace_ms=config.gc_grace_ms, orphan_grace_ms=config.orphan_grace_ms
+        )
+        summary.gc_files_deleted += await collector.collect_once()
+        summary.orphans_deleted += await collector.collect_orphans()
+    if config.expire_offsets:
+        progress.stage("offset expiry")
+        summary.offsets_expired += await retention.expire_offsets(md, config.offsets_retention_minutes)
+    summary.elapsed_s = time.monotonic() - started
+    return summary
+
+
+class MaintenanceLoop:
+    """Passes every `interval_ms` until `stop()`; a failing pass is logged, not fatal."""
+
+    def __init__(
+        self,
+        md: MetadataClient,
+        store: ObjectStore,
+        config: RunnerConfig | None = None,
+        *,
+        interval_ms: int = DEFAULT_INTERVAL_MS,
+        progress_factory: Callable[[], Progress] | None = None,
+        on_pass: Callable[[PassSummary], None] | None = None,
+    ) -> None:
+        self.md = md
+        self.store = store
+        self.config = config or RunnerConfig()
+        self.interval_ms = interval_ms
+        self._progress_factory = progress_factory
+        self._on_pass = on_pass
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.total = PassSummary()
+        self.passes = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run())
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            progress = self._progress_factory() if self._progress_factory else None
+            try:
+                summary = await run_pass(self.md, self.store, self.config, progress)
+            except Exception as exc:  # metadata or bucket away: try again next interval
+                log.warning("maintenance pass failed: %s", exc)
+            else:
+                self.passes += 1
+                self.total.merge(summary)
+                if self._on_pass:
+                    self._on_pass(summary)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.interval_ms / 1000)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def close(self) -> None:
+        """Stop now. A job under way is abandoned: its lease is released, so swaps its
+        thread still attempts are refused; swaps already made stay (each is consistent)."""
+        self.stop()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
