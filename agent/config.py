@@ -118,6 +118,13 @@ class AgentConfig:
     max_buffered_bytes: int = field(
         default=64 * MiB, metadata={"help": "produce bytes held before producers are slowed down"}
     )
+    commit_retry_ms: int = field(
+        default=30_000,
+        metadata={
+            "help": "how long a file commit whose outcome is unknown (metadata unreachable) is retried, "
+            "holding later commits, before its producers get REQUEST_TIMED_OUT"
+        },
+    )
 
     # --- fetch path -----------------------------------------------------------------
     fetch_cache_bytes: int = field(default=256 * MiB, metadata={"help": "memory for cached object ranges"})

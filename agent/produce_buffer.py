@@ -15,9 +15,15 @@ Algorithm:
 - Memory is bounded: appends wait while `max_buffered_bytes` are held by open and
   in-flight files (back-pressure reaches the producer as a slower ack, never an
   out-of-memory crash). A batch larger than the bound is still accepted alone.
-- A failed PUT or a metadata failure resolves that file's appends with a retriable
-  error (`KAFKA_STORAGE_ERROR` / `REQUEST_TIMED_OUT`); idempotent producers then retry
-  and metadata de-duplicates by sequence number.
+- A failed PUT resolves that file's appends with a retriable error
+  (`KAFKA_STORAGE_ERROR`); producers retry. A commit whose answer never came (metadata
+  unreachable, a timeout) may or may not have happened: it is retried, the same file with
+  the same batches, for up to `commit_retry_ms` (metadata answers a repeated commit of a
+  file with what it recorded the first time), and later files wait behind it. Failing it
+  at once instead would let a producer's later batches commit while the fate of earlier
+  ones is unknown, and an idempotent producer that then resets its epoch re-sends records
+  that may already be stored: duplicates. Only past the deadline do its producers get
+  `REQUEST_TIMED_OUT`.
 
 Time comes from the event loop's clock; the wall clock is injected for file names.
 """
@@ -98,6 +104,7 @@ class ProduceBuffer:
         flush_max_bytes: int = 8 * 1024 * 1024,
         max_inflight_flushes: int = 4,
         max_buffered_bytes: int = 64 * 1024 * 1024,
+        commit_retry_ms: int = 30_000,
         key_prefix: str = "segments/",
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         on_committed: Callable[[CommittedFile], Awaitable[None] | None] | None = None,
@@ -112,6 +119,7 @@ class ProduceBuffer:
         self._flush_interval_s = flush_interval_ms / 1000.0
         self._flush_max_bytes = flush_max_bytes
         self._max_buffered_bytes = max_buffered_bytes
+        self._commit_retry_s = max(commit_retry_ms, 0) / 1000.0
         self._key_prefix = key_prefix
         self._wall_clock_ms = wall_clock_ms
         self._on_committed = on_committed
@@ -128,6 +136,7 @@ class ProduceBuffer:
         self.files_flushed = 0
         self.bytes_flushed = 0
         self.flush_failures = 0
+        self.commit_retries = 0
 
     @property
     def buffered_bytes(self) -> int:
@@ -281,7 +290,7 @@ class ProduceBuffer:
         for k in keys:
             self._committing[k] = self._committing.get(k, 0) + 1
         try:
-            results = await self._metadata.commit_file(file_spec, chunk_specs)
+            results = await self._commit_with_retry(file_spec, chunk_specs)
         except MetadataUnavailable as exc:
             self.flush_failures += 1
             log.warning("commit of %s failed, metadata unavailable: %s", key, exc)
@@ -323,6 +332,26 @@ class ProduceBuffer:
                     await maybe
             except Exception:
                 log.exception("on_committed observer failed")
+
+    async def _commit_with_retry(
+        self, file_spec: FileSpec, chunk_specs: list[ChunkSpec]
+    ) -> list[ChunkResult]:
+        """commit_file, repeated while metadata cannot be reached and `commit_retry_ms` has
+        not passed (see the module docstring: an unanswered commit is ambiguous)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._commit_retry_s
+        backoff_s = 0.05
+        while True:
+            try:
+                return await self._metadata.commit_file(file_spec, chunk_specs)
+            except MetadataUnavailable as exc:
+                left = deadline - loop.time()
+                if left <= 0 or self._closed:  # shutting down: answer the producers now
+                    raise
+                self.commit_retries += 1
+                log.warning("commit of %s: metadata unavailable (%s); retrying", file_spec.object_key, exc)
+                await asyncio.sleep(min(backoff_s, left))
+                backoff_s = min(backoff_s * 2, 1.0)
 
     @staticmethod
     def _fail_all(open_file: _OpenFile, error_code: int, message: str) -> None:

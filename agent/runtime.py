@@ -145,6 +145,7 @@ def build_agent_context(
         flush_max_bytes=config.flush_max_bytes,
         max_inflight_flushes=config.max_inflight_flushes,
         max_buffered_bytes=config.max_buffered_bytes,
+        commit_retry_ms=config.commit_retry_ms,
         wall_clock_ms=clock.wall_ms,
         on_committed=on_committed,
     )

@@ -39,6 +39,9 @@ class FakeMetadata:
         self.commits: list[FileSpec] = []
         self.gate: asyncio.Event | None = None
         self.unavailable = 0
+        self.lose_answers = 0  # commits recorded whose answer is then lost
+        self.recorded: dict[str, list[ChunkResult]] = {}
+        self.called = asyncio.Event()
 
     async def commit_file(self, file: FileSpec, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]:
         if self.gate is not None:
@@ -47,6 +50,18 @@ class FakeMetadata:
             self.unavailable -= 1
             raise MetadataUnavailable("down")
         self.commits.append(file)
+        self.called.set()
+        if file.object_key in self.recorded:  # a repeated commit: what was recorded
+            out = self.recorded[file.object_key]
+        else:
+            out = self._assign(chunks)
+            self.recorded[file.object_key] = out
+        if self.lose_answers:
+            self.lose_answers -= 1
+            raise MetadataUnavailable("answer lost")
+        return out
+
+    def _assign(self, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]:
         out = []
         for c in chunks:
             results = []
@@ -124,13 +139,31 @@ async def test_put_failure_is_retriable_and_next_file_succeeds() -> None:
     assert buf.buffered_bytes == 0
 
 
-async def test_metadata_unavailable_is_retriable() -> None:
+async def test_metadata_unavailable_past_the_retry_time_is_retriable() -> None:
     store, md = FakeStore(), FakeMetadata()
     md.unavailable = 1
-    buf = make(store, md)
+    buf = make(store, md, commit_retry_ms=0)
     r = await buf.append(T1, 0, [batch()])
     assert r[0].error_code == REQUEST_TIMED_OUT
     assert (await buf.append(T1, 0, [batch()]))[0].error_code == 0
+
+
+async def test_an_unanswered_commit_is_retried_and_later_files_wait() -> None:
+    """The commit's answer is lost after metadata recorded it: the buffer commits the same
+    file again (metadata answers with what it recorded), so the offsets are assigned once,
+    the producer is acked with them, and the next file commits only after it."""
+    store, md = FakeStore(), FakeMetadata()
+    md.lose_answers = 2  # recorded, but the agent hears nothing: twice
+    buf = make(store, md, commit_retry_ms=60_000)
+    first = asyncio.ensure_future(buf.append(T1, 0, [batch(records=3)]))
+    await md.called.wait()  # the first file is sealed and being committed
+    second = asyncio.ensure_future(buf.append(T1, 0, [batch(records=2)]))
+    r1, r2 = await first, await second
+    assert (r1[0].error_code, r1[0].base_offset) == (0, 0)
+    assert (r2[0].error_code, r2[0].base_offset) == (0, 3)  # after the first, never before it
+    assert md.hwm[(T1, 0)] == 5  # offsets assigned once
+    assert buf.commit_retries == 2
+    assert [f.object_key for f in md.commits][:3] == [md.commits[0].object_key] * 3
 
 
 async def test_back_pressure_bounds_buffered_bytes() -> None:
