@@ -82,6 +82,7 @@ from agent.protocol import (
     peek_header_prefix,
     response_schema,
 )
+from agent.read_deadline import ReadDeadline
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +295,7 @@ class _Connection:
         self.tasks: set[asyncio.Task[_Outcome]] = set()
         self.barrier: asyncio.Task[_Outcome] | None = None  # the running exclusive request
         self.closing = False
+        self.deadline = ReadDeadline(asyncio.get_running_loop())  # the reader's read deadlines
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
@@ -320,6 +322,7 @@ class _Connection:
                 t.cancel()
             for slot in self.slots:  # give back the agent-wide bytes at once
                 slot.settle()
+            self.deadline.close()
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -369,8 +372,7 @@ class _Connection:
         self.server.request_budget.take(size)
         read = False
         try:
-            async with asyncio.timeout(self.config.request_read_timeout_ms / 1000.0):
-                frame = await self.reader.readexactly(size)
+            frame = await self._read_within(size, self.config.request_read_timeout_ms / 1000.0)
             read = True
             return frame, charge
         except TimeoutError:
@@ -403,15 +405,28 @@ class _Connection:
             return await self.reader.readexactly(4)
         loop = asyncio.get_running_loop()
         while True:
-            # A timeout scope rather than a task per read (this runs once per request: a task
-            # and asyncio.wait cost ~30% of the server's CPU per small request). Cancelling
-            # readexactly loses nothing: it takes bytes off the buffer only once all 4 are in.
+            # Cancelling readexactly loses nothing: it takes bytes off the buffer only once
+            # all 4 are in.
             try:
-                async with asyncio.timeout(idle_s):
-                    return await self.reader.readexactly(4)
+                return await self._read_within(4, idle_s)
             except TimeoutError:
                 if not self.slots and loop.time() - self.last_activity >= idle_s:
                     return None
+
+    async def _read_within(self, n: int, timeout_s: float) -> bytes:
+        """`readexactly(n)`, or TimeoutError after `timeout_s`. This runs twice per request:
+        a lazily re-armed deadline, not a task or an asyncio.timeout() per read (see
+        agent.read_deadline)."""
+        deadline = self.deadline
+        deadline.arm(timeout_s)
+        try:
+            return await self.reader.readexactly(n)
+        except asyncio.CancelledError:
+            if deadline.disarm():
+                raise TimeoutError from None
+            raise
+        finally:
+            deadline.disarm()
 
     def _protocol_error(self, reason: str) -> None:
         self.server.protocol_errors += 1
