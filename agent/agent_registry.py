@@ -233,9 +233,16 @@ class AgentRegistry:
                 self.failures += 1
                 log.exception("unexpected error in the agent heartbeat loop")
 
-    async def close(self) -> None:
+    async def close(self, *, deregister: bool = True) -> None:
+        """Stop beating and, if this agent was registered, leave the registry at once (a
+        restart at another address is then not refused while the old entry's TTL runs)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if deregister and self.beats:
+            try:
+                await asyncio.wait_for(self._metadata.deregister_agent(self._view.self_info), timeout=5)
+            except Exception as e:  # best effort: the entry expires after its TTL anyway
+                log.warning("could not deregister agent %s: %s", self._view.self_info.agent_id, e)

@@ -125,6 +125,7 @@ class MetadataClient(Protocol):
 
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None: ...  # registers on first call
+    async def deregister_agent(self, agent: AgentInfo) -> None: ...  # on clean shutdown
     async def live_agents(self) -> list[AgentInfo]: ...
 
     # group coordinator leases (metadata.group_leases)

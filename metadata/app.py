@@ -377,6 +377,11 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
 
     # ---------------------------------------------------------------- agents
 
+    @app.post("/v1/agents/deregister", response_model=s.OkResponse, tags=["agents"])
+    def deregister_agent(req: s.AgentInfoM) -> s.OkResponse:
+        svc.deregister_agent(s.t.AgentInfo(**req.__dict__))
+        return s.OkResponse()
+
     @app.post("/v1/agents/heartbeat", response_model=s.OkResponse, tags=["agents"])
     def heartbeat_agent(req: s.AgentInfoM) -> s.OkResponse:
         svc.heartbeat_agent(s.t.AgentInfo(**req.__dict__))

@@ -398,6 +398,9 @@ class HttpMetadataClient:
     async def heartbeat_agent(self, agent: AgentInfo) -> None:
         await self._call("POST", "/v1/agents/heartbeat", s.AgentInfoM.model_construct(**agent.__dict__))
 
+    async def deregister_agent(self, agent: AgentInfo) -> None:
+        await self._call("POST", "/v1/agents/deregister", s.AgentInfoM.model_construct(**agent.__dict__))
+
     async def live_agents(self) -> list[AgentInfo]:
         return [AgentInfo(**m.__dict__) for m in self._parse(_AGENTS, await self._call("GET", "/v1/agents"))]
 

@@ -249,6 +249,9 @@ class LocalMetadataClient:
     async def heartbeat_agent(self, agent: AgentInfo) -> None:
         await self._run(self.service.heartbeat_agent, agent)
 
+    async def deregister_agent(self, agent: AgentInfo) -> None:
+        await self._run(self.service.deregister_agent, agent)
+
     async def live_agents(self) -> list[AgentInfo]:
         return await self._run(self.service.live_agents)
 

@@ -30,6 +30,16 @@ class Membership:
         with write_tx(self._db.engine) as conn:
             group_leases.heartbeat_agent(conn, agent, self._db.clock(), self.ttl_ms)
 
+    def deregister_agent(self, agent: AgentInfo) -> None:
+        """An agent shutting down cleanly leaves at once (rather than after its TTL), so a
+        restart at another address is not refused as a duplicate. Only the registration
+        from that same address is removed: a newer holder of the id is left alone."""
+        a = agents.c
+        with write_tx(self._db.engine) as conn:
+            conn.execute(
+                delete(agents).where(a.agent_id == agent.agent_id, a.host == agent.host, a.port == agent.port)
+            )
+
     def live_agents(self) -> list[AgentInfo]:
         """Agents that heartbeated within the TTL, by agent id; expired ones are deleted."""
         cutoff = self._db.clock() - self.ttl_ms

@@ -303,6 +303,9 @@ class MetadataService:
     def heartbeat_agent(self, agent: AgentInfo) -> None:
         self.agents.heartbeat_agent(agent)
 
+    def deregister_agent(self, agent: AgentInfo) -> None:
+        self.agents.deregister_agent(agent)
+
     def live_agents(self) -> list[AgentInfo]:
         return self.agents.live_agents()
 

@@ -222,6 +222,9 @@ class FlakyMetadataClient:
     async def heartbeat_agent(self, agent: AgentInfo) -> None:
         return await self._go("heartbeat_agent", lambda: self.inner.heartbeat_agent(agent))
 
+    async def deregister_agent(self, agent: AgentInfo) -> None:
+        return await self._go("deregister_agent", lambda: self.inner.deregister_agent(agent))
+
     async def live_agents(self) -> list[AgentInfo]:
         return await self._go("live_agents", self.inner.live_agents)
 
