@@ -228,12 +228,14 @@ def _partition_response(
         if log_append_time_ms >= 0
         else None
     )
+    # The ints are in range (a request's partition index; offsets from metadata): cast, not
+    # i32()/i64(), whose range checks cost ~1.5 us of this response's ~3 us.
     return PartitionProduceResponse(
-        index=i32(index),
+        index=cast(i32, index),
         error_code=code,
-        base_offset=i64(base_offset),
+        base_offset=cast(i64, base_offset),
         log_append_time=append_time,
-        log_start_offset=i64(log_start_offset),
+        log_start_offset=cast(i64, log_start_offset),
         record_errors=(),
         error_message=message,
     )
