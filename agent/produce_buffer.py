@@ -129,6 +129,7 @@ class ProduceBuffer:
         self._next_seq = 0
         self._buffered_bytes = 0
         self._space = asyncio.Condition()
+        self._space_waiters = 0  # appends waiting for room (they go first: FIFO)
         self._last_commit_done: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -160,10 +161,17 @@ class ProduceBuffer:
         if self._closed:
             raise RuntimeError("produce buffer is closed")
         size = sum(len(b.data) for b in batches)
-        async with self._space:
-            await self._space.wait_for(
-                lambda: self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
-            )
+        # Fast path (nearly every append): room now and nobody queued ahead, so the
+        # condition's lock is not needed (no await between the check and the take).
+        if self._space_waiters or not self._fits(size):
+            self._space_waiters += 1
+            try:
+                async with self._space:
+                    await self._space.wait_for(lambda: self._fits(size))
+                    self._buffered_bytes += size
+            finally:
+                self._space_waiters -= 1
+        else:
             self._buffered_bytes += size
         loop = asyncio.get_running_loop()
         open_file = self._open
@@ -181,6 +189,9 @@ class ProduceBuffer:
         if open_file.size_bytes >= self._flush_max_bytes:
             self._seal()
         return futures
+
+    def _fits(self, size: int) -> bool:
+        return self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
 
     def _seal_if_open(self, seq: int) -> None:
         if self._open is not None and self._open.seq == seq:

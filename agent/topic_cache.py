@@ -10,6 +10,11 @@ Changes made through this agent call `put`/`invalidate` and are visible immediat
 Topics are immutable values (`metadata.types.Topic`), so a cached entry can be handed
 out without copying. The full topic list (Metadata for all topics) is cached under the
 same TTL and loaded single-flight: concurrent callers share one `list_topics` call.
+Lookups by name and by id are single-flight too: a caller that misses a name (or id)
+another caller is already loading waits for that load instead of starting its own. Without
+this, an entry expiring under load (thousands of produce requests a second for one topic)
+sent one `describe_topics` per request until the first answer came back: measured as a
+third of the agent's CPU at 6,000 small produce requests/s.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from metadata.api_types import MetadataClient
 from metadata.types import Topic
+
+K = TypeVar("K", str, uuid.UUID)
 
 
 class TopicCache:
@@ -37,6 +45,9 @@ class TopicCache:
         self._by_id: dict[uuid.UUID, tuple[float, Topic]] = {}
         self._all: tuple[float, list[Topic]] | None = None
         self._all_loading: asyncio.Future[list[Topic]] | None = None  # the single-flight load
+        # in-flight lookups by key: each future answers for a set of keys, absent = not found
+        self._name_loads: dict[str, asyncio.Future[dict[str, Topic]]] = {}
+        self._id_loads: dict[uuid.UUID, asyncio.Future[dict[uuid.UUID, Topic]]] = {}
         self._generation = 0  # bumped by invalidations, so a load racing one is not cached
         self.hits = 0
         self.misses = 0
@@ -58,15 +69,17 @@ class TopicCache:
             else:
                 missing.append(name)
         if missing:
-            self.misses += len(missing)
-            gen = self._generation
-            found = await self._metadata.describe_topics(missing)
-            if gen == self._generation:
-                for topic in found.values():
-                    self._store(topic)
-                self.invalidate_quietly(names=[n for n in missing if n not in found])
-            out.update(found)
+            out.update(await _single_flight(missing, self._name_loads, self._load_names, self))
         return out
+
+    async def _load_names(self, names: list[str]) -> dict[str, Topic]:
+        gen = self._generation
+        found = await self._metadata.describe_topics(names)
+        if gen == self._generation:
+            for topic in found.values():
+                self._store(topic)
+            self.invalidate_quietly(names=[n for n in names if n not in found])
+        return found
 
     async def get(self, name: str) -> Topic | None:
         return (await self.get_by_name([name])).get(name)
@@ -82,15 +95,17 @@ class TopicCache:
             else:
                 missing.append(tid)
         if missing:
-            self.misses += len(missing)
-            gen = self._generation
-            found = await self._metadata.topics_by_id(missing)
-            if gen == self._generation:
-                for topic in found.values():
-                    self._store(topic)
-                self.invalidate_quietly(topic_ids=[t for t in missing if t not in found])
-            out.update(found)
+            out.update(await _single_flight(missing, self._id_loads, self._load_ids, self))
         return out
+
+    async def _load_ids(self, topic_ids: list[uuid.UUID]) -> dict[uuid.UUID, Topic]:
+        gen = self._generation
+        found = await self._metadata.topics_by_id(topic_ids)
+        if gen == self._generation:
+            for topic in found.values():
+                self._store(topic)
+            self.invalidate_quietly(topic_ids=[t for t in topic_ids if t not in found])
+        return found
 
     async def all_topics(self) -> list[Topic]:
         """Every topic, sorted by name."""
@@ -163,7 +178,43 @@ class TopicCache:
                 self._by_name.pop(entry_id[1].name, None)
 
 
-def _retrieve(fut: asyncio.Future[list[Topic]]) -> None:
+async def _single_flight(
+    keys: list[K],
+    loads: dict[K, asyncio.Future[dict[K, Topic]]],
+    load: Callable[[list[K]], Awaitable[dict[K, Topic]]],
+    cache: TopicCache,
+) -> dict[K, Topic]:
+    """Join the loads in flight for `keys`, start one load for the rest, and collect the answers."""
+    waits: dict[asyncio.Future[dict[K, Topic]], list[K]] = {}
+    fresh = [k for k in keys if k not in loads]
+    for k in keys:
+        if k in loads:
+            waits.setdefault(loads[k], []).append(k)
+    if fresh:
+        cache.misses += len(fresh)
+        started: asyncio.Future[dict[K, Topic]] = asyncio.ensure_future(load(fresh))
+        started.add_done_callback(_retrieve)
+        started.add_done_callback(lambda f: _forget(loads, fresh, f))
+        for k in fresh:
+            loads[k] = started
+        waits[started] = fresh
+    out: dict[K, Topic] = {}
+    for fut, wanted in waits.items():
+        # shield: one caller giving up must not cancel a load the others wait for
+        found = await asyncio.shield(fut)
+        out.update((k, found[k]) for k in wanted if k in found)
+    return out
+
+
+def _forget(
+    loads: dict[K, asyncio.Future[dict[K, Topic]]], keys: list[K], done: asyncio.Future[dict[K, Topic]]
+) -> None:
+    for k in keys:
+        if loads.get(k) is done:
+            del loads[k]
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
     """Mark a load's exception as seen even if every waiter has gone away."""
     if not fut.cancelled():
         fut.exception()

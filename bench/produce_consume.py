@@ -94,8 +94,12 @@ def scrape(port: int) -> dict[str, float]:
 
 
 class Agent:
-    def __init__(self, bucket_url: str, db_url: str, env: dict[str, str], workdir: Path) -> None:
+    def __init__(
+        self, bucket_url: str, db_url: str, env: dict[str, str], workdir: Path, profile_path: str = ""
+    ) -> None:
         self.bucket_url, self.db_url, self.env, self.workdir = bucket_url, db_url, env, workdir
+        # cProfile output of the agent process (written when it stops), or "" for none
+        self.profile_path = profile_path
         self.port = free_port()
         self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -103,9 +107,14 @@ class Agent:
     def start(self) -> None:
         log = self.workdir / "agent.log"
         with log.open("ab") as out:
+            command = (
+                [sys.executable, "-m", "cProfile", "-o", self.profile_path, "-m", "agent.cli"]
+                if self.profile_path
+                else skiff_command()
+            )
             self.proc = subprocess.Popen(
                 [
-                    *skiff_command(),
+                    *command,
                     "--log-level",
                     "WARNING",
                     "agent",
@@ -354,11 +363,16 @@ def _start_store(kind: str, work: Path) -> tuple[str, dict[str, str], S3Server |
 
 
 def run_sweep(
-    kind: str, rates: list[int], partition_counts: list[int], seconds: float, agent_env: dict[str, str]
+    kind: str,
+    rates: list[int],
+    partition_counts: list[int],
+    seconds: float,
+    agent_env: dict[str, str],
+    profile_path: str = "",
 ) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"skiff-sweep-{kind}-"))
     url, env, server = _start_store(kind, work)
-    agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", {**env, **agent_env}, work)
+    agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", {**env, **agent_env}, work, profile_path)
     try:
         put_p50, put_p99 = (t * 1000 for t in put_latency_s(url, env))
         flush_ms = int(agent_env.get("SKIFF_FLUSH_INTERVAL_MS", "250"))
@@ -505,6 +519,9 @@ def main() -> None:
     ap.add_argument("--partition-counts", default="1,100", help="topic sizes of the sweep")
     ap.add_argument("--seconds", type=float, default=8.0, help="duration of each sweep cell")
     ap.add_argument("--agent-env", default="", help="SKIFF_X=Y,... settings for the agent")
+    ap.add_argument(
+        "--agent-profile", default="", help="sweep only: run the agent under cProfile, stats to this file"
+    )
     args = ap.parse_args()
     agent_env = dict(kv.split("=", 1) for kv in args.agent_env.split(",") if kv)
     if args.sweep:
@@ -516,6 +533,7 @@ def main() -> None:
                 [int(n) for n in args.partition_counts.split(",")],
                 args.seconds,
                 agent_env,
+                args.agent_profile,
             )
         return
     layouts = args.layouts.split(",")

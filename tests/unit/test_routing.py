@@ -219,6 +219,45 @@ def test_topic_cache_hits_misses_and_ttl():
     asyncio.run(go())
 
 
+def test_topic_cache_lookups_are_single_flight_per_key():
+    """Many requests missing one expired topic at once cause one metadata lookup, not one each."""
+    md = _CountingMetadata()
+    now = [0.0]
+    cache = TopicCache(md, ttl_ms=1000, monotonic=lambda: now[0])  # type: ignore[arg-type]
+    a, b = Topic("a", uuid.uuid4(), 2), Topic("b", uuid.uuid4(), 1)
+    md.topics = {"a": a, "b": b}
+    gate = asyncio.Event()
+    describe = md.describe_topics
+    by_id = md.topics_by_id
+
+    async def gated_describe(names):
+        await gate.wait()
+        return await describe(names)
+
+    async def gated_by_id(ids):
+        await gate.wait()
+        return await by_id(ids)
+
+    md.describe_topics = gated_describe  # type: ignore[method-assign]
+    md.topics_by_id = gated_by_id  # type: ignore[method-assign]
+
+    async def go() -> None:
+        waiters = [asyncio.ensure_future(cache.get("a")) for _ in range(50)]
+        both = asyncio.ensure_future(cache.get_by_name(["a", "b", "gone"]))  # joins "a", loads "b", "gone"
+        ids = [asyncio.ensure_future(cache.get_by_id([b.topic_id])) for _ in range(20)]
+        await asyncio.sleep(0)
+        gate.set()
+        assert await asyncio.gather(*waiters) == [a] * 50
+        assert await both == {"a": a, "b": b}
+        assert await asyncio.gather(*ids) == [{b.topic_id: b}] * 20
+        assert md.calls == Counter(describe_topics=2, topics_by_id=1)
+        now[0] = 2.0  # expired: the next burst loads once more
+        assert await asyncio.gather(*(cache.get("a") for _ in range(10))) == [a] * 10
+        assert md.calls["describe_topics"] == 3
+
+    asyncio.run(go())
+
+
 def test_topic_cache_put_invalidate_and_single_flight_listing():
     md = _CountingMetadata()
     cache = TopicCache(md, ttl_ms=60_000)  # type: ignore[arg-type]

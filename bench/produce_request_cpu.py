@@ -1,0 +1,121 @@
+"""Agent CPU per small Produce request, and requests/s at the agent's CPU ceiling.
+
+    python bench/produce_request_cpu.py [--requests 60000] [--partitions 100] [--window 2000]
+
+Starts one `skiff agent` process (file:// bucket, embedded SQLite) and one topic, then
+sends ProduceRequests (v9, acks=all) the way librdkafka does at 10,000 records/s over 100
+partitions: one request per partition batch, each one batch of one 100-byte record, request
+i to partition i % N. The requests are encoded once and pipelined over one connection with
+at most `--window` unanswered (enough to cover a 250 ms flush at the agent's rate, so the
+agent, not the window, is the limit). Prints the agent process's CPU time per request
+(from /proc: its event loop and its threads), requests/s and the agent's CPU share while
+it ran. The client side is a few socket calls per request, not librdkafka, so the agent is
+the bottleneck: this isolates the server's decode, validation, handler, produce buffer,
+commit and response encode cost. Run it against two checkouts (PYTHONPATH) to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import socket
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kio.schema.produce.v9.request import (  # noqa: E402
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from kio.schema.types import TopicName  # noqa: E402
+from kio.static.primitive import i16, i32, i32Timedelta  # noqa: E402
+
+from agent.protocol import encode_request  # noqa: E402
+from bench.produce_consume import Agent, proc_cpu_s  # noqa: E402
+from fileformat.records import Record, build_batch  # noqa: E402
+
+
+def frames(topic: str, partitions: int, count: int) -> list[bytes]:
+    now_ms = int(time.time() * 1000)
+    batch = build_batch([Record(0, now_ms, None, b"v" * 100, ())])
+    out = []
+    for i in range(count):
+        body = ProduceRequest(
+            transactional_id=None,
+            acks=i16(-1),
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+            topic_data=(
+                TopicProduceData(
+                    name=TopicName(topic),
+                    partition_data=(PartitionProduceData(index=i32(i % partitions), records=batch),),
+                ),
+            ),
+        )
+        out.append(encode_request(body, correlation_id=i, client_id="rdkafka"))
+    return out
+
+
+def read_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        got = sock.recv(n - len(buf))
+        if not got:
+            raise ConnectionError("agent closed the connection")
+        buf += got
+    return bytes(buf)
+
+
+def run(sock: socket.socket, reqs: list[bytes], window: int) -> None:
+    sent = done = 0
+    while done < len(reqs):
+        while sent < len(reqs) and sent - done < window:
+            sock.sendall(reqs[sent])
+            sent += 1
+        (size,) = struct.unpack(">i", read_exact(sock, 4))
+        read_exact(sock, size)
+        done += 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=60_000)
+    ap.add_argument("--partitions", type=int, default=100)
+    ap.add_argument("--window", type=int, default=2000)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="skiff-reqcpu-"))
+    (work / "bucket").mkdir()
+    agent = Agent(f"file://{work / 'bucket'}", f"sqlite:///{work / 'metadata.db'}", {}, work)
+    agent.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+        for fut in admin.create_topics([NewTopic("reqcpu", args.partitions, 1)]).values():
+            fut.result(30)
+        warm = frames("reqcpu", args.partitions, args.partitions * 20)
+        reqs = frames("reqcpu", args.partitions, args.requests)
+        host, port = agent.bootstrap.split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            run(sock, warm, args.window)
+            pid = agent.proc.pid  # type: ignore[union-attr]
+            cpu0, t0 = proc_cpu_s(pid), time.perf_counter()
+            run(sock, reqs, args.window)
+            cpu1, t1 = proc_cpu_s(pid), time.perf_counter()
+        cpu, wall = cpu1 - cpu0, t1 - t0
+        print("| requests | partitions | agent CPU us/request | requests/s | agent CPU |")
+        print("|---|---|---|---|---|")
+        print(
+            f"| {args.requests:,} | {args.partitions} | {cpu / args.requests * 1e6:.0f} |"
+            f" {args.requests / wall:,.0f} | {cpu / wall:.0%} |"
+        )
+    finally:
+        agent.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""agent.protocol.produce_response writes exactly kio's bytes for Produce responses v3-v9."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9.response import (
+    BatchIndexAndErrorMessage,
+    PartitionProduceResponse,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from agent.handlers.produce import _partition_response
+from agent.protocol import convert, encode_response, response_schema
+from agent.protocol.produce_response import encode_produce_response
+
+
+def _responses() -> list[ProduceResponse]:
+    ok = _partition_response(7, ErrorCode.none, base_offset=123_456_789_012, log_start_offset=5)
+    appended = _partition_response(
+        0, ErrorCode.none, base_offset=0, log_start_offset=0, log_append_time_ms=1_795_505_728_233
+    )
+    failed = _partition_response(3, ErrorCode.corrupt_message, message="fails its CRC-32C check: é")
+    with_record_errors = PartitionProduceResponse(
+        index=i32(1),
+        error_code=ErrorCode.invalid_record,
+        base_offset=i64(-1),
+        log_append_time=None,
+        log_start_offset=i64(-1),
+        record_errors=(
+            BatchIndexAndErrorMessage(batch_index=i32(0), batch_index_error_message="bad"),
+            BatchIndexAndErrorMessage(batch_index=i32(2), batch_index_error_message=None),
+        ),
+        error_message=None,
+    )
+    throttle = i32Timedelta.parse(datetime.timedelta(milliseconds=250))
+    return [
+        ProduceResponse(
+            responses=(TopicProduceResponse(name="t", partition_responses=(ok,)),), throttle_time=throttle
+        ),
+        ProduceResponse(
+            responses=(
+                TopicProduceResponse(name="a" * 200, partition_responses=(ok, appended, failed)),
+                TopicProduceResponse(name="b.c-d_e", partition_responses=(with_record_errors,)),
+                TopicProduceResponse(name="empty", partition_responses=()),
+            ),
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+        ),
+        ProduceResponse(responses=(), throttle_time=throttle),
+    ]
+
+
+@pytest.mark.parametrize("version", range(3, 10))
+def test_the_bytes_are_kios_at_every_version(version: int) -> None:
+    target = response_schema(0, version)
+    assert target is not None
+    for response in _responses():
+        expected = encode_response(99, response if version == 9 else convert(response, target))
+        assert encode_produce_response(99, version, response) == expected
+
+
+def test_versions_outside_the_range_are_refused() -> None:
+    with pytest.raises(ValueError):
+        encode_produce_response(1, 2, _responses()[0])
