@@ -31,26 +31,20 @@ the byte positions for copying.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
-import crc32c
-
 from fileformat import codecs
 from fileformat.records import (
-    ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
-    CRC_OFFSET,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
-    LOG_OVERHEAD,
     BatchHeader,
     CorruptBatchError,
     TimestampType,
+    frame_batch,
+    zigzag_varint,
 )
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_U32 = struct.Struct(">I")
 _DELETE_HORIZON_BIT = 0x40
 _COMPRESSION_MASK = 0x07
 
@@ -184,16 +178,6 @@ def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedReco
     return out
 
 
-def _zigzag(v: int) -> bytes:
-    z = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def _assemble(
     header: BatchHeader,
     base_offset: int,
@@ -207,27 +191,19 @@ def _assemble(
     body = records if codec == 0 or not records else codecs.compress(codec, records)
     if not records:
         attributes &= ~_COMPRESSION_MASK  # an empty batch is written uncompressed, as Kafka does
-    out = bytearray(BATCH_HEADER_SIZE)
-    out += body
-    _HEADER.pack_into(
-        out,
-        0,
-        base_offset,
-        len(out) - LOG_OVERHEAD,
-        header.partition_leader_epoch,
-        header.magic,
-        0,
-        attributes,
-        header.last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        count,
+    return frame_batch(
+        body,
+        base_offset=base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        record_count=count,
     )
-    _U32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
-    return bytes(out)
 
 
 def rebuild_batch(
@@ -258,8 +234,8 @@ def rebuild_batch(
         for r in kept:
             delta = r.timestamp_delta + shift
             parts_ts.append(delta)
-            body = b"\x00" + _zigzag(delta) + payload[r.ts_end : r.end]
-            pieces.append(_zigzag(len(body)))
+            body = b"\x00" + zigzag_varint(delta) + payload[r.ts_end : r.end]
+            pieces.append(zigzag_varint(len(body)))
             pieces.append(body)
         records = b"".join(pieces)
     max_ts = header.max_timestamp if log_append else base_ts + max(parts_ts)

@@ -771,9 +771,12 @@ def _uvarint_bytes(z: int) -> bytes:
     return bytes(out)
 
 
-def _zz(v: int) -> bytes:
-    """Zigzag + LEB128 of a signed 64-bit value."""
+def zigzag_varint(v: int) -> bytes:
+    """Zigzag + LEB128 of a signed 64-bit value (Kafka's varint/varlong encoding)."""
     return _uvarint_bytes((v << 1) ^ (v >> 63))
+
+
+_zz = zigzag_varint
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
@@ -922,6 +925,38 @@ def build_batch(
         attributes |= _CONTROL_MASK
     if delete_horizon_ms is not None:
         attributes |= _DELETE_HORIZON_MASK
+    return frame_batch(
+        body,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=lod,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=count,
+    )
+
+
+def frame_batch(
+    body: bytes | bytearray,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+) -> bytes:
+    """A v2 RecordBatch around an encoded (and, per `attributes`, compressed) records body:
+    the 61-byte header with batchLength and magic filled in, and the CRC-32C over
+    attributes..end. The one place batches are framed (build_batch, the compactor)."""
     out = bytearray(BATCH_HEADER_SIZE)
     out += body
     _HEADER.pack_into(
@@ -933,13 +968,13 @@ def build_batch(
         MAGIC,
         0,
         attributes,
-        lod,
-        base_ts,
-        max_ts,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
         producer_id,
         producer_epoch,
         base_sequence,
-        count,
+        record_count,
     )
     _U32.pack_into(out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
