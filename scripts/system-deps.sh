@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# System packages and services the test suite needs: kcat (Debian), a JDK, PostgreSQL running.
+# System packages and services the test suite needs: kcat (Debian), a JDK, kubectl (its
+# built-in kustomize renders deploy/kubernetes), PostgreSQL running.
 set -euo pipefail
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)
+command -v kubectl >/dev/null 2>&1 || need+=(kubectl)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq
+    # kubectl from the configured apt sources when they carry it (kustomize v5), else
+    # Debian's own kubernetes-client.
+    if [[ " ${need[*]} " == *" kubectl "* ]] && ! apt-cache show kubectl >/dev/null 2>&1; then
+        need=("${need[@]/kubectl/kubernetes-client}")
+    fi
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 # PostgreSQL on 127.0.0.1:5432 with trust auth is what the tests expect (see README).
