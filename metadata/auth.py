@@ -40,7 +40,9 @@ Declaring the roles of a new route is one line, the `dependencies` argument:
 
 `public()` instead of `allow(...)` needs no token at all (health probes only). Admin may
 always call everything. Several declarations on one route (router and route) must all
-admit the caller.
+admit the caller. Declare on the route or in the `APIRouter(...)` constructor: a
+declaration given to `include_router(..., dependencies=...)` is not seen by the check (the
+routes then stay admin-only: the mistake fails closed).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -322,11 +324,23 @@ class MetadataAuth:
         return lines
 
 
+def iter_routes(routes: Iterable[Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(full path, route) of every route, descending into included routers (FastAPI keeps
+    an included router as one entry with `original_router`, not as flattened routes)."""
+    for r in routes:
+        sub = getattr(r, "original_router", None)
+        if sub is not None:
+            ctx = getattr(r, "include_context", None)
+            yield from iter_routes(sub.routes, prefix + str(getattr(ctx, "prefix", "") or ""))
+        else:
+            yield prefix + str(getattr(r, "path", "")), r
+
+
 def public_paths(app: FastAPI) -> frozenset[str]:
     """Paths callable without a token: routes declared `public()` and FastAPI's own API
     description (/openapi.json, /docs: the API is open source, and the docs page has an
     Authorize button for trying calls with a token)."""
-    out = {r.path for r in app.routes if isinstance(r, APIRoute) and allowed_roles(r) is None}
+    out = {p for p, r in iter_routes(app.routes) if isinstance(r, APIRoute) and allowed_roles(r) is None}
     for url in (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url):
         if url:
             out.add(url)
