@@ -202,3 +202,22 @@ def test_secured_cluster(spawn_skiff: Callable[..., SkiffProcess], tmp_path: Pat
             await md.close()
 
     asyncio.run(fake_agents())
+
+
+def test_skiff_metadata_refuses_bad_security_settings(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.write_text("# nothing yet\n")
+    short = tmp_path / "short"
+    short.write_text("agent:secret\n")
+    cases = [
+        (["--tokens-file", str(empty)], "holds no token"),
+        (["--tokens-file", str(tmp_path / "missing")], "cannot read the tokens file"),
+        (["--tokens-file", str(short)], "line 1: a token must be at least 16"),
+        (["--tls-cert", str(empty)], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", str(empty), "--tls-key", str(empty)], "cannot load the metadata TLS files"),
+    ]
+    for args, message in cases:
+        out = _run("metadata", "--db", f"sqlite:///{tmp_path / 'm.db'}", "--port", "0", *args, env=_env())
+        assert out.returncode == 2, (args, out.stderr)
+        assert message in out.stderr, (args, out.stderr)
+        assert "Traceback" not in out.stderr and "secret" not in out.stderr

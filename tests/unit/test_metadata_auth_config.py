@@ -250,3 +250,55 @@ def test_readiness_probe_reports_a_failing_check() -> None:
         assert await probe.check() is None  # a failed check is not reused
 
     asyncio.run(go())
+
+
+# ------------------------------------------------------------------ wiring
+
+
+def test_token_over_plain_http_to_a_remote_host_is_warned(caplog: pytest.LogCaptureFixture) -> None:
+    from metadata.credentials import MetadataCredentials
+    from metadata.http_client import HttpMetadataClient
+
+    async def make(url: str, token: str | None) -> None:
+        await HttpMetadataClient(url, credentials=MetadataCredentials(token=token)).close()
+
+    with caplog.at_level("WARNING", logger="metadata.http_client"):
+        for url in (
+            "http://127.0.0.1:9093",
+            "http://localhost:9093",
+            "https://metadata:9093",
+            "http://[::1]:1",
+        ):
+            asyncio.run(make(url, A))
+        asyncio.run(make("http://metadata.internal:9093", None))  # no token: nothing to leak
+        assert caplog.records == []
+        asyncio.run(make("http://10.0.0.5:9093", A))
+        asyncio.run(make("http://metadata.internal:9093", A))
+    assert len(caplog.records) == 2
+    assert all("plain HTTP" in r.getMessage() and A not in r.getMessage() for r in caplog.records)
+
+
+def test_run_metadata_server_warns_and_passes_tls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wiring of `skiff metadata`: the exposure warning is logged and uvicorn gets the
+    TLS settings (uvicorn.run replaced: nothing is bound)."""
+    import uvicorn
+
+    from metadata import app as app_mod
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append(kw))
+    monkeypatch.setattr(app_mod, "tls_settings", lambda c, k, ca: {"ssl_certfile": c} if c else {})
+    db = f"sqlite:///{tmp_path}/m.db"
+    with caplog.at_level("WARNING", logger="metadata.app"):
+        app_mod.run_metadata_server(db, "0.0.0.0", 1)
+        app_mod.run_metadata_server(db, "127.0.0.1", 1)
+        app_mod.run_metadata_server(db, "0.0.0.0", 1, tokens=TokenTable.parse(f"admin:{A}", "t"))
+        app_mod.run_metadata_server(
+            db, "0.0.0.0", 1, tokens=TokenTable.parse(f"admin:{A}", "t"), tls_cert="c.pem", tls_key="k.pem"
+        )
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert "without authentication" in messages[0] and "clear text" in messages[1]
+    assert [c.get("ssl_certfile") for c in calls] == [None, None, None, "c.pem"]
