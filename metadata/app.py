@@ -9,8 +9,9 @@ the body, never in the path: group ids may be any string). Errors are JSON
   refuses) -> 400/413/422 with error_code INVALID_REQUEST (42), never a 500;
 - the database unreachable or timing out -> 503 (clients treat it as retriable).
 
-Authentication and roles: metadata.auth (bearer tokens; every route declares the roles
-that may call it with `dependencies=[allow(...)]`, undeclared routes are admin-only).
+Authentication and roles: metadata.auth (bearer tokens; every route is declared on the
+router of the roles that may call it, `APIRouter(dependencies=[allow(...)])` below; a
+route without a declaration is admin-only).
 `/healthz` (the process answers) and `/readyz` (the database answers a `SELECT 1` within
 `ready_timeout_ms`, else 503) need no token.
 
@@ -37,7 +38,7 @@ from metadata import auth as auth_mod
 from metadata import commit_feed
 from metadata import compaction_serde as cs
 from metadata import serde as s
-from metadata.auth import ADMIN, AGENT, COMPACTOR, READER, MetadataAuth, TokenTable, allow, public
+from metadata.auth import AGENT, COMPACTOR, READER, MetadataAuth, TokenTable, allow, public
 from metadata.db import is_db_unavailable
 from metadata.errors import (
     INVALID_REQUEST,
@@ -56,9 +57,8 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # /readyz answers 503 when the database has not answered `SELECT 1` within this time.
 DEFAULT_READY_TIMEOUT_MS = 2_000
 
-# The read-only lookups every role may make.
+# The read-only lookups every role may make (admin may call everything anyway).
 READ = (AGENT, COMPACTOR, READER)
-assert ADMIN not in READ  # admin may call everything anyway (metadata.auth)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

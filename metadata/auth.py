@@ -3,7 +3,7 @@
 Tokens (`skiff metadata --tokens-file PATH`, env `SKIFF_METADATA_TOKENS_FILE`; or the same
 text in `SKIFF_METADATA_TOKENS`): one entry per line (in the variable, entries may also be
 separated by spaces), `ROLE[,ROLE...]:TOKEN`; blank lines and lines starting with `#` are
-ignored. The roles:
+ignored, as is the rest of a line from a word starting with `#`. The roles:
 
 - `agent`: everything an agent calls (registration, heartbeats, file commits, fetch
   lookups, topic admin on behalf of Kafka clients, group state and leases);
@@ -123,16 +123,16 @@ class TokenTable:
             if not stripped or stripped.startswith("#"):
                 continue
             for entry in stripped.split():
+                if entry.startswith("#"):  # a comment after the entries
+                    break
                 role_part, sep, token = entry.partition(":")
                 where = f"{source} line {lineno}"
                 if not sep or not token:
                     raise TokenConfigError(f"{where}: expected ROLE[,ROLE...]:TOKEN")
                 roles = {r.strip() for r in role_part.split(",") if r.strip()}
                 unknown = roles - ROLES
-                if not roles or unknown:
-                    raise TokenConfigError(
-                        f"{where}: unknown role(s) {sorted(unknown) or [role_part]}; roles are {sorted(ROLES)}"
-                    )
+                if not roles or unknown:  # not echoed: a swapped TOKEN:ROLE would print the token
+                    raise TokenConfigError(f"{where}: unknown role; roles are {', '.join(sorted(ROLES))}")
                 if len(token) < MIN_TOKEN_CHARS or not all(0x21 <= ord(c) <= 0x7E for c in token):
                     raise TokenConfigError(
                         f"{where}: a token must be at least {MIN_TOKEN_CHARS} printable ASCII characters"

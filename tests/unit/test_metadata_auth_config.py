@@ -42,7 +42,7 @@ C = "c-c.c_c~c+c/c=" + "c" * 10
 
 def test_tokens_file_roles_comments_and_union() -> None:
     table = TokenTable.parse(
-        f"# agents\nagent:{A}\n\n  compactor,reader:{B}  \nadmin:{C}\ncompactor:{A}\n", "tokens"
+        f"# agents\nagent:{A}  # the agents\n\n  compactor,reader:{B}  \nadmin:{C}\ncompactor:{A}\n", "tokens"
     )
     assert len(table) == 3
     assert table.roles_for(A) == {AGENT, COMPACTOR}  # the same token on two lines: both roles
@@ -57,6 +57,7 @@ def test_tokens_file_roles_comments_and_union() -> None:
     ("text", "fragment"),
     [
         (f"agnet:{A}", "unknown role"),
+        (f"{A}:agent", "unknown role"),  # swapped: the token must not be echoed
         (A, "expected ROLE"),
         ("agent:", "expected ROLE"),
         ("agent:short-secret", "at least 16"),
