@@ -190,8 +190,12 @@ def test_refusals_are_clear_json(served: Served) -> None:
     # a lower-case scheme and extra spaces are accepted (RFC 7235: the scheme is case-insensitive)
     ok = httpx.get(f"{url}/v1/topics", headers={"authorization": f"bearer   {TOKENS[READER]}"})
     assert ok.status_code == 200 and ok.json() == []
+    # the API description is public; an unknown path is no way around authentication
+    assert httpx.get(f"{url}/openapi.json").status_code == 200
+    assert httpx.get(f"{url}/docs").status_code == 200
+    assert httpx.get(f"{url}/v1/no-such-route").status_code == 401
     metrics = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {TOKENS[READER]}"}).text
-    assert 'skiff_metadata_requests_refused_total{reason="missing"} 1' in metrics
+    assert 'skiff_metadata_requests_refused_total{reason="missing"} 2' in metrics
     assert 'skiff_metadata_requests_refused_total{reason="invalid"} 2' in metrics
     assert 'skiff_metadata_requests_refused_total{reason="forbidden"} 1' in metrics
 
