@@ -197,6 +197,24 @@ class AgentConfig:
     metadata_timeout_ms: int = field(
         default=10_000, metadata={"help": "timeout of one call to the metadata HTTP service"}
     )
+    # The credentials of `metadata.credentials` (same variable names as every other client).
+    metadata_token: str | None = field(
+        default=None,
+        repr=False,
+        metadata={"help": "bearer token for the metadata service (prefer the token file: flags show in ps)"},
+    )
+    metadata_token_file: str | None = field(
+        default=None, metadata={"help": "file holding the metadata bearer token (a mounted Secret)"}
+    )
+    metadata_ca_file: str | None = field(
+        default=None, metadata={"help": "PEM CA bundle verifying an https:// metadata service"}
+    )
+    metadata_client_cert: str | None = field(
+        default=None, metadata={"help": "client certificate (PEM) when the metadata service requires mTLS"}
+    )
+    metadata_client_key: str | None = field(
+        default=None, metadata={"help": "private key (PEM) of metadata_client_cert"}
+    )
 
     # --- operations -----------------------------------------------------------------
     metrics_port: int = field(
@@ -311,6 +329,8 @@ class AgentConfig:
 
         if not self.agent_id:
             raise ValueError("agent_id must not be empty")
+        if self.metadata_token and self.metadata_token_file:
+            raise ValueError("set one of metadata_token and metadata_token_file, not both")
         for name in ("port",):
             non_negative(name)
             if getattr(self, name) > 65535:

@@ -43,6 +43,12 @@ from agent.server import AgentServer, start_agent_server
 from fileformat.objectstore import AsyncObjectStore, open_async_store
 from fileformat.objectstore.range_cache import RangeCache
 from metadata.api_types import MetadataClient
+from metadata.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    SASL_AUTHENTICATION_FAILED,
+    MetadataError,
+    MetadataUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +266,25 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
     """`skiff agent`: serve (and run the background roles) until SIGINT/SIGTERM, then
     flush and exit."""
     from metadata.client import open_metadata_client
+    from metadata.credentials import CredentialsError
 
     async def main() -> None:
-        metadata = open_metadata_client(config.metadata_url, timeout_s=config.metadata_timeout_ms / 1000)
+        try:
+            metadata = open_metadata_client(
+                config.metadata_url,
+                timeout_s=config.metadata_timeout_ms / 1000,
+                token=config.metadata_token,
+                token_file=config.metadata_token_file,
+                ca_file=config.metadata_ca_file,
+                cert_file=config.metadata_client_cert,
+                key_file=config.metadata_client_key,
+            )
+        except CredentialsError as e:
+            raise SystemExit(f"skiff agent: cannot start: {e}") from None
+        refused = await _credentials_refused(metadata)
+        if refused is not None:
+            await metadata.close()
+            raise SystemExit(f"skiff agent: cannot start: the metadata service refused: {refused}")
         store = open_agent_store(config)
         try:
             agent = await start_agent(config, metadata, store)
@@ -287,6 +309,19 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
     return 0
 
 
+async def _credentials_refused(metadata: MetadataClient) -> str | None:
+    """The metadata service's message if it refuses this process's token (an unreachable
+    service is not a refusal: the agent starts and retries as usual)."""
+    try:
+        await metadata.live_agents()
+    except MetadataError as e:
+        if e.error_code in (SASL_AUTHENTICATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
+            return e.message
+    except MetadataUnavailable:
+        pass
+    return None
+
+
 def _quiet_server_class() -> type:
     import uvicorn
 
@@ -308,6 +343,7 @@ def run_playground(
     import uvicorn
 
     from metadata.app import create_app
+    from metadata.auth import exposure_warnings, load_tokens
     from metadata.local_client import LocalMetadataClient
     from metadata.service import MetadataService
 
@@ -328,6 +364,11 @@ def run_playground(
         # No initial rebalance delay unless asked for, as in Kafka's development server.properties.
         config = config.replace(group_initial_rebalance_delay_ms=0)
 
+    # The playground's metadata API is open unless SKIFF_METADATA_TOKENS(_FILE) is set; it
+    # says so when it listens beyond loopback.
+    tokens = load_tokens(None)
+    for warning in exposure_warnings(host, auth_enabled=tokens is not None, tls=False):
+        log.warning("%s", warning)
     _QuietServer = _quiet_server_class()
 
     async def main() -> None:
@@ -339,7 +380,11 @@ def run_playground(
         gc.freeze()
         http = _QuietServer(
             uvicorn.Config(
-                create_app(service), host=host, port=metadata_port, log_level="warning", access_log=False
+                create_app(service, tokens=tokens),
+                host=host,
+                port=metadata_port,
+                log_level="warning",
+                access_log=False,
             )
         )
         http_task = asyncio.create_task(http.serve())

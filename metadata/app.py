@@ -9,7 +9,14 @@ the body, never in the path: group ids may be any string). Errors are JSON
   refuses) -> 400/413/422 with error_code INVALID_REQUEST (42), never a 500;
 - the database unreachable or timing out -> 503 (clients treat it as retriable).
 
-`run_metadata_server(db_url, host, port)` migrates the database and serves with uvicorn.
+Authentication and roles: metadata.auth (bearer tokens; every route is declared on the
+router of the roles that may call it, `APIRouter(dependencies=[allow(...)])` below; a
+route without a declaration is admin-only).
+`/healthz` (the process answers) and `/readyz` (the database answers a `SELECT 1` within
+`ready_timeout_ms`, else 503) need no token.
+
+`run_metadata_server(db_url, host, port)` migrates the database and serves with uvicorn
+(optionally over TLS, optionally requiring client certificates).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -27,9 +34,11 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 
+from metadata import auth as auth_mod
 from metadata import commit_feed
 from metadata import compaction_serde as cs
 from metadata import serde as s
+from metadata.auth import AGENT, COMPACTOR, READER, MetadataAuth, TokenTable, allow, public
 from metadata.db import is_db_unavailable
 from metadata.errors import (
     INVALID_REQUEST,
@@ -39,11 +48,17 @@ from metadata.errors import (
     MetadataError,
 )
 from metadata.group_lease_types import LeaseToken
+from metadata.health import ReadinessProbe
 from metadata.service import MetadataService
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+# /readyz answers 503 when the database has not answered `SELECT 1` within this time.
+DEFAULT_READY_TIMEOUT_MS = 2_000
+
+# The read-only lookups every role may make (admin may call everything anyway).
+READ = (AGENT, COMPACTOR, READER)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -119,13 +134,31 @@ def _error(status: int, code: int, message: str) -> JSONResponse:
     return JSONResponse({"error_code": code, "message": message}, status_code=status)
 
 
-def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+def create_app(
+    service: MetadataService,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    tokens: TokenTable | None = None,
+    ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
+) -> FastAPI:
+    """The API over `service`; `tokens` None leaves it open (the playground on localhost)."""
     app = FastAPI(
         title="Skiff metadata",
         version="1",
         description="Topics, offsets, chunks and groups of a Skiff cluster. See metadata/app.py.",
     )
     svc = service
+    auth = MetadataAuth(tokens)
+    auth_mod.install(app, auth)  # before any route: every route gets the role check
+    app.state.auth = auth
+    # Who may call what (metadata.auth): each route is declared on the router of its roles.
+    agent_routes = APIRouter(dependencies=[allow(AGENT)])
+    compactor_routes = APIRouter(dependencies=[allow(COMPACTOR)])
+    read_routes = APIRouter(dependencies=[allow(*READ)])  # lookups every role makes
+    agent_reader_routes = APIRouter(dependencies=[allow(AGENT, READER)])
+    compactor_reader_routes = APIRouter(dependencies=[allow(COMPACTOR, READER)])
+    reader_routes = APIRouter(dependencies=[allow(READER)])
+    health_routes = APIRouter(dependencies=[public()])
 
     @app.exception_handler(MetadataError)
     async def _metadata_error(_req: Request, e: MetadataError) -> JSONResponse:
@@ -170,64 +203,66 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
 
     # ---------------------------------------------------------------- topics
 
-    @app.post("/v1/topics/create", response_model=s.TopicM, tags=["topics"])
+    @agent_routes.post("/v1/topics/create", response_model=s.TopicM, tags=["topics"])
     def create_topic(req: s.CreateTopicRequest) -> s.TopicM:
         return s.topic_to_m(svc.create_topic(req.name, req.partition_count, dict(req.configs)))
 
-    @app.post("/v1/topics/delete", response_model=s.OkResponse, tags=["topics"])
+    @agent_routes.post("/v1/topics/delete", response_model=s.OkResponse, tags=["topics"])
     def delete_topic(req: s.TopicNameRequest) -> s.OkResponse:
         svc.delete_topic(req.name)
         return s.OkResponse()
 
-    @app.get("/v1/topics", response_model=list[s.TopicM], tags=["topics"])
+    @read_routes.get("/v1/topics", response_model=list[s.TopicM], tags=["topics"])
     def list_topics() -> list[s.TopicM]:
         return [s.topic_to_m(x) for x in svc.list_topics()]
 
-    @app.post("/v1/topics/describe", response_model=dict[str, s.TopicM], tags=["topics"])
+    @read_routes.post("/v1/topics/describe", response_model=dict[str, s.TopicM], tags=["topics"])
     def describe_topics(req: s.TopicNamesRequest) -> dict[str, s.TopicM]:
         return {k: s.topic_to_m(v) for k, v in svc.describe_topics(req.names).items()}
 
-    @app.post("/v1/topics/by-id", response_model=dict[str, s.TopicM], tags=["topics"])
+    @read_routes.post("/v1/topics/by-id", response_model=dict[str, s.TopicM], tags=["topics"])
     def topics_by_id(req: s.TopicIdsRequest) -> dict[str, s.TopicM]:
         return {str(k): s.topic_to_m(v) for k, v in svc.topics_by_id(req.topic_ids).items()}
 
-    @app.post("/v1/topics/alter-configs", response_model=s.TopicM, tags=["topics"])
+    @agent_routes.post("/v1/topics/alter-configs", response_model=s.TopicM, tags=["topics"])
     def alter_topic_configs(req: s.AlterConfigsRequest) -> s.TopicM:
         return s.topic_to_m(
             svc.alter_topic_configs(req.name, dict(req.set_configs), list(req.delete_configs), req.replace)
         )
 
-    @app.post("/v1/topics/add-partitions", response_model=s.TopicM, tags=["topics"])
+    @agent_routes.post("/v1/topics/add-partitions", response_model=s.TopicM, tags=["topics"])
     def add_partitions(req: s.AddPartitionsRequest) -> s.TopicM:
         return s.topic_to_m(svc.add_partitions(req.name, req.new_partition_count))
 
     # ---------------------------------------------------------------- produce / fetch
 
-    @app.post("/v1/commit-file", response_model=list[s.ChunkResultM], tags=["produce"])
+    @agent_routes.post("/v1/commit-file", response_model=list[s.ChunkResultM], tags=["produce"])
     def commit_file(req: s.CommitFileRequest) -> list[s.ChunkResultM]:
         results = svc.commit_file(s.file_from_m(req.file), [s.chunk_spec_from_m(c) for c in req.chunks])
         return [s.chunk_result_to_m(r) for r in results]
 
-    @app.post("/v1/producer-ids", response_model=s.ProducerIdResponse, tags=["produce"])
+    @agent_routes.post("/v1/producer-ids", response_model=s.ProducerIdResponse, tags=["produce"])
     def init_producer_id() -> s.ProducerIdResponse:
         pid, epoch = svc.init_producer_id()
         return s.ProducerIdResponse(producer_id=pid, producer_epoch=epoch)
 
-    @app.post("/v1/find-chunks", response_model=list[s.PartitionFetchInfoM], tags=["fetch"])
+    @read_routes.post("/v1/find-chunks", response_model=list[s.PartitionFetchInfoM], tags=["fetch"])
     def find_chunks(req: s.FindChunksRequest) -> list[s.PartitionFetchInfoM]:
         infos = svc.find_chunks([s.t.FetchQuery(**q.__dict__) for q in req.queries])
         return [s.fetch_info_to_m(i) for i in infos]
 
-    @app.post("/v1/file-chunks", response_model=s.FileChunksM, tags=["operations"])
+    @read_routes.post("/v1/file-chunks", response_model=s.FileChunksM, tags=["operations"])
     def file_chunks(req: s.FileChunksRequest) -> s.FileChunksM:
         return s.file_chunks_to_m(svc.file_chunks(req.object_key))
 
-    @app.post("/v1/partition-states", response_model=list[s.PartitionStateM], tags=["fetch"])
+    @read_routes.post("/v1/partition-states", response_model=list[s.PartitionStateM], tags=["fetch"])
     def partition_states(req: s.PartitionStatesRequest) -> list[s.PartitionStateM]:
         states = svc.partition_states([s.t.PartitionKey(**k.__dict__) for k in req.keys])
         return [s.PartitionStateM.model_construct(**x.__dict__) for x in states]
 
-    @app.post("/v1/wait-for-commits", response_model=list[s.PartitionWatermarkM], tags=["fetch"])
+    @agent_reader_routes.post(
+        "/v1/wait-for-commits", response_model=list[s.PartitionWatermarkM], tags=["fetch"]
+    )
     async def wait_for_commits(req: s.WaitForCommitsRequest) -> list[s.PartitionWatermarkM]:
         """Long poll (see metadata.commit_feed): answers when a commit moves the high
         watermark of one of the partitions past the known value, or with [] after timeout_ms."""
@@ -244,14 +279,14 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         )
         return [s.PartitionWatermarkM.model_construct(**m.__dict__) for m in moved]
 
-    @app.post("/v1/list-offsets", response_model=list[s.OffsetAnswerM], tags=["fetch"])
+    @read_routes.post("/v1/list-offsets", response_model=list[s.OffsetAnswerM], tags=["fetch"])
     def list_offsets(req: s.ListOffsetsRequest) -> list[s.OffsetAnswerM]:
         answers = svc.list_offsets([s.t.OffsetQuery(**q.__dict__) for q in req.queries])
         return [s.OffsetAnswerM.model_construct(**x.__dict__) for x in answers]
 
     # ---------------------------------------------------------------- compaction
 
-    @app.post("/v1/replace-chunks", response_model=s.OkResponse, tags=["compaction"])
+    @compactor_routes.post("/v1/replace-chunks", response_model=s.OkResponse, tags=["compaction"])
     def replace_chunks(req: s.ReplaceChunksRequest) -> s.OkResponse:
         svc.replace_chunks(
             list(req.input_chunk_ids),
@@ -262,12 +297,14 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         )
         return s.OkResponse()
 
-    @app.post("/v1/compaction/candidates", response_model=list[cs.CompactionCandidateM], tags=["compaction"])
+    @compactor_routes.post(
+        "/v1/compaction/candidates", response_model=list[cs.CompactionCandidateM], tags=["compaction"]
+    )
     def compaction_candidates(req: cs.CandidatesRequest) -> list[cs.CompactionCandidateM]:
         found = svc.compaction_candidates(req.topic, cs.rules_from_m(req.rules), req.limit)
         return [cs.candidate_to_m(c) for c in found]
 
-    @app.post("/v1/compaction/claim", response_model=cs.ClaimResponse, tags=["compaction"])
+    @compactor_routes.post("/v1/compaction/claim", response_model=cs.ClaimResponse, tags=["compaction"])
     def claim_compaction_job(req: cs.ClaimRequest) -> cs.ClaimResponse:
         lease = svc.claim_compaction_job(
             [s.t.PartitionKey(k.topic_id, k.partition) for k in req.partitions],
@@ -277,59 +314,61 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         )
         return cs.ClaimResponse(lease=cs.lease_to_m(lease) if lease else None)
 
-    @app.post("/v1/compaction/renew", response_model=cs.LeaseM, tags=["compaction"])
+    @compactor_routes.post("/v1/compaction/renew", response_model=cs.LeaseM, tags=["compaction"])
     def renew_compaction_lease(req: cs.RenewRequest) -> cs.LeaseM:
         return cs.lease_to_m(svc.renew_compaction_lease(req.token, req.lease_ms))
 
-    @app.post("/v1/compaction/release", response_model=s.OkResponse, tags=["compaction"])
+    @compactor_routes.post("/v1/compaction/release", response_model=s.OkResponse, tags=["compaction"])
     def release_compaction_lease(req: cs.ReleaseRequest) -> s.OkResponse:
         svc.release_compaction_lease(req.token)
         return s.OkResponse()
 
     # ---------------------------------------------------------------- retention, GC
 
-    @app.post("/v1/delete-records", response_model=list[s.DeleteRecordsAnswerM], tags=["retention"])
+    @agent_routes.post("/v1/delete-records", response_model=list[s.DeleteRecordsAnswerM], tags=["retention"])
     def delete_records(req: s.DeleteRecordsRequest) -> list[s.DeleteRecordsAnswerM]:
         answers = svc.delete_records([s.t.DeleteRecordsQuery(**q.__dict__) for q in req.queries])
         return [s.DeleteRecordsAnswerM.model_construct(**a.__dict__) for a in answers]
 
-    @app.post("/v1/retention/enforce", response_model=list[s.RetentionResultM], tags=["retention"])
+    @compactor_routes.post(
+        "/v1/retention/enforce", response_model=list[s.RetentionResultM], tags=["retention"]
+    )
     def enforce_retention(req: s.EnforceRetentionRequest) -> list[s.RetentionResultM]:
         results = svc.enforce_retention(req.topic, req.max_chunks_per_partition)
         return [s.RetentionResultM.model_construct(**r.__dict__) for r in results]
 
-    @app.post("/v1/groups/touch", response_model=s.OkResponse, tags=["groups"])
+    @agent_routes.post("/v1/groups/touch", response_model=s.OkResponse, tags=["groups"])
     def touch_groups(req: s.GroupIdsRequest) -> s.OkResponse:
         svc.touch_groups(req.group_ids)
         return s.OkResponse()
 
-    @app.post("/v1/groups/expire-offsets", response_model=s.CountResponse, tags=["groups"])
+    @compactor_routes.post("/v1/groups/expire-offsets", response_model=s.CountResponse, tags=["groups"])
     def expire_group_offsets(req: s.ExpireOffsetsRequest) -> s.CountResponse:
         return s.CountResponse(count=svc.expire_group_offsets(req.retention_ms))
 
-    @app.post("/v1/gc/claim", response_model=list[s.ClaimedFileM], tags=["gc"])
+    @compactor_routes.post("/v1/gc/claim", response_model=list[s.ClaimedFileM], tags=["gc"])
     def claim_deletable_files(req: s.ClaimFilesRequest) -> list[s.ClaimedFileM]:
         claimed = svc.claim_deletable_files(req.token, req.max_files, req.grace_ms, req.claim_ms)
         return [s.ClaimedFileM.model_construct(**c.__dict__) for c in claimed]
 
-    @app.post("/v1/gc/forget", response_model=s.CountResponse, tags=["gc"])
+    @compactor_routes.post("/v1/gc/forget", response_model=s.CountResponse, tags=["gc"])
     def forget_files(req: s.ForgetFilesRequest) -> s.CountResponse:
         return s.CountResponse(count=svc.forget_files(req.token, req.file_ids))
 
-    @app.post("/v1/gc/unknown-keys", response_model=list[str], tags=["gc"])
+    @compactor_routes.post("/v1/gc/unknown-keys", response_model=list[str], tags=["gc"])
     def unknown_object_keys(req: s.ObjectKeysRequest) -> list[str]:
         return svc.unknown_object_keys(req.object_keys)
 
-    @app.post("/v1/gc/record-success", response_model=s.OkResponse, tags=["gc"])
+    @compactor_routes.post("/v1/gc/record-success", response_model=s.OkResponse, tags=["gc"])
     def record_success(req: s.RecordSuccessRequest) -> s.OkResponse:
         svc.record_success(req.task)
         return s.OkResponse()
 
-    @app.get("/v1/gc/last-successes", response_model=dict[str, int], tags=["gc"])
+    @compactor_reader_routes.get("/v1/gc/last-successes", response_model=dict[str, int], tags=["gc"])
     def last_successes() -> dict[str, int]:
         return svc.last_successes()
 
-    @app.get("/metrics", tags=["health"])
+    @reader_routes.get("/metrics", tags=["health"])
     def metrics() -> Response:
         """Prometheus text: seconds since each maintenance task last succeeded."""
         now_ms = svc.clock()
@@ -341,11 +380,14 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
             lines.append(
                 f'skiff_maintenance_last_success_age_seconds{{task="{task}"}} {(now_ms - ms) / 1000:.3f}'
             )
+        lines.extend(auth.metrics_lines())
         return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
     # ---------------------------------------------------------------- groups
 
-    @app.post("/v1/groups/commit-offsets", response_model=list[s.OffsetCommitResultM], tags=["groups"])
+    @agent_routes.post(
+        "/v1/groups/commit-offsets", response_model=list[s.OffsetCommitResultM], tags=["groups"]
+    )
     def commit_offsets(req: s.CommitOffsetsRequest) -> list[s.OffsetCommitResultM]:
         lease = None if req.lease is None else LeaseToken(req.lease.holder, req.lease.epoch)
         results = svc.commit_offsets(
@@ -353,63 +395,65 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         )
         return [s.OffsetCommitResultM.model_construct(**r.__dict__) for r in results]
 
-    @app.post("/v1/groups/fetch-offsets", response_model=list[s.GroupOffsetM], tags=["groups"])
+    @agent_reader_routes.post(
+        "/v1/groups/fetch-offsets", response_model=list[s.GroupOffsetM], tags=["groups"]
+    )
     def fetch_offsets(req: s.FetchOffsetsRequest) -> list[s.GroupOffsetM]:
         offsets = svc.fetch_offsets(req.group_id, req.topics)
         return [s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets]
 
-    @app.post("/v1/groups/delete-offsets", response_model=s.OkResponse, tags=["groups"])
+    @agent_routes.post("/v1/groups/delete-offsets", response_model=s.OkResponse, tags=["groups"])
     def delete_group_offsets(req: s.FetchOffsetsRequest) -> s.OkResponse:
         """Forget every committed offset of a group (DeleteGroups); `topics` is ignored."""
         svc.delete_group_offsets(req.group_id)
         return s.OkResponse()
 
-    @app.post("/v1/groups/delete-partition-offsets", response_model=s.OkResponse, tags=["groups"])
+    @agent_routes.post("/v1/groups/delete-partition-offsets", response_model=s.OkResponse, tags=["groups"])
     def delete_partition_offsets(req: s.DeletePartitionOffsetsRequest) -> s.OkResponse:
         """Forget the committed offsets of some partitions of a group, in one transaction (OffsetDelete)."""
         svc.delete_partition_offsets(req.group_id, [(p.topic, p.partition) for p in req.partitions])
         return s.OkResponse()
 
-    @app.post("/v1/groups/with-offsets", response_model=list[str], tags=["groups"])
+    @agent_reader_routes.post("/v1/groups/with-offsets", response_model=list[str], tags=["groups"])
     def groups_with_offsets(req: s.GroupsWithOffsetsRequest) -> list[str]:
         """The group ids (of `group_ids`, or all when null) that have committed offsets (ListGroups)."""
         return svc.groups_with_offsets(req.group_ids)
 
     # ---------------------------------------------------------------- agents
 
-    @app.post("/v1/agents/deregister", response_model=s.OkResponse, tags=["agents"])
+    @agent_routes.post("/v1/agents/deregister", response_model=s.OkResponse, tags=["agents"])
     def deregister_agent(req: s.AgentInfoM) -> s.OkResponse:
         svc.deregister_agent(s.t.AgentInfo(**req.__dict__))
         return s.OkResponse()
 
-    @app.post("/v1/agents/heartbeat", response_model=s.OkResponse, tags=["agents"])
+    @agent_routes.post("/v1/agents/heartbeat", response_model=s.OkResponse, tags=["agents"])
     def heartbeat_agent(req: s.AgentInfoM) -> s.OkResponse:
         svc.heartbeat_agent(s.t.AgentInfo(**req.__dict__))
         return s.OkResponse()
 
-    @app.get("/v1/agents", response_model=list[s.AgentInfoM], tags=["agents"])
+    @read_routes.get("/v1/agents", response_model=list[s.AgentInfoM], tags=["agents"])
     def live_agents() -> list[s.AgentInfoM]:
         return [s.AgentInfoM.model_construct(**a.__dict__) for a in svc.live_agents()]
 
     # ---------------------------------------------------------------- group coordinator leases
 
-    @app.post("/v1/groups/lease/acquire", response_model=s.LeaseGrantM, tags=["groups"])
+    @agent_routes.post("/v1/groups/lease/acquire", response_model=s.LeaseGrantM, tags=["groups"])
     def acquire_group_lease(req: s.AcquireGroupLeaseRequest) -> s.LeaseGrantM:
         """Take (or re-take, with a new epoch) the lease on coordinating a group (metadata.group_leases)."""
         grant = svc.acquire_group_lease(req.group_id, req.agent_id, req.ttl_ms)
         return s.LeaseGrantM.model_construct(**{f: getattr(grant, f) for f in s.LeaseGrantM.model_fields})
 
-    @app.post("/v1/groups/lease/renew", response_model=list[str], tags=["groups"])
+    @agent_routes.post("/v1/groups/lease/renew", response_model=list[str], tags=["groups"])
     def renew_group_leases(req: s.RenewGroupLeasesRequest) -> list[str]:
         """Renew an agent's group leases in one transaction; answers the groups renewed."""
         return svc.renew_group_leases(req.agent_id, [(x.group_id, x.epoch) for x in req.leases], req.ttl_ms)
 
-    @app.post("/v1/groups/lease/release", response_model=s.OkResponse, tags=["groups"])
+    @agent_routes.post("/v1/groups/lease/release", response_model=s.OkResponse, tags=["groups"])
     def release_group_leases(req: s.ReleaseGroupLeasesRequest) -> s.OkResponse:
         svc.release_group_leases(req.agent_id, [(x.group_id, x.epoch) for x in req.leases])
         return s.OkResponse()
 
-    @app.post("/v1/groups/lease/confirm-generation", response_model=s.OkResponse, tags=["groups"])
+    @agent_routes.post("/v1/groups/lease/confirm-generation", response_model=s.OkResponse, tags=["groups"])
     def confirm_group_generation(req: s.ConfirmGroupGenerationRequest) -> s.OkResponse:
         """A new generation: renew the lease and store the group's state, or NOT_COORDINATOR."""
         lease = LeaseToken(req.lease.holder, req.lease.epoch)
@@ -418,21 +462,69 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
 
     # ---------------------------------------------------------------- cluster settings
 
-    @app.get("/v1/cluster", response_model=s.ClusterInfoM, tags=["cluster"])
+    @read_routes.get("/v1/cluster", response_model=s.ClusterInfoM, tags=["cluster"])
     def cluster_info() -> s.ClusterInfoM:
         """Settings readers need: the bucket URL the agents write to (null: not configured)."""
         return s.ClusterInfoM(bucket_url=svc.bucket_url)
 
     # ---------------------------------------------------------------- health
 
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
+    def select_one() -> None:
         with svc.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+    probe = ReadinessProbe(select_one, ready_timeout_ms / 1000.0)
+
+    @health_routes.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers (no database call)."""
         return {"status": "ok"}
 
+    @health_routes.get("/readyz", tags=["health"])
+    async def readyz() -> JSONResponse:
+        """Readiness: the database answers `SELECT 1` in time, else 503."""
+        problem = await probe.check()
+        if problem is None:
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "unavailable", "message": problem}, status_code=503)
+
+    for router in (
+        agent_routes,
+        compactor_routes,
+        read_routes,
+        agent_reader_routes,
+        compactor_reader_routes,
+        reader_routes,
+        health_routes,
+    ):
+        app.include_router(router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # type: ignore[arg-type]
+    auth_mod.add_middleware(app, auth)  # outermost: no body is read before authentication
     return app
+
+
+def tls_settings(cert: str | None, key: str | None, client_ca: str | None) -> dict[str, Any]:
+    """uvicorn's TLS keywords for the `skiff metadata` TLS flags, checked up front (a bad
+    file is a clear ValueError at start-up, not a traceback from inside uvicorn)."""
+    import ssl
+
+    if not cert and not key:
+        if client_ca:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (client certificates need TLS)")
+        return {}
+    if not (cert and key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(cert, key)
+        if client_ca:
+            ctx.load_verify_locations(client_ca)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot load the metadata TLS files: {e}") from None
+    out: dict[str, Any] = {"ssl_certfile": cert, "ssl_keyfile": key}
+    if client_ca:
+        out.update(ssl_ca_certs=client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return out
 
 
 def run_metadata_server(
@@ -443,15 +535,25 @@ def run_metadata_server(
     log_level: str = "info",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     bucket_url: str | None = None,
+    tokens: TokenTable | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
 ) -> None:
     """Serve the metadata API with uvicorn until interrupted (the `skiff metadata` command).
     Runs the migrations first; several replicas may start at once over one PostgreSQL.
-    `bucket_url` (the agents' bucket) is served at GET /v1/cluster for readers such as Spark."""
+    `bucket_url` (the agents' bucket) is served at GET /v1/cluster for readers such as Spark.
+    `tokens` turns authentication on (metadata.auth); `tls_cert`/`tls_key` serve HTTPS, and
+    `tls_client_ca` then also requires client certificates signed by that CA (mTLS)."""
     import uvicorn
+
+    tls = tls_settings(tls_cert, tls_key, tls_client_ca)
+    for warning in auth_mod.exposure_warnings(host, auth_enabled=tokens is not None, tls=bool(tls)):
+        log.warning("%s", warning)
 
     service = MetadataService.from_url(db_url, bucket_url=bucket_url)
     try:
-        app = create_app(service, max_body_bytes=max_body_bytes)
+        app = create_app(service, max_body_bytes=max_body_bytes, tokens=tokens)
         # Everything loaded so far lives as long as the process: keep it out of the cyclic
         # GC's full collections, which otherwise scan ~100k objects (tens of ms on a small
         # machine) and show up as the p99 of commit latency.
@@ -460,7 +562,13 @@ def run_metadata_server(
         # On SIGTERM, requests in flight get 5 s to finish: commits take milliseconds, and
         # agents' commit long polls (up to 10 s) are cut short; agents retry elsewhere.
         uvicorn.run(
-            app, host=host, port=port, log_level=log_level, access_log=False, timeout_graceful_shutdown=5
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            **tls,
         )
     finally:
         service.close()

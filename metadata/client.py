@@ -2,21 +2,47 @@
 
 `http(s)://...` gives the HTTP client (`metadata.http_client`); a database URL
 (`sqlite:///...`, `postgresql://...`) gives an in-process client over a service of its
-own (`metadata.local_client`). The in-process side is imported only when asked for, so
+own (`metadata.local_client`). HTTP clients present the credentials of
+`metadata.credentials` (token, CA file, client certificate): explicit arguments, else the
+`SKIFF_METADATA_TOKEN` / `SKIFF_METADATA_TOKEN_FILE` / `SKIFF_METADATA_CA_FILE` /
+`SKIFF_METADATA_CLIENT_CERT` / `SKIFF_METADATA_CLIENT_KEY` variables, so every command
+that takes a metadata URL passes the token from one setting. The in-process side is imported only when asked for, so
 importing this module (or opening an HTTP client through it) loads no SQLAlchemy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from metadata.api_types import MetadataClient
+from metadata.credentials import resolve_credentials
 from metadata.http_client import HttpMetadataClient
 
 
-def open_metadata_client(url_or_db: str, *, timeout_s: float = 10.0) -> MetadataClient:
-    """`http(s)://...` -> HttpMetadataClient; a database URL (sqlite:///..., postgresql://...)
+def open_metadata_client(
+    url_or_db: str,
+    *,
+    timeout_s: float = 10.0,
+    token: str | None = None,
+    token_file: str | None = None,
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> MetadataClient:
+    """`http(s)://...` -> HttpMetadataClient with the credentials given, else those of the
+    environment (`env`, default os.environ); a database URL (sqlite:///..., postgresql://...)
     -> LocalMetadataClient over a MetadataService of its own (migrated; closed with the client)."""
     if url_or_db.startswith(("http://", "https://")):
-        return HttpMetadataClient(url_or_db, timeout_s=timeout_s)
+        creds = resolve_credentials(
+            token=token,
+            token_file=token_file,
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            env=env,
+        )
+        return HttpMetadataClient(url_or_db, timeout_s=timeout_s, credentials=creds)
     from metadata.local_client import LocalMetadataClient  # the database side, only when asked for
     from metadata.service import MetadataService
 

@@ -43,3 +43,7 @@ INVALID_REQUEST = 42
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 UNKNOWN_PRODUCER_ID = 59
+# The metadata service's refusals of a caller (metadata.auth): no or an unknown token
+# (HTTP 401), a token without the role the route needs (HTTP 403).
+SASL_AUTHENTICATION_FAILED = 58
+CLUSTER_AUTHORIZATION_FAILED = 31

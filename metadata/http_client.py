@@ -6,14 +6,23 @@ metadata.errors) only: no SQLAlchemy, no service, no database driver, so a Spark
 executor or a compactor job can import it cheaply (an import-linter contract in
 pyproject.toml keeps it so).
 
+Credentials (`metadata.credentials.MetadataCredentials`): the bearer token goes in every
+request's Authorization header; a CA file (and a client certificate for mTLS) set the TLS
+verification of https:// URLs. A token sent over plain http:// to a host other than
+loopback is logged once as a warning (it travels in clear text).
+
 Errors: an HTTP 4xx answer carries `{"error_code", "message"}` and raises
 `MetadataError` (409: `ConflictError`, the compare-and-set failures); connection errors,
 timeouts, HTTP 5xx (the database down) and malformed answers raise
-`MetadataUnavailable`, which is retriable.
+`MetadataUnavailable`, which is retriable. A refused token (401, 403) is a
+`MetadataError` with Kafka's SASL_AUTHENTICATION_FAILED or CLUSTER_AUTHORIZATION_FAILED:
+retrying will not help.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -25,6 +34,7 @@ from metadata import compaction_serde as cs
 from metadata import serde as s
 from metadata.api_types import MetadataClient
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
+from metadata.credentials import MetadataCredentials
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
 from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.types import (
@@ -51,6 +61,8 @@ from metadata.types import (
 )
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 _CHUNK_RESULTS = TypeAdapter(list[s.ChunkResultM])
 _FETCH_INFOS = TypeAdapter(list[s.PartitionFetchInfoM])
@@ -86,14 +98,22 @@ class HttpMetadataClient:
         *,
         max_connections: int = 32,
         transport: httpx.AsyncBaseTransport | None = None,
+        credentials: MetadataCredentials | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        creds = credentials or MetadataCredentials()
+        if creds.token and _clear_text_to_remote(self.base_url):
+            log.warning(
+                "sending the metadata token to %s over plain HTTP: use https:// (docs/operations.md)",
+                self.base_url,
+            )
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             transport=transport,
-            headers={"content-type": "application/json"},
+            headers={"content-type": "application/json", **creds.headers()},
+            verify=creds.ssl_verify(),
         )
 
     async def _call(
@@ -411,6 +431,19 @@ class HttpMetadataClient:
 
     async def close(self) -> None:
         await self._http.aclose()
+
+
+def _clear_text_to_remote(base_url: str) -> bool:
+    url = httpx.URL(base_url)
+    if url.scheme != "http":
+        return False
+    host = url.host.strip("[]").lower()
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
 
 
 def _check_protocol() -> None:  # mypy checks the class against the Protocol here

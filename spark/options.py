@@ -16,7 +16,10 @@ Names and semantics follow Spark's Kafka integration guide (keys are case-insens
   `includeHeaders` (default false), `maxOffsetsPerTrigger` (streaming);
 - Skiff's own: `metadata.url` (required), `bucket` (the bucket URL: `s3://b/prefix`,
   `file:///path`; default: the one metadata serves; endpoint and credentials from the
-  usual AWS settings).
+  usual AWS settings); the metadata service's credentials `metadata.token` or
+  `metadata.tokenFile` and `metadata.caFile` (default: the driver's `SKIFF_METADATA_TOKEN`,
+  `SKIFF_METADATA_TOKEN_FILE`, `SKIFF_METADATA_CA_FILE`, as every Skiff client; only the
+  driver talks to metadata, so executors need none of them).
 
 Errors are `SkiffOptionError` (a ValueError) with a message naming the option.
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 EARLIEST = -2
 LATEST = -1
@@ -61,6 +64,9 @@ class SourceOptions:
     max_records_per_partition: int | None
     include_headers: bool
     max_offsets_per_trigger: int | None
+    metadata_token: str | None = field(default=None, repr=False)
+    metadata_token_file: str | None = None
+    metadata_ca_file: str | None = None
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
@@ -128,6 +134,8 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceO
         raise SkiffOptionError(
             "option metadata.url is required (the Skiff metadata service, http://host:9093)"
         )
+    if opts.get("metadata.token") and opts.get("metadata.tokenfile"):
+        raise SkiffOptionError("give one of the options metadata.token and metadata.tokenFile")
     strategies = [s for s in ("subscribe", "subscribepattern", "assign") if opts.get(s)]
     if len(strategies) != 1:
         raise SkiffOptionError(
@@ -186,4 +194,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceO
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
         include_headers=_bool(opts, "includeHeaders", False),
         max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
+        metadata_token=opts.get("metadata.token") or None,
+        metadata_token_file=opts.get("metadata.tokenfile") or None,
+        metadata_ca_file=opts.get("metadata.cafile") or None,
     )

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from fileformat.chunk_reader import ChunkLocation, first_record_at_or_after
 from fileformat.objectstore import open_store
+from metadata.credentials import CredentialsError, resolve_credentials
 from metadata.errors import MetadataError, MetadataUnavailable
 from metadata.http_client import HttpMetadataClient
 from metadata.types import FetchQuery, OffsetQuery, PartitionKey, Topic
@@ -64,12 +65,24 @@ class PlannedRead:
     chunks: tuple[ChunkLocation, ...]
 
 
-def run(coro_fn, metadata_url: str):  # type: ignore[no-untyped-def]
+def metadata_client(opts: SourceOptions) -> HttpMetadataClient:
+    """The driver's client: the options' credentials, else the driver's SKIFF_METADATA_*."""
+    try:
+        creds = resolve_credentials(
+            token=opts.metadata_token, token_file=opts.metadata_token_file, ca_file=opts.metadata_ca_file
+        )
+    except CredentialsError as exc:
+        raise SkiffSourceError(str(exc)) from None
+    return HttpMetadataClient(opts.metadata_url, credentials=creds)
+
+
+def run(coro_fn, opts: SourceOptions):  # type: ignore[no-untyped-def]
     """Run `await coro_fn(client)` with a fresh HTTP client; metadata errors become
     `SkiffSourceError`s a data engineer can act on."""
+    metadata_url = opts.metadata_url
 
     async def main():  # type: ignore[no-untyped-def]
-        client = HttpMetadataClient(metadata_url)
+        client = metadata_client(opts)
         try:
             return await coro_fn(client)
         finally:

@@ -59,7 +59,7 @@ class SkiffBatchReader(DataSourceReader):
             bucket = await resolve_bucket(client, self.opts)
             return bucket, await plan_batch(client, dataclasses.replace(self.opts, bucket=bucket))
 
-        bucket, tasks = run(plan, self.opts.metadata_url)
+        bucket, tasks = run(plan, self.opts)
         return [
             SkiffInputPartition(t, bucket, self.opts.include_headers, self.opts.fail_on_data_loss)
             for t in tasks

@@ -108,7 +108,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _poll(self) -> dict[Key, PartitionInfo]:
         """One metadata conversation: the selected partitions with log start and watermark."""
-        parts = run(lambda client: resolve_partitions(client, self.opts), self.opts.metadata_url)
+        parts = run(lambda client: resolve_partitions(client, self.opts), self.opts)
         self._parts = {(p.topic, p.partition): p for p in parts}
         return self._parts
 
@@ -122,7 +122,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offsets = await resolve_offsets(client, parts, opts.starting, opts, "starting")
             return {(p.topic, p.partition): o for p, o in zip(parts, offsets, strict=True)}
 
-        return offsets_json(run(starts, self.opts.metadata_url))
+        return offsets_json(run(starts, self.opts))
 
     def getDefaultReadLimit(self) -> Any:
         if self.opts.max_offsets_per_trigger is not None and ReadMaxRows is not None:
@@ -173,7 +173,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ids = {k: p.topic_id for k, p in self._parts.items()}
             return bucket, await plan_tasks(client, ranges, ids, self.opts)
 
-        self._bucket, tasks = run(plan, self.opts.metadata_url)
+        self._bucket, tasks = run(plan, self.opts)
         self._last_end = end
         return [
             SkiffInputPartition(t, self._bucket, self.opts.include_headers, self.opts.fail_on_data_loss)

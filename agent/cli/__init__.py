@@ -2,7 +2,8 @@
 
     skiff playground [--data-dir DIR] [--port 9092] [--metadata-port 9093]
     skiff agent --bucket URL --metadata URL [--port 9092] [--advertised-host H] [--zone Z] ...
-    skiff metadata --db URL [--host H] [--port 9093] [--bucket URL]
+    skiff metadata --db URL [--host H] [--port 9093] [--bucket URL] [--tokens-file PATH]
+                   [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
     skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
 
@@ -69,6 +70,25 @@ def _build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SKIFF_BUCKET_URL") or None,
         help="the bucket URL the agents write to, told to readers such as Spark (GET /v1/cluster)",
     )
+    md.add_argument(
+        "--tokens-file",
+        default=os.environ.get("SKIFF_METADATA_TOKENS_FILE") or None,
+        help="bearer tokens and their roles, one ROLE[,ROLE]:TOKEN per line (unset: no authentication"
+        " unless SKIFF_METADATA_TOKENS holds them); see docs/operations.md",
+    )
+    md.add_argument(
+        "--tls-cert",
+        default=os.environ.get("SKIFF_METADATA_TLS_CERT") or None,
+        help="PEM certificate (chain) to serve HTTPS with",
+    )
+    md.add_argument(
+        "--tls-key", default=os.environ.get("SKIFF_METADATA_TLS_KEY") or None, help="PEM key of --tls-cert"
+    )
+    md.add_argument(
+        "--tls-client-ca",
+        default=os.environ.get("SKIFF_METADATA_TLS_CLIENT_CA") or None,
+        help="require client certificates signed by this PEM CA (mTLS)",
+    )
 
     ins = sub.add_parser("inspect", help="print a segment file's chunks")
     ins.add_argument("target", help="a local path, file://, s3://bucket/key or memory:// URL")
@@ -125,10 +145,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_compact(args)
         if args.command == "metadata":
             from agent.runtime import absolute_bucket_url
-            from metadata.app import run_metadata_server
+            from metadata.app import run_metadata_server, tls_settings
+            from metadata.auth import load_tokens
 
             bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
-            run_metadata_server(args.db, args.host, args.port, bucket_url=bucket_url)
+            try:  # settings errors are usage errors: one clear line, no traceback
+                tokens = load_tokens(args.tokens_file)
+                tls_settings(args.tls_cert, args.tls_key, args.tls_client_ca)
+            except ValueError as exc:
+                parser.error(str(exc))
+            run_metadata_server(
+                args.db,
+                args.host,
+                args.port,
+                bucket_url=bucket_url,
+                tokens=tokens,
+                tls_cert=args.tls_cert,
+                tls_key=args.tls_key,
+                tls_client_ca=args.tls_client_ca,
+            )
             return 0
         if args.command == "agent":
             from agent.config import AgentConfig

@@ -54,6 +54,16 @@ def _env_int(name: str, default: int) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket", dest="bucket_url", default=os.environ.get("SKIFF_BUCKET_URL"), required=False)
     p.add_argument("--metadata", dest="metadata_url", default=os.environ.get("SKIFF_METADATA_URL"))
+    p.add_argument(
+        "--metadata-token-file",
+        default=None,
+        help="file holding the metadata bearer token (default: SKIFF_METADATA_TOKEN_FILE or SKIFF_METADATA_TOKEN)",
+    )
+    p.add_argument(
+        "--metadata-ca-file",
+        default=None,
+        help="PEM CA of an https:// metadata service (SKIFF_METADATA_CA_FILE)",
+    )
     p.add_argument("--once", action="store_true", help="one pass until nothing is left to do, then exit")
     p.add_argument("--topic", default=None, help="only this topic")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
@@ -197,7 +207,9 @@ async def _compact(args: argparse.Namespace) -> int:
     from metadata.client import open_metadata_client
 
     config = config_from_args(args)
-    md = open_metadata_client(args.metadata_url)
+    md = open_metadata_client(
+        args.metadata_url, token_file=args.metadata_token_file, ca_file=args.metadata_ca_file
+    )
     out = Console(highlight=False)
     err = Console(stderr=True)
     try:
@@ -232,11 +244,21 @@ async def _compact(args: argparse.Namespace) -> int:
 
 
 def run_compact(args: argparse.Namespace) -> int:
+    from metadata.credentials import CredentialsError
+    from metadata.errors import CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FAILED, MetadataError
+
     if not args.metadata_url:
         raise SystemExit("skiff compact: --metadata URL is required")
     if not args.dry_run and not args.bucket_url:
         raise SystemExit("skiff compact: --bucket URL is required")
-    return asyncio.run(_compact(args))
+    try:
+        return asyncio.run(_compact(args))
+    except CredentialsError as e:
+        raise SystemExit(f"skiff compact: {e}") from None
+    except MetadataError as e:
+        if e.error_code not in (SASL_AUTHENTICATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
+            raise
+        raise SystemExit(f"skiff compact: the metadata service refused: {e.message}") from None
 
 
 def maintenance_role(md: MetadataClient, bucket_url: str, interval_ms: int, holder: str) -> MaintenanceLoop:
