@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 
 from metadata import commit_feed
 from metadata import compaction_serde as cs
+from metadata import scram_serde as ss
 from metadata import serde as s
 from metadata.db import is_db_unavailable
 from metadata.errors import (
@@ -379,17 +380,17 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
 
     @app.post("/v1/agents/deregister", response_model=s.OkResponse, tags=["agents"])
     def deregister_agent(req: s.AgentInfoM) -> s.OkResponse:
-        svc.deregister_agent(s.t.AgentInfo(**req.__dict__))
+        svc.deregister_agent(req.to_info())
         return s.OkResponse()
 
     @app.post("/v1/agents/heartbeat", response_model=s.OkResponse, tags=["agents"])
     def heartbeat_agent(req: s.AgentInfoM) -> s.OkResponse:
-        svc.heartbeat_agent(s.t.AgentInfo(**req.__dict__))
+        svc.heartbeat_agent(req.to_info())
         return s.OkResponse()
 
     @app.get("/v1/agents", response_model=list[s.AgentInfoM], tags=["agents"])
     def live_agents() -> list[s.AgentInfoM]:
-        return [s.AgentInfoM.model_construct(**a.__dict__) for a in svc.live_agents()]
+        return [s.AgentInfoM.of(a) for a in svc.live_agents()]
 
     # ---------------------------------------------------------------- group coordinator leases
 
@@ -416,6 +417,11 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         svc.confirm_group_generation(req.group_id, lease, req.ttl_ms, req.group_state)
         return s.OkResponse()
 
+    # ---------------------------------------------------------------- SCRAM users
+
+    app.include_router(scram_read_router(svc))
+    app.include_router(scram_write_router(svc))
+
     # ---------------------------------------------------------------- cluster settings
 
     @app.get("/v1/cluster", response_model=s.ClusterInfoM, tags=["cluster"])
@@ -433,6 +439,57 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # type: ignore[arg-type]
     return app
+
+
+# Roles for the metadata service's authentication (issue 12 item 1): the SCRAM routes are in
+# two routers, so that an auth layer can require the `agent` role (or better) for reading
+# credentials, which agents do to authenticate Kafka clients, and the `admin` role for
+# changing them. `SCRAM_ROUTE_ROLES` names the role each router's routes need.
+SCRAM_READ_ROLE = "agent"
+SCRAM_WRITE_ROLE = "admin"
+
+
+def scram_read_router(svc: MetadataService) -> APIRouter:
+    """Reading SCRAM credentials: agents (to authenticate clients) and admins."""
+    router = APIRouter(tags=["scram-users"])
+
+    @router.post("/v1/scram-users/describe", response_model=list[ss.ScramCredentialInfoM])
+    def describe_scram_users(req: ss.DescribeScramUsersRequest) -> list[ss.ScramCredentialInfoM]:
+        """Users' mechanisms and iteration counts (never salts or keys); `users` null: all."""
+        return [
+            ss.ScramCredentialInfoM.model_construct(
+                user=i.user, mechanism=i.mechanism, iterations=i.iterations
+            )
+            for i in svc.describe_scram_users(req.users)
+        ]
+
+    @router.post("/v1/scram-users/credentials", response_model=list[ss.ScramCredentialM])
+    def scram_credentials(req: ss.ScramCredentialsRequest) -> list[ss.ScramCredentialM]:
+        """One user's stored credentials (salt, iterations, StoredKey, ServerKey), [] if none."""
+        return [ss.ScramCredentialM.of(c) for c in svc.scram_credentials(req.user)]
+
+    router.role = SCRAM_READ_ROLE  # type: ignore[attr-defined]
+    return router
+
+
+def scram_write_router(svc: MetadataService) -> APIRouter:
+    """Changing SCRAM credentials: admins only."""
+    router = APIRouter(tags=["scram-users"])
+
+    @router.post("/v1/scram-users/upsert", response_model=s.OkResponse)
+    def upsert_scram_credential(req: ss.ScramCredentialM) -> s.OkResponse:
+        """Create or replace one user's credential for one mechanism (already salted)."""
+        svc.upsert_scram_credential(req.to_credential())
+        return s.OkResponse()
+
+    @router.post("/v1/scram-users/delete", response_model=s.OkResponse)
+    def delete_scram_credential(req: ss.DeleteScramCredentialRequest) -> s.OkResponse:
+        """Remove one credential; RESOURCE_NOT_FOUND (91) if there is none."""
+        svc.delete_scram_credential(req.user, req.mechanism)
+        return s.OkResponse()
+
+    router.role = SCRAM_WRITE_ROLE  # type: ignore[attr-defined]
+    return router
 
 
 def run_metadata_server(
