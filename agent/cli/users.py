@@ -56,15 +56,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     cr = ops.add_parser("create", help="create a user, or set a new password")
     common(cr)
     cr.add_argument("name")
-    cr.add_argument("--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default both")
+    cr.add_argument(
+        "--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default both"
+    )
     cr.add_argument("--password", default=None)
     cr.add_argument("--password-file", default=None, help="first line is the password ('-': standard input)")
-    cr.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="PBKDF2 iterations (4096-16384)")
+    cr.add_argument(
+        "--iterations", type=int, default=DEFAULT_ITERATIONS, help="PBKDF2 iterations (4096-16384)"
+    )
 
     rm = ops.add_parser("delete", help="delete a user's credentials")
     common(rm)
     rm.add_argument("name")
-    rm.add_argument("--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default all")
+    rm.add_argument(
+        "--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default all"
+    )
 
 
 def _password(args: argparse.Namespace) -> str:
@@ -105,7 +111,9 @@ async def _run(args: argparse.Namespace, md: MetadataClient) -> int:
         if not password:
             raise ValueError("the password must not be empty")
         for mech in mechanisms:
-            await md.upsert_scram_credential(make_credential(args.name, mech, password, iterations=args.iterations))
+            await md.upsert_scram_credential(
+                make_credential(args.name, mech, password, iterations=args.iterations)
+            )
         out.print(f"user {args.name}: {', '.join(mechanisms)} set")
         return 0
     if args.users_command == "delete":
