@@ -347,9 +347,12 @@ def test_required_client_auth_refuses_missing_and_untrusted_certificates(tmp_pat
     r = Running(tmp_path, listeners="SSL://127.0.0.1:0", **_tls_settings(pki, "required"))
     try:
         for ctx in (client_tls(pki), client_tls(pki, pki.rogue_client_cert, pki.rogue_client_key)):
-            with pytest.raises((ssl.SSLError, ConnectionError)):
-                with KafkaWire(r.bootstrap("SSL"), ssl_context=ctx) as w:
-                    w.request(_metadata_request())  # TLS 1.3: the refusal arrives with the first read
+            # TLS 1.3: the refusal arrives with the first read
+            with (
+                pytest.raises((ssl.SSLError, ConnectionError)),
+                KafkaWire(r.bootstrap("SSL"), ssl_context=ctx) as w,
+            ):
+                w.request(_metadata_request())
         with KafkaWire(r.bootstrap("SSL"), ssl_context=client_tls(pki, pki.client_cert, pki.client_key)) as w:
             assert w.request(_metadata_request()).parse().brokers
             assert r.principals("SSL") == [f"User:{CLIENT_SUBJECT}"]
