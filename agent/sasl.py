@@ -5,7 +5,8 @@ Exchange (Kafka's, with SaslHandshake v1): the client sends ApiVersions (optiona
 SaslHandshake(mechanism), then one SaslAuthenticate per SASL token until the mechanism is
 done. Until then only ApiVersions, SaslHandshake and SaslAuthenticate are served: any
 other request closes the connection (`SaslState.allows`), as Kafka's broker does. A failed
-authentication answers SASL_AUTHENTICATION_FAILED with a message and then closes.
+authentication answers SASL_AUTHENTICATION_FAILED with a message and closes the connection
+`FAILED_AUTH_CLOSE_DELAY_S` later.
 
 Mechanisms:
 
@@ -13,9 +14,11 @@ Mechanisms:
   the user is refused, as in Kafka. The password is checked against the user's stored
   SCRAM credential (`metadata.scram_types.password_matches`: PBKDF2 with the stored salt
   and iterations, off the event loop); Skiff stores no plaintext passwords.
-- SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, via the `scramp` library): two tokens,
-  client-first (answered with server-first) and client-final (answered with server-final).
-  Channel binding is not offered (Kafka does not either).
+- SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802): two tokens, client-first (parsed, and
+  answered with server-first, by the `scramp` library) and client-final (the proof checked
+  by `metadata.scram_types.verify_client_final`, which, like Kafka, accepts librdkafka's
+  nonce that only ends with the server's), answered with server-final. Channel binding is
+  not offered (Kafka does not either).
 
 Credentials come from metadata (`MetadataClient.scram_credentials`) through
 `CredentialCache`: each user's list is reused for `scram_credential_cache_ms`, so a
@@ -35,11 +38,19 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from scramp import ScramException, ScramMechanism
 
 from metadata.api_types import MetadataClient
-from metadata.scram_types import MECHANISM_CODES, ScramCredential, password_matches
+from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.scram_types import (
+    MECHANISM_CODES,
+    ScramCredential,
+    ScramProofError,
+    password_matches,
+    verify_client_final,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +65,9 @@ PRE_AUTH_KEYS = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICA
 # Largest request read from a client that has not authenticated yet (Kafka's
 # sasl.server.max.receive.size): an unauthenticated client cannot make the agent hold more.
 PRE_AUTH_MAX_REQUEST_BYTES = 512 * 1024
+# A refused login is answered, and the connection closed this long after (Kafka's
+# connection.failed.authentication.delay.ms is 100 ms): the client reads the error first.
+FAILED_AUTH_CLOSE_DELAY_S = 0.1
 MAX_CACHED_USERS = 10_000
 MAX_TOKEN_BYTES = 64 * 1024  # far above any PLAIN or SCRAM message
 
@@ -119,6 +133,7 @@ class SaslState:
     _scram: object | None = field(default=None, repr=False)
     _scram_step: int = 0
     _user: str = ""
+    _cred: Any = field(default=None, repr=False)
 
     def allows(self, api_key: int) -> bool:
         return self.authenticated or api_key in PRE_AUTH_KEYS
@@ -172,18 +187,27 @@ class SaslState:
                     lambda _u: _auth_info(cred, failed)  # raises AuthFailed for an unknown user
                 )
                 server.set_client_first(text)
-                self._scram, self._scram_step = server, 1
+                assert cred is not None  # else auth_fn raised
+                self._scram, self._scram_step, self._cred = server, 1, cred
                 self._user = user
                 return server.get_server_first().encode("utf-8"), None
             if self._scram_step == 1:
-                server = self._scram
-                server.set_client_final(text)  # type: ignore[attr-defined]
-                final = server.get_server_final()  # type: ignore[attr-defined]
+                # The proof is checked here, not by scramp: librdkafka's client-final nonce
+                # only *ends with* the server's, which Kafka accepts and scramp does not.
+                state: Any = self._scram
+                final = verify_client_final(self._cred, state.client_first_bare, state.server_first, text)
                 self._scram_step = 2
                 self.authenticated = True
                 return final.encode("utf-8"), f"User:{self._user}"
-        except ScramException as e:
+        except AuthFailed:
+            raise
+        except (ScramException, ScramProofError) as e:
             log.debug("SCRAM exchange failed: %s", e)
+            raise AuthFailed(failed) from None
+        except (MetadataError, MetadataUnavailable):
+            raise
+        except Exception as e:  # a hostile message must not become a server error
+            log.debug("SCRAM exchange failed on a malformed message: %r", e)
             raise AuthFailed(failed) from None
         raise AuthFailed(f"Unexpected {mech} message")
 

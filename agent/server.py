@@ -93,7 +93,7 @@ from agent.read_deadline import ReadDeadline
 from agent.response_slots import CLOSE as _CLOSE
 from agent.response_slots import Outcome as _Outcome
 from agent.response_slots import Slot as _Slot
-from agent.sasl import PRE_AUTH_MAX_REQUEST_BYTES
+from agent.sasl import FAILED_AUTH_CLOSE_DELAY_S, PRE_AUTH_MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -494,8 +494,17 @@ class _Connection:
         exchange failed (agent.sasl)."""
         outcome = await self._run_handler(spec, request)
         if self.info.sasl.close_requested:
-            outcome = _Outcome(outcome.frame, close=True)
+            if outcome.frame is None:
+                return _CLOSE
+            # Answered, then closed a little later (Kafka's connection.failed.authentication.
+            # delay.ms): closing right behind the answer makes some clients see the close
+            # before the error, and retry as if the network had failed.
+            asyncio.get_running_loop().call_later(FAILED_AUTH_CLOSE_DELAY_S, self._close_now)
         return outcome
+
+    def _close_now(self) -> None:
+        self.closing = True
+        self.writer.close()
 
     async def _run_handler(self, spec: HandlerSpec, request: Request) -> _Outcome:
         key, version, corr = request.api_key, request.api_version, request.correlation_id

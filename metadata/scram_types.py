@@ -22,6 +22,8 @@ No I/O and no database here: the HTTP client, the agent and the CLI import this 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import os
@@ -130,3 +132,50 @@ def check_credential(cred: ScramCredential) -> None:
         raise ValueError(f"the salt must have 1 to {MAX_SALT_BYTES} bytes")
     if len(cred.stored_key) != size or len(cred.server_key) != size:
         raise ValueError(f"{cred.mechanism} keys have {size} bytes")
+
+
+class ScramProofError(ValueError):
+    """The client-final message does not prove the password (or is malformed)."""
+
+
+def verify_client_final(
+    cred: ScramCredential, client_first_bare: str, server_first: str, client_final: str
+) -> str:
+    """Check a SCRAM client-final message (RFC 5802 section 3) against the stored keys and
+    return the server-final message (`v=ServerSignature`).
+
+    AuthMessage = client-first-bare "," server-first "," client-final-without-proof;
+    ClientSignature = HMAC(StoredKey, AuthMessage); the proof XOR ClientSignature must hash
+    to StoredKey. The nonce must *end with* the server's (Kafka's ScramSaslServer accepts
+    that too: librdkafka up to 2.x repeats its client nonce in front of the combined one).
+    Channel binding: only `c=biws` / `c=eSws` (gs2 headers "n,," / "y,,", no binding)."""
+    server_nonce = next((p[2:] for p in server_first.split(",") if p.startswith("r=")), "")
+    if not server_nonce:
+        raise ScramProofError("no nonce in the server-first message")
+    attrs: dict[str, str] = {}
+    for part in client_final.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or len(key) != 1 or key in attrs:
+            raise ScramProofError("malformed client-final message")
+        attrs[key] = value
+    if not client_final.endswith(",p=" + attrs.get("p", "\0")) or "r" not in attrs or "c" not in attrs:
+        raise ScramProofError("malformed client-final message")
+    if attrs["c"] not in ("biws", "eSws"):
+        raise ScramProofError("channel binding is not supported")
+    if not attrs["r"].endswith(server_nonce):
+        raise ScramProofError("nonce mismatch")
+    try:
+        proof = base64.b64decode(attrs["p"], validate=True)
+    except (binascii.Error, ValueError):
+        raise ScramProofError("malformed proof") from None
+    h = hash_name(cred.mechanism)
+    without_proof = client_final[: -len(",p=" + attrs["p"])]
+    auth_message = f"{client_first_bare},{server_first},{without_proof}".encode()
+    client_signature = hmac.new(cred.stored_key, auth_message, h).digest()
+    if len(proof) != len(client_signature):
+        raise ScramProofError("malformed proof")
+    client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
+    if not hmac.compare_digest(hashlib.new(h, client_key).digest(), cred.stored_key):
+        raise ScramProofError("invalid proof")
+    server_signature = hmac.new(cred.server_key, auth_message, h).digest()
+    return "v=" + base64.b64encode(server_signature).decode("ascii")

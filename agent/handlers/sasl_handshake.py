@@ -6,9 +6,11 @@ mechanisms if the mechanism is one of them, else UNSUPPORTED_SASL_MECHANISM with
 PLAINTEXT or SSL listener, or a connection already authenticated: re-authentication is not
 offered) ILLEGAL_SASL_STATE.
 
-v0 (tokens sent raw after the handshake, without SaslAuthenticate) is not served: every
-client that knows SaslAuthenticate (Kafka 1.0+, librdkafka, kafka-python, the Java client)
-sends v1 when the agent advertises it.
+v0 is answered like v1, but the tokens that follow must come in SaslAuthenticate requests:
+the raw-token exchange of pre-1.0 clients (v0 without SaslAuthenticate) is not served (such
+a token does not parse as a request and closes the connection). v0 is advertised because
+librdkafka (kcat, confluent-kafka) will not do SASL with a broker that lacks it; it then
+uses v1 and SaslAuthenticate, as do kafka-python and the Java client.
 """
 
 from __future__ import annotations
@@ -35,4 +37,4 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return SaslHandshakeResponse(error_code=ErrorCode.none, mechanisms=sasl.enabled)
 
 
-SPEC = HandlerSpec(SASL_HANDSHAKE_KEY, 1, 1, handle)
+SPEC = HandlerSpec(SASL_HANDSHAKE_KEY, 0, 1, handle)
