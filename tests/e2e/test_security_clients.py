@@ -358,3 +358,40 @@ def test_java_client_ssl_client_certificate(
     topic = f"java-mtls-{uuid.uuid4().hex[:6]}"
     java_client.produce(cluster.bootstrap("SSL"), topic, partitions=1, count=5, props=props)
     java_client.consume(cluster.bootstrap("SSL"), topic, expect=5, partitions=1, props=props)
+
+
+def test_java_admin_alters_and_describes_scram_credentials(cluster: Cluster, java_client: JavaClient) -> None:
+    """Admin.alterUserScramCredentials / describeUserScramCredentials, then the new user logs in."""
+    bootstrap = cluster.bootstrap("PLAINTEXT")
+    done = java_client.admin(bootstrap, "alter-scram", "dave", "SCRAM-SHA-512", 4096, "dave-pw")
+    assert done == {"type": "scram-altered", "user": "dave"}
+    desc = java_client.admin(bootstrap, "describe-scram", "dave")
+    assert desc["credentials"] == [{"mechanism": "SCRAM-SHA-512", "iterations": 4096}]
+    conf = {**_sasl_conf(cluster, "SCRAM-SHA-512"), "sasl.username": "dave", "sasl.password": "dave-pw"}
+    assert AdminClient(conf).list_topics(timeout=30).brokers
+
+
+def test_skiff_users_password_change_and_delete_take_effect(cluster: Cluster) -> None:
+    """The cluster caches credentials for 0 ms: a change applies to the next login."""
+    url = cluster.metadata_url
+    assert _skiff("users", "create", "erin", "--metadata", url, "--password", "one").returncode == 0
+    listed = json.loads(_skiff("users", "list", "--metadata", url, "--json").stdout)
+    assert {
+        "user": "erin",
+        "credentials": [
+            {"mechanism": "SCRAM-SHA-256", "iterations": 8192},
+            {"mechanism": "SCRAM-SHA-512", "iterations": 8192},
+        ],
+    } in listed
+
+    def conf(password: str) -> dict[str, Any]:
+        return {**_sasl_conf(cluster, "SCRAM-SHA-256"), "sasl.username": "erin", "sasl.password": password}
+
+    assert AdminClient(conf("one")).list_topics(timeout=30).brokers
+    assert _skiff("users", "create", "erin", "--metadata", url, "--password", "two").returncode == 0
+    confluent_auth_error(conf("one"))
+    assert AdminClient(conf("two")).list_topics(timeout=30).brokers
+    assert _skiff("users", "delete", "erin", "--metadata", url).returncode == 0
+    confluent_auth_error(conf("two"))
+    gone = _skiff("users", "delete", "erin", "--metadata", url)
+    assert gone.returncode == 1 and "no user 'erin'" in gone.stderr
