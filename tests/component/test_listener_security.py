@@ -318,6 +318,12 @@ def test_verified_client_certificate_is_the_principal(agent: Running, pki: Pki) 
         assert agent.principals("SSL") == ["User:ANONYMOUS"]
 
 
+async def _connections_done(server: Any) -> None:
+    """Wait for the server's connection handlers to finish (they count and log failures
+    after the client has seen the close)."""
+    await asyncio.gather(*list(server._connections.values()), return_exceptions=True)
+
+
 def test_plaintext_to_a_tls_listener_fails_cleanly(agent: Running, caplog: pytest.LogCaptureFixture) -> None:
     security = agent.agent.servers[2].security
     assert security is not None and security.listener.name == "SSL"
@@ -335,7 +341,7 @@ def test_plaintext_to_a_tls_listener_fails_cleanly(agent: Running, caplog: pytes
                 pass
             # closed, with at most a TLS alert record (content type 21), never a Kafka answer
             assert data == b"" or data[0] == 21
-    agent.call(asyncio.sleep(0))
+    agent.call(_connections_done(agent.agent.servers[2]))
     assert security.tls_failures == before + 5
     tls_logs = [r for r in caplog.records if "TLS handshake" in r.getMessage()]
     assert [r.levelno for r in tls_logs].count(logging.INFO) == 1
@@ -356,5 +362,20 @@ def test_required_client_auth_refuses_missing_and_untrusted_certificates(tmp_pat
         with KafkaWire(r.bootstrap("SSL"), ssl_context=client_tls(pki, pki.client_cert, pki.client_key)) as w:
             assert w.request(_metadata_request()).parse().brokers
             assert r.principals("SSL") == [f"User:{CLIENT_SUBJECT}"]
+    finally:
+        r.close()
+
+
+def test_silent_client_on_a_tls_listener_is_closed_after_the_handshake_timeout(
+    tmp_path: Path, pki: Pki
+) -> None:
+    r = Running(
+        tmp_path, listeners="SSL://127.0.0.1:0", ssl_handshake_timeout_ms=200, **_tls_settings(pki, "none")
+    )
+    try:
+        with socket.create_connection(("127.0.0.1", r.port("SSL")), timeout=30) as s:
+            assert s.recv(1) == b""  # nothing sent: closed by the agent, not by this 30 s timeout
+        r.call(_connections_done(r.agent.servers[0]))
+        assert r.agent.servers[0].security.tls_failures == 1  # type: ignore[union-attr]
     finally:
         r.close()
