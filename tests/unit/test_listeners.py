@@ -100,3 +100,44 @@ def test_config_refuses_tls_listener_without_certificate_and_bad_sasl_settings()
         agent_id="a",
     )
     assert [li.security_protocol for li in ok.resolved_listeners()] == ["SASL_PLAINTEXT"]
+
+
+def test_every_agent_is_addressed_on_the_clients_listener() -> None:
+    from agent.agent_registry import LiveAgents
+    from metadata.types import AgentInfo
+
+    me = AgentInfo("a", "10.0.0.1", 9092)
+    view = LiveAgents(me, wall_ms=lambda: 1_000)
+    view.set_self_address(
+        "10.0.0.1", 9092, (("INTERNAL", "10.0.0.1", 9092), ("EXTERNAL", "a.example.com", 9094))
+    )
+    view.update(
+        [
+            AgentInfo(
+                "b",
+                "10.0.0.2",
+                9092,
+                listeners=(("INTERNAL", "10.0.0.2", 9092), ("EXTERNAL", "b.example.com", 9094)),
+            ),
+            AgentInfo("old", "10.0.0.3", 9092),  # registered before listeners: one address
+        ]
+    )
+    by_agent = {b.agent_id: b for b in view.brokers()}
+    assert by_agent["a"].address("EXTERNAL") == ("a.example.com", 9094)
+    assert by_agent["b"].address("EXTERNAL") == ("b.example.com", 9094)
+    assert by_agent["b"].address("INTERNAL") == ("10.0.0.2", 9092)
+    assert by_agent["old"].address("EXTERNAL") == ("10.0.0.3", 9092)
+    version = view.version
+    view.update(
+        [
+            AgentInfo(
+                "b",
+                "10.0.0.2",
+                9092,
+                listeners=(("INTERNAL", "10.0.0.2", 9092), ("EXTERNAL", "b2.example.com", 9094)),
+            ),
+            AgentInfo("old", "10.0.0.3", 9092),
+        ]
+    )
+    assert view.version > version  # a changed advertised listener is a membership change
+    assert {b.agent_id: b for b in view.brokers()}["b"].address("EXTERNAL") == ("b2.example.com", 9094)
