@@ -122,6 +122,13 @@ class AgentConfig:
         default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         metadata={"help": "SASL mechanisms offered on SASL_PLAINTEXT/SASL_SSL listeners"},
     )
+    connections_max_reauth_ms: int = field(
+        default=0,
+        metadata={
+            "help": "SASL session lifetime (KIP-368, Kafka's connections.max.reauth.ms): clients must "
+            "re-authenticate on the connection within it, else the connection is closed (0: never)"
+        },
+    )
     scram_credential_cache_ms: int = field(
         default=5_000,
         metadata={
@@ -431,6 +438,7 @@ class AgentConfig:
             if getattr(self, name) is not None:
                 positive(name)
         non_negative("scram_credential_cache_ms")
+        non_negative("connections_max_reauth_ms")
         positive("ssl_handshake_timeout_ms")
         listeners = self.resolved_listeners()  # ValueError names the bad setting
         if any(li.tls for li in listeners):

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.handlers import ConnectionInfo
@@ -35,6 +36,8 @@ class ListenerSecurity:
     handshake_timeout_ms: int = 10_000
     sasl_mechanisms: tuple[str, ...] = ()
     credentials: CredentialCache | None = None
+    reauth_ms: int = 0  # KIP-368 session lifetime (0: sessions never end)
+    monotonic: Callable[[], float] = time.monotonic
     tls_failures: int = 0
     _last_info_s: float = field(default=-_LOG_INTERVAL_S, repr=False)
 
@@ -55,7 +58,9 @@ class ListenerSecurity:
                 info.principal = principal
         if self.listener.sasl:
             assert self.credentials is not None
-            info.sasl = SaslState(self.sasl_mechanisms, self.credentials)
+            info.sasl = SaslState(
+                self.sasl_mechanisms, self.credentials, reauth_ms=self.reauth_ms, monotonic=self.monotonic
+            )
         return True
 
     def _tls_failed(self, info: ConnectionInfo, e: BaseException) -> None:

@@ -42,6 +42,8 @@ async def start_listener_servers(
                 cfg.ssl_handshake_timeout_ms,
                 mechanisms if li.sasl else (),
                 credentials if li.sasl else None,
+                cfg.connections_max_reauth_ms,
+                ctx.clock.monotonic,
             )
             server = AgentServer(ctx, registry, bind_host(li), li.port, security)
             await server.start()

@@ -28,13 +28,17 @@ random names costs one metadata read per name and TTL, in bounded memory).
 
 When metadata cannot be reached, the connection is closed without an answer (clients
 reconnect and retry) rather than failing the login (which clients treat as fatal).
-KIP-368 re-authentication is not offered: SaslAuthenticate answers session_lifetime 0.
+KIP-368 re-authentication: with `connections_max_reauth_ms` > 0 (Kafka's
+connections.max.reauth.ms) SaslAuthenticate answers that session lifetime; the client must
+re-authenticate on the connection (same principal) before it ends, else its next request
+closes the connection. 0 (the default): sessions never end, re-authentication is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,18 +134,48 @@ class SaslState:
     mechanism: str | None = None
     authenticated: bool = False
     close_requested: bool = False  # set on failure: the server closes after the response
+    # KIP-368: with reauth_ms > 0 a session lasts that long; the client re-authenticates on
+    # the same connection (SaslHandshake + SaslAuthenticate again, same principal) before
+    # it ends, and a request other than those after it ends closes the connection.
+    reauth_ms: int = 0
+    monotonic: Callable[[], float] = time.monotonic
+    expires_s: float | None = None  # monotonic time the session ends (None: never)
+    reauthenticating: bool = False
     _scram: object | None = field(default=None, repr=False)
     _scram_step: int = 0
     _user: str = ""
     _cred: Any = field(default=None, repr=False)
 
     def allows(self, api_key: int) -> bool:
-        return self.authenticated or api_key in PRE_AUTH_KEYS
+        if api_key in PRE_AUTH_KEYS:
+            return True
+        if not self.authenticated:
+            return False
+        return self.expires_s is None or self.monotonic() < self.expires_s
+
+    def start(self, mechanism: str) -> bool:
+        """SaslHandshake: begin an exchange (first, or re-authentication when enabled).
+        False if no exchange may start now."""
+        if self.authenticated and not self.reauth_ms:
+            return False
+        if not self.authenticated and self.mechanism is not None:
+            return False
+        self.reauthenticating = self.authenticated
+        self.mechanism, self._scram, self._scram_step = mechanism, None, 0
+        return True
+
+    def session_done(self) -> int:
+        """The exchange completed: the session lifetime in ms to report (0: unlimited)."""
+        self.mechanism, self.reauthenticating = None, False
+        if not self.reauth_ms:
+            return 0
+        self.expires_s = self.monotonic() + self.reauth_ms / 1000.0
+        return self.reauth_ms
 
     async def authenticate(self, token: bytes) -> tuple[bytes, str | None]:
         """One SaslAuthenticate token -> (server token, principal once authenticated else
         None). Raises AuthFailed on wrong credentials or a malformed exchange."""
-        if self.mechanism is None or self.authenticated:
+        if self.mechanism is None or (self.authenticated and not self.reauthenticating):
             raise AuthFailed("SaslAuthenticate without a SaslHandshake")
         if len(token) > MAX_TOKEN_BYTES:
             raise AuthFailed("SASL token too large")

@@ -93,7 +93,7 @@ from agent.read_deadline import ReadDeadline
 from agent.response_slots import CLOSE as _CLOSE
 from agent.response_slots import Outcome as _Outcome
 from agent.response_slots import Slot as _Slot
-from agent.sasl import FAILED_AUTH_CLOSE_DELAY_S, PRE_AUTH_MAX_REQUEST_BYTES
+from agent.sasl import FAILED_AUTH_CLOSE_DELAY_S, PRE_AUTH_KEYS, PRE_AUTH_MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -461,12 +461,14 @@ class _Connection:
             self.barrier = None
         sasl = self.info.sasl
         if sasl is not None and not sasl.allows(api_key):
-            self._protocol_error(f"{spec.name} request before SASL authentication")
+            self._protocol_error(
+                f"{spec.name} request before SASL authentication (or after the session ended)"
+            )
             return self._done(_CLOSE), reserve
         alone = runs_alone(spec.api_key, spec.exclusive)
         if alone and self.tasks:
             await asyncio.wait(list(self.tasks))
-        if sasl is not None and not sasl.authenticated:
+        if sasl is not None and (not sasl.authenticated or api_key in PRE_AUTH_KEYS):
             task = asyncio.create_task(self._run_sasl(spec, request))
         else:
             task = asyncio.create_task(self._run_handler(spec, request))
@@ -490,8 +492,8 @@ class _Connection:
         return _Outcome(encode_response(corr, resp))
 
     async def _run_sasl(self, spec: HandlerSpec, request: Request) -> _Outcome:
-        """A request before SASL authentication: closed after its answer if the SASL
-        exchange failed (agent.sasl)."""
+        """A request before SASL authentication (or a re-authentication): closed after its
+        answer if the SASL exchange failed (agent.sasl)."""
         outcome = await self._run_handler(spec, request)
         if self.info.sasl.close_requested:
             if outcome.frame is None:

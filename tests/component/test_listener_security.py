@@ -12,6 +12,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,7 +50,7 @@ from tests.support.tls import CLIENT_SUBJECT, Pki, make_pki
 class Running:
     """One agent on a loop in a background thread, with its metadata service."""
 
-    def __init__(self, tmp: Path, **config: Any) -> None:
+    def __init__(self, tmp: Path, clock: Any = None, **config: Any) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -57,7 +58,7 @@ class Running:
         self.metadata = LocalMetadataClient(self.service, owns_service=True)
         cfg = AgentConfig(agent_id="a1", host="127.0.0.1", port=0, **config)
         store = AsyncMemoryStore(f"sec-{uuid.uuid4().hex}")
-        self.agent: RunningAgent = self.call(start_agent(cfg, self.metadata, store))
+        self.agent: RunningAgent = self.call(start_agent(cfg, self.metadata, store, clock=clock))
 
     def call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
@@ -379,3 +380,55 @@ def test_silent_client_on_a_tls_listener_is_closed_after_the_handshake_timeout(
         assert r.agent.servers[0].security.tls_failures == 1  # type: ignore[union-attr]
     finally:
         r.close()
+
+
+class SteppedClock:
+    """Wall time as it is; monotonic time real plus what the test adds."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def wall_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset_s
+
+
+def test_reauthentication_kip_368(tmp_path: Path) -> None:
+    clock = SteppedClock()
+    r = Running(
+        tmp_path, clock=clock, listeners="SASL_PLAINTEXT://127.0.0.1:0", connections_max_reauth_ms=60_000
+    )
+    try:
+        r.add_user("alice", "alice-secret")
+        r.add_user("bob", "bob-secret")
+        with KafkaWire(r.bootstrap("SASL_PLAINTEXT")) as w:
+            first = sasl_login(w, "SCRAM-SHA-512", "alice", "alice-secret")
+            assert first.session_lifetime.total_seconds() == 60
+            assert w.request(_metadata_request()).parse().brokers
+            clock.offset_s += 50  # re-authenticate before the session ends: it starts again
+            again = sasl_login(w, "PLAIN", "alice", "alice-secret")
+            assert again.error_code == ErrorCode.none and again.session_lifetime.total_seconds() == 60
+            clock.offset_s += 50  # 100 s after the first login, 50 s after the second
+            assert w.request(_metadata_request()).parse().brokers
+            clock.offset_s += 11  # past the second session's end
+            w.send_only(_metadata_request())
+            assert _closed(w)
+        with KafkaWire(r.bootstrap("SASL_PLAINTEXT")) as w:
+            assert sasl_login(w, "SCRAM-SHA-512", "alice", "alice-secret").error_code == ErrorCode.none
+            other = sasl_login(w, "SCRAM-SHA-512", "bob", "bob-secret")
+            assert other.error_code == ErrorCode.sasl_authentication_failed
+            assert other.error_message == "Cannot change principals during re-authentication"
+            assert _closed(w)
+    finally:
+        r.close()
+
+
+def test_without_reauthentication_a_second_handshake_is_illegal(agent: Running) -> None:
+    with KafkaWire(agent.bootstrap("SASL_PLAINTEXT")) as w:
+        first = sasl_login(w, "SCRAM-SHA-512", "alice", "alice-secret")
+        assert first.session_lifetime.total_seconds() == 0  # sessions never end
+        hs = w.request(SaslHandshakeRequest(mechanism="PLAIN")).parse()
+        assert hs.error_code == ErrorCode.illegal_sasl_state
+        assert w.request(_metadata_request()).parse().brokers
