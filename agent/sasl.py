@@ -12,7 +12,7 @@ Mechanisms:
 
 - PLAIN (RFC 4616): one token `[authzid] NUL user NUL password`; an authzid other than
   the user is refused, as in Kafka. The password is checked against the user's stored
-  SCRAM credential (`metadata.scram_types.password_matches`: PBKDF2 with the stored salt
+  SCRAM-SHA-256 credential (else its SCRAM-SHA-512 one) (`metadata.scram_types.password_matches`: PBKDF2 with the stored salt
   and iterations, off the event loop); Skiff stores no plaintext passwords.
 - SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802): two tokens, client-first (parsed, and
   answered with server-first, by the `scramp` library) and client-final (the proof checked
@@ -198,11 +198,12 @@ class SaslState:
                 "Authentication failed: Client requested an authorization id that is different from username"
             )
         creds = await self.credentials.get(user)
-        # Any of the user's SCRAM credentials proves the password (they derive from the same one).
-        for cred in creds.values():
-            if await asyncio.to_thread(password_matches, cred, password):
-                self.authenticated = True
-                return f"User:{user}"
+        # One credential is checked (SCRAM-SHA-256 if the user has one: the cheaper PBKDF2),
+        # so a wrong password costs one derivation, not one per mechanism.
+        cred = creds.get("SCRAM-SHA-256") or creds.get("SCRAM-SHA-512")
+        if cred is not None and await asyncio.to_thread(password_matches, cred, password):
+            self.authenticated = True
+            return f"User:{user}"
         raise AuthFailed("Authentication failed: Invalid username or password")
 
     async def _scram_token(self, token: bytes) -> tuple[bytes, str | None]:
