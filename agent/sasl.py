@@ -12,8 +12,9 @@ Mechanisms:
 
 - PLAIN (RFC 4616): one token `[authzid] NUL user NUL password`; an authzid other than
   the user is refused, as in Kafka. The password is checked against the user's stored
-  SCRAM-SHA-256 credential (else its SCRAM-SHA-512 one) (`metadata.scram_types.password_matches`: PBKDF2 with the stored salt
-  and iterations, off the event loop); Skiff stores no plaintext passwords.
+  SCRAM-SHA-256 credential, else its SCRAM-SHA-512 one (`metadata.scram_types.
+  password_matches`: PBKDF2 with the stored salt and iterations, off the event loop);
+  Skiff stores no plaintext passwords.
 - SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802): two tokens, client-first (parsed, and
   answered with server-first, by the `scramp` library) and client-final (the proof checked
   by `metadata.scram_types.verify_client_final`, which, like Kafka, accepts librdkafka's

@@ -47,6 +47,15 @@ from tests.support.kafka_wire import KafkaWire, encode_request
 from tests.support.tls import CLIENT_SUBJECT, Pki, make_pki
 
 
+async def _settle_tasks() -> None:
+    """Let the closed connections' handlers finish before the loop stops."""
+    me = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not me]
+    for t in rest:
+        t.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+
+
 class Running:
     """One agent on a loop in a background thread, with its metadata service."""
 
@@ -81,6 +90,7 @@ class Running:
 
     def close(self) -> None:
         self.call(self.agent.close())
+        self.call(_settle_tasks())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
