@@ -395,3 +395,30 @@ def test_skiff_users_password_change_and_delete_take_effect(cluster: Cluster) ->
     confluent_auth_error(conf("two"))
     gone = _skiff("users", "delete", "erin", "--metadata", url)
     assert gone.returncode == 1 and "no user 'erin'" in gone.stderr
+
+
+def test_kafka_python_admin_scram_credentials_over_sasl_ssl(cluster: Cluster) -> None:
+    """kafka-python's KafkaAdminClient, itself logged in over SASL_SSL: upsert, describe,
+    the new user logs in, delete (and deleting again is RESOURCE_NOT_FOUND)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ScramMechanism as KScram
+    from kafka.admin import UserScramCredentialDeletion, UserScramCredentialUpsertion
+
+    admin = KafkaAdminClient(**_kafka_python_conf(cluster, "SCRAM-SHA-512"))
+    try:
+        up = UserScramCredentialUpsertion("frank", KScram.SCRAM_SHA_512, "frank-pw", iterations=4096)
+        assert admin.alter_user_scram_credentials([up]) == {"frank": None}
+        desc = admin.describe_user_scram_credentials(["frank", "nobody"])
+        assert desc["frank"]["error"] is None
+        assert [(c["mechanism"], c["iterations"]) for c in desc["frank"]["credential_infos"]] == [
+            (KScram.SCRAM_SHA_512, 4096)
+        ]
+        assert desc["nobody"]["error"]  # RESOURCE_NOT_FOUND, with Kafka's message
+        conf = {**_sasl_conf(cluster, "SCRAM-SHA-512"), "sasl.username": "frank", "sasl.password": "frank-pw"}
+        assert AdminClient(conf).list_topics(timeout=30).brokers
+        gone = UserScramCredentialDeletion("frank", KScram.SCRAM_SHA_512)
+        assert admin.alter_user_scram_credentials([gone]) == {"frank": None}
+        again = admin.alter_user_scram_credentials([gone])
+        assert again["frank"] and "does not exist" in str(again["frank"])
+    finally:
+        admin.close()
