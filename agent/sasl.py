@@ -50,6 +50,7 @@ from scramp import ScramException, ScramMechanism
 from metadata.api_types import MetadataClient
 from metadata.errors import MetadataError, MetadataUnavailable
 from metadata.scram_types import (
+    MAX_USER_NAME_CHARS,
     MECHANISM_CODES,
     ScramCredential,
     ScramProofError,
@@ -108,7 +109,10 @@ class CredentialCache:
         self.reads = 0  # metadata reads, for tests and metrics
 
     async def get(self, user: str) -> dict[str, ScramCredential]:
-        """Raises MetadataUnavailable / MetadataError when metadata cannot answer."""
+        """Raises MetadataUnavailable when metadata cannot answer. A name metadata could not
+        hold (empty, too long) has no credentials, without asking."""
+        if not 0 < len(user) <= MAX_USER_NAME_CHARS:
+            return {}
         now = self._monotonic()
         hit = self._entries.get(user)
         if hit is not None and now - hit[0] < self._ttl_s:

@@ -44,10 +44,14 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         sasl.close_requested = True
         log.info("SASL %s authentication from %s failed: %s", sasl.mechanism, peer, e)
         return _failed(ErrorCode.sasl_authentication_failed, str(e))
-    except (MetadataUnavailable, MetadataError) as e:
+    except MetadataUnavailable as e:
         log.warning("SASL authentication from %s: cannot read credentials from metadata: %s", peer, e)
         sasl.close_requested = True
         return None  # closed without an answer: the client retries on a new connection
+    except MetadataError as e:  # metadata answered, but not with credentials: no login
+        sasl.close_requested = True
+        log.info("SASL %s authentication from %s refused by metadata: %s", sasl.mechanism, peer, e.message)
+        return _failed(ErrorCode.sasl_authentication_failed, "Authentication failed: invalid credentials")
     lifetime_ms = 0
     if principal is not None:
         if sasl.reauthenticating and principal != request.connection.principal:

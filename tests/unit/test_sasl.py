@@ -110,11 +110,14 @@ def test_plain_checks_the_password_against_the_scram_credential() -> None:
         (b"bob\0alice\0secret", "authorization id that is different"),
         (b"alice\0secret", "expected 3 tokens"),
         (b"\0\0secret", "username not specified"),
+        (b"\0" + b"x" * 300 + b"\0secret", "Invalid username or password"),  # not asked of metadata
     ):
         state = _state(ALICE, "PLAIN")
         with pytest.raises(AuthFailed, match=message):
             asyncio.run(state.authenticate(token))
         assert not state.authenticated and not state.allows(3)
+        if len(token) > 300:
+            assert state.credentials.reads == 0  # a name metadata cannot hold is not looked up
     assert {18, 17, 36} == set(PRE_AUTH_KEYS)
 
 
