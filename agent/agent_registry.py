@@ -54,6 +54,18 @@ class Broker:
     host: str
     port: int
     rack: str | None = None
+    # (listener name, host, port) of every advertised listener; empty for agents from
+    # before listeners, whose one address is (host, port).
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int]:
+        """The address on `listener` (the one the client connected through, as Kafka
+        answers). An agent without that listener name (an older agent, or a fleet whose
+        listeners differ) is given by its primary address."""
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
 
 class LiveAgents:
@@ -77,14 +89,18 @@ class LiveAgents:
     def self_info(self) -> AgentInfo:
         return self._self
 
-    def set_self_address(self, host: str, port: int) -> None:
-        """Called by the server once it knows the port it is bound to."""
+    def set_self_address(
+        self, host: str, port: int, listeners: tuple[tuple[str, str, int], ...] | None = None
+    ) -> None:
+        """Called once the listeners know the ports they are bound to: the primary address
+        and every listener's (default: just PLAINTEXT at the primary address)."""
         self._self = AgentInfo(
             agent_id=self._self.agent_id,
             host=host,
             port=port,
             zone=self._self.zone,
             last_heartbeat_ms=self._self.last_heartbeat_ms,
+            listeners=listeners if listeners is not None else (("PLAINTEXT", host, port),),
         )
         self._rebuild()
 
@@ -100,8 +116,8 @@ class LiveAgents:
             others[a.agent_id] = a
         new = tuple(sorted(others.values(), key=lambda a: a.agent_id))
         self.updated_ms = now
-        if [(a.agent_id, a.host, a.port, a.zone) for a in new] != [
-            (a.agent_id, a.host, a.port, a.zone) for a in self._others
+        if [(a.agent_id, a.host, a.port, a.zone, a.listeners) for a in new] != [
+            (a.agent_id, a.host, a.port, a.zone, a.listeners) for a in self._others
         ]:
             self._others = new
             self._rebuild()
@@ -113,7 +129,8 @@ class LiveAgents:
         ids = routing.assign_node_ids([a.agent_id for a in everyone])
         self._agent_ids = tuple(sorted(ids))
         self._brokers = {
-            ids[a.agent_id]: Broker(ids[a.agent_id], a.agent_id, a.host, a.port, a.zone) for a in everyone
+            ids[a.agent_id]: Broker(ids[a.agent_id], a.agent_id, a.host, a.port, a.zone, a.listeners)
+            for a in everyone
         }
         self._by_agent = {b.agent_id: b for b in self._brokers.values()}
         self._self_node_id = ids[self._self.agent_id]
@@ -191,7 +208,9 @@ class AgentRegistry:
     async def beat_once(self) -> bool:
         """One heartbeat and refresh; False (logged) if metadata could not be reached."""
         me = self._view.self_info
-        info = AgentInfo(me.agent_id, me.host, me.port, me.zone, last_heartbeat_ms=self._wall_ms())
+        info = AgentInfo(
+            me.agent_id, me.host, me.port, me.zone, last_heartbeat_ms=self._wall_ms(), listeners=me.listeners
+        )
         try:
             await self._metadata.heartbeat_agent(info)
             agents = await self._metadata.live_agents()

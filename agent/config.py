@@ -30,7 +30,10 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.listeners import Listener
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -71,6 +74,68 @@ class AgentConfig:
         default=None, metadata={"help": "availability zone, reported as the broker rack"}
     )
     cluster_id: str = field(default="skiff", metadata={"help": "cluster id reported to clients"})
+
+    # --- listeners and security (agent.listeners, agent.sasl) --------------------------
+    listeners: str | None = field(
+        default=None,
+        metadata={
+            "help": "Kafka listeners, NAME://host:port,... (e.g. PLAINTEXT://0.0.0.0:9092,"
+            "SASL_SSL://0.0.0.0:9094); unset: one PLAINTEXT listener on host:port"
+        },
+    )
+    advertised_listeners: str | None = field(
+        default=None,
+        metadata={
+            "help": "address clients are told per listener, NAME://host:port,... (default per listener: "
+            "advertised_host or its bind host, and its bound port)"
+        },
+    )
+    listener_security_protocol_map: str | None = field(
+        default=None,
+        metadata={
+            "help": "NAME:PROTOCOL,... (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); a listener named "
+            "after a protocol needs no entry"
+        },
+    )
+    ssl_certfile: str | None = field(
+        default=None, metadata={"help": "PEM certificate (chain) of TLS listeners"}
+    )
+    ssl_keyfile: str | None = field(
+        default=None,
+        metadata={"help": "PEM private key of TLS listeners, unencrypted (default: in ssl_certfile)"},
+    )
+    ssl_cafile: str | None = field(
+        default=None, metadata={"help": "PEM CA certificates that client certificates are verified against"}
+    )
+    ssl_client_auth: str = field(
+        default="none",
+        metadata={
+            "help": "client certificates on TLS listeners: none, requested (verified if sent) or required; "
+            "a verified certificate's subject is the principal User:CN=..."
+        },
+    )
+    ssl_handshake_timeout_ms: int = field(
+        default=10_000,
+        metadata={"help": "a TLS handshake not done within this time closes the connection"},
+    )
+    sasl_enabled_mechanisms: str = field(
+        default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        metadata={"help": "SASL mechanisms offered on SASL_PLAINTEXT/SASL_SSL listeners"},
+    )
+    connections_max_reauth_ms: int = field(
+        default=0,
+        metadata={
+            "help": "SASL session lifetime (KIP-368, Kafka's connections.max.reauth.ms): clients must "
+            "re-authenticate on the connection within it, else the connection is closed (0: never)"
+        },
+    )
+    scram_credential_cache_ms: int = field(
+        default=5_000,
+        metadata={
+            "help": "how long SCRAM credentials read from metadata are reused: a changed or deleted "
+            "password takes effect for new logins within this time (0: read at every login)"
+        },
+    )
 
     # --- where state lives ----------------------------------------------------------
     bucket_url: str = field(
@@ -392,6 +457,17 @@ class AgentConfig:
         for name in ("max_connections", "max_connections_per_ip"):
             if getattr(self, name) is not None:
                 positive(name)
+        non_negative("scram_credential_cache_ms")
+        non_negative("connections_max_reauth_ms")
+        positive("ssl_handshake_timeout_ms")
+        listeners = self.resolved_listeners()  # ValueError names the bad setting
+        if any(li.tls for li in listeners):
+            from agent.listeners import server_ssl_context
+
+            server_ssl_context(self.ssl_certfile, self.ssl_keyfile, self.ssl_cafile, self.ssl_client_auth)
+        from agent.sasl import parse_mechanisms
+
+        parse_mechanisms(self.sasl_enabled_mechanisms)
         if not 100 <= self.group_lease_ttl_ms <= 600_000:
             raise ValueError(f"group_lease_ttl_ms must be in [100, 600000], got {self.group_lease_ttl_ms}")
         positive("group_lease_renew_interval_ms")
@@ -413,6 +489,20 @@ class AgentConfig:
         if soft == resource.RLIM_INFINITY or soft >= 2**31:
             return 2**31 - 1  # Kafka's default: no cap
         return max(soft - RESERVED_FILE_DESCRIPTORS, soft // 2, 1)
+
+    def resolved_listeners(self) -> list[Listener]:
+        """The listeners to open (`listeners`, else PLAINTEXT on host:port); see agent.listeners."""
+        from agent.listeners import build_listeners
+
+        return build_listeners(
+            self.listeners,
+            self.advertised_listeners,
+            self.listener_security_protocol_map,
+            host=self.host,
+            port=self.port,
+            advertised_host=self.advertised_host,
+            advertised_port=self.advertised_port,
+        )
 
     def resolved_advertised_host(self) -> str:
         if self.advertised_host:

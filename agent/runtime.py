@@ -38,8 +38,9 @@ from agent.config import AgentConfig, env_var
 from agent.context import AgentContext, AgentParts, Clock, SystemClock, live_agents_view, topic_cache
 from agent.group_activity import GroupActivityReporter
 from agent.group_coordinator import GroupCoordinator
+from agent.listener_servers import start_listener_servers
 from agent.produce_buffer import CommittedFile, ProduceBuffer
-from agent.server import AgentServer, start_agent_server
+from agent.server import AgentServer
 from fileformat.objectstore import AsyncObjectStore, open_async_store
 from fileformat.objectstore.range_cache import RangeCache
 from metadata.api_types import MetadataClient
@@ -72,6 +73,8 @@ class RunningAgent:
     metadata: MetadataClient
     group_activity: GroupActivityReporter | None = None
     background: list[BackgroundTask] = field(default_factory=list)
+    # Every listener's server (`server` is the first): more than one with `listeners` set.
+    servers: list[AgentServer] = field(default_factory=list)
 
     @property
     def port(self) -> int:
@@ -96,7 +99,8 @@ class RunningAgent:
     async def close(self, *, close_clients: bool = True) -> None:
         for task in self.background:
             await task.close()
-        await self.server.close()
+        for server in self.servers or [self.server]:
+            await server.close()
         if self.group_activity is not None:
             await self.group_activity.close()
         await close_parts(self.context.parts)
@@ -196,12 +200,14 @@ async def start_agent(
 ) -> RunningAgent:
     ctx = build_agent_context(config, metadata, store, clock=clock)
     start_parts(ctx.parts)
-    server = await start_agent_server(ctx, config.host, config.port)
+    servers = await start_listener_servers(ctx)
+    server = servers[0]
     registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
     try:
         await registry.start()
     except AgentIdInUse:  # undo the start-up; the caller reports it
-        await server.close()
+        for s in servers:
+            await s.close()
         await close_parts(ctx.parts)
         raise
     groups = ctx.parts.groups
@@ -209,8 +215,16 @@ async def start_agent(
         metadata, lambda: [g.group_id for g in groups.list_groups() if g.members]
     )
     activity.start()
-    log.info("agent %s serving Kafka on %s:%d", config.agent_id, config.host, server.port)
-    return RunningAgent(config, ctx, server, registry, store, metadata, activity)
+    for li, s in zip(config.resolved_listeners(), servers, strict=True):
+        log.info(
+            "agent %s serving Kafka (%s, %s) on %s:%d",
+            config.agent_id,
+            li.name,
+            li.security_protocol,
+            s.host or "*",
+            s.port,
+        )
+    return RunningAgent(config, ctx, server, registry, store, metadata, activity, servers=servers)
 
 
 def start_background(agent: RunningAgent, roles: Sequence[BackgroundRole], bucket_url: str) -> None:
@@ -299,7 +313,8 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
             from agent.metrics import serve_metrics
 
             serve_metrics(agent, config.host, config.metrics_port)
-        print(f"skiff agent {config.agent_id} listening on {config.host}:{agent.port}", flush=True)
+        where = ", ".join(f"{s.host or '*'}:{s.port}" for s in agent.servers)
+        print(f"skiff agent {config.agent_id} listening on {where}", flush=True)
         try:
             await _wait_for_stop_signal()
         finally:

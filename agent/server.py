@@ -45,6 +45,11 @@ Kafka does for every unsupported non-ApiVersions request; clients that negotiate
 ApiVersions never send one).
 
 Idle connections (no request in flight) are closed after `connections_max_idle_ms`.
+
+Listeners (`agent.listeners`): a server is one listener. On TLS listeners the handshake
+is done first (`agent.connection_security`); on SASL listeners a request other than
+ApiVersions, SaslHandshake and SaslAuthenticate before authentication closes the
+connection, and a failed SaslAuthenticate is answered and then the connection closed.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ from agent.connection_limits import (
     response_reserve_bytes,
     runs_alone,
 )
+from agent.connection_security import ListenerSecurity
 from agent.context import AgentContext
 from agent.handlers import ConnectionInfo, HandlerRegistry, HandlerSpec, Request, default_registry, error_of
 from agent.handlers.api_versions import unsupported_version_response
@@ -87,6 +93,7 @@ from agent.read_deadline import ReadDeadline
 from agent.response_slots import CLOSE as _CLOSE
 from agent.response_slots import Outcome as _Outcome
 from agent.response_slots import Slot as _Slot
+from agent.sasl import FAILED_AUTH_CLOSE_DELAY_S, PRE_AUTH_KEYS, PRE_AUTH_MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +106,16 @@ _COALESCE_BYTES = 64 * 1024  # ready responses written in one call, up to about 
 class AgentServer:
     """A running Kafka listener. Create with `start_agent_server`."""
 
-    def __init__(self, context: AgentContext, registry: HandlerRegistry, host: str, port: int) -> None:
+    def __init__(
+        self,
+        context: AgentContext,
+        registry: HandlerRegistry,
+        host: str | None,
+        port: int,
+        security: ListenerSecurity | None = None,
+    ) -> None:
         self.context = context
+        self.security = security  # None: PLAINTEXT, as before listeners
         self.registry = registry
         self._host = host
         self._requested_port = port
@@ -137,7 +152,7 @@ class AgentServer:
         return int(socks[0].getsockname()[1])
 
     @property
-    def host(self) -> str:
+    def host(self) -> str | None:
         return self._host
 
     @property
@@ -200,7 +215,8 @@ class AgentServer:
         conn = _Connection(self, info, reader, writer)
         self._open[conn_id] = conn
         try:
-            await conn.run()
+            if self.security is None or await self.security.secure(writer, info):
+                await conn.run()
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -315,6 +331,13 @@ class _Connection:
                 self._protocol_error(
                     f"request size {size} exceeds max_request_bytes {self.config.max_request_bytes}"
                 )
+                return None
+            if (
+                size > PRE_AUTH_MAX_REQUEST_BYTES
+                and self.info.sasl is not None
+                and not self.info.sasl.authenticated
+            ):
+                self._protocol_error(f"{size}-byte request before SASL authentication")
                 return None
             if size < MIN_REQUEST_HEADER_BYTES:
                 self._protocol_error(f"request size {size} is smaller than a request header")
@@ -436,10 +459,19 @@ class _Connection:
         if self.barrier is not None:  # an exclusive request is running: wait for it
             await asyncio.wait([self.barrier])
             self.barrier = None
+        sasl = self.info.sasl
+        if sasl is not None and not sasl.allows(api_key):
+            self._protocol_error(
+                f"{spec.name} request before SASL authentication (or after the session ended)"
+            )
+            return self._done(_CLOSE), reserve
         alone = runs_alone(spec.api_key, spec.exclusive)
         if alone and self.tasks:
             await asyncio.wait(list(self.tasks))
-        task = asyncio.create_task(self._run_handler(spec, request))
+        if sasl is not None and (not sasl.authenticated or api_key in PRE_AUTH_KEYS):
+            task = asyncio.create_task(self._run_sasl(spec, request))
+        else:
+            task = asyncio.create_task(self._run_handler(spec, request))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         if alone:
@@ -458,6 +490,23 @@ class _Connection:
             return _CLOSE
         log.info("unsupported %s version %d from %s", spec.name, version, self.info.peer)
         return _Outcome(encode_response(corr, resp))
+
+    async def _run_sasl(self, spec: HandlerSpec, request: Request) -> _Outcome:
+        """A request before SASL authentication (or a re-authentication): closed after its
+        answer if the SASL exchange failed (agent.sasl)."""
+        outcome = await self._run_handler(spec, request)
+        if self.info.sasl.close_requested:
+            if outcome.frame is None:
+                return _CLOSE
+            # Answered, then closed a little later (Kafka's connection.failed.authentication.
+            # delay.ms): closing right behind the answer makes some clients see the close
+            # before the error, and retry as if the network had failed.
+            asyncio.get_running_loop().call_later(FAILED_AUTH_CLOSE_DELAY_S, self._close_now)
+        return outcome
+
+    def _close_now(self) -> None:
+        self.closing = True
+        self.writer.close()
 
     async def _run_handler(self, spec: HandlerSpec, request: Request) -> _Outcome:
         key, version, corr = request.api_key, request.api_version, request.correlation_id

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.group_lease_types import LeaseGrant, LeaseToken
+from metadata.scram_types import ScramCredential, ScramCredentialInfo
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -127,6 +128,12 @@ class MetadataClient(Protocol):
     async def heartbeat_agent(self, agent: AgentInfo) -> None: ...  # registers on first call
     async def deregister_agent(self, agent: AgentInfo) -> None: ...  # on clean shutdown
     async def live_agents(self) -> list[AgentInfo]: ...
+
+    # SCRAM users (metadata.scram_users): credentials are salted, never passwords
+    async def upsert_scram_credential(self, cred: ScramCredential) -> None: ...
+    async def delete_scram_credential(self, user: str, mechanism: str) -> None: ...  # RESOURCE_NOT_FOUND
+    async def describe_scram_users(self, users: Sequence[str] | None) -> list[ScramCredentialInfo]: ...
+    async def scram_credentials(self, user: str) -> list[ScramCredential]: ...  # [] for an unknown user
 
     # cluster settings
     async def bucket_url(self) -> str | None: ...  # where the agents write; None: not configured

@@ -37,6 +37,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 from metadata import auth as auth_mod
 from metadata import commit_feed
 from metadata import compaction_serde as cs
+from metadata import scram_serde as ss
 from metadata import serde as s
 from metadata.auth import AGENT, COMPACTOR, READER, MetadataAuth, TokenTable, allow, public
 from metadata.db import is_db_unavailable
@@ -423,17 +424,17 @@ def create_app(
 
     @agent_routes.post("/v1/agents/deregister", response_model=s.OkResponse, tags=["agents"])
     def deregister_agent(req: s.AgentInfoM) -> s.OkResponse:
-        svc.deregister_agent(s.t.AgentInfo(**req.__dict__))
+        svc.deregister_agent(req.to_info())
         return s.OkResponse()
 
     @agent_routes.post("/v1/agents/heartbeat", response_model=s.OkResponse, tags=["agents"])
     def heartbeat_agent(req: s.AgentInfoM) -> s.OkResponse:
-        svc.heartbeat_agent(s.t.AgentInfo(**req.__dict__))
+        svc.heartbeat_agent(req.to_info())
         return s.OkResponse()
 
     @read_routes.get("/v1/agents", response_model=list[s.AgentInfoM], tags=["agents"])
     def live_agents() -> list[s.AgentInfoM]:
-        return [s.AgentInfoM.model_construct(**a.__dict__) for a in svc.live_agents()]
+        return [s.AgentInfoM.of(a) for a in svc.live_agents()]
 
     # ---------------------------------------------------------------- group coordinator leases
 
@@ -459,6 +460,11 @@ def create_app(
         lease = LeaseToken(req.lease.holder, req.lease.epoch)
         svc.confirm_group_generation(req.group_id, lease, req.ttl_ms, req.group_state)
         return s.OkResponse()
+
+    # ---------------------------------------------------------------- SCRAM users
+
+    app.include_router(scram_read_router(svc))
+    app.include_router(scram_write_router(svc))
 
     # ---------------------------------------------------------------- cluster settings
 
@@ -525,6 +531,52 @@ def tls_settings(cert: str | None, key: str | None, client_ca: str | None) -> di
     if client_ca:
         out.update(ssl_ca_certs=client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
     return out
+
+
+# The SCRAM routes: agents read credentials (to authenticate Kafka clients) and change them
+# for Kafka's AlterUserScramCredentials (which the agent's ACLs guard: ALTER on CLUSTER);
+# admins (`skiff users`) may do both.
+
+
+def scram_read_router(svc: MetadataService) -> APIRouter:
+    """Reading SCRAM credentials: agents (to authenticate clients) and admins."""
+    router = APIRouter(tags=["scram-users"], dependencies=[allow(AGENT)])
+
+    @router.post("/v1/scram-users/describe", response_model=list[ss.ScramCredentialInfoM])
+    def describe_scram_users(req: ss.DescribeScramUsersRequest) -> list[ss.ScramCredentialInfoM]:
+        """Users' mechanisms and iteration counts (never salts or keys); `users` null: all."""
+        return [
+            ss.ScramCredentialInfoM.model_construct(
+                user=i.user, mechanism=i.mechanism, iterations=i.iterations
+            )
+            for i in svc.describe_scram_users(req.users)
+        ]
+
+    @router.post("/v1/scram-users/credentials", response_model=list[ss.ScramCredentialM])
+    def scram_credentials(req: ss.ScramCredentialsRequest) -> list[ss.ScramCredentialM]:
+        """One user's stored credentials (salt, iterations, StoredKey, ServerKey), [] if none."""
+        return [ss.ScramCredentialM.of(c) for c in svc.scram_credentials(req.user)]
+
+    return router
+
+
+def scram_write_router(svc: MetadataService) -> APIRouter:
+    """Changing SCRAM credentials: agents (Kafka's admin API) and admins."""
+    router = APIRouter(tags=["scram-users"], dependencies=[allow(AGENT)])
+
+    @router.post("/v1/scram-users/upsert", response_model=s.OkResponse)
+    def upsert_scram_credential(req: ss.ScramCredentialM) -> s.OkResponse:
+        """Create or replace one user's credential for one mechanism (already salted)."""
+        svc.upsert_scram_credential(req.to_credential())
+        return s.OkResponse()
+
+    @router.post("/v1/scram-users/delete", response_model=s.OkResponse)
+    def delete_scram_credential(req: ss.DeleteScramCredentialRequest) -> s.OkResponse:
+        """Remove one credential; RESOURCE_NOT_FOUND (91) if there is none."""
+        svc.delete_scram_credential(req.user, req.mechanism)
+        return s.OkResponse()
+
+    return router
 
 
 def run_metadata_server(

@@ -33,6 +33,7 @@ over from anywhere (a restarted agent at a new address).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -167,12 +168,24 @@ def _lost_message(group_id: str, token: LeaseToken, row: Any) -> str:
 def heartbeat_agent(conn: Connection, agent: AgentInfo, now_ms: int, ttl_ms: int) -> None:
     """Register or refresh an agent (see the module docstring for the refusal rule)."""
     a = agents.c
+    listeners = json.dumps([list(e) for e in agent.listeners]) if agent.listeners else None
     ins = _insert(conn)(agents).values(
-        agent_id=agent.agent_id, host=agent.host, port=agent.port, zone=agent.zone, last_heartbeat_ms=now_ms
+        agent_id=agent.agent_id,
+        host=agent.host,
+        port=agent.port,
+        zone=agent.zone,
+        last_heartbeat_ms=now_ms,
+        listeners=listeners,
     )
     stmt = ins.on_conflict_do_update(
         index_elements=[a.agent_id],
-        set_={"host": agent.host, "port": agent.port, "zone": agent.zone, "last_heartbeat_ms": now_ms},
+        set_={
+            "host": agent.host,
+            "port": agent.port,
+            "zone": agent.zone,
+            "last_heartbeat_ms": now_ms,
+            "listeners": listeners,
+        },
         where=((a.host == agent.host) & (a.port == agent.port)) | (a.last_heartbeat_ms < now_ms - ttl_ms),
     ).returning(a.agent_id)
     if conn.execute(stmt).first() is None:

@@ -31,12 +31,14 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from metadata import compaction_serde as cs
+from metadata import scram_serde as ss
 from metadata import serde as s
 from metadata.api_types import MetadataClient
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.credentials import MetadataCredentials
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
 from metadata.group_lease_types import LeaseGrant, LeaseToken
+from metadata.scram_types import ScramCredential, ScramCredentialInfo
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -76,6 +78,8 @@ _GROUP_IDS = TypeAdapter(list[str])
 _LEASE_GRANT = TypeAdapter(s.LeaseGrantM)
 _COMMIT_RESULTS = TypeAdapter(list[s.OffsetCommitResultM])
 _AGENTS = TypeAdapter(list[s.AgentInfoM])
+_SCRAM_INFOS = TypeAdapter(list[ss.ScramCredentialInfoM])
+_SCRAM_CREDS = TypeAdapter(list[ss.ScramCredentialM])
 _WATERMARKS = TypeAdapter(list[s.PartitionWatermarkM])
 _CANDIDATES = TypeAdapter(list[cs.CompactionCandidateM])
 
@@ -417,13 +421,31 @@ class HttpMetadataClient:
 
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None:
-        await self._call("POST", "/v1/agents/heartbeat", s.AgentInfoM.model_construct(**agent.__dict__))
+        await self._call("POST", "/v1/agents/heartbeat", s.AgentInfoM.of(agent))
 
     async def deregister_agent(self, agent: AgentInfo) -> None:
-        await self._call("POST", "/v1/agents/deregister", s.AgentInfoM.model_construct(**agent.__dict__))
+        await self._call("POST", "/v1/agents/deregister", s.AgentInfoM.of(agent))
+
+    # SCRAM users
+    async def upsert_scram_credential(self, cred: ScramCredential) -> None:
+        await self._call("POST", "/v1/scram-users/upsert", ss.ScramCredentialM.of(cred))
+
+    async def delete_scram_credential(self, user: str, mechanism: str) -> None:
+        req = ss.DeleteScramCredentialRequest.model_construct(user=user, mechanism=mechanism)
+        await self._call("POST", "/v1/scram-users/delete", req)
+
+    async def describe_scram_users(self, users: Sequence[str] | None) -> list[ScramCredentialInfo]:
+        req = ss.DescribeScramUsersRequest.model_construct(users=None if users is None else list(users))
+        data = await self._call("POST", "/v1/scram-users/describe", req)
+        return [m.to_info() for m in self._parse(_SCRAM_INFOS, data)]
+
+    async def scram_credentials(self, user: str) -> list[ScramCredential]:
+        req = ss.ScramCredentialsRequest.model_construct(user=user)
+        data = await self._call("POST", "/v1/scram-users/credentials", req)
+        return [m.to_credential() for m in self._parse(_SCRAM_CREDS, data)]
 
     async def live_agents(self) -> list[AgentInfo]:
-        return [AgentInfo(**m.__dict__) for m in self._parse(_AGENTS, await self._call("GET", "/v1/agents"))]
+        return [m.to_info() for m in self._parse(_AGENTS, await self._call("GET", "/v1/agents"))]
 
     # cluster settings
     async def bucket_url(self) -> str | None:

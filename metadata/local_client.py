@@ -26,6 +26,7 @@ from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, Com
 from metadata.db import is_db_unavailable
 from metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
 from metadata.group_lease_types import LeaseGrant, LeaseToken
+from metadata.scram_types import ScramCredential, ScramCredentialInfo
 from metadata.service import MetadataService
 from metadata.types import (
     AgentInfo,
@@ -254,6 +255,19 @@ class LocalMetadataClient:
 
     async def live_agents(self) -> list[AgentInfo]:
         return await self._run(self.service.live_agents)
+
+    # SCRAM users
+    async def upsert_scram_credential(self, cred: ScramCredential) -> None:
+        await self._run(self.service.upsert_scram_credential, cred)
+
+    async def delete_scram_credential(self, user: str, mechanism: str) -> None:
+        await self._run(self.service.delete_scram_credential, user, mechanism)
+
+    async def describe_scram_users(self, users: Sequence[str] | None) -> list[ScramCredentialInfo]:
+        return await self._run(self.service.describe_scram_users, None if users is None else list(users))
+
+    async def scram_credentials(self, user: str) -> list[ScramCredential]:
+        return await self._run(self.service.scram_credentials, user)
 
     async def bucket_url(self) -> str | None:
         return self.service.bucket_url

@@ -8,6 +8,8 @@ expired rows.
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy import delete, select
 
 from metadata import group_leases
@@ -46,7 +48,7 @@ class Membership:
         with read_tx(self._db.engine) as conn:
             rows = conn.execute(select(agents).order_by(agents.c.agent_id)).all()
         live = [
-            AgentInfo(r.agent_id, r.host, r.port, r.zone, r.last_heartbeat_ms)
+            AgentInfo(r.agent_id, r.host, r.port, r.zone, r.last_heartbeat_ms, _listeners(r.listeners))
             for r in rows
             if r.last_heartbeat_ms >= cutoff
         ]
@@ -54,3 +56,14 @@ class Membership:
             with write_tx(self._db.engine) as conn:
                 conn.execute(delete(agents).where(agents.c.last_heartbeat_ms < cutoff))
         return live
+
+
+def _listeners(raw: str | None) -> tuple[tuple[str, str, int], ...]:
+    """The stored JSON listener list; NULL (a row from before listeners) or an unreadable
+    value is no list: the row's host/port is then the agent's one address."""
+    if not raw:
+        return ()
+    try:
+        return tuple((str(n), str(h), int(p)) for n, h, p in json.loads(raw))
+    except (ValueError, TypeError):
+        return ()

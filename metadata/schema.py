@@ -149,6 +149,9 @@ agents = Table(
     Column("port", Integer, nullable=False),
     Column("zone", String(255), nullable=True),
     Column("last_heartbeat_ms", BigInteger, nullable=False),
+    # JSON [[listener name, host, port], ...]: every advertised listener (NULL in rows
+    # written before listeners: then host/port is the one address).
+    Column("listeners", Text, nullable=True),
 )
 
 # Per partition, what the compactor keeps (rows are created on first use, no foreign key:
@@ -205,4 +208,20 @@ group_leases = Table(
     Column("epoch", BigInteger, nullable=False),
     Column("expires_ms", BigInteger, nullable=False),
     Column("group_state", Text, nullable=True),
+)
+
+
+# SCRAM credentials (RFC 5802, KIP-554), one row per user and mechanism ("SCRAM-SHA-256",
+# "SCRAM-SHA-512"): the salt, the iteration count and the two keys derived from the
+# salted password; the password itself is never stored (metadata.scram_users).
+scram_credentials = Table(
+    "scram_credentials",
+    metadata_obj,
+    Column("user_name", String(255), primary_key=True),
+    Column("mechanism", String(32), primary_key=True),
+    Column("salt", LargeBinary, nullable=False),
+    Column("iterations", Integer, nullable=False),
+    Column("stored_key", LargeBinary, nullable=False),
+    Column("server_key", LargeBinary, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
 )

@@ -154,12 +154,40 @@ class OffsetCommitResultM(_M):
     error_message: str | None = None
 
 
+class ListenerEndpointM(_M):
+    name: Annotated[str, Field(min_length=1, max_length=255)]
+    host: Annotated[str, Field(max_length=255)]
+    port: Annotated[int, Field(ge=0, le=65535)]
+
+
 class AgentInfoM(_M):
     agent_id: Annotated[str, Field(min_length=1, max_length=255)]
     host: Annotated[str, Field(max_length=255)]
     port: Annotated[int, Field(ge=0, le=65535)]
     zone: Annotated[str, Field(max_length=255)] | None = None
     last_heartbeat_ms: Int64 = 0
+    listeners: Annotated[list[ListenerEndpointM], Field(max_length=32)] = []
+
+    @classmethod
+    def of(cls, a: t.AgentInfo) -> AgentInfoM:
+        return cls.model_construct(
+            agent_id=a.agent_id,
+            host=a.host,
+            port=a.port,
+            zone=a.zone,
+            last_heartbeat_ms=a.last_heartbeat_ms,
+            listeners=[ListenerEndpointM.model_construct(name=n, host=h, port=p) for n, h, p in a.listeners],
+        )
+
+    def to_info(self) -> t.AgentInfo:
+        return t.AgentInfo(
+            agent_id=self.agent_id,
+            host=self.host,
+            port=self.port,
+            zone=self.zone,
+            last_heartbeat_ms=self.last_heartbeat_ms,
+            listeners=tuple((e.name, e.host, e.port) for e in self.listeners),
+        )
 
 
 # ---------------------------------------------------------------- requests and responses

@@ -56,6 +56,8 @@ from metadata.membership import DEFAULT_AGENT_TTL_MS, Membership
 from metadata.reads import Reads
 from metadata.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
 from metadata.rows import Clock, Db, system_clock
+from metadata.scram_types import ScramCredential, ScramCredentialInfo
+from metadata.scram_users import ScramUsers
 from metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
 from metadata.types import (
     AgentInfo,
@@ -112,6 +114,7 @@ class MetadataService:
         self.agents = Membership(self._db, agent_ttl_ms)
         self.retention = Retention(self._db)
         self.gc = GarbageCollection(self._db)
+        self.scram_users = ScramUsers(self._db)
 
     @classmethod
     def from_url(
@@ -318,6 +321,20 @@ class MetadataService:
 
     def live_agents(self) -> list[AgentInfo]:
         return self.agents.live_agents()
+
+    # ------------------------------------------------------------------ SCRAM users (metadata.scram_users)
+
+    def upsert_scram_credential(self, cred: ScramCredential) -> None:
+        self.scram_users.upsert(cred)
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> None:
+        self.scram_users.delete(user, mechanism)
+
+    def describe_scram_users(self, users: Sequence[str] | None) -> list[ScramCredentialInfo]:
+        return self.scram_users.describe(users)
+
+    def scram_credentials(self, user: str) -> list[ScramCredential]:
+        return self.scram_users.credentials(user)
 
     # ------------------------------------------------------------------ group coordinator leases
     # (metadata.group_leases: who coordinates each group, fenced by an epoch)

@@ -189,6 +189,10 @@ class AgentInfo:
     port: int
     zone: str | None = None
     last_heartbeat_ms: int = 0
+    # Every advertised listener as (listener name, host, port), e.g. ("SASL_SSL", "b1", 9094):
+    # Kafka clients are told the address on the listener they connected through. Empty for
+    # agents (and rows) from before listeners: then (host, port) is the only address.
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@
                    [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
     skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
+    skiff users {list,create,delete} --metadata URL [--mechanism M] [--password P | --password-file F]
 
 Agent settings come from flags and `SKIFF_*` environment variables (see
 `agent.config` and docs/configuration.md).
@@ -106,6 +107,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     cp = sub.add_parser("compact", help="retention, compaction, garbage collection and offset expiry")
     add_compact_arguments(cp)
+    from agent.cli.users import add_parser as add_users_parser
+
+    add_users_parser(sub)  # `skiff users` (SCRAM users); dispatched through args.run
     return parser
 
 
@@ -129,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine at start-up
     try:
+        if getattr(args, "run", None) is not None:  # subcommands that dispatch themselves (skiff users)
+            return int(args.run(args))
         if args.command == "inspect":
             from agent.inspect_cmd import run_inspect
 

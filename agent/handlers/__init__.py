@@ -63,6 +63,15 @@ class ConnectionInfo:
     # one appends after it, so a connection's batches reach the buffer in request order
     # (agent.handlers.produce). Done or None when no append is pending.
     produce_tail: asyncio.Future[None] | None = None
+    # Who the client is: `User:<name>` after SASL, `User:<certificate subject DN>` after TLS
+    # with a verified client certificate, else anonymous (read for authorization).
+    principal: str = "User:ANONYMOUS"
+    # The listener the client connected through (its name, e.g. PLAINTEXT, SASL_SSL):
+    # Metadata and FindCoordinator answer with addresses on this listener.
+    listener: str = "PLAINTEXT"
+    # agent.sasl.SaslState on SASL listeners (None elsewhere): until it is authenticated,
+    # only ApiVersions, SaslHandshake and SaslAuthenticate are served.
+    sasl: Any = None
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         )
     brokers = tuple(
         DescribeClusterBroker(
-            broker_id=BrokerId(b.node_id), host=b.host, port=i32(b.port), rack=b.rack, is_fenced=False
+            broker_id=BrokerId(b.node_id), host=host, port=i32(port), rack=b.rack, is_fenced=False
         )
         for b in ctx.agents.brokers()
+        for host, port in (b.address(request.connection.listener),)
     )
     return DescribeClusterResponse(
         throttle_time=NO_THROTTLE,

@@ -51,7 +51,7 @@ def _failed(key: str, code: ErrorCode, message: str) -> Coordinator:
     )
 
 
-def _find(ctx: AgentContext, key: str, key_type: int) -> Coordinator:
+def _find(ctx: AgentContext, key: str, key_type: int, listener: str) -> Coordinator:
     if key_type == TRANSACTION_KEY_TYPE:
         return _failed(key, ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
     if key_type != GROUP_KEY_TYPE:
@@ -59,11 +59,12 @@ def _find(ctx: AgentContext, key: str, key_type: int) -> Coordinator:
     if not key:
         return _failed(key, ErrorCode.invalid_group_id, "empty group id")
     b = ctx.agents.coordinator_for_group(key)
+    host, port = b.address(listener)  # on the listener the client connected through
     return Coordinator(
         key=key,
         node_id=i32(b.node_id),  # type: ignore[arg-type]
-        host=b.host,
-        port=i32(b.port),
+        host=host,
+        port=i32(port),
         error_code=ErrorCode.none,
         error_message=None,
     )
@@ -74,9 +75,11 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     cls = response_schema(API_KEY, request.api_version)
     assert cls is not None
     if request.api_version >= 4:
-        found = tuple(_find(ctx, k, int(body.key_type)) for k in body.coordinator_keys)
+        found = tuple(
+            _find(ctx, k, int(body.key_type), request.connection.listener) for k in body.coordinator_keys
+        )
         return cls(throttle_time=NO_THROTTLE, coordinators=found)
-    c = _find(ctx, body.key, int(getattr(body, "key_type", GROUP_KEY_TYPE)))
+    c = _find(ctx, body.key, int(getattr(body, "key_type", GROUP_KEY_TYPE)), request.connection.listener)
     kwargs: dict[str, Any] = {
         "error_code": c.error_code,
         "node_id": c.node_id,

@@ -88,10 +88,12 @@ CLUSTER_AUTHORIZED_OPERATIONS = sum(
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
 
-def brokers_of(ctx: AgentContext) -> tuple[MetadataResponseBroker, ...]:
+def brokers_of(ctx: AgentContext, listener: str = "PLAINTEXT") -> tuple[MetadataResponseBroker, ...]:
+    """Every live agent, addressed on `listener` (the one the client connected through)."""
     return tuple(
-        MetadataResponseBroker(node_id=BrokerId(b.node_id), host=b.host, port=i32(b.port), rack=b.rack)
+        MetadataResponseBroker(node_id=BrokerId(b.node_id), host=host, port=i32(port), rack=b.rack)
         for b in ctx.agents.brokers()
+        for host, port in (b.address(listener),)
     )
 
 
@@ -253,7 +255,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         topics = await _named_topics(ctx, body, with_ops)
     response = MetadataResponse(
         throttle_time=NO_THROTTLE,
-        brokers=brokers_of(ctx),
+        brokers=brokers_of(ctx, request.connection.listener),
         cluster_id=ctx.config.cluster_id,
         controller_id=BrokerId(ctx.agents.controller_id),
         topics=tuple(topics),

@@ -53,6 +53,9 @@ import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.ScramCredentialInfo;
+import org.apache.kafka.clients.admin.ScramMechanism;
+import org.apache.kafka.clients.admin.UserScramCredentialUpsertion;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -617,6 +620,25 @@ public final class SkiffJavaClient {
                                 "sensitive", e.isSensitive()));
                     }
                     emit(obj("type", "configs", "resource", "topic", "name", pos.get(1), "configs", entries));
+                    break;
+                }
+                case "alter-scram": {
+                    need(pos, 5, "alter-scram USER MECHANISM ITERATIONS PASSWORD");
+                    ScramCredentialInfo info = new ScramCredentialInfo(
+                            ScramMechanism.fromMechanismName(pos.get(2)), Integer.parseInt(pos.get(3)));
+                    admin.alterUserScramCredentials(
+                            List.of(new UserScramCredentialUpsertion(pos.get(1), info, pos.get(4)))).all().get();
+                    emit(obj("type", "scram-altered", "user", pos.get(1)));
+                    break;
+                }
+                case "describe-scram": {
+                    need(pos, 2, "describe-scram USER");
+                    List<Object> creds = new ArrayList<>();
+                    for (ScramCredentialInfo c : admin.describeUserScramCredentials(List.of(pos.get(1)))
+                            .description(pos.get(1)).get().credentialInfos()) {
+                        creds.add(obj("mechanism", c.mechanism().mechanismName(), "iterations", c.iterations()));
+                    }
+                    emit(obj("type", "scram", "user", pos.get(1), "credentials", creds));
                     break;
                 }
                 case "describe-cluster": {

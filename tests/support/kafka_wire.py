@@ -21,6 +21,7 @@ import dataclasses
 import datetime
 import io
 import socket
+import ssl
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -115,9 +116,18 @@ def expects_response(request: Any) -> bool:
 class KafkaWire:
     """One TCP connection to a broker; requests are sent one at a time."""
 
-    def __init__(self, bootstrap: str, *, timeout_s: float = 10.0, client_id: str | None = DEFAULT_CLIENT_ID):
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        timeout_s: float = 10.0,
+        client_id: str | None = DEFAULT_CLIENT_ID,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
         host, _, port = bootstrap.rpartition(":")
         self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+        if ssl_context is not None:  # TLS listeners: the handshake happens here
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host.strip("[]"))
         self.client_id = client_id
         self._correlation_id = 0
 

@@ -1,0 +1,153 @@
+"""`skiff users`: SCRAM users in metadata (what SASL/PLAIN and SASL/SCRAM logins check).
+
+    skiff users list   --metadata URL [--json]
+    skiff users create NAME --metadata URL [--mechanism SCRAM-SHA-256|SCRAM-SHA-512]...
+                       [--password P | --password-file FILE] [--iterations N]
+    skiff users delete NAME --metadata URL [--mechanism M]...
+
+`create` salts and derives the credential here (`metadata.scram_types.make_credential`:
+random 32-byte salt, PBKDF2 with `--iterations`, default 8192) and sends only salt,
+iterations, StoredKey and ServerKey: the password never leaves this process. Without
+`--mechanism` it creates both SCRAM-SHA-256 and SCRAM-SHA-512 (and replaces existing ones,
+which is how a password is changed). The password comes from `--password`, else the first
+line of `--password-file` (`-`: standard input), else `SKIFF_USER_PASSWORD`, else a prompt.
+`delete` without `--mechanism` removes every credential of the user. Agents see a change
+within their `scram_credential_cache_ms` (5 s by default).
+
+`--metadata` is the metadata service URL (http://...) or a database URL; default
+`SKIFF_METADATA_URL`. Exit status 0 on success, 1 when metadata refuses (message on
+stderr), 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import os
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from metadata.api_types import MetadataClient
+from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.scram_types import DEFAULT_ITERATIONS, MECHANISM_CODES, make_credential
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("users", help="SCRAM users (SASL/PLAIN and SASL/SCRAM logins)")
+    p.set_defaults(run=run_users)
+    ops = p.add_subparsers(dest="users_command", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--metadata",
+            dest="metadata_url",
+            default=os.environ.get("SKIFF_METADATA_URL"),
+            help="metadata service URL (http://host:port) or database URL [env SKIFF_METADATA_URL]",
+        )
+
+    ls = ops.add_parser("list", help="users and their SCRAM mechanisms")
+    common(ls)
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+
+    cr = ops.add_parser("create", help="create a user, or set a new password")
+    common(cr)
+    cr.add_argument("name")
+    cr.add_argument(
+        "--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default both"
+    )
+    cr.add_argument("--password", default=None)
+    cr.add_argument("--password-file", default=None, help="first line is the password ('-': standard input)")
+    cr.add_argument(
+        "--iterations", type=int, default=DEFAULT_ITERATIONS, help="PBKDF2 iterations (4096-16384)"
+    )
+
+    rm = ops.add_parser("delete", help="delete a user's credentials")
+    common(rm)
+    rm.add_argument("name")
+    rm.add_argument(
+        "--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default all"
+    )
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.password is not None:
+        return str(args.password)
+    if args.password_file is not None:
+        if args.password_file == "-":
+            return sys.stdin.readline().rstrip("\r\n")
+        with open(args.password_file, encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n")
+    env = os.environ.get("SKIFF_USER_PASSWORD")
+    if env is not None:
+        return env
+    first = getpass.getpass(f"password for {args.name}: ")
+    if getpass.getpass("again: ") != first:
+        raise ValueError("the passwords differ")
+    return first
+
+
+async def _run(args: argparse.Namespace, md: MetadataClient) -> int:
+    out = Console()
+    if args.users_command == "list":
+        infos = await md.describe_scram_users(None)
+        if args.json:
+            users: dict[str, list[dict[str, object]]] = {}
+            for i in infos:
+                users.setdefault(i.user, []).append({"mechanism": i.mechanism, "iterations": i.iterations})
+            print(json.dumps([{"user": u, "credentials": c} for u, c in users.items()]))
+            return 0
+        table = Table("user", "mechanism", "iterations")
+        for i in infos:
+            table.add_row(i.user, i.mechanism, str(i.iterations))
+        out.print(table)
+        return 0
+    mechanisms = args.mechanism or sorted(MECHANISM_CODES)
+    if args.users_command == "create":
+        password = _password(args)
+        if not password:
+            raise ValueError("the password must not be empty")
+        for mech in mechanisms:
+            await md.upsert_scram_credential(
+                make_credential(args.name, mech, password, iterations=args.iterations)
+            )
+        out.print(f"user {args.name}: {', '.join(mechanisms)} set")
+        return 0
+    if args.users_command == "delete":
+        if args.mechanism is None:
+            have = {i.mechanism for i in await md.describe_scram_users([args.name])}
+            if not have:
+                raise MetadataError(91, f"no user {args.name!r}")
+            mechanisms = sorted(have)
+        for mech in mechanisms:
+            await md.delete_scram_credential(args.name, mech)
+        out.print(f"user {args.name}: {', '.join(mechanisms)} deleted")
+        return 0
+    raise ValueError(f"unknown users command {args.users_command}")
+
+
+def run_users(args: argparse.Namespace) -> int:
+    from metadata.client import open_metadata_client
+
+    if not args.metadata_url:
+        print("skiff users: --metadata (or SKIFF_METADATA_URL) is required", file=sys.stderr)
+        return 2
+
+    async def main() -> int:
+        md = open_metadata_client(args.metadata_url)
+        try:
+            return await _run(args, md)
+        finally:
+            await md.close()
+
+    try:
+        return asyncio.run(main())
+    except (MetadataError, ValueError) as e:
+        print(f"skiff users: {getattr(e, 'message', None) or e}", file=sys.stderr)
+        return 1
+    except MetadataUnavailable as e:
+        print(f"skiff users: metadata unavailable: {e}", file=sys.stderr)
+        return 1
