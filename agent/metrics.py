@@ -1,4 +1,9 @@
-"""Prometheus metrics of one agent, served over HTTP (`--metrics-port`, 0 = off).
+"""Prometheus metrics and health of one agent, served over HTTP (`--metrics-port`, default
+9100, 0 = off): `GET /metrics`, `GET /healthz` (200 while the process runs) and
+`GET /readyz` (200 `ready`, or 503 with the reason: draining, or which of metadata and the
+bucket failed to answer; `agent.health`). A WSGI app on a threading server in daemon
+threads, so probes and scrapes never wait for the agent's event loop except for the
+readiness probe itself.
 
 A custom collector reads the live components at scrape time, so the hot paths keep
 plain integer counters and pay nothing per request for metrics:
@@ -22,15 +27,24 @@ plain integer counters and pay nothing per request for metrics:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import socketserver
+import threading
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+    from agent.health import Readiness
     from agent.runtime import RunningAgent
+
+log = logging.getLogger(__name__)
 
 
 class AgentCollector(Collector):
@@ -155,9 +169,75 @@ class AgentCollector(Collector):
         )
 
 
-def serve_metrics(agent: RunningAgent, host: str, port: int) -> CollectorRegistry:
-    """Start the /metrics HTTP endpoint in a daemon thread."""
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a stuck probe never keeps the process alive
+    allow_reuse_address = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: no access log
+        pass
+
+
+def health_app(metrics: WSGIApplication, readiness: Readiness | None) -> WSGIApplication:
+    """/healthz and /readyz in front of the Prometheus app (which serves everything else)."""
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path in ("/healthz", "/readyz"):
+            if path == "/healthz":
+                status, body = "200 OK", "ok\n"
+            elif readiness is None:
+                status, body = "503 Service Unavailable", "no readiness check\n"
+            else:
+                verdict = readiness.check()
+                status = "200 OK" if verdict.ready else "503 Service Unavailable"
+                body = ("ready" if verdict.ready else f"not ready: {verdict.reason}") + "\n"
+            data = body.encode()
+            start_response(
+                status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))]
+            )
+            return [data]
+        return metrics(environ, start_response)
+
+    return app
+
+
+class HttpEndpoint:
+    """The running /metrics + /healthz + /readyz server; `close()` stops it."""
+
+    def __init__(self, server: WSGIServer) -> None:
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="skiff-http", daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def serve_metrics(
+    agent: RunningAgent, host: str, port: int, readiness: Readiness | None = None
+) -> HttpEndpoint | None:
+    """Serve /metrics, /healthz and /readyz in daemon threads. A port already taken is
+    logged and the agent runs without the endpoint: in Kubernetes every pod has the port
+    to itself (and its probes report the problem), while on one machine a second agent on
+    the default port would otherwise refuse to start."""
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent))
-    start_http_server(port, addr=host, registry=registry)
-    return registry
+    try:
+        server = make_server(
+            host,
+            port,
+            health_app(make_wsgi_app(registry), readiness),
+            server_class=_ThreadingWSGIServer,
+            handler_class=_QuietHandler,
+        )
+    except OSError as e:
+        log.error("cannot serve /metrics, /healthz and /readyz on %s:%d: %s", host, port, e)
+        return None
+    return HttpEndpoint(server)
