@@ -62,7 +62,7 @@ class Agent:
     def metric(self, name: str) -> float:
         status, text = self.http("/metrics")
         assert status == 200
-        m = re.search(rf"^{name} (\S+)$", text, re.M)
+        m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
         assert m, f"{name} not in /metrics"
         return float(m.group(1))
 
@@ -328,3 +328,26 @@ def test_rolling_restart_loses_nothing_under_idempotent_produce_and_a_group(
     assert all(in_log.get(where) == k for where, k in consumed.items()), (
         "the group read something not in the log"
     )
+
+
+def test_shutdown_past_its_timeout_exits_1_and_says_what_it_abandoned(
+    spawn_skiff: Callable[..., SkiffProcess], moto_s3: S3Bucket, pg_url: str
+) -> None:
+    md = spawn_skiff("metadata", "--db", pg_url, "--port", "{port}")
+    a = spawn_agent(
+        spawn_skiff, moto_s3, f"http://127.0.0.1:{md.port}", "to-a", env={"SKIFF_SHUTDOWN_TIMEOUT_MS": "300"}
+    )
+    idle = f"to-idle-{uuid.uuid4().hex[:6]}"
+    create_topic(a.proc.bootstrap, idle, partitions=1)
+    # a fetch parked for 20 s holds the drain past its 300 ms
+    c = Consumer({"bootstrap.servers": a.proc.bootstrap, "group.id": "to", "fetch.wait.max.ms": 20000})
+    c.assign([TopicPartition(idle, 0, 0)])
+    c.poll(1)
+    wait_until(lambda: a.metric('skiff_purgatory_delayed{purgatory="fetch"}') > 0, "a parked fetch")
+    assert sigterm_and_wait(a) == 1
+    c.close()
+    log = a.proc.log.read_text()
+    m = re.search(
+        r"shutdown_timeout_ms=300 passed; abandoning \d+ buffered produce bytes .* (\d+) connections", log
+    )
+    assert m and int(m.group(1)) >= 1, log[-2000:]
