@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -375,6 +375,8 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         """The group ids (of `group_ids`, or all when null) that have committed offsets (ListGroups)."""
         return svc.groups_with_offsets(req.group_ids)
 
+    app.include_router(operator_router(svc))
+
     # ---------------------------------------------------------------- agents
 
     @app.post("/v1/agents/deregister", response_model=s.OkResponse, tags=["agents"])
@@ -433,6 +435,32 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # type: ignore[arg-type]
     return app
+
+
+def operator_router(svc: MetadataService) -> APIRouter:
+    """What operators' commands (`skiff groups`) need beyond the agents' calls, under
+    /v1/admin/ (metadata.group_admin). Changes are refused with NON_EMPTY_GROUP (400)
+    while the group has active members."""
+    router = APIRouter(prefix="/v1/admin", tags=["operators"])
+
+    @router.post("/groups/stored", response_model=list[s.StoredGroupM])
+    def stored_groups(req: s.GroupsWithOffsetsRequest) -> list[s.StoredGroupM]:
+        """Groups (of `group_ids`, or all) with offsets or a stored generation, with that state."""
+        return [s.StoredGroupM.model_construct(**g.__dict__) for g in svc.stored_groups(req.group_ids)]
+
+    @router.post("/groups/reset-offsets", response_model=list[s.OffsetCommitResultM])
+    def reset_group_offsets(req: s.ResetOffsetsRequest) -> list[s.OffsetCommitResultM]:
+        """Commit offsets for an operator; one answer per offset, as commit-offsets."""
+        results = svc.reset_group_offsets(req.group_id, [s.t.GroupOffset(**o.__dict__) for o in req.offsets])
+        return [s.OffsetCommitResultM.model_construct(**r.__dict__) for r in results]
+
+    @router.post("/groups/delete", response_model=s.OkResponse)
+    def delete_group(req: s.GroupIdRequest) -> s.OkResponse:
+        """Forget a group: offsets and stored state (GROUP_ID_NOT_FOUND if it has neither)."""
+        svc.delete_group(req.group_id)
+        return s.OkResponse()
+
+    return router
 
 
 def run_metadata_server(

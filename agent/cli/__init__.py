@@ -5,6 +5,8 @@
     skiff metadata --db URL [--host H] [--port 9093] [--bucket URL]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
     skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
+    skiff topics list|describe|create|alter|delete ... [--metadata URL] [--json]
+    skiff groups list|describe|reset-offsets|delete ... [--metadata URL] [--json]
 
 Agent settings come from flags and `SKIFF_*` environment variables (see
 `agent.config` and docs/configuration.md).
@@ -86,6 +88,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     cp = sub.add_parser("compact", help="retention, compaction, garbage collection and offset expiry")
     add_compact_arguments(cp)
+    from agent.cli import groups, topics
+
+    topics.add_parser(sub)
+    groups.add_parser(sub)
     return parser
 
 
@@ -119,6 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 metadata_url=args.metadata_url,
                 object_key=args.key,
             )
+        if args.command == "topics":
+            from agent.cli.topics import run_topics
+
+            return run_topics(args)
+        if args.command == "groups":
+            from agent.cli.groups import run_groups
+
+            return run_groups(args)
         if args.command == "compact":
             from agent.cli.compact import run_compact
 
