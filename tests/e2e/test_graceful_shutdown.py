@@ -27,6 +27,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -351,3 +352,39 @@ def test_shutdown_past_its_timeout_exits_1_and_says_what_it_abandoned(
         r"shutdown_timeout_ms=300 passed; abandoning \d+ buffered produce bytes .* (\d+) connections", log
     )
     assert m and int(m.group(1)) >= 1, log[-2000:]
+
+
+def test_playground_sigterm_commits_held_produce_and_exits_0(
+    spawn_skiff: Callable[..., SkiffProcess], tmp_path: Path
+) -> None:
+    http_port = free_port()
+    data = str(tmp_path / "pg-data")
+
+    def start() -> SkiffProcess:
+        return spawn_skiff(
+            "playground",
+            "--data-dir",
+            data,
+            "--port",
+            "{port}",
+            "--metadata-port",
+            str(free_port()),
+            env={"SKIFF_METRICS_PORT": str(http_port), "SKIFF_FLUSH_INTERVAL_MS": "60000"},
+        )
+
+    pg = start()
+    play = Agent(pg, "playground", pg.port, http_port)
+    wait_until(lambda: play.http("/readyz")[0] == 200, "the playground to become ready")
+    create_topic(pg.bootstrap, "held", partitions=1)
+    deliveries = Deliveries()
+    p = Producer({"bootstrap.servers": pg.bootstrap, "acks": "all"})
+    p.produce("held", key=b"k", value=b"v", on_delivery=deliveries.on_delivery)
+    p.poll(0)
+    wait_until(lambda: play.metric("skiff_produce_buffered_bytes") > 0, "the record to be buffered")
+    pg.proc.send_signal(signal.SIGTERM)
+    assert p.flush(30) == 0 and deliveries.acked == {b"k": (0, 0)}
+    assert pg.proc.wait(timeout=60) == 0
+    assert "stopped cleanly" in pg.log.read_text()
+    again = start()
+    got = consume_all_confluent(again.bootstrap, "held", 1, partitions=1)
+    assert [(g.offset, g.key) for g in got] == [(0, b"k")]
