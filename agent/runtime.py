@@ -149,7 +149,7 @@ class RunningAgent:
             await task.close()
         self.background.clear()
         await self.context.parts.groups.close()
-        await self.buffer.flush()
+        await self.buffer.drain()
         if connections:
             await asyncio.wait(connections)
 
