@@ -370,8 +370,8 @@ class _Connection:
         idle_s = self.config.connections_max_idle_ms / 1000.0
         if self.closing:
             return None
-        if not idle_s:
-            return await self.reader.readexactly(4)
+        if not idle_s:  # no idle timeout; still a deadline, so that stop_reading can end the wait
+            return await self._read_within(4, 365 * 86_400.0)
         loop = asyncio.get_running_loop()
         while True:
             # Cancelling readexactly loses nothing: it takes bytes off the buffer only once
