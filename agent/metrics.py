@@ -31,7 +31,7 @@ import logging
 import socketserver
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -169,18 +169,49 @@ class AgentCollector(Collector):
         )
 
 
+MAX_HTTP_THREADS = 16  # probes and scrapes at once; more connections are closed at accept
+HTTP_SOCKET_TIMEOUT_S = 10.0  # a client that sends its request slower than this is dropped
+
+
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A thread per request, at most MAX_HTTP_THREADS of them (a flood of connections to
+    the port cannot make the agent start threads without bound)."""
+
     daemon_threads = True  # a stuck probe never keeps the process alive
     allow_reuse_address = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_HTTP_THREADS)
+        self.refused = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = HTTP_SOCKET_TIMEOUT_S
+
     def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: no access log
         pass
 
 
 def health_app(metrics: WSGIApplication, readiness: Readiness | None) -> WSGIApplication:
-    """/healthz and /readyz in front of the Prometheus app (which serves everything else)."""
+    """/healthz and /readyz, /metrics from the Prometheus app, 404 for anything else."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -198,7 +229,10 @@ def health_app(metrics: WSGIApplication, readiness: Readiness | None) -> WSGIApp
                 status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))]
             )
             return [data]
-        return metrics(environ, start_response)
+        if path == "/metrics":
+            return metrics(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"not found: /metrics, /healthz and /readyz are served here\n"]
 
     return app
 
