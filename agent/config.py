@@ -283,7 +283,19 @@ class AgentConfig:
 
     # --- operations -----------------------------------------------------------------
     metrics_port: int = field(
-        default=0, metadata={"help": "port of the Prometheus /metrics endpoint (0: off)"}
+        default=9100,
+        metadata={"help": "HTTP port of /metrics, /healthz and /readyz (0: off)"},
+    )
+    readiness_timeout_ms: int = field(
+        default=1_000,
+        metadata={"help": "/readyz: how long metadata and the bucket may take to answer its probe"},
+    )
+    shutdown_timeout_ms: int = field(
+        default=25_000,
+        metadata={
+            "help": "on SIGTERM: time to answer in-flight requests, commit buffered produce and "
+            "deregister before exiting non-zero (below Kubernetes' 30 s grace period)"
+        },
     )
 
     # --- membership -----------------------------------------------------------------
@@ -418,6 +430,8 @@ class AgentConfig:
             "s3_read_timeout_ms",
             "s3_max_attempts",
             "metadata_timeout_ms",
+            "readiness_timeout_ms",
+            "shutdown_timeout_ms",
             "fetch_max_bytes",
             "max_partition_fetch_bytes",
             "fetch_read_inflight_bytes",

@@ -1,4 +1,9 @@
-"""Prometheus metrics of one agent, served over HTTP (`--metrics-port`, 0 = off).
+"""Prometheus metrics and health of one agent, served over HTTP (`--metrics-port`, default
+9100, 0 = off): `GET /metrics`, `GET /healthz` (200 while the process runs) and
+`GET /readyz` (200 `ready`, or 503 with the reason: draining, or which of metadata and the
+bucket failed to answer; `agent.health`). A WSGI app on a threading server in daemon
+threads, so probes and scrapes never wait for the agent's event loop except for the
+readiness probe itself.
 
 A custom collector reads the live components at scrape time, so the hot paths keep
 plain integer counters and pay nothing per request for metrics:
@@ -22,15 +27,24 @@ plain integer counters and pay nothing per request for metrics:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import logging
+import socketserver
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+    from agent.health import Readiness
     from agent.runtime import RunningAgent
+
+log = logging.getLogger(__name__)
 
 
 class AgentCollector(Collector):
@@ -155,9 +169,109 @@ class AgentCollector(Collector):
         )
 
 
-def serve_metrics(agent: RunningAgent, host: str, port: int) -> CollectorRegistry:
-    """Start the /metrics HTTP endpoint in a daemon thread."""
+MAX_HTTP_THREADS = 16  # probes and scrapes at once; more connections are closed at accept
+HTTP_SOCKET_TIMEOUT_S = 10.0  # a client that sends its request slower than this is dropped
+
+
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A thread per request, at most MAX_HTTP_THREADS of them (a flood of connections to
+    the port cannot make the agent start threads without bound)."""
+
+    daemon_threads = True  # a stuck probe never keeps the process alive
+    allow_reuse_address = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_HTTP_THREADS)
+        self.refused = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = HTTP_SOCKET_TIMEOUT_S
+
+    def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: no access log
+        pass
+
+
+def health_app(metrics: WSGIApplication, readiness: Readiness | None) -> WSGIApplication:
+    """/healthz and /readyz, /metrics from the Prometheus app, 404 for anything else."""
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path in ("/healthz", "/readyz"):
+            if path == "/healthz":
+                status, body = "200 OK", "ok\n"
+            elif readiness is None:
+                status, body = "503 Service Unavailable", "no readiness check\n"
+            else:
+                verdict = readiness.check()
+                status = "200 OK" if verdict.ready else "503 Service Unavailable"
+                body = ("ready" if verdict.ready else f"not ready: {verdict.reason}") + "\n"
+            data = body.encode()
+            start_response(
+                status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))]
+            )
+            return [data]
+        if path == "/metrics":
+            return metrics(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"not found: /metrics, /healthz and /readyz are served here\n"]
+
+    return app
+
+
+class HttpEndpoint:
+    """The running /metrics + /healthz + /readyz server; `close()` stops it."""
+
+    def __init__(self, server: WSGIServer) -> None:
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="skiff-http", daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def serve_metrics(
+    agent: RunningAgent, host: str, port: int, readiness: Readiness | None = None
+) -> HttpEndpoint | None:
+    """Serve /metrics, /healthz and /readyz in daemon threads. A port already taken is
+    logged and the agent runs without the endpoint: in Kubernetes every pod has the port
+    to itself (and its probes report the problem), while on one machine a second agent on
+    the default port would otherwise refuse to start."""
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent))
-    start_http_server(port, addr=host, registry=registry)
-    return registry
+    try:
+        server = make_server(
+            host,
+            port,
+            health_app(make_wsgi_app(registry), readiness),
+            server_class=_ThreadingWSGIServer,
+            handler_class=_QuietHandler,
+        )
+    except OSError as e:
+        log.error("cannot serve /metrics, /healthz and /readyz on %s:%d: %s", host, port, e)
+        return None
+    return HttpEndpoint(server)

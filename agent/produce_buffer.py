@@ -133,6 +133,7 @@ class ProduceBuffer:
         self._last_commit_done: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._draining = False  # shutting down: see drain()
         # counters for metrics and tests
         self.files_flushed = 0
         self.bytes_flushed = 0
@@ -178,7 +179,9 @@ class ProduceBuffer:
         if open_file is None:
             open_file = self._open = _OpenFile(seq=self._next_seq)
             self._next_seq += 1
-            open_file.timer = loop.call_later(self._flush_interval_s, self._seal_if_open, open_file.seq)
+            # Draining: no batching wait, the file is sealed once this loop iteration's appends are in.
+            delay_s = 0.0 if self._draining else self._flush_interval_s
+            open_file.timer = loop.call_later(delay_s, self._seal_if_open, open_file.seq)
         futures: list[asyncio.Future[BatchResult]] = []
         entry = open_file.entries.setdefault((topic_id, partition), [])
         for b in batches:
@@ -218,6 +221,14 @@ class ProduceBuffer:
         last = self._last_commit_done
         if last is not None:
             await asyncio.shield(last)
+
+    async def drain(self) -> None:
+        """Graceful shutdown: from now on appends are sealed without waiting for
+        flush_interval_ms (a request read before the listener stopped is answered at
+        once), and what is open is sealed now; resolves once everything sealed so far
+        is committed or failed."""
+        self._draining = True
+        await self.flush()
 
     async def close(self) -> None:
         self._closed = True

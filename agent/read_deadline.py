@@ -55,6 +55,14 @@ class ReadDeadline:
         assert task is not None
         return task.uncancel() <= self._cancelling
 
+    def expire_now(self) -> None:
+        """End the armed await now, as its deadline passing would (no-op while disarmed):
+        a draining agent stops reading without waiting for the next request."""
+        if self._deadline_s is None or self._task is None or self._fired:
+            return
+        self._fired = True
+        self._task.cancel()
+
     def close(self) -> None:
         self._deadline_s = None
         self._task = None

@@ -6,6 +6,22 @@ commit watch, the Kafka listener and the membership heartbeat. `RunningAgent.clo
 stops them in the safe order: stop accepting connections, flush and commit whatever is
 buffered (so nothing a producer was promised is dropped), stop heartbeating.
 
+Graceful shutdown (SIGTERM, `RunningAgent.shutdown`), bounded by `shutdown_timeout_ms`:
+
+1. /readyz turns 503 (`agent.health`), so probes and load balancers stop first;
+2. the listener closes and every connection stops reading: a request read is answered, a
+   request not read is the client's to retry (a closed connection is retriable to every
+   Kafka client);
+3. the agent deregisters, so other agents' Metadata answers stop naming it at once;
+4. background roles stop, the group coordinator answers its waiters NOT_COORDINATOR and
+   releases its leases (members move to the next coordinator without waiting a TTL);
+5. the produce buffer seals and commits what it holds; every in-flight produce is then
+   answered with its offsets (or its error) and fetches finish (at most their max wait);
+6. connections, commit watch and clients close.
+
+Past the timeout the rest is abandoned (produces not yet acked stay unacked: the
+producer retries them elsewhere), one log line says what, and `skiff agent` exits 1.
+
 `run_playground` runs everything in one process on the embedded default: SQLite at
 DATA_DIR/metadata.db, a file:// bucket at DATA_DIR/bucket, one agent, and the metadata
 HTTP API (the same service object, so the HTTP view and the agent agree).
@@ -29,7 +45,7 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agent.agent_registry import AgentIdInUse, AgentRegistry
 from agent.chunk_cache import ChunkLocationCache
@@ -38,6 +54,7 @@ from agent.config import AgentConfig, env_var
 from agent.context import AgentContext, AgentParts, Clock, SystemClock, live_agents_view, topic_cache
 from agent.group_activity import GroupActivityReporter
 from agent.group_coordinator import GroupCoordinator
+from agent.health import Readiness, dependency_probe
 from agent.listener_servers import start_listener_servers
 from agent.produce_buffer import CommittedFile, ProduceBuffer
 from agent.server import AgentServer
@@ -50,6 +67,9 @@ from metadata.errors import (
     MetadataError,
     MetadataUnavailable,
 )
+
+if TYPE_CHECKING:
+    from agent.metrics import HttpEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +95,9 @@ class RunningAgent:
     background: list[BackgroundTask] = field(default_factory=list)
     # Every listener's server (`server` is the first): more than one with `listeners` set.
     servers: list[AgentServer] = field(default_factory=list)
+    readiness: Readiness | None = None  # set by serve_health
+    http: HttpEndpoint | None = None
+    deregistered: bool = False
 
     @property
     def port(self) -> int:
@@ -96,18 +119,84 @@ class RunningAgent:
     def watch(self) -> CommitWatch:
         return self.context.parts.commit_watch
 
+    def serve_health(self, host: str, port: int) -> None:
+        """/metrics, /healthz and /readyz on `port` (agent.metrics); needs the running loop."""
+        from agent.metrics import serve_metrics
+
+        self.readiness = Readiness(
+            dependency_probe(self.metadata, self.store, self.config.readiness_timeout_ms),
+            asyncio.get_running_loop(),
+            timeout_ms=self.config.readiness_timeout_ms,
+        )
+        self.http = serve_metrics(self, host, port, self.readiness)
+
     async def close(self, *, close_clients: bool = True) -> None:
         for task in self.background:
             await task.close()
+        self.background.clear()
         for server in self.servers or [self.server]:
             await server.close()
         if self.group_activity is not None:
             await self.group_activity.close()
         await close_parts(self.context.parts)
-        await self.registry.close()
+        await self.registry.close(deregister=not self.deregistered)
+        self.deregistered = True
+        if self.http is not None:
+            self.http.close()
+            self.http = None
         if close_clients:
             await self.store.close()
             await self.metadata.close()
+
+    async def drain(self) -> None:
+        """Steps 1-5 of a graceful shutdown (module docstring); `close()` does the rest."""
+        if self.readiness is not None:
+            self.readiness.draining = True
+        connections = [c for server in self.servers or [self.server] for c in server.stop_reading()]
+        await self.registry.close()
+        self.deregistered = True
+        for task in self.background:
+            await task.close()
+        self.background.clear()
+        await self.context.parts.groups.close()
+        await self.buffer.drain()
+        if connections:
+            await asyncio.wait(connections)
+
+    async def shutdown(self, timeout_ms: int | None = None) -> bool:
+        """Drain and close within `timeout_ms` (default: the configured
+        `shutdown_timeout_ms`). False if the time ran out: what was abandoned is logged
+        and the rest is closed without waiting."""
+        timeout_ms = self.config.shutdown_timeout_ms if timeout_ms is None else timeout_ms
+        log.info("agent %s shutting down (up to %d ms)", self.config.agent_id, timeout_ms)
+        try:
+            await asyncio.wait_for(self.drain(), timeout_ms / 1000.0)
+        except TimeoutError:
+            log.error(
+                "agent %s: shutdown_timeout_ms=%d passed; abandoning %d buffered produce bytes "
+                "(not acked: producers retry them) and %d connections with requests in flight",
+                self.config.agent_id,
+                timeout_ms,
+                self.buffer.buffered_bytes,
+                sum(server.connection_count for server in self.servers or [self.server]),
+            )
+            await self._abandon()
+            return False
+        await self.close()
+        log.info("agent %s stopped cleanly", self.config.agent_id)
+        return True
+
+    async def _abandon(self) -> None:
+        """Close what can be closed without waiting for the bucket or metadata."""
+        for server in self.servers or [self.server]:
+            await server.close()
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.store.close(), 1)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.metadata.close(), 1)
 
 
 def build_agent_context(
@@ -277,12 +366,12 @@ GC_THRESHOLDS = (50_000, 10, 10)
 
 
 def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) -> int:
-    """`skiff agent`: serve (and run the background roles) until SIGINT/SIGTERM, then
-    flush and exit."""
+    """`skiff agent`: serve (and run the background roles) until SIGINT/SIGTERM, then shut
+    down gracefully; 0 if that finished within `shutdown_timeout_ms`, else 1."""
     from metadata.client import open_metadata_client
     from metadata.credentials import CredentialsError
 
-    async def main() -> None:
+    async def main() -> bool:
         try:
             metadata = open_metadata_client(
                 config.metadata_url,
@@ -310,18 +399,13 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
         gc.freeze()  # start-up objects never die: keep full collections short (tail latency)
         gc.set_threshold(*GC_THRESHOLDS)
         if config.metrics_port:
-            from agent.metrics import serve_metrics
-
-            serve_metrics(agent, config.host, config.metrics_port)
+            agent.serve_health(config.host, config.metrics_port)
         where = ", ".join(f"{s.host or '*'}:{s.port}" for s in agent.servers)
         print(f"skiff agent {config.agent_id} listening on {where}", flush=True)
-        try:
-            await _wait_for_stop_signal()
-        finally:
-            await agent.close()
+        await _wait_for_stop_signal()
+        return await agent.shutdown()
 
-    asyncio.run(main())
-    return 0
+    return 0 if asyncio.run(main()) else 1
 
 
 async def _credentials_refused(metadata: MetadataClient) -> str | None:
@@ -378,6 +462,9 @@ def run_playground(
     if env_var("group_initial_rebalance_delay_ms") not in os.environ:
         # No initial rebalance delay unless asked for, as in Kafka's development server.properties.
         config = config.replace(group_initial_rebalance_delay_ms=0)
+    if env_var("metrics_port") not in os.environ:
+        # The playground runs next to other things on a laptop: no HTTP port unless asked for.
+        config = config.replace(metrics_port=0)
 
     # The playground's metadata API is open unless SKIFF_METADATA_TOKENS(_FILE) is set; it
     # says so when it listens beyond loopback.
@@ -386,7 +473,7 @@ def run_playground(
         log.warning("%s", warning)
     _QuietServer = _quiet_server_class()
 
-    async def main() -> None:
+    async def main() -> bool:
         service = MetadataService.from_url(db_url, bucket_url=bucket_url)
         metadata = LocalMetadataClient(service, owns_service=True)
         store = open_async_store(bucket_url)
@@ -413,13 +500,17 @@ def run_playground(
             f"Stop with Ctrl-C.",
             flush=True,
         )
+        if config.metrics_port:
+            agent.serve_health(host, config.metrics_port)
         try:
             await _wait_for_stop_signal()
+            # The agent drains first (its commits go through the service in this process,
+            # not through the HTTP API), then the metadata API stops.
+            clean = await agent.shutdown()
         finally:
             http.should_exit = True
-            await agent.close()
             with contextlib.suppress(Exception):
                 await http_task
+        return clean
 
-    asyncio.run(main())
-    return 0
+    return 0 if asyncio.run(main()) else 1

@@ -174,6 +174,18 @@ class AgentServer:
         """Bytes charged to all connections' budgets (requests in hand, unsent responses)."""
         return sum(c.budget.used for c in list(self._open.values()))
 
+    def stop_reading(self) -> list[asyncio.Task[Any]]:
+        """Graceful shutdown: accept no connection and read no further request; each
+        connection then writes the answers to what it had read and closes. Returns the
+        connections' tasks (done when they are)."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._open.values()):
+            conn.closing = True
+            conn.deadline.expire_now()
+        return list(self._connections.values())
+
     async def close(self) -> None:
         """Stop listening and drop every connection (their in-flight handlers are cancelled)."""
         self._closing = True
@@ -379,8 +391,10 @@ class _Connection:
         Idle means: nothing read and nothing in flight for `connections_max_idle_ms`.
         """
         idle_s = self.config.connections_max_idle_ms / 1000.0
-        if not idle_s:
-            return await self.reader.readexactly(4)
+        if self.closing:
+            return None
+        if not idle_s:  # no idle timeout; still a deadline, so that stop_reading can end the wait
+            return await self._read_within(4, 365 * 86_400.0)
         loop = asyncio.get_running_loop()
         while True:
             # Cancelling readexactly loses nothing: it takes bytes off the buffer only once
@@ -388,7 +402,7 @@ class _Connection:
             try:
                 return await self._read_within(4, idle_s)
             except TimeoutError:
-                if not self.slots and loop.time() - self.last_activity >= idle_s:
+                if self.closing or not self.slots and loop.time() - self.last_activity >= idle_s:
                     return None
 
     async def _read_within(self, n: int, timeout_s: float) -> bytes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
@@ -41,6 +42,19 @@ from metadata.types import (
     RetentionResult,
     Topic,
 )
+
+
+@dataclass(frozen=True)
+class StoredGroup:
+    """A consumer group as metadata holds it (`metadata.group_admin`): `group_state` is the
+    JSON its coordinators last confirmed (format: agent.group_persistence), None if only
+    offsets are stored; `coordinator` the agent whose lease has not lapsed, if any;
+    `active` whether that generation has members under a live lease."""
+
+    group_id: str
+    coordinator: str | None
+    active: bool
+    group_state: str | None
 
 
 class MetadataClient(Protocol):
@@ -123,6 +137,13 @@ class MetadataClient(Protocol):
         self, group_id: str, partitions: Sequence[tuple[str, int]]
     ) -> None: ...
     async def groups_with_offsets(self, group_ids: Sequence[str] | None) -> list[str]: ...  # None: all
+
+    # operators (`skiff groups`: metadata.group_admin); NON_EMPTY_GROUP while members are active
+    async def stored_groups(self, group_ids: Sequence[str] | None) -> list[StoredGroup]: ...  # None: all
+    async def reset_group_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset]
+    ) -> list[OffsetCommitResult]: ...
+    async def delete_group(self, group_id: str) -> None: ...
 
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None: ...  # registers on first call

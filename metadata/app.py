@@ -39,7 +39,7 @@ from metadata import commit_feed
 from metadata import compaction_serde as cs
 from metadata import scram_serde as ss
 from metadata import serde as s
-from metadata.auth import AGENT, COMPACTOR, READER, MetadataAuth, TokenTable, allow, public
+from metadata.auth import ADMIN, AGENT, COMPACTOR, READER, MetadataAuth, TokenTable, allow, public
 from metadata.db import is_db_unavailable
 from metadata.errors import (
     INVALID_REQUEST,
@@ -420,6 +420,8 @@ def create_app(
         """The group ids (of `group_ids`, or all when null) that have committed offsets (ListGroups)."""
         return svc.groups_with_offsets(req.group_ids)
 
+    app.include_router(operator_router(svc))
+
     # ---------------------------------------------------------------- agents
 
     @agent_routes.post("/v1/agents/deregister", response_model=s.OkResponse, tags=["agents"])
@@ -574,6 +576,32 @@ def scram_write_router(svc: MetadataService) -> APIRouter:
     def delete_scram_credential(req: ss.DeleteScramCredentialRequest) -> s.OkResponse:
         """Remove one credential; RESOURCE_NOT_FOUND (91) if there is none."""
         svc.delete_scram_credential(req.user, req.mechanism)
+        return s.OkResponse()
+
+    return router
+
+
+def operator_router(svc: MetadataService) -> APIRouter:
+    """What operators' commands (`skiff groups`) need beyond the agents' calls, under
+    /v1/admin/ (metadata.group_admin). Changes are refused with NON_EMPTY_GROUP (400)
+    while the group has active members."""
+    router = APIRouter(prefix="/v1/admin", tags=["operators"], dependencies=[allow(ADMIN)])
+
+    @router.post("/groups/stored", response_model=list[s.StoredGroupM])
+    def stored_groups(req: s.GroupsWithOffsetsRequest) -> list[s.StoredGroupM]:
+        """Groups (of `group_ids`, or all) with offsets or a stored generation, with that state."""
+        return [s.StoredGroupM.model_construct(**g.__dict__) for g in svc.stored_groups(req.group_ids)]
+
+    @router.post("/groups/reset-offsets", response_model=list[s.OffsetCommitResultM])
+    def reset_group_offsets(req: s.ResetOffsetsRequest) -> list[s.OffsetCommitResultM]:
+        """Commit offsets for an operator; one answer per offset, as commit-offsets."""
+        results = svc.reset_group_offsets(req.group_id, [s.t.GroupOffset(**o.__dict__) for o in req.offsets])
+        return [s.OffsetCommitResultM.model_construct(**r.__dict__) for r in results]
+
+    @router.post("/groups/delete", response_model=s.OkResponse)
+    def delete_group(req: s.GroupIdRequest) -> s.OkResponse:
+        """Forget a group: offsets and stored state (GROUP_ID_NOT_FOUND if it has neither)."""
+        svc.delete_group(req.group_id)
         return s.OkResponse()
 
     return router

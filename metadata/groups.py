@@ -14,9 +14,15 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, tuple_
 
-from metadata import group_leases
+from metadata import group_admin, group_leases
 from metadata.db import read_tx, write_tx
-from metadata.errors import INVALID_REQUEST, OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION
+from metadata.errors import (
+    GROUP_ID_NOT_FOUND,
+    INVALID_REQUEST,
+    OFFSET_METADATA_TOO_LARGE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    MetadataError,
+)
 from metadata.group_lease_types import LeaseToken
 from metadata.rows import IDS_PER_STATEMENT, Db
 from metadata.schema import group_offsets, topics
@@ -42,19 +48,42 @@ class GroupOffsets:
         if not offsets:
             return []
         now = self._db.clock()
-        results: list[OffsetCommitResult] = []
         with write_tx(self._db.engine) as conn:
             if lease is not None:
                 group_leases.check(conn, group_id, lease, now)
-            counts = _partition_counts(conn, sorted({o.topic for o in offsets}))
-            latest: dict[tuple[str, int], GroupOffset] = {}
-            for o in offsets:
-                result = _check(o, counts.get(o.topic))
-                results.append(result)
-                if not result.error_code:
-                    latest[(o.topic, o.partition)] = o
-            if latest:
-                conn.execute(self._upsert(), [_row(group_id, o, now) for o in latest.values()])
+            return self._store(conn, group_id, offsets, now)
+
+    def reset_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
+        """An operator's commit (`skiff groups reset-offsets --execute`): as commit_offsets,
+        but refused with NON_EMPTY_GROUP while the group has active members (checked in
+        the same transaction: metadata.group_admin)."""
+        if not offsets:
+            return []
+        with write_tx(self._db.engine) as conn:
+            group_admin.check_empty(conn, self._db, group_id, "reset offsets of")
+            return self._store(conn, group_id, offsets, self._db.clock())
+
+    def delete_group(self, group_id: str) -> None:
+        """`skiff groups delete`: refused with NON_EMPTY_GROUP while the group has active
+        members, GROUP_ID_NOT_FOUND if it has neither offsets nor stored state."""
+        with write_tx(self._db.engine) as conn:
+            group_admin.check_empty(conn, self._db, group_id, "delete")
+            if not group_admin.forget_group(conn, group_id):
+                raise MetadataError(GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+
+    def _store(
+        self, conn: Connection, group_id: str, offsets: Sequence[GroupOffset], now: int
+    ) -> list[OffsetCommitResult]:
+        results: list[OffsetCommitResult] = []
+        counts = _partition_counts(conn, sorted({o.topic for o in offsets}))
+        latest: dict[tuple[str, int], GroupOffset] = {}
+        for o in offsets:
+            result = _check(o, counts.get(o.topic))
+            results.append(result)
+            if not result.error_code:
+                latest[(o.topic, o.partition)] = o
+        if latest:
+            conn.execute(self._upsert(), [_row(group_id, o, now) for o in latest.values()])
         return results
 
     def _upsert(self) -> Any:

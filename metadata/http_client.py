@@ -33,7 +33,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from metadata import compaction_serde as cs
 from metadata import scram_serde as ss
 from metadata import serde as s
-from metadata.api_types import MetadataClient
+from metadata.api_types import MetadataClient, StoredGroup
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.credentials import MetadataCredentials
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
@@ -90,6 +90,7 @@ _CLAIMED = TypeAdapter(list[s.ClaimedFileM])
 _KEYS = TypeAdapter(list[str])
 _SUCCESSES = TypeAdapter(dict[str, int])
 _CLUSTER = TypeAdapter(s.ClusterInfoM)
+_STORED_GROUPS = TypeAdapter(list[s.StoredGroupM])
 
 
 class HttpMetadataClient:
@@ -418,6 +419,28 @@ class HttpMetadataClient:
             group_ids=None if group_ids is None else list(group_ids)
         )
         return self._parse(_GROUP_IDS, await self._call("POST", "/v1/groups/with-offsets", req))
+
+    # operators (skiff groups)
+    async def stored_groups(self, group_ids: Sequence[str] | None) -> list[StoredGroup]:
+        req = s.GroupsWithOffsetsRequest.model_construct(
+            group_ids=None if group_ids is None else list(group_ids)
+        )
+        data = await self._call("POST", "/v1/admin/groups/stored", req)
+        return [StoredGroup(**m.__dict__) for m in self._parse(_STORED_GROUPS, data)]
+
+    async def reset_group_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset]
+    ) -> list[OffsetCommitResult]:
+        req = s.ResetOffsetsRequest.model_construct(
+            group_id=group_id, offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets]
+        )
+        data = await self._call("POST", "/v1/admin/groups/reset-offsets", req)
+        return [OffsetCommitResult(**m.__dict__) for m in self._parse(_COMMIT_RESULTS, data)]
+
+    async def delete_group(self, group_id: str) -> None:
+        await self._call(
+            "POST", "/v1/admin/groups/delete", s.GroupIdRequest.model_construct(group_id=group_id)
+        )
 
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import SQLAlchemyError
 
 from metadata import commit_feed
-from metadata.api_types import MetadataClient
+from metadata.api_types import MetadataClient, StoredGroup
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.db import is_db_unavailable
 from metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
@@ -245,6 +245,17 @@ class LocalMetadataClient:
         return await self._run(
             self.service.groups_with_offsets, None if group_ids is None else list(group_ids)
         )
+
+    async def stored_groups(self, group_ids: Sequence[str] | None) -> list[StoredGroup]:
+        return await self._run(self.service.stored_groups, None if group_ids is None else list(group_ids))
+
+    async def reset_group_offsets(
+        self, group_id: str, offsets: Sequence[GroupOffset]
+    ) -> list[OffsetCommitResult]:
+        return await self._run(self.service.reset_group_offsets, group_id, list(offsets))
+
+    async def delete_group(self, group_id: str) -> None:
+        await self._run(self.service.delete_group, group_id)
 
     # agents
     async def heartbeat_agent(self, agent: AgentInfo) -> None:

@@ -314,6 +314,22 @@ class GroupsWithOffsetsRequest(_M):
     group_ids: list[str] | None = None
 
 
+class StoredGroupM(_M):
+    group_id: str
+    coordinator: str | None = None
+    active: bool = False
+    group_state: str | None = None
+
+
+class ResetOffsetsRequest(_M):
+    group_id: str
+    offsets: list[GroupOffsetM]
+
+
+class GroupIdRequest(_M):
+    group_id: str
+
+
 class DeleteRecordsQueryM(_M):
     topic: Name
     partition: Int32

@@ -40,7 +40,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from metadata import group_leases
+from metadata import group_admin, group_leases
+from metadata.api_types import StoredGroup
 from metadata.commit_feed import CommitFeed, PgCommitListener
 from metadata.commit_path import CommitPath
 from metadata.compaction_leases import CompactionLeases
@@ -310,6 +311,15 @@ class MetadataService:
 
     def groups_with_offsets(self, group_ids: Sequence[str] | None) -> list[str]:
         return self.groups.groups_with_offsets(group_ids)
+
+    def stored_groups(self, group_ids: Sequence[str] | None) -> list[StoredGroup]:
+        return group_admin.stored_groups(self._db, group_ids)
+
+    def reset_group_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> list[OffsetCommitResult]:
+        return self.groups.reset_offsets(group_id, offsets)
+
+    def delete_group(self, group_id: str) -> None:
+        self.groups.delete_group(group_id)
 
     # ------------------------------------------------------------------ agents
 

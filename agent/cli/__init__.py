@@ -7,6 +7,8 @@
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
     skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
     skiff users {list,create,delete} --metadata URL [--mechanism M] [--password P | --password-file F]
+    skiff topics list|describe|create|alter|delete ... [--metadata URL] [--json]
+    skiff groups list|describe|reset-offsets|delete ... [--metadata URL] [--json]
 
 Agent settings come from flags and `SKIFF_*` environment variables (see
 `agent.config` and docs/configuration.md).
@@ -110,6 +112,11 @@ def _build_parser() -> argparse.ArgumentParser:
     from agent.cli.users import add_parser as add_users_parser
 
     add_users_parser(sub)  # `skiff users` (SCRAM users); dispatched through args.run
+
+    from agent.cli import groups, topics
+
+    topics.add_parser(sub)
+    groups.add_parser(sub)
     return parser
 
 
@@ -145,6 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 metadata_url=args.metadata_url,
                 object_key=args.key,
             )
+        if args.command == "topics":
+            from agent.cli.topics import run_topics
+
+            return run_topics(args)
+        if args.command == "groups":
+            from agent.cli.groups import run_groups
+
+            return run_groups(args)
         if args.command == "compact":
             from agent.cli.compact import run_compact
 

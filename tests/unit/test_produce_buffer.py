@@ -197,3 +197,17 @@ async def test_close_flushes_pending() -> None:
     assert futs[0].result().error_code == 0
     with pytest.raises(RuntimeError):
         await buf.append(T1, 0, [batch()])
+
+
+async def test_drain_commits_what_is_held_and_later_appends_without_the_interval() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    buf = make(store, md, flush_interval_ms=3_600_000)
+    held = await buf.append_nowait(T1, 0, [batch()])
+    await buf.drain()
+    assert held[0].result().error_code == 0 and len(md.commits) == 1
+    # a request read before the listener stopped appends after the drain began: two
+    # appends in one loop iteration still share one file, sealed without the hour's wait
+    late = await buf.append_nowait(T1, 0, [batch()])
+    late += await buf.append_nowait(T1, 1, [batch()])
+    results = await asyncio.gather(*late)
+    assert [r.error_code for r in results] == [0, 0] and len(md.commits) == 2

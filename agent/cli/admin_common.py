@@ -1,0 +1,91 @@
+"""What `skiff topics` and `skiff groups` share: the metadata connection flags, running
+one async command with clear failures, and output as a rich table or as JSON.
+
+Tables print to stdout without colour when stdout is not a terminal, with every cell in
+full (no truncation or wrapping: scripts cut columns as they do Kafka's tools' output).
+Errors go to stderr as one line, `skiff <command>: <message>`, and exit status 1; a
+failure of the metadata service to answer exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from metadata.api_types import MetadataClient
+from metadata.errors import MetadataError, MetadataUnavailable
+
+DEFAULT_METADATA_URL = "http://127.0.0.1:9093"
+
+
+class CommandError(Exception):
+    """A refusal to print as `skiff <command>: <message>` (exit 1)."""
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metadata",
+        dest="metadata_url",
+        default=os.environ.get("SKIFF_METADATA_URL", DEFAULT_METADATA_URL),
+        help=f"metadata service URL (or a database URL); default $SKIFF_METADATA_URL or {DEFAULT_METADATA_URL}",
+    )
+    parser.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=int(os.environ.get("SKIFF_METADATA_TIMEOUT_MS", "10000")),
+        help="timeout of one call to the metadata service",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataClient], Awaitable[int]]) -> int:
+    """Open the metadata client, run `body`, close; failures become one line on stderr."""
+    from metadata.client import open_metadata_client
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per call is noise here
+
+    async def main() -> int:
+        client = open_metadata_client(args.metadata_url, timeout_s=args.timeout_ms / 1000)
+        try:
+            return await body(client)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(main())
+    except CommandError as e:
+        print(f"skiff {name}: {e}", file=sys.stderr)
+        return 1
+    except MetadataError as e:
+        print(f"skiff {name}: {e.message} (Kafka error code {e.error_code})", file=sys.stderr)
+        return 1
+    except MetadataUnavailable as e:
+        print(f"skiff {name}: metadata service unavailable at {args.metadata_url}: {e}", file=sys.stderr)
+        return 2
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False))
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]], title: str | None = None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    # Piped output: one long line per row, never cut at 80 columns.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+    table = Table(*columns, title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for col in table.columns:
+        col.no_wrap = True
+        col.overflow = "ignore"
+    for row in rows:
+        table.add_row(*(Text("-" if v is None else str(v)) for v in row))  # Text: no markup
+    console.print(table)
