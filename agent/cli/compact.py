@@ -26,12 +26,15 @@ import signal
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
+from compactor.job import planned_stream_bytes
 from compactor.keymap import DEFAULT_BUDGET_BYTES
 from compactor.output import DEFAULT_ROLL_BYTES
+from compactor.pause_hook import PauseHook
 from compactor.plan import JobPlan, JobStats
 from compactor.planner import (
     DEFAULT_LEASE_MS,
@@ -97,6 +100,7 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         gc_grace_ms=args.gc_grace_ms,
         orphan_grace_ms=args.orphan_grace_ms,
         offsets_retention_minutes=args.offsets_retention_minutes,
+        pause=PauseHook.from_env(),
     )
 
 
@@ -106,20 +110,34 @@ def open_bucket(url: str) -> ObjectStore:
     return open_store(absolute_bucket_url(url))
 
 
+class _DoneOfTotal(ProgressColumn):
+    """`done/total`, as sizes for the byte bars (tasks added with bytes=True)."""
+
+    def render(self, task: Task) -> Text:
+        done, total = int(task.completed), int(task.total or 0)
+        if task.fields.get("bytes"):
+            return Text(f"{_size(done)} / {_size(total)}")
+        return Text(f"{done}/{total}")
+
+
 class RichProgress:
-    """Progress bars on stderr: one for the pass's stages, one per job (input chunks swapped)."""
+    """Progress bars on stderr: one for the pass's stages; per job, one for the bytes its
+    streams A and B consumed (of each input file read whole, twice when it holds compacted
+    data) and one for the input chunks swapped out."""
 
     def __init__(self, console: Console) -> None:
         self.bars = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            _DoneOfTotal(),
             TimeElapsedColumn(),
             console=console,
             transient=False,
         )
         self._stage: Any = None
-        self._jobs: dict[str, tuple[Any, int]] = {}  # job id -> (task, input chunks)
+        self._jobs: dict[
+            str, tuple[Any, int, Any, int]
+        ] = {}  # job id -> chunk task, chunks, byte task, bytes
 
     def __enter__(self) -> RichProgress:
         self.bars.__enter__()
@@ -135,16 +153,26 @@ class RichProgress:
 
     def job_started(self, plan: JobPlan) -> None:
         chunks = sum(len(f.chunks) for f in plan.files)
+        total_bytes = planned_stream_bytes(plan)
         label = f"  job {plan.job_id}: {len(plan.partitions)} partition(s), {len(plan.files)} file(s)"
-        self._jobs[plan.job_id] = (self.bars.add_task(label, total=chunks), chunks)
+        chunk_task = self.bars.add_task(f"{label}, input chunks swapped", total=chunks)
+        byte_task = self.bars.add_task(f"{label}, bytes streamed (A+B)", total=total_bytes, bytes=True)
+        self._jobs[plan.job_id] = (chunk_task, chunks, byte_task, total_bytes)
+
+    def bytes_read(self, plan: JobPlan, stream: str, nbytes: int) -> None:
+        job = self._jobs.get(plan.job_id)
+        if job is not None:
+            self.bars.advance(job[2], nbytes)
 
     def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None:
         self.bars.advance(self._jobs[plan.job_id][0], input_chunks)
         self.bars.console.log(f"swapped {object_key} for {input_chunks} input chunk(s)")
 
     def job_done(self, plan: JobPlan, stats: JobStats | None) -> None:
-        task, chunks = self._jobs.pop(plan.job_id)
-        self.bars.update(task, completed=chunks)
+        chunk_task, chunks, byte_task, total_bytes = self._jobs.pop(plan.job_id)
+        self.bars.update(chunk_task, completed=chunks)
+        # stream B stops after the job's last partition: the rest of a file is never read
+        self.bars.update(byte_task, completed=total_bytes)
         if stats is None:
             self.bars.console.log(f"job {plan.job_id} failed (see the log); it will be retried")
 
@@ -162,6 +190,17 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def _gets_histogram(gets: dict[str, int]) -> str:
+    """'2 GETs: 5 files, 1 GET: 3 files' (the per-file counts are in --json)."""
+    counts: dict[int, int] = {}
+    for n in gets.values():
+        counts[n] = counts.get(n, 0) + 1
+    parts = [
+        f"{n} GET{'s' if n != 1 else ''}: {k} file{'s' if k != 1 else ''}" for n, k in sorted(counts.items())
+    ]
+    return ", ".join(reversed(parts)) or "-"
+
+
 def print_summary(summary: PassSummary, console: Console) -> None:
     t = Table(title="skiff compact", show_header=False)
     t.add_column("what")
@@ -172,7 +211,8 @@ def print_summary(summary: PassSummary, console: Console) -> None:
     t.add_row("records in / out", f"{summary.records_in} / {summary.records_out}")
     t.add_row("records removed", str(summary.records_removed))
     t.add_row("tombstones dropped", str(summary.tombstones_dropped))
-    t.add_row("GETs per input file (max)", str(summary.max_gets_per_input_file))
+    t.add_row("bytes streamed (A+B)", _size(summary.bytes_read))
+    t.add_row("GETs per input file", _gets_histogram(summary.gets_per_input_file))
     t.add_row("peak key-map memory", _size(summary.peak_keymap_bytes))
     t.add_row(
         "retention: chunks / bytes dropped",
@@ -204,6 +244,8 @@ async def _compact(args: argparse.Namespace) -> int:
         if args.dry_run:
             return await _dry_run(md, config, out)
         store = open_bucket(args.bucket_url)
+        if config.pause is not None:
+            config.pause.install_resume_signal()
         total = PassSummary()
         with RichProgress(err) as progress:
             if args.once:
@@ -242,5 +284,9 @@ def run_compact(args: argparse.Namespace) -> int:
 def maintenance_role(md: MetadataClient, bucket_url: str, interval_ms: int, holder: str) -> MaintenanceLoop:
     """The background maintenance of the playground and of agents given the compaction role:
     the same passes as `skiff compact`, every `interval_ms`, leases keeping them apart."""
-    config = RunnerConfig(planner=PlannerConfig(holder=holder), key_prefix=f"compacted/{holder}/")
+    config = RunnerConfig(
+        planner=PlannerConfig(holder=holder), key_prefix=f"compacted/{holder}/", pause=PauseHook.from_env()
+    )
+    if config.pause is not None:
+        config.pause.install_resume_signal()  # called in the agent's event loop
     return MaintenanceLoop(md, open_bucket(bucket_url), config, interval_ms=interval_ms)
