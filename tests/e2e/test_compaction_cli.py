@@ -233,7 +233,7 @@ def test_skiff_compact_end_to_end(
             p.produce("events", b"e%d-%d" % (r, i), on_delivery=delivered)
         assert p.flush(30) == 0
     ends = {part: _chunk_hw(metadata_url, part) for part in (0, 1)}
-    want = {
+    want: dict[int, list[Record]] = {
         part: sorted((off, key, value) for (pp, key), (off, value) in latest.items() if pp == part)
         for part in (0, 1)
     }
