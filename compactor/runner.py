@@ -321,13 +321,15 @@ async def run_pass(
         summary.retention_bytes_deleted += r.bytes_deleted
 
     progress.stage("compaction")
-    seen: set[frozenset[int]] = set()
+    seen: set[frozenset[tuple[int, str]]] = set()
     for _ in range(MAX_ROUNDS_PER_PASS):
         plans = await claim_jobs(md, topic=config.topic, config=config.planner, max_jobs=1)
         if not plans:
             break
         plan = plans[0]
-        inputs = frozenset(ch.location.chunk_id for f in plan.files for ch in f.chunks)
+        # chunk ids alone are not enough: SQLite reuses the id of a deleted last row, so a
+        # swap's output chunk can carry its input's id; its file is always new
+        inputs = frozenset((ch.location.chunk_id, f.object_key) for f in plan.files for ch in f.chunks)
         if inputs in seen:  # the same work again: the last run of it changed nothing
             if plan.lease_token:
                 await md.release_compaction_lease(plan.lease_token)
