@@ -8,7 +8,9 @@ and changes nothing: no lease, no retention, no deletion. `--once` runs one pass
 (`compactor.runner.run_pass`: retention, compaction rounds until the planner has nothing
 left, GC and the orphan scan, offset expiry) and exits; without it, passes repeat every
 `--interval-ms` until SIGINT/SIGTERM. Progress bars (rich) go to stderr while it works;
-the summary goes to stdout at the end (`--json`: one JSON object).
+the summary goes to stdout at the end (`--json`: one JSON object). The test hook
+`SKIFF_COMPACT_PAUSE_AFTER_SWAPS` (compactor.pause_hook) is read here, for the CLI and
+for the agent role.
 
 This module is the agent package's one door to the compactor (the import contract in
 pyproject.toml): `maintenance_role` builds the `MaintenanceLoop` the playground and the
