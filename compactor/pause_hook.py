@@ -31,6 +31,7 @@ class PauseHook:
         self.after_swaps = after_swaps
         self.swaps = 0
         self.resume = threading.Event()  # set by SIGUSR1 (see `install_resume_signal`)
+        self.paused = threading.Event()  # set once the marker is written (in-process tests)
         self._paused = False
         self._lock = threading.Lock()
 
@@ -56,6 +57,7 @@ class PauseHook:
             self._paused = True
         sys.stderr.write(f"{MARKER} after {self.swaps} swap(s), job {job_id}, holder {holder}\n")
         sys.stderr.flush()
+        self.paused.set()
         self.resume.wait()
 
     def install_resume_signal(self) -> None:
