@@ -279,8 +279,12 @@ def _copy_partition(
 def planned_stream_bytes(plan: JobPlan) -> int:
     """The most the job's streams can read: each input file whole, twice when it holds a
     compacted partition of the job (streams A and B), else once (B). Progress totals."""
+    return sum(planned_bytes_per_stream(plan).values())
+
+
+def planned_bytes_per_stream(plan: JobPlan) -> dict[str, int]:
+    """{"A": bytes of the files holding a compacted partition of the job, "B": all files'}:
+    the most each stream reads (stream B stops after the job's last partition)."""
     compacted = {(w.topic_id, w.partition) for w in plan.partitions if w.compact}
-    return sum(
-        f.size_bytes * (2 if any((c.topic_id, c.partition) in compacted for c in f.chunks) else 1)
-        for f in plan.files
-    )
+    a = sum(f.size_bytes for f in plan.files if any((c.topic_id, c.partition) in compacted for c in f.chunks))
+    return {"A": a, "B": sum(f.size_bytes for f in plan.files)}

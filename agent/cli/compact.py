@@ -33,7 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
-from compactor.job import planned_stream_bytes
+from compactor.job import planned_bytes_per_stream
 from compactor.keymap import DEFAULT_BUDGET_BYTES
 from compactor.output import DEFAULT_ROLL_BYTES
 from compactor.pause_hook import PauseHook
@@ -123,9 +123,9 @@ class _DoneOfTotal(ProgressColumn):
 
 
 class RichProgress:
-    """Progress bars on stderr: one for the pass's stages; per job, one for the bytes its
-    streams A and B consumed (of each input file read whole, twice when it holds compacted
-    data) and one for the input chunks swapped out."""
+    """Progress bars on stderr: one for the pass's stages; per job, one for its input
+    chunks swapped out and one per stream for the bytes it consumed (A: the files holding
+    compacted data, pass 1; B: every input file, pass 2 and copies)."""
 
     def __init__(self, console: Console) -> None:
         self.bars = Progress(
@@ -137,9 +137,8 @@ class RichProgress:
             transient=False,
         )
         self._stage: Any = None
-        self._jobs: dict[
-            str, tuple[Any, int, Any, int]
-        ] = {}  # job id -> chunk task, chunks, byte task, bytes
+        # job id -> (chunk task, input chunks, stream name -> (byte task, most bytes))
+        self._jobs: dict[str, tuple[Any, int, dict[str, tuple[Any, int]]]] = {}
 
     def __enter__(self) -> RichProgress:
         self.bars.__enter__()
@@ -155,26 +154,33 @@ class RichProgress:
 
     def job_started(self, plan: JobPlan) -> None:
         chunks = sum(len(f.chunks) for f in plan.files)
-        total_bytes = planned_stream_bytes(plan)
         label = f"  job {plan.job_id}: {len(plan.partitions)} partition(s), {len(plan.files)} file(s)"
         chunk_task = self.bars.add_task(f"{label}, input chunks swapped", total=chunks)
-        byte_task = self.bars.add_task(f"{label}, bytes streamed (A+B)", total=total_bytes, bytes=True)
-        self._jobs[plan.job_id] = (chunk_task, chunks, byte_task, total_bytes)
+        streams = {
+            name: (self.bars.add_task(f"    stream {name} ({what})", total=total, bytes=True), total)
+            for name, what, total in (
+                ("A", "pass 1: key map", planned_bytes_per_stream(plan)["A"]),
+                ("B", "pass 2: survivors out", planned_bytes_per_stream(plan)["B"]),
+            )
+            if total
+        }
+        self._jobs[plan.job_id] = (chunk_task, chunks, streams)
 
     def bytes_read(self, plan: JobPlan, stream: str, nbytes: int) -> None:
         job = self._jobs.get(plan.job_id)
-        if job is not None:
-            self.bars.advance(job[2], nbytes)
+        if job is not None and stream in job[2]:
+            self.bars.advance(job[2][stream][0], nbytes)
 
     def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None:
         self.bars.advance(self._jobs[plan.job_id][0], input_chunks)
         self.bars.console.log(f"swapped {object_key} for {input_chunks} input chunk(s)")
 
     def job_done(self, plan: JobPlan, stats: JobStats | None) -> None:
-        chunk_task, chunks, byte_task, total_bytes = self._jobs.pop(plan.job_id)
+        chunk_task, chunks, streams = self._jobs.pop(plan.job_id)
         self.bars.update(chunk_task, completed=chunks)
-        # stream B stops after the job's last partition: the rest of a file is never read
-        self.bars.update(byte_task, completed=total_bytes)
+        # each stream stops after the job's last partition: a file's tail may never be read
+        for task, total in streams.values():
+            self.bars.update(task, completed=total)
         if stats is None:
             self.bars.console.log(f"job {plan.job_id} failed (see the log); it will be retried")
 
