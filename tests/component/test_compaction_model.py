@@ -1,5 +1,5 @@
 """Randomised compaction against a reference model of Kafka's cleaner, at component level:
-the real metadata service (SQLite, in process, an injected clock), a memory:// bucket, the
+the real metadata service (SQLite and PostgreSQL, in process, an injected clock), a memory:// bucket, the
 real planner, leases, job runner and swap (`compactor.planner.claim_jobs` +
 `compactor.runner.run_leased_job`, as `skiff compact` runs them).
 
@@ -83,11 +83,18 @@ class World:
         return [(self.compacted, p) for p in range(PARTITIONS)]
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MetadataService, Clock]]:
-    """One database for all examples (migrations are slow); each example its own topics."""
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[MetadataService, Clock]]:
+    """One database per backend for all examples (migrations are slow); each example its
+    own topics. PostgreSQL claims leases with FOR UPDATE SKIP LOCKED, SQLite without."""
     clock = Clock()
-    svc = MetadataService.from_url(f"sqlite:///{tmp_path_factory.mktemp('model') / 'm.db'}", clock=clock)
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('model') / 'm.db'}"
+    else:
+        url = str(request.getfixturevalue("pg_module_url"))
+    svc = MetadataService.from_url(url, clock=clock)
     yield svc, clock
     svc.close()
 
