@@ -29,7 +29,7 @@ files not swapped are orphans for the garbage collector.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from compactor.dedup import OutBatch, PartitionCleaner, batch_present, location_present, verbatim
@@ -43,15 +43,28 @@ from fileformat.segment import ChunkHeader, iter_chunks_stream
 
 PartKey = tuple[bytes, int]
 STREAM_CHUNK_BYTES = 1 << 20
+# Told the bytes each stream consumed, as they arrive: (stream "A" or "B", bytes). Called
+# from the job's thread; it counts what the GETs already deliver and requests nothing.
+ReadFn = Callable[[str, int], None]
+
+
+def _counted(pieces: Iterator[bytes], stream: str, on_read: ReadFn) -> Iterator[bytes]:
+    for piece in pieces:
+        on_read(stream, len(piece))
+        yield piece
 
 
 class _Cursor:
     """One forward-only stream over one input file (one GET, opened on first use)."""
 
-    def __init__(self, store: ObjectStore, key: str, gets: dict[str, int]) -> None:
+    def __init__(
+        self, store: ObjectStore, key: str, gets: dict[str, int], stream: str, on_read: ReadFn | None
+    ) -> None:
         self._store = store
         self._key = key
         self._gets = gets
+        self._name = stream
+        self._on_read = on_read
         self._stream: ObjectStream | None = None
         self._it: Iterator[tuple[ChunkHeader, bytes]] | None = None
         self._peek: tuple[ChunkHeader, bytes] | None = None
@@ -64,7 +77,10 @@ class _Cursor:
         if self._it is None:
             self._stream = self._store.stream_get(self._key, 0, chunk_size=STREAM_CHUNK_BYTES)
             self._gets[self._key] = self._gets.get(self._key, 0) + 1
-            self._it = iter_chunks_stream(self._stream, self._key)
+            pieces: Iterator[bytes] = self._stream
+            if self._on_read is not None:
+                pieces = _counted(pieces, self._name, self._on_read)
+            self._it = iter_chunks_stream(pieces, self._key)
         while True:
             if self._peek is None:
                 nxt = next(self._it, None)
@@ -140,12 +156,14 @@ def run_job(
     keymap: KeyMap | None = None,
     keymap_budget_bytes: int = DEFAULT_BUDGET_BYTES,
     roll_bytes: int = DEFAULT_ROLL_BYTES,
+    on_read: ReadFn | None = None,
 ) -> JobResult:
-    """Run one job (blocking; async callers use `asyncio.to_thread`)."""
+    """Run one job (blocking; async callers use `asyncio.to_thread`). `on_read` is told
+    the bytes streams A and B consume (progress within the job)."""
     stats = JobStats(files_in=len(plan.files), bytes_in=sum(f.size_bytes for f in plan.files))
     gets: dict[str, int] = {}
-    cursors_a = [_Cursor(store, f.object_key, gets) for f in plan.files]
-    cursors_b = [_Cursor(store, f.object_key, gets) for f in plan.files]
+    cursors_a = [_Cursor(store, f.object_key, gets, "A", on_read) for f in plan.files]
+    cursors_b = [_Cursor(store, f.object_key, gets, "B", on_read) for f in plan.files]
     compacted = OutputFiles(
         store,
         swap,
@@ -256,3 +274,17 @@ def _copy_partition(
             )
         out.end_input(loc.chunk_id)
     out.end_partition(None)
+
+
+def planned_stream_bytes(plan: JobPlan) -> int:
+    """The most the job's streams can read: each input file whole, twice when it holds a
+    compacted partition of the job (streams A and B), else once (B). Progress totals."""
+    return sum(planned_bytes_per_stream(plan).values())
+
+
+def planned_bytes_per_stream(plan: JobPlan) -> dict[str, int]:
+    """{"A": bytes of the files holding a compacted partition of the job, "B": all files'}:
+    the most each stream reads (stream B stops after the job's last partition)."""
+    compacted = {(w.topic_id, w.partition) for w in plan.partitions if w.compact}
+    a = sum(f.size_bytes for f in plan.files if any((c.topic_id, c.partition) in compacted for c in f.chunks))
+    return {"A": a, "B": sum(f.size_bytes for f in plan.files)}

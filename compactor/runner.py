@@ -39,9 +39,10 @@ from typing import Protocol
 
 from compactor import retention
 from compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS, GarbageCollector
-from compactor.job import JobResult, run_job
+from compactor.job import JobResult, planned_stream_bytes, run_job
 from compactor.keymap import DEFAULT_BUDGET_BYTES
 from compactor.output import DEFAULT_ROLL_BYTES, Checkpoint
+from compactor.pause_hook import PauseHook
 from compactor.plan import JobPlan, JobStats
 from compactor.planner import PlannerConfig, claim_jobs
 from fileformat.objectstore import ObjectStore
@@ -52,6 +53,7 @@ from metadata.types import FileSpec, OutputChunk
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 30_000
+PROGRESS_STEP_BYTES = 1 << 20  # report streamed bytes to the progress bars this often
 MAX_ROUNDS_PER_PASS = 10_000  # a safety net: each round consumes input chunks or the pass ends
 
 
@@ -68,6 +70,15 @@ class RunnerConfig:
     retention: bool = True
     gc: bool = True
     expire_offsets: bool = True
+    pause: PauseHook | None = None  # the test hook (compactor.pause_hook); None in production
+
+
+@dataclass
+class LeasedJob:
+    """A finished job and what its streams read."""
+
+    result: JobResult
+    bytes_read: int
 
 
 @dataclass
@@ -85,6 +96,7 @@ class PassSummary:
     records_out: int = 0
     tombstones_dropped: int = 0
     gets_per_input_file: dict[str, int] = field(default_factory=dict)
+    bytes_read: int = 0  # what the jobs' streams consumed (A and B together)
     peak_keymap_bytes: int = 0
     retention_chunks_deleted: int = 0
     retention_bytes_deleted: int = 0
@@ -101,8 +113,9 @@ class PassSummary:
     def max_gets_per_input_file(self) -> int:
         return max(self.gets_per_input_file.values(), default=0)
 
-    def add_job(self, plan: JobPlan, stats: JobStats) -> None:
+    def add_job(self, plan: JobPlan, stats: JobStats, bytes_read: int = 0) -> None:
         self.jobs += 1
+        self.bytes_read += bytes_read
         self.partitions += len(plan.partitions)
         self.files_in += stats.files_in
         self.bytes_in += stats.bytes_in
@@ -127,6 +140,7 @@ class PassSummary:
             "records_in",
             "records_out",
             "tombstones_dropped",
+            "bytes_read",
             "retention_chunks_deleted",
             "retention_bytes_deleted",
             "gc_files_deleted",
@@ -154,6 +168,8 @@ class PassSummary:
             "tombstones_dropped": self.tombstones_dropped,
             "max_gets_per_input_file": self.max_gets_per_input_file,
             "input_files_read": len(self.gets_per_input_file),
+            "gets_per_input_file": dict(sorted(self.gets_per_input_file.items())),
+            "bytes_read": self.bytes_read,
             "peak_keymap_bytes": self.peak_keymap_bytes,
             "retention_chunks_deleted": self.retention_chunks_deleted,
             "retention_bytes_deleted": self.retention_bytes_deleted,
@@ -169,6 +185,9 @@ class Progress(Protocol):
 
     def stage(self, name: str) -> None: ...
     def job_started(self, plan: JobPlan) -> None: ...
+    # bytes the job's streams consumed since the last call, out of
+    # `compactor.job.planned_stream_bytes(plan)` at most (stream: "A" or "B")
+    def bytes_read(self, plan: JobPlan, stream: str, nbytes: int) -> None: ...
     def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None: ...
     def job_done(self, plan: JobPlan, stats: JobStats | None) -> None: ...
 
@@ -178,6 +197,9 @@ class NoProgress:
         pass
 
     def job_started(self, plan: JobPlan) -> None:
+        pass
+
+    def bytes_read(self, plan: JobPlan, stream: str, nbytes: int) -> None:
         pass
 
     def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None:
@@ -193,12 +215,16 @@ async def run_leased_job(
     plan: JobPlan,
     config: RunnerConfig,
     progress: Progress | None = None,
-) -> JobResult:
+) -> LeasedJob:
     """Run one claimed job: the blocking runner in a thread, the lease renewed meanwhile,
     each output swapped under the lease with its checkpoints, the lease released at the end."""
     progress = progress or NoProgress()
     loop = asyncio.get_running_loop()
     token = plan.lease_token
+    holder = config.planner.holder
+    pause = config.pause
+    read = [0]  # bytes streamed, written by the job's thread only
+    unreported = {"A": 0, "B": 0}
 
     def swap(
         ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk], cps: Sequence[Checkpoint]
@@ -208,20 +234,52 @@ async def run_leased_job(
             md.replace_chunks(list(ids), file, list(outputs), updates, token), loop
         )
         fut.result()
+        # one line per swap: which holder replaced which chunks (operators; the agent
+        # role's e2e test counts swaps per holder from it)
+        log.info(
+            "compaction: holder %s job %s swapped %s (%d bytes) for %d input chunk(s): %s",
+            holder,
+            plan.job_id,
+            file.object_key,
+            file.size_bytes,
+            len(ids),
+            ",".join(map(str, ids)),
+        )
         loop.call_soon_threadsafe(progress.file_swapped, plan, file.object_key, len(ids))
+        if pause is not None:
+            pause.swapped(plan.job_id, holder)
+
+    def on_read(stream: str, nbytes: int) -> None:
+        read[0] += nbytes
+        unreported[stream] += nbytes
+        # one call into the loop per MiB or so, not per network piece
+        if unreported[stream] >= PROGRESS_STEP_BYTES:
+            loop.call_soon_threadsafe(progress.bytes_read, plan, stream, unreported[stream])
+            unreported[stream] = 0
+
+    def work() -> JobResult:
+        if pause is not None:
+            pause.job_started(plan.job_id, holder)
+        try:
+            return run_job(
+                plan,
+                store,
+                swap,
+                key_prefix=config.key_prefix,
+                writer_id=holder,
+                keymap_budget_bytes=config.keymap_budget_bytes,
+                roll_bytes=config.roll_bytes,
+                on_read=on_read,
+            )
+        finally:
+            for stream, n in unreported.items():
+                if n:
+                    loop.call_soon_threadsafe(progress.bytes_read, plan, stream, n)
 
     renewer = asyncio.create_task(_renew(md, token, config.planner.lease_ms)) if token else None
     try:
-        return await asyncio.to_thread(
-            run_job,
-            plan,
-            store,
-            swap,
-            key_prefix=config.key_prefix,
-            writer_id=config.planner.holder,
-            keymap_budget_bytes=config.keymap_budget_bytes,
-            roll_bytes=config.roll_bytes,
-        )
+        result = await asyncio.to_thread(work)
+        return LeasedJob(result, read[0])
     finally:
         if renewer is not None:
             renewer.cancel()
@@ -263,29 +321,46 @@ async def run_pass(
         summary.retention_bytes_deleted += r.bytes_deleted
 
     progress.stage("compaction")
-    seen: set[frozenset[int]] = set()
+    seen: set[frozenset[tuple[int, str]]] = set()
     for _ in range(MAX_ROUNDS_PER_PASS):
         plans = await claim_jobs(md, topic=config.topic, config=config.planner, max_jobs=1)
         if not plans:
             break
         plan = plans[0]
-        inputs = frozenset(ch.location.chunk_id for f in plan.files for ch in f.chunks)
+        # chunk ids alone are not enough: SQLite reuses the id of a deleted last row, so a
+        # swap's output chunk can carry its input's id; its file is always new
+        inputs = frozenset((ch.location.chunk_id, f.object_key) for f in plan.files for ch in f.chunks)
         if inputs in seen:  # the same work again: the last run of it changed nothing
             if plan.lease_token:
                 await md.release_compaction_lease(plan.lease_token)
             log.warning("compaction: job over the same input chunks offered again; stopping this pass")
             break
         seen.add(inputs)
+        log.info(
+            "compaction: holder %s claimed job %s: %s; %d input file(s), %d chunk(s), up to %d bytes to stream",
+            config.planner.holder,
+            plan.job_id,
+            ",".join(f"{w.topic_name}-{w.partition}" for w in plan.partitions),
+            len(plan.files),
+            sum(len(f.chunks) for f in plan.files),
+            planned_stream_bytes(plan),
+        )
         progress.job_started(plan)
         try:
-            result = await run_leased_job(md, store, plan, config, progress)
+            done = await run_leased_job(md, store, plan, config, progress)
         except Exception as exc:
             summary.jobs_failed += 1
-            log.warning("compaction: job %s failed: %s", plan.job_id, exc, exc_info=True)
+            log.warning(
+                "compaction: holder %s job %s failed: %s",
+                config.planner.holder,
+                plan.job_id,
+                exc,
+                exc_info=True,
+            )
             progress.job_done(plan, None)
             continue
-        summary.add_job(plan, result.stats)
-        progress.job_done(plan, result.stats)
+        summary.add_job(plan, done.result.stats, done.bytes_read)
+        progress.job_done(plan, done.result.stats)
 
     if config.gc:
         progress.stage("garbage collection")
@@ -298,6 +373,15 @@ async def run_pass(
         progress.stage("offset expiry")
         summary.offsets_expired += await retention.expire_offsets(md, config.offsets_retention_minutes)
     summary.elapsed_s = time.monotonic() - started
+    log.info(
+        "maintenance pass of holder %s: %d job(s), %d failed, %d file(s) in, %d out, %d record(s) removed",
+        config.planner.holder,
+        summary.jobs,
+        summary.jobs_failed,
+        summary.files_in,
+        summary.files_out,
+        summary.records_removed,
+    )
     return summary
 
 
@@ -350,6 +434,8 @@ class MaintenanceLoop:
         """Stop now. A job under way is abandoned: its lease is released, so swaps its
         thread still attempts are refused; swaps already made stay (each is consistent)."""
         self.stop()
+        if self.config.pause is not None:  # a paused job's thread would keep the process alive
+            self.config.pause.resume.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

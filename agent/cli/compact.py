@@ -8,7 +8,9 @@ and changes nothing: no lease, no retention, no deletion. `--once` runs one pass
 (`compactor.runner.run_pass`: retention, compaction rounds until the planner has nothing
 left, GC and the orphan scan, offset expiry) and exits; without it, passes repeat every
 `--interval-ms` until SIGINT/SIGTERM. Progress bars (rich) go to stderr while it works;
-the summary goes to stdout at the end (`--json`: one JSON object).
+the summary goes to stdout at the end (`--json`: one JSON object). The test hook
+`SKIFF_COMPACT_PAUSE_AFTER_SWAPS` (compactor.pause_hook) is read here, for the CLI and
+for the agent role.
 
 This module is the agent package's one door to the compactor (the import contract in
 pyproject.toml): `maintenance_role` builds the `MaintenanceLoop` the playground and the
@@ -26,12 +28,15 @@ import signal
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
+from compactor.job import planned_bytes_per_stream
 from compactor.keymap import DEFAULT_BUDGET_BYTES
 from compactor.output import DEFAULT_ROLL_BYTES
+from compactor.pause_hook import PauseHook
 from compactor.plan import JobPlan, JobStats
 from compactor.planner import (
     DEFAULT_LEASE_MS,
@@ -107,6 +112,7 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         gc_grace_ms=args.gc_grace_ms,
         orphan_grace_ms=args.orphan_grace_ms,
         offsets_retention_minutes=args.offsets_retention_minutes,
+        pause=PauseHook.from_env(),
     )
 
 
@@ -116,20 +122,33 @@ def open_bucket(url: str) -> ObjectStore:
     return open_store(absolute_bucket_url(url))
 
 
+class _DoneOfTotal(ProgressColumn):
+    """`done/total`, as sizes for the byte bars (tasks added with bytes=True)."""
+
+    def render(self, task: Task) -> Text:
+        done, total = int(task.completed), int(task.total or 0)
+        if task.fields.get("bytes"):
+            return Text(f"{_size(done)} / {_size(total)}")
+        return Text(f"{done}/{total}")
+
+
 class RichProgress:
-    """Progress bars on stderr: one for the pass's stages, one per job (input chunks swapped)."""
+    """Progress bars on stderr: one for the pass's stages; per job, one for its input
+    chunks swapped out and one per stream for the bytes it consumed (A: the files holding
+    compacted data, pass 1; B: every input file, pass 2 and copies)."""
 
     def __init__(self, console: Console) -> None:
         self.bars = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            _DoneOfTotal(),
             TimeElapsedColumn(),
             console=console,
             transient=False,
         )
         self._stage: Any = None
-        self._jobs: dict[str, tuple[Any, int]] = {}  # job id -> (task, input chunks)
+        # job id -> (chunk task, input chunks, stream name -> (byte task, most bytes))
+        self._jobs: dict[str, tuple[Any, int, dict[str, tuple[Any, int]]]] = {}
 
     def __enter__(self) -> RichProgress:
         self.bars.__enter__()
@@ -146,15 +165,32 @@ class RichProgress:
     def job_started(self, plan: JobPlan) -> None:
         chunks = sum(len(f.chunks) for f in plan.files)
         label = f"  job {plan.job_id}: {len(plan.partitions)} partition(s), {len(plan.files)} file(s)"
-        self._jobs[plan.job_id] = (self.bars.add_task(label, total=chunks), chunks)
+        chunk_task = self.bars.add_task(f"{label}, input chunks swapped", total=chunks)
+        streams = {
+            name: (self.bars.add_task(f"    stream {name} ({what})", total=total, bytes=True), total)
+            for name, what, total in (
+                ("A", "pass 1: key map", planned_bytes_per_stream(plan)["A"]),
+                ("B", "pass 2: survivors out", planned_bytes_per_stream(plan)["B"]),
+            )
+            if total
+        }
+        self._jobs[plan.job_id] = (chunk_task, chunks, streams)
+
+    def bytes_read(self, plan: JobPlan, stream: str, nbytes: int) -> None:
+        job = self._jobs.get(plan.job_id)
+        if job is not None and stream in job[2]:
+            self.bars.advance(job[2][stream][0], nbytes)
 
     def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None:
         self.bars.advance(self._jobs[plan.job_id][0], input_chunks)
         self.bars.console.log(f"swapped {object_key} for {input_chunks} input chunk(s)")
 
     def job_done(self, plan: JobPlan, stats: JobStats | None) -> None:
-        task, chunks = self._jobs.pop(plan.job_id)
-        self.bars.update(task, completed=chunks)
+        chunk_task, chunks, streams = self._jobs.pop(plan.job_id)
+        self.bars.update(chunk_task, completed=chunks)
+        # each stream stops after the job's last partition: a file's tail may never be read
+        for task, total in streams.values():
+            self.bars.update(task, completed=total)
         if stats is None:
             self.bars.console.log(f"job {plan.job_id} failed (see the log); it will be retried")
 
@@ -172,6 +208,17 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def _gets_histogram(gets: dict[str, int]) -> str:
+    """'2 GETs: 5 files, 1 GET: 3 files' (the per-file counts are in --json)."""
+    counts: dict[int, int] = {}
+    for n in gets.values():
+        counts[n] = counts.get(n, 0) + 1
+    parts = [
+        f"{n} GET{'s' if n != 1 else ''}: {k} file{'s' if k != 1 else ''}" for n, k in sorted(counts.items())
+    ]
+    return ", ".join(reversed(parts)) or "-"
+
+
 def print_summary(summary: PassSummary, console: Console) -> None:
     t = Table(title="skiff compact", show_header=False)
     t.add_column("what")
@@ -182,7 +229,8 @@ def print_summary(summary: PassSummary, console: Console) -> None:
     t.add_row("records in / out", f"{summary.records_in} / {summary.records_out}")
     t.add_row("records removed", str(summary.records_removed))
     t.add_row("tombstones dropped", str(summary.tombstones_dropped))
-    t.add_row("GETs per input file (max)", str(summary.max_gets_per_input_file))
+    t.add_row("bytes streamed (A+B)", _size(summary.bytes_read))
+    t.add_row("GETs per input file", _gets_histogram(summary.gets_per_input_file))
     t.add_row("peak key-map memory", _size(summary.peak_keymap_bytes))
     t.add_row(
         "retention: chunks / bytes dropped",
@@ -216,6 +264,8 @@ async def _compact(args: argparse.Namespace) -> int:
         if args.dry_run:
             return await _dry_run(md, config, out)
         store = open_bucket(args.bucket_url)
+        if config.pause is not None:
+            config.pause.install_resume_signal()
         total = PassSummary()
         with RichProgress(err) as progress:
             if args.once:
@@ -264,5 +314,9 @@ def run_compact(args: argparse.Namespace) -> int:
 def maintenance_role(md: MetadataClient, bucket_url: str, interval_ms: int, holder: str) -> MaintenanceLoop:
     """The background maintenance of the playground and of agents given the compaction role:
     the same passes as `skiff compact`, every `interval_ms`, leases keeping them apart."""
-    config = RunnerConfig(planner=PlannerConfig(holder=holder), key_prefix=f"compacted/{holder}/")
+    config = RunnerConfig(
+        planner=PlannerConfig(holder=holder), key_prefix=f"compacted/{holder}/", pause=PauseHook.from_env()
+    )
+    if config.pause is not None:
+        config.pause.install_resume_signal()  # called in the agent's event loop
     return MaintenanceLoop(md, open_bucket(bucket_url), config, interval_ms=interval_ms)

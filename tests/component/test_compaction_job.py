@@ -5,7 +5,8 @@ tombstones from aiokafka producers over several flushes (many agent files, a com
 and a delete-policy topic). The job runs with metadata's real `replace_chunks`; then:
 two GETs per input file, counted by the store and, independently, by moto's request
 log, and nothing else read; a consumer through the agent sees each key's latest value
-(or tombstone) at its original offset, and the delete-policy topic unchanged.
+(or tombstone) at its original offset, and the delete-policy topic unchanged; the job's
+progress callback counts exactly the bytes the streams received.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from aiokafka.structs import TopicPartition
 
 from agent.config import AgentConfig
 from agent.runtime import RunningAgent, start_agent
-from compactor.job import run_job
+from compactor.job import planned_stream_bytes, run_job
 from compactor.output import Checkpoint
 from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
 from fileformat.objectstore import open_async_store, open_store
@@ -138,11 +139,21 @@ async def test_compaction_of_agent_files_keeps_latest_values_with_two_gets_per_f
         service.replace_chunks(ids, file, outputs)
         checkpoints.extend(cps)
 
+    read: dict[str, int] = {"A": 0, "B": 0}
+
+    def on_read(stream: str, nbytes: int) -> None:
+        read[stream] += nbytes
+
     before = store.stats.snapshot()
     moto_s3.server.start_recording()
-    result = await asyncio.to_thread(run_job, plan, store, swap)
+    result = await asyncio.to_thread(run_job, plan, store, swap, on_read=on_read)
     recorded = moto_s3.server.stop_recording()
     used = store.stats.snapshot() - before
+
+    # progress within the job: the bytes streams A and B consumed are what the store
+    # received (counted on the way, no request added), within the planned most
+    assert read["A"] > 0 and read["B"] > 0
+    assert read["A"] + read["B"] == used.bytes_in <= planned_stream_bytes(plan)
 
     # the store's own counters: stream GETs only, two per file holding compacted data
     assert set(used.requests) == {"stream_get", "put"}

@@ -1,18 +1,23 @@
-"""`skiff compact` end to end: real processes (`skiff metadata` on SQLite, `skiff agent` on
-moto's S3 server), confluent-kafka clients, and the compactor run as a subprocess.
+"""`skiff compact` end to end: real processes (`skiff agent` on moto's S3 server, the
+compactor as a subprocess), the metadata HTTP service on SQLite (in this process, on a
+clock the test can move), confluent-kafka clients.
 
 One scenario, in order (it is the same data throughout, to keep the test fast):
 
 - keyed updates and tombstones to a compacted topic and plain records to a delete-policy
   topic, in several flushes (many agent files), while a consumer reads both throughout;
 - `skiff compact --dry-run` prints the plan and changes no chunk row;
-- `skiff compact --once` with one input chunk per output file (many swaps) is SIGKILLed
-  right after its first swap: every partition still reads back each key's latest value
-  in offset order;
-- `skiff compact --once` again (its lease expired) finishes the work: the compacted
-  topic holds exactly one record per key (its latest, tombstones kept: they are inside
+- `skiff compact --once` with one input chunk per output file (many swaps) stops at the
+  test hook (`SKIFF_COMPACT_PAUSE_AFTER_SWAPS=1`) right after its first swap and is
+  SIGKILLed there: every partition still reads back intact (each record the one produced
+  at its offset, each key's latest value) and work is demonstrably left (input chunk rows
+  still live, the compacted partitions dirty candidates once the dead run's lease has
+  expired: the test moves the metadata service's clock past it, no waiting);
+- `skiff compact --once --json` again finishes the work: the compacted topic holds
+  exactly one record per key (its latest, tombstones kept: they are inside
   `delete.retention.ms`) at original offsets, the delete-policy topic has fewer chunk
-  rows and reads back unchanged, the summary counts two GETs per input file at most;
+  rows and reads back unchanged; the summary's files, bytes, GETs per input file,
+  records removed and tombstones dropped match what the test knows independently;
 - the consumer that read throughout saw no error.
 """
 
@@ -26,15 +31,21 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compactor.pause_hook import ENV as PAUSE_ENV
+from compactor.pause_hook import MARKER as PAUSE_MARKER
 from metadata.http_client import HttpMetadataClient
+from metadata.rows import system_clock
+from metadata.service import MetadataService
 from metadata.types import FetchQuery
+from tests.component.test_metadata_http import ServerThread
 from tests.support.agents import SkiffProcess, skiff_command
 from tests.support.s3servers import S3Bucket
 
@@ -132,11 +143,49 @@ class ThroughoutConsumer(threading.Thread):
             self.c.close()
 
 
-def test_skiff_compact_end_to_end(
-    spawn_skiff: Callable[..., SkiffProcess], moto_s3: S3Bucket, tmp_path: Path
+class ShiftedClock:
+    """The metadata service's clock: the system's plus a shift the test adds to, so a lease
+    expires when the test says (no waiting for it). Shifts stay a few seconds, well inside
+    the agents' registration TTL."""
+
+    def __init__(self) -> None:
+        self.shift_ms = 0
+
+    def __call__(self) -> int:
+        return system_clock() + self.shift_ms
+
+
+@pytest.fixture
+def metadata_server(tmp_path: Path) -> Iterator[tuple[str, MetadataService, ShiftedClock]]:
+    """The metadata HTTP service in this process (uvicorn thread, SQLite) on a test clock."""
+    clock = ShiftedClock()
+    svc = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}", clock=clock)
+    try:
+        with ServerThread(svc) as url:
+            yield url, svc, clock
+    finally:
+        svc.close()
+
+
+def _intact(
+    got: list[Record], produced: dict[int, tuple[bytes | None, bytes | None]], want: list[Record]
 ) -> None:
-    md_proc = spawn_skiff("metadata", "--db", f"sqlite:///{tmp_path / 'm.db'}", "--port", "{port}")
-    metadata_url = f"http://127.0.0.1:{md_proc.port}"
+    """A partition read back mid-compaction: offsets strictly increasing, each record the
+    one produced at its offset, each key's last record its latest; so the only offsets
+    missing are records a later one of the same key shadows."""
+    offsets = [o for o, _k, _v in got]
+    assert offsets == sorted(set(offsets))
+    assert all(produced[o] == (k, v) for o, k, v in got)
+    last = {k: (o, v) for o, k, v in got}
+    assert sorted((o, k, v) for k, (o, v) in last.items()) == want
+
+
+def test_skiff_compact_end_to_end(
+    metadata_server: tuple[str, MetadataService, ShiftedClock],  # first: torn down after the agent
+    spawn_skiff: Callable[..., SkiffProcess],
+    moto_s3: S3Bucket,
+) -> None:
+    metadata_url, svc, clock = metadata_server
     agent = spawn_skiff(
         "agent",
         "--bucket",
@@ -164,6 +213,7 @@ def test_skiff_compact_end_to_end(
     reader.start()
     rng = random.Random(9)
     latest: dict[tuple[int, bytes], tuple[int, bytes | None]] = {}
+    produced: dict[int, dict[int, tuple[bytes | None, bytes | None]]] = {0: {}, 1: {}}
     events: list[tuple[int, bytes]] = []
     p = Producer({"bootstrap.servers": agent.bootstrap, "linger.ms": 5, "acks": "all"})
 
@@ -171,6 +221,7 @@ def test_skiff_compact_end_to_end(
         assert err is None, err
         if msg.topic() == "table":  # type: ignore[attr-defined]
             latest[(msg.partition(), msg.key())] = (msg.offset(), msg.value())  # type: ignore[attr-defined]
+            produced[msg.partition()][msg.offset()] = (msg.key(), msg.value())  # type: ignore[attr-defined]
         else:
             events.append((msg.offset(), msg.value()))  # type: ignore[attr-defined]
 
@@ -182,7 +233,7 @@ def test_skiff_compact_end_to_end(
             p.produce("events", b"e%d-%d" % (r, i), on_delivery=delivered)
         assert p.flush(30) == 0
     ends = {part: _chunk_hw(metadata_url, part) for part in (0, 1)}
-    want = {
+    want: dict[int, list[Record]] = {
         part: sorted((off, key, value) for (pp, key), (off, value) in latest.items() if pp == part)
         for part in (0, 1)
     }
@@ -198,7 +249,9 @@ def test_skiff_compact_end_to_end(
     assert _chunk_rows(metadata_url, "table", 2) == table_rows_before
     assert _chunk_rows(metadata_url, "events", 1) == event_rows_before
 
-    # a compactor SIGKILLed right after its first swap (one input chunk per output file)
+    # A compactor stopped by the test hook right after its first swap (one input chunk per
+    # output file, so the job has many swaps), then SIGKILLed there.
+    lease_ms = 2000
     killed = subprocess.Popen(
         [
             *skiff_command(),
@@ -211,46 +264,67 @@ def test_skiff_compact_end_to_end(
             "--roll-bytes",
             "1",
             "--lease-ms",
-            "1000",
+            str(lease_ms),
             "--merge-min-chunks",
             "2",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(moto_s3),
+        env={**_env(moto_s3), PAUSE_ENV: "1"},
     )
     assert killed.stderr is not None
     seen: list[str] = []
-    for line in killed.stderr:
+    for line in killed.stderr:  # the process blocks after printing the marker
         seen.append(line)
-        if "swapped" in line:
-            killed.send_signal(signal.SIGKILL)
+        if PAUSE_MARKER in line:
             break
+    assert any(PAUSE_MARKER in line for line in seen), "".join(seen)
+    assert f"{PAUSE_MARKER} after 1 swap(s)" in seen[-1]
+    for part in (0, 1):  # readable and intact while the job holds its lease mid-way
+        _intact(_read_all(agent.bootstrap, "table", part, ends[part]), produced[part], want[part])
+    killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=30)
-    assert any("swapped" in line for line in seen), "".join(seen)
-    for part in (0, 1):  # readable, each key's latest value last, offsets in order
-        got = _read_all(agent.bootstrap, "table", part, ends[part])
-        offsets = [o for o, _k, _v in got]
-        assert offsets == sorted(set(offsets))
-        last = {k: (o, v) for o, k, v in got}
-        assert sorted((o, k, v) for k, (o, v) in last.items()) == want[part]
+    for part in (0, 1):  # and after it died
+        _intact(_read_all(agent.bootstrap, "table", part, ends[part]), produced[part], want[part])
+    got_events = _read_all(agent.bootstrap, "events", 0, len(events))
+    assert [(o, v) for o, _k, v in got_events] == sorted(events)
 
-    # the next run finishes the work (once the killed run's lease has expired)
-    deadline = time.monotonic() + 60
-    summaries = []
-    while True:
-        done = _compact(moto_s3, metadata_url, "--once", "--json", "--merge-min-chunks", "2")
-        assert done.returncode == 0, done.stderr
-        summaries.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        table = {part: _read_all(agent.bootstrap, "table", part, ends[part]) for part in (0, 1)}
-        if table == want or time.monotonic() > deadline:
-            break
-    assert table == want  # exactly one record per key, its latest, at its original offset
-    assert any(s["jobs"] > 0 for s in summaries)
-    assert all(s["max_gets_per_input_file"] <= 2 for s in summaries)
-    assert all(s["jobs_failed"] == 0 for s in summaries)
-    assert sum(s["records_removed"] for s in summaries) > 0
+    # Work is left: one swap replaced one input chunk, the rest are still live, and once
+    # the dead run's lease has expired (the test moves metadata's clock past it) every
+    # partition is a candidate again, the compacted ones still dirty.
+    rows_after_kill = _chunk_rows(metadata_url, "table", 2) + _chunk_rows(metadata_url, "events", 1)
+    rows_before = sum(table_rows_before) + event_rows_before[0]
+    # one input chunk replaced by one output chunk, or by none (all its records shadowed)
+    assert rows_before - 1 <= sum(rows_after_kill) <= rows_before
+    table_id = svc.describe_topics(["table"])["table"].topic_id
+    assert svc.compaction_candidates("table") == []  # leased by the dead run until it expires
+    clock.shift_ms += lease_ms + 1
+    left = {c.partition: c for c in svc.compaction_candidates("table")}
+    assert sorted(left) == [0, 1]
+    for part, c in left.items():
+        assert c.topic_id == table_id
+        assert c.first_dirty_offset < c.cleanable_end_offset == ends[part]
+    read_before = {part: _read_all(agent.bootstrap, "table", part, ends[part]) for part in (0, 1)}
+    plan = _compact(moto_s3, metadata_url, "--dry-run", "--merge-min-chunks", "2")
+    planned_files = {line.split()[1] for line in plan.stdout.splitlines() if line.strip().startswith("file ")}
+    assert planned_files
+    table_files = {
+        loc.object_key
+        for info in svc.find_chunks([FetchQuery(table_id, part, 0, 1 << 40) for part in (0, 1)])
+        for loc in info.chunks
+    }
+    assert table_files <= planned_files
+
+    # The next run finishes the work: the compacted topic holds exactly one record per key
+    # (its latest; tombstones kept: they are inside delete.retention.ms) at original
+    # offsets, the delete-policy topic has fewer chunk rows and reads back unchanged.
+    done = _compact(moto_s3, metadata_url, "--once", "--json", "--merge-min-chunks", "2")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    table = {part: _read_all(agent.bootstrap, "table", part, ends[part]) for part in (0, 1)}
+    assert table == want
+    _check_summary(summary, planned_files, table_files, moto_s3, read_before, want)
 
     assert _chunk_rows(metadata_url, "events", 1)[0] < event_rows_before[0]
     got_events = _read_all(agent.bootstrap, "events", 0, len(events))
@@ -265,6 +339,39 @@ def test_skiff_compact_end_to_end(
     reader.join(timeout=30)
     assert reader.errors == []
     assert reader.count > 0
+
+
+def _check_summary(
+    s: dict[str, Any],
+    planned_files: set[str],
+    table_files: set[str],
+    bucket: S3Bucket,
+    read_before: dict[int, list[Record]],
+    want: dict[int, list[Record]],
+) -> None:
+    """The `--json` summary against what the test knows independently: the planned input
+    files (dry run) and their sizes in the bucket, the records before and after."""
+    assert (s["jobs"], s["jobs_failed"]) == (1, 0)
+    assert set(s["gets_per_input_file"]) == planned_files
+    assert s["files_in"] == s["input_files_read"] == len(planned_files)
+    # two streaming GETs (A and B) per file holding table data, one (B) for the others
+    assert s["gets_per_input_file"] == {k: 2 if k in table_files else 1 for k in planned_files}
+    assert s["max_gets_per_input_file"] == 2
+    sizes = {
+        o["Key"].removeprefix("data/"): o["Size"]
+        for o in bucket.client().list_objects_v2(Bucket=bucket.name, Prefix="data/").get("Contents", [])
+    }
+    assert s["bytes_in"] == sum(sizes[k] for k in planned_files)
+    # stream A reads each file up to its last table chunk, B up to its last chunk consumed
+    assert sum(sizes[k] for k in table_files) < s["bytes_read"]
+    assert s["bytes_read"] <= sum(sizes[k] * n for k, n in s["gets_per_input_file"].items())
+    assert s["files_out"] >= 2  # compacted and delete-policy data go to different files
+    assert 0 < s["bytes_out"] < s["bytes_in"]
+    removed = sum(len(read_before[p]) - len(want[p]) for p in (0, 1))
+    assert removed > 0 and s["records_removed"] == removed
+    assert s["tombstones_dropped"] == 0  # inside delete.retention.ms (a day by default)
+    assert 0 < s["peak_keymap_bytes"] <= 128 * 1024 * 1024
+    assert s["elapsed_s"] > 0
 
 
 def _chunk_hw(metadata_url: str, partition: int) -> int:

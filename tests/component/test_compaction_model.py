@@ -1,0 +1,389 @@
+"""Randomised compaction against a reference model of Kafka's cleaner, at component level:
+the real metadata service (SQLite and PostgreSQL, in process, an injected clock), a memory:// bucket, the
+real planner, leases, job runner and swap (`compactor.planner.claim_jobs` +
+`compactor.runner.run_leased_job`, as `skiff compact` runs them).
+
+Hypothesis draws a sequence of steps over one compacted topic (3 partitions) and one
+delete-policy topic (1 partition) that share agent files:
+
+- produce: one agent file from one of three agents (writers), keyed updates and
+  tombstones for some partitions, several batches (some compressed), committed to
+  metadata, which assigns the offsets;
+- compact: every job the planner offers now is claimed and run; before each job runs, the
+  model applies Kafka's cleaner (`tests.unit.test_dedup.model_clean`: buildOffsetMap with the
+  same key-map capacity, shouldRetainRecord, KIP-534 horizons) to the partitions and
+  ranges the plan names;
+- tick: the clock moves (tombstones pass their delete horizon, `min.compaction.lag.ms`
+  lets younger data in).
+
+After every step each partition reads back (metadata's chunk rows, the bucket's bytes,
+every chunk's offset bitmap) exactly as the model says: offsets, keys, values, and each
+tombstone's delete horizon once set; the delete-policy partition keeps every record; the
+cleaner checkpoint is the model's. At the end, with the clock past every horizon and the
+lag, compaction until nothing is left makes the compacted topic one record per live key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from compactor.keymap import SLOT_BYTES, KeyMap
+from compactor.planner import PlannerConfig, claim_jobs
+from compactor.runner import RunnerConfig, run_leased_job
+from fileformat.chunk_reader import iter_chunk_batches
+from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
+from fileformat.records import Compression, Record, build_batch, decode_records
+from fileformat.segment import ChunkInput, build_segment
+from metadata import bitmaps
+from metadata.compaction_types import MergeRules
+from metadata.local_client import LocalMetadataClient
+from metadata.service import MetadataService
+from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey
+from tests.unit.test_dedup import Model, MRecord, model_clean
+
+T0 = 1_700_000_000_000
+DRT_MS = 1_000  # delete.retention.ms
+LAG_MS = 300  # min.compaction.lag.ms
+PARTITIONS = 3
+KEYS = 12
+
+PartKey = tuple[uuid.UUID, int]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@dataclass
+class World:
+    svc: MetadataService
+    md: LocalMetadataClient
+    store: MemoryStore
+    clock: Clock
+    compacted: uuid.UUID
+    logged: uuid.UUID
+    keymap_budget_bytes: int
+    model: Model = field(default_factory=Model)
+    logged_records: list[tuple[int, bytes]] = field(default_factory=list)
+    files: int = 0
+
+    @property
+    def parts(self) -> list[PartKey]:
+        return [(self.compacted, p) for p in range(PARTITIONS)]
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[MetadataService, Clock]]:
+    """One database per backend for all examples (migrations are slow); each example its
+    own topics. PostgreSQL claims leases with FOR UPDATE SKIP LOCKED, SQLite without."""
+    clock = Clock()
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('model') / 'm.db'}"
+    else:
+        url = str(request.getfixturevalue("pg_module_url"))
+    svc = MetadataService.from_url(url, clock=clock)
+    yield svc, clock
+    svc.close()
+
+
+def _new_world(svc: MetadataService, clock: Clock, keymap_budget_bytes: int) -> World:
+    clock.now = max(clock.now, T0)
+    tag = uuid.uuid4().hex[:8]
+    compacted = svc.create_topic(
+        f"c-{tag}",
+        PARTITIONS,
+        {
+            "cleanup.policy": "compact",
+            "delete.retention.ms": str(DRT_MS),
+            "min.compaction.lag.ms": str(LAG_MS),
+            "min.cleanable.dirty.ratio": "0.01",
+        },
+    )
+    logged = svc.create_topic(f"d-{tag}", 1, {})
+    store = MemoryStore(f"model-{tag}")
+    w = World(
+        svc, LocalMetadataClient(svc), store, clock, compacted.topic_id, logged.topic_id, keymap_budget_bytes
+    )
+    for p in w.parts:
+        w.model.live[p] = {}
+        w.model.horizon[p] = {}
+        w.model.next_offset[p] = 0
+        w.model.first_dirty[p] = 0
+    return w
+
+
+# ------------------------------------------------------------------ steps
+
+
+@dataclass(frozen=True)
+class Produce:
+    agent: int
+    # per compacted partition written: batches of (key index, tombstone?)
+    batches: tuple[tuple[int, tuple[tuple[tuple[int, bool], ...], ...]], ...]
+    logged: int  # records for the delete-policy partition (0: none)
+    codec: int
+
+
+@dataclass(frozen=True)
+class Compact:
+    pass
+
+
+@dataclass(frozen=True)
+class Tick:
+    ms: int
+
+
+# tombstones about one record in five
+record_st = st.tuples(st.integers(0, KEYS - 1), st.integers(0, 4).map(lambda n: n == 0))
+batch_st = st.lists(record_st, min_size=1, max_size=5).map(tuple)
+produce_st = st.builds(
+    Produce,
+    agent=st.integers(0, 2),
+    batches=st.lists(
+        st.tuples(st.integers(0, PARTITIONS - 1), st.lists(batch_st, min_size=1, max_size=3).map(tuple)),
+        min_size=1,
+        max_size=PARTITIONS,
+        unique_by=lambda x: x[0],
+    ).map(lambda xs: tuple(sorted(xs))),
+    logged=st.integers(0, 3),
+    codec=st.sampled_from([Compression.NONE, Compression.NONE, Compression.ZSTD, Compression.GZIP]),
+)
+step_st = st.one_of(
+    produce_st,
+    produce_st,
+    st.just(Compact()),
+    st.builds(Tick, st.sampled_from([10, 200, 400, 1_200])),
+)
+
+
+def _produce(w: World, step: Produce) -> None:
+    """One agent file, committed; the offsets metadata assigns go into the model."""
+    now = w.clock.now
+    chunk_inputs: list[ChunkInput] = []
+    contents: list[tuple[uuid.UUID, int, list[list[tuple[bytes, bytes | None]]]]] = []
+    for partition, batches in step.batches:
+        built, recs_of = [], []
+        for i, batch in enumerate(batches):
+            recs = [
+                (b"k%d" % key, None if tomb else b"v%d-%d-%d" % (w.files, partition, i))
+                for key, tomb in batch
+            ]
+            recs_of.append(recs)
+            built.append(
+                build_batch(
+                    [Record(d, now, k, v, ()) for d, (k, v) in enumerate(recs)], compression=step.codec
+                )
+            )
+        chunk_inputs.append(
+            ChunkInput(w.compacted, partition, built, len(built), sum(len(b) for b in recs_of))
+        )
+        contents.append((w.compacted, partition, recs_of))
+    if step.logged:
+        recs = [(b"e", b"e%d-%d" % (w.files, d)) for d in range(step.logged)]
+        chunk_inputs.append(
+            ChunkInput(
+                w.logged,
+                0,
+                [build_batch([Record(d, now, k, v, ()) for d, (k, v) in enumerate(recs)])],
+                1,
+                len(recs),
+            )
+        )
+        contents.append((w.logged, 0, [recs]))
+    data, placements = build_segment(chunk_inputs)
+    key = f"agents/a{step.agent}/{uuid.uuid4().hex}.seg"
+    w.store.put(key, data)
+    w.files += 1
+    by_part = {(pl.topic_id, pl.partition): pl for pl in placements}
+    specs = []
+    for ci, (tid, partition, recs_of) in zip(chunk_inputs, contents, strict=True):
+        pl = by_part[(tid, partition)]
+        specs.append(
+            ChunkSpec(
+                tid,
+                partition,
+                tuple(
+                    BatchSpec(pos, len(b), len(r), len(r), now)
+                    for pos, b, r in zip(pl.batch_positions, ci.batches, recs_of, strict=True)
+                ),
+            )
+        )
+    results = w.svc.commit_file(FileSpec(key, len(data), 0, f"a{step.agent}"), specs)
+    for res, (tid, partition, recs_of) in zip(results, contents, strict=True):
+        assert res.error_code == 0, res
+        for br, recs in zip(res.batches, recs_of, strict=True):
+            assert br.error_code == 0, br
+            for d, (k, v) in enumerate(recs):
+                off = br.base_offset + d
+                if tid == w.logged:
+                    w.logged_records.append((off, v))  # type: ignore[arg-type]
+                else:
+                    w.model.live[(tid, partition)][off] = MRecord(off, k, v, now)
+                    w.model.next_offset[(tid, partition)] = off + 1
+
+
+async def _compact(w: World, roll_bytes: int = 1 << 20) -> int:
+    """Every job the planner offers now, each checked against the model first; jobs run.
+    The default `roll_bytes` keeps each job's compacted output in one file: see
+    `test_checkpoint_moves_when_the_output_rolls_at_a_partitions_last_input` for why."""
+    config = RunnerConfig(
+        planner=PlannerConfig(
+            holder="model-test",
+            clock_ms=w.clock,
+            rules=MergeRules(min_level0_chunks=2, min_level0_bytes=1 << 40, max_level0_delay_ms=1 << 40),
+        ),
+        keymap_budget_bytes=w.keymap_budget_bytes,
+        roll_bytes=roll_bytes,
+    )
+    max_keys = KeyMap(w.keymap_budget_bytes).max_keys
+    jobs = 0
+    seen: set[frozenset[tuple[int, str]]] = set()
+    for _ in range(50):
+        plans = []
+        for topic in (w.compacted, w.logged):
+            name = w.svc.topics_by_id([topic])[topic].name
+            plans += await claim_jobs(w.md, topic=name, config=config.planner, max_jobs=1)
+        if not plans:
+            return jobs
+        for plan in plans:
+            inputs = frozenset((ch.location.chunk_id, f.object_key) for f in plan.files for ch in f.chunks)
+            assert inputs not in seen, "the planner offered the same work again"
+            seen.add(inputs)
+            for work in plan.partitions:
+                if work.compact:
+                    p = (work.topic_id, work.partition)
+                    assert work.first_dirty_offset == w.model.first_dirty[p]
+                    model_clean(w.model, p, work, max_keys, plan.now_ms)
+            done = await run_leased_job(w.md, w.store, plan, config)
+            assert set(done.result.stats.gets_per_input_file.values()) <= {1, 2}
+            jobs += 1
+    pytest.fail("compaction did not settle in 50 rounds")
+
+
+def _read(w: World, p: PartKey) -> list[tuple[int, bytes | None, bytes | None, int | None]]:
+    (info,) = w.svc.find_chunks([FetchQuery(p[0], p[1], 0, 1 << 40)])
+    out = []
+    for loc in info.chunks:
+        data = w.store.get_range(loc.object_key, loc.byte_position, loc.byte_length)
+        present = bitmaps.present_set(loc)
+        seen = []
+        for cb in iter_chunk_batches(loc, data, verify_crc=True):
+            for r in decode_records(data, cb.position, header=cb.header):
+                off = cb.base_offset + r.offset_delta
+                seen.append(off - loc.base_offset)
+                out.append((off, r.key, r.value, cb.header.delete_horizon_ms))
+        assert sorted(present) == seen, "chunk bitmap differs from the records present"
+    return out
+
+
+def _check(w: World) -> None:
+    for p in w.parts:
+        got = _read(w, p)
+        offsets = [g[0] for g in got]
+        assert offsets == sorted(w.model.live[p]), f"partition {p[1]}: offsets differ from Kafka's cleaner"
+        for off, key, value, horizon in got:
+            r = w.model.live[p][off]
+            assert (key, value) == (r.key, r.value)
+            if value is None and horizon is not None:
+                w.model.horizon[p].setdefault(off, horizon)
+                assert w.model.horizon[p][off] == horizon
+    cps = w.svc.compaction_leases.checkpoints([PartitionKey(t, q) for t, q in w.parts])
+    for k, cp in cps.items():
+        assert (cp or 0) == w.model.first_dirty[(k.topic_id, k.partition)]
+    got_logged = [(off, v) for off, _k, v, _h in _read(w, (w.logged, 0))]
+    assert got_logged == sorted(w.logged_records)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    # no shrinking: through real metadata it takes minutes; a failure prints its example whole
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    steps=st.lists(step_st, min_size=1, max_size=14),
+    small_map=st.booleans(),
+)
+def test_compaction_matches_kafkas_cleaner(
+    service: tuple[MetadataService, Clock], steps: list[Produce | Compact | Tick], small_map: bool
+) -> None:
+    svc, clock = service
+    # a small map fills (Kafka then cleans up to where it stopped and checkpoints there)
+    w = _new_world(svc, clock, SLOT_BYTES * 8 if small_map else SLOT_BYTES * 4096)
+    try:
+        asyncio.run(_run(w, steps))
+    finally:
+        drop_memory_bucket(w.store.name)
+
+
+async def _run(w: World, steps: list[Produce | Compact | Tick]) -> None:
+    for step in steps:
+        if isinstance(step, Produce):
+            _produce(w, step)
+        elif isinstance(step, Tick):
+            w.clock.now += step.ms
+        else:
+            await _compact(w)
+        _check(w)
+    # The end: past every horizon and the lag, a dirty write to each partition, cleaned,
+    # until the model is one record per key and no tombstone (a tombstone's horizon is set
+    # by the first clean that keeps it and it goes at a later one; a small map takes
+    # several cleans); the topic must read back as the model says all along.
+    for _ in range(20):
+        if all(_one_live_record_per_key(w.model.live[p]) for p in w.parts):
+            break
+        w.clock.now += DRT_MS + 1
+        dirty = tuple((q, (((KEYS, False),),)) for q in range(PARTITIONS))
+        _produce(w, Produce(0, dirty, 0, Compression.NONE))
+        w.clock.now += LAG_MS + 1
+        await _compact(w)
+        _check(w)
+    else:
+        pytest.fail("compaction did not reach one record per key")
+
+
+def _one_live_record_per_key(live: dict[int, MRecord]) -> bool:
+    keys = [r.key for r in live.values()]
+    return len(keys) == len(set(keys)) and all(r.value is not None for r in live.values())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="compactor/output.py (owned by cperf, being rewritten): when a roll flush happens at a "
+    "partition's last input chunk, the partition's checkpoint is appended after that swap and never "
+    "sent (or sent with the next partition's swap, which metadata refuses); found by the model test",
+)
+def test_checkpoint_moves_when_the_output_rolls_at_a_partitions_last_input(
+    service: tuple[MetadataService, Clock],
+) -> None:
+    """roll_bytes=1: every input chunk ends an output file; the cleaner checkpoint of each
+    compacted partition must still move to its cleanable end (the high watermark)."""
+    svc, clock = service
+    w = _new_world(svc, clock, SLOT_BYTES * 4096)
+    try:
+
+        async def go() -> None:
+            for agent in range(2):
+                _produce(w, Produce(agent, ((0, (((0, False), (1, False)),)), (1, (((0, True),),))), 0, 0))
+            w.clock.now += LAG_MS + 1
+            await _compact(w, roll_bytes=1)
+            _check(w)
+
+        asyncio.run(go())
+    finally:
+        drop_memory_bucket(w.store.name)
