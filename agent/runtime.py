@@ -35,7 +35,15 @@ from agent.agent_registry import AgentIdInUse, AgentRegistry
 from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.config import AgentConfig, env_var
-from agent.context import AgentContext, AgentParts, Clock, SystemClock, live_agents_view, topic_cache
+from agent.context import (
+    AgentContext,
+    AgentParts,
+    Clock,
+    SystemClock,
+    acl_cache,
+    live_agents_view,
+    topic_cache,
+)
 from agent.group_activity import GroupActivityReporter
 from agent.group_coordinator import GroupCoordinator
 from agent.produce_buffer import CommittedFile, ProduceBuffer
@@ -94,6 +102,7 @@ class RunningAgent:
         if self.group_activity is not None:
             await self.group_activity.close()
         await close_parts(self.context.parts)
+        await self.context.acls.close()
         await self.registry.close()
         if close_clients:
             await self.store.close()
@@ -164,6 +173,7 @@ def build_agent_context(
             commit_watch=watch,
             groups=groups,
         ),
+        acls=acl_cache(config, metadata),
     )
 
 
@@ -189,6 +199,7 @@ async def start_agent(
     clock: Clock | None = None,
 ) -> RunningAgent:
     ctx = build_agent_context(config, metadata, store, clock=clock)
+    await ctx.acls.start()  # with authorization on: the ACLs loaded before any client connects
     start_parts(ctx.parts)
     server = await start_agent_server(ctx, config.host, config.port)
     registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
@@ -197,6 +208,7 @@ async def start_agent(
     except AgentIdInUse:  # undo the start-up; the caller reports it
         await server.close()
         await close_parts(ctx.parts)
+        await ctx.acls.close()
         raise
     groups = ctx.parts.groups
     activity = GroupActivityReporter(

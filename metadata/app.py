@@ -30,6 +30,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 from metadata import commit_feed
 from metadata import compaction_serde as cs
 from metadata import serde as s
+from metadata.acl_routes import acl_router
 from metadata.db import is_db_unavailable
 from metadata.errors import (
     INVALID_REQUEST,
@@ -422,6 +423,12 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
     def cluster_info() -> s.ClusterInfoM:
         """Settings readers need: the bucket URL the agents write to (null: not configured)."""
         return s.ClusterInfoM(bucket_url=svc.bucket_url)
+
+    # ---------------------------------------------------------------- ACLs (acls branch)
+    # Kafka ACL bindings and their version: every route under /v1/acls, in one APIRouter
+    # (metadata.acl_routes). Operator/admin routes: they decide who may do what on the Kafka
+    # listeners.
+    app.include_router(acl_router(svc))
 
     # ---------------------------------------------------------------- health
 

@@ -43,6 +43,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from agent.protocol import RequestHeader, api_name, kio_version_range, to_error_code
+from metadata.acl_types import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.errors import MetadataError, MetadataUnavailable
 
 if TYPE_CHECKING:
@@ -56,13 +57,24 @@ class ConnectionInfo:
     """Per-connection facts and state a handler may want (logging, metrics, ordering)."""
 
     connection_id: int
-    peer: str
+    peer: str  # "address:port" of the client
     client_software_name: str | None = None  # from ApiVersions v3+
     client_software_version: str | None = None
     # The newest Produce of this connection still appending to the produce buffer: the next
     # one appends after it, so a connection's batches reach the buffer in request order
     # (agent.handlers.produce). Done or None when no append is pending.
     produce_tail: asyncio.Future[None] | None = None
+    # Who the client is, for ACLs (Kafka's KafkaPrincipal as "Type:name"): User:ANONYMOUS on
+    # PLAINTEXT; the TLS/SASL layer sets the authenticated one.
+    principal: str = "User:ANONYMOUS"
+    # The client's address as ACL hosts name it (Kafka: InetAddress.getHostAddress()); derived
+    # from `peer` unless given.
+    client_host: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.client_host:
+            host = self.peer.rsplit(":", 1)[0] if ":" in self.peer else self.peer
+            self.client_host = host.strip("[]")
 
 
 @dataclass(frozen=True)
@@ -183,3 +195,50 @@ def admin_error_of(exc: BaseException) -> ErrorCode:
     if isinstance(exc, MetadataUnavailable):
         return ErrorCode.coordinator_not_available
     return error_of(exc)[0]
+
+
+# --- authorization (Kafka ACLs) -------------------------------------------------------------
+
+# Re-exported so that each handler's check reads `authorized(ctx, request, READ, TOPIC, name)`.
+Op = AclOperation
+Resource = ResourceType
+
+
+def authorized(
+    ctx: AgentContext, request: Request, operation: AclOperation, resource: ResourceType, name: str
+) -> bool:
+    """May this request's principal, from its client address, do `operation` on the
+    resource? In memory (agent.acl_cache); always True with `authorizer_enabled` off."""
+    acls = ctx.acls
+    if not acls.enabled:
+        return True
+    conn = request.connection
+    return acls.authorizer.authorize(conn.principal, conn.client_host, operation, resource, name)
+
+
+def authorized_on_cluster(ctx: AgentContext, request: Request, operation: AclOperation) -> bool:
+    return authorized(ctx, request, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def authorized_operations(
+    ctx: AgentContext, request: Request, resource: ResourceType, name: str
+) -> int | None:
+    """The "authorized operations" bit field of a resource for this request's principal, or
+    None with authorization off (the handler then reports every supported operation)."""
+    acls = ctx.acls
+    if not acls.enabled:
+        return None
+    conn = request.connection
+    return acls.authorizer.authorized_operations(conn.principal, conn.client_host, resource, name)
+
+
+def authorized_for_any(
+    ctx: AgentContext, request: Request, operation: AclOperation, resource: ResourceType
+) -> bool:
+    """May this principal do `operation` on some resource of this type? (Kafka's
+    authorizeByResourceType, e.g. InitProducerId: WRITE on any topic.)"""
+    acls = ctx.acls
+    if not acls.enabled:
+        return True
+    conn = request.connection
+    return acls.authorizer.authorize_by_resource_type(conn.principal, conn.client_host, operation, resource)
