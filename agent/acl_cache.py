@@ -52,6 +52,7 @@ class AclCache:
         self.version = -1  # nothing loaded yet
         self.authorizer = self._build(())
         self._lock = asyncio.Lock()
+        self._loaded = asyncio.Event()  # set (and replaced) at every load
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -96,7 +97,14 @@ class AclCache:
             log.info(
                 "ACLs: version %d -> %d, %d binding(s)", previous, version, len(self.authorizer.bindings)
             )
+            loaded, self._loaded = self._loaded, asyncio.Event()
+            loaded.set()
             return True
+
+    async def wait_for_version(self, version: int) -> None:
+        """Until the bindings of `version` (or a later one) are loaded (callers bound the wait)."""
+        while self.version < version:
+            await self._loaded.wait()
 
     async def start(self) -> None:
         """Load once (raises if metadata cannot be reached), then poll in the background."""

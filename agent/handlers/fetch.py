@@ -255,8 +255,8 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         allowed = authorized(ctx, request, Op.READ, Resource.TOPIC, t.topic)
         row: list[tuple[Key, int, int] | PartitionData] = []
         for p in t.partitions:
-            if not allowed:
-                row.append(_pdata(p.partition, ErrorCode.topic_authorization_failed))
+            if not allowed:  # empty records, not null: librdkafka refuses a null record set
+                row.append(_pdata(p.partition, ErrorCode.topic_authorization_failed, records=b""))
             elif topic is None or not 0 <= p.partition < topic.partition_count:
                 row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
             else:
