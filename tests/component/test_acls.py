@@ -33,6 +33,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
+from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
@@ -305,58 +306,72 @@ def test_kafka_python_admin_round_trip(harness):
 # --- produce and consume refused, then allowed ---------------------------------------------------
 
 
-def test_produce_needs_write_and_a_change_applies_on_the_next_request(harness, admin):
+def leader_of(h: AgentHarness, topic: str) -> tuple[Any, Any]:
+    """(the agent leading partition 0 of the topic, another agent)."""
+    resp = request_once(h.bootstrap, metadata_request([topic]))
+    leader_id = resp.topics[0].partitions[0].leader_id
+    leader = next(a for a in h.agents if a.node_id == leader_id)
+    return leader, next(a for a in h.agents if a is not leader)
+
+
+def write_acl(topic: str) -> AclCreation:
+    return AclCreation(
+        resource_type=i8(2),
+        resource_name=topic,
+        resource_pattern_type=i8(3),
+        principal=ANON,
+        host="*",
+        operation=i8(4),
+        permission_type=i8(3),
+    )
+
+
+def test_produce_needs_write_and_a_change_applies_on_the_next_request(harness):
     topic = _name("p")
     create_topic(harness, topic)
     grant(harness, _bind(topic, m.AclOperation.DESCRIBE))  # metadata answers, produce is refused
+    leader, _ = leader_of(harness, topic)  # where the producer sends its batches
     err = produce_one(harness.bootstrap, topic)
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    # granted through agent 0: its very next request obeys (no poll in this module)
-    write = AclBinding(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        ANON,
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
-    )
-    one(admin.create_acls([write]))
+    # granted through the leader: its very next request obeys (no poll in this module)
+    resp = request_once(leader.bootstrap, CreateAclsRequest(creations=(write_acl(topic),)))
+    assert resp.results[0].error_code == ErrorCode.none
     assert produce_one(harness.bootstrap, topic) is None
-    # revoked through agent 0: refused again at once
-    flt = AclBindingFilter(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        ANON,
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
+    # revoked through the leader: refused again at once
+    deleted = request_once(
+        leader.bootstrap,
+        DeleteAclsRequest(
+            filters=(
+                DeleteAclsFilter(
+                    resource_type_filter=i8(2),
+                    resource_name_filter=topic,
+                    pattern_type_filter=i8(3),
+                    principal_filter=ANON,
+                    host_filter=None,
+                    operation=i8(4),
+                    permission_type=i8(1),
+                ),
+            )
+        ),
     )
-    assert len(one(admin.delete_acls([flt]))) == 1
+    assert len(deleted.filter_results[0].matching_acls) == 1
     err = produce_one(harness.bootstrap, topic)
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def test_another_agent_follows_after_its_refresh(harness, admin):
+def test_another_agent_follows_after_its_refresh(harness):
     topic = _name("x")
     create_topic(harness, topic)
     grant(harness, _bind(topic, m.AclOperation.DESCRIBE))
-    other = harness.agents[1]
-    assert produce_one(other.bootstrap, topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    write = AclBinding(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        ANON,
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
-    )
-    one(admin.create_acls([write]))  # through agent 0
-    assert other.ctx.acls.version < harness.agents[0].ctx.acls.version  # agent 1 has not polled
-    harness.call(other.ctx.acls.refresh())  # what its poll does every acl_refresh_interval_ms
-    assert produce_one(other.bootstrap, topic) is None
+    leader, other = leader_of(harness, topic)
+    assert produce_one(harness.bootstrap, topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    resp = request_once(other.bootstrap, CreateAclsRequest(creations=(write_acl(topic),)))  # not the leader
+    assert resp.results[0].error_code == ErrorCode.none
+    assert leader.ctx.acls.version < other.ctx.acls.version  # the leader has not polled yet
+    err = produce_one(harness.bootstrap, topic)
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    harness.call(leader.ctx.acls.refresh())  # what its poll does every acl_refresh_interval_ms
+    assert produce_one(harness.bootstrap, topic) is None
 
 
 def test_the_poll_picks_up_a_change_made_elsewhere(harness):
@@ -618,3 +633,49 @@ def test_acl_apis_answer_security_disabled_with_authorization_off(tmp_path):
         assert produce_one(h.bootstrap, _name("open")) is None
     finally:
         h.stop()
+
+
+# --- the Java client (Apache Kafka's own Admin) -----------------------------------------------
+
+
+def test_java_admin_create_and_describe_acls(harness, java_client):
+    topic = _name("java")
+    created = java_client.admin(
+        harness.bootstrap, "create-acl", "TOPIC", topic, "PREFIXED", "User:java", "*", "WRITE", "ALLOW"
+    )
+    expected = {
+        "resource_type": "TOPIC",
+        "name": topic,
+        "pattern": "PREFIXED",
+        "principal": "User:java",
+        "host": "*",
+        "operation": "WRITE",
+        "permission": "ALLOW",
+    }
+    assert created == {"type": "acl_created", "acl": expected}
+    # MATCH on a topic under the prefix finds it; the binding is in metadata, as stored
+    found = java_client.admin(harness.bootstrap, "describe-acls", "TOPIC", topic + "-eu", "MATCH")
+    assert found == {"type": "acls", "acls": [expected]}
+    assert harness.call(
+        harness.metadata.describe_acls(
+            m.AclBindingFilter(m.ResourceType.TOPIC, topic, m.PatternType.PREFIXED)
+        )
+    )[1] == [
+        m.AclBinding(
+            m.ResourceType.TOPIC,
+            topic,
+            m.PatternType.PREFIXED,
+            "User:java",
+            "*",
+            m.AclOperation.WRITE,
+            m.AclPermissionType.ALLOW,
+        )
+    ]
+    # and it decides: User:java may write under the prefix, nobody else may (on whichever agent
+    # the Java admin sent it to, the controller, at once; here on every agent after a refresh)
+    refresh_all(harness)
+    acls = harness.agents[0].ctx.acls
+    assert acls.authorize("User:java", "10.0.0.9", m.AclOperation.WRITE, m.ResourceType.TOPIC, topic + "-eu")
+    assert not acls.authorize(
+        "User:other", "10.0.0.9", m.AclOperation.WRITE, m.ResourceType.TOPIC, topic + "-eu"
+    )
