@@ -14,10 +14,11 @@ change's own transaction). The cache holds the bindings of one version:
   within `acl_refresh_interval_ms` plus two metadata round trips (measured in
   docs/benchmarks.md).
 
-Failure: `start()` loads once before the agent accepts connections and raises if metadata
-cannot be reached. A later refresh that fails keeps the last good copy (logged), as a
-Kafka broker keeps serving its last ACLs while the controller is away. Until a first load
-succeeds every decision except for super users is a refusal (fail closed).
+Failure: `start()` loads once before the agent accepts connections. If metadata cannot be
+reached then, the agent starts anyway (as it does without ACLs: its registry retries too)
+and, until a load succeeds, refuses every principal but the super users (fail closed);
+the poll keeps trying every interval. A later refresh that fails keeps the last good copy
+(logged), as a Kafka broker keeps serving its last ACLs while the controller is away.
 """
 
 from __future__ import annotations
@@ -107,10 +108,13 @@ class AclCache:
             await self._loaded.wait()
 
     async def start(self) -> None:
-        """Load once (raises if metadata cannot be reached), then poll in the background."""
+        """Load once, then poll in the background (see the module doc for failures)."""
         if not self.enabled:
             return
-        await self.refresh(force=True)
+        try:
+            await self.refresh(force=True)
+        except Exception as e:
+            log.warning("ACLs: cannot load them yet (refusing all but super users until then): %s", e)
         self._task = asyncio.create_task(self._poll(), name="acl-refresh")
 
     async def _poll(self) -> None:

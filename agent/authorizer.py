@@ -230,8 +230,3 @@ class Authorizer:
             if not any(allowed[:i] in deny_prefixed for i in range(1, len(allowed) + 1)):
                 return True
         return False
-
-
-def allow_all() -> Authorizer:
-    """What the agent uses with authorization off: never consulted (see agent.acl_cache)."""
-    return Authorizer((), allow_everyone_if_no_acl_found=True)

@@ -5,10 +5,15 @@ AclBindingFilter, deletes report per filter, invalid input changes nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
+import warnings
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from metadata.acl_types import (
     AclBinding,
@@ -23,6 +28,10 @@ from metadata.errors import MetadataError
 from metadata.http_client import HttpMetadataClient
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
+
+with warnings.catch_warnings():  # starlette deprecates httpx-based TestClient; harmless here
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.anyio
 
@@ -203,3 +212,46 @@ async def test_concurrent_creates_of_one_binding_store_it_once(md: LocalMetadata
     _, bindings = await md.list_acls()
     assert sum(1 for x in bindings if x.resource_name == "race") == 1
     assert len(bindings) == 9
+
+
+ACL_POSTS = ["/v1/acls/create", "/v1/acls/delete", "/v1/acls/describe"]
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "resource_type": st.integers(-2, 9),
+        "resource_name": st.text(max_size=5) | st.none(),
+        "pattern_type": st.integers(-2, 6),
+        "principal": st.sampled_from(["User:a", "a", "", "User:\x00"]) | st.none(),
+        "host": st.sampled_from(["*", "", "h\x00"]) | st.none(),
+        "operation": st.integers(-2, 16),
+        "permission": st.integers(-2, 5),
+    },
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    path=st.sampled_from(ACL_POSTS),
+    body=JSON_VALUES
+    | st.builds(lambda b: {"bindings": b}, st.lists(FIELDS, max_size=3))
+    | st.builds(lambda f: {"filters": f}, st.lists(FIELDS, max_size=3))
+    | st.builds(lambda f: {"filter": f}, FIELDS),
+)
+def test_fuzzed_acl_requests_are_answered_never_500(sqlite_api: TestClient, path: str, body: object) -> None:
+    resp = sqlite_api.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+    assert resp.status_code < 500, (path, body, resp.text)
+    if resp.status_code >= 400:
+        assert isinstance(resp.json().get("error_code"), int), resp.text
+
+
+@pytest.fixture
+def sqlite_api(tmp_path: Path) -> Iterator[TestClient]:
+    svc = MetadataService.from_url(f"sqlite:///{tmp_path}/m.db")
+    with TestClient(create_app(svc), raise_server_exceptions=False) as client:
+        yield client
+    svc.close()
