@@ -679,3 +679,67 @@ def test_java_admin_create_and_describe_acls(harness, java_client):
     assert not acls.authorize(
         "User:other", "10.0.0.9", m.AclOperation.WRITE, m.ResourceType.TOPIC, topic + "-eu"
     )
+
+
+# --- every admin and group API refuses without its permission, with Kafka's code --------------
+
+
+def _code(futures: dict[Any, Any]) -> int:
+    """The error code of a one-item admin call that must fail."""
+    with pytest.raises(KafkaException) as info:
+        one(futures)
+    return info.value.args[0].code()
+
+
+def test_admin_and_group_apis_refuse_without_permission(harness, admin):
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+    )
+    from confluent_kafka.admin import ResourceType as ConfigType
+
+    topic, group, new = _name("adm"), _name("admg"), _name("new")
+    create_topic(harness, topic)
+    topic_denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    group_denied = KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert _code(admin.create_topics([NewTopic(new, 1)])) == topic_denied  # no CREATE
+    assert _code(admin.delete_topics([topic])) == topic_denied
+    assert _code(admin.create_partitions([NewPartitions(topic, 3)])) == topic_denied
+    resource = ConfigResource(ConfigType.TOPIC, topic)
+    assert _code(admin.describe_configs([resource])) == topic_denied
+    alter = ConfigResource(
+        ConfigType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    assert _code(admin.incremental_alter_configs([alter])) == topic_denied
+    assert _code(admin.describe_consumer_groups([group])) == group_denied
+    assert _code(admin.delete_consumer_groups([group])) == group_denied
+    assert _code(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])) == group_denied
+    # the cluster's authorized operations: what the module granted on it
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(TIMEOUT)
+    assert sorted(op.name for op in cluster.authorized_operations) == [
+        "ALTER",
+        "DESCRIBE",
+        "IDEMPOTENT_WRITE",
+    ]
+
+    # granted: the same calls succeed (ALL on the topic covers every topic operation)
+    grant(
+        harness,
+        _bind(topic, m.AclOperation.ALL),
+        _bind(new, m.AclOperation.CREATE),
+        _bind(group, m.AclOperation.ALL, rtype=m.ResourceType.GROUP),
+    )
+    assert one(admin.create_topics([NewTopic(new, 1)])) is None
+    assert one(admin.create_partitions([NewPartitions(topic, 3)])) is None
+    assert one(admin.describe_configs([resource])).get("retention.ms") is not None
+    assert one(admin.incremental_alter_configs([alter])) is None
+    described = one(admin.describe_consumer_groups([group], include_authorized_operations=True))
+    assert sorted(op.name for op in described.authorized_operations) == ["DELETE", "DESCRIBE", "READ"]
+    assert one(admin.delete_topics([topic])) is None
