@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import importlib
+import ipaddress
 import pkgutil
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -73,8 +74,20 @@ class ConnectionInfo:
 
     def __post_init__(self) -> None:
         if not self.client_host:
-            host = self.peer.rsplit(":", 1)[0] if ":" in self.peer else self.peer
-            self.client_host = host.strip("[]")
+            self.client_host = client_address(self.peer)
+
+
+def client_address(peer: str) -> str:
+    """The address part of "address:port", as Kafka writes it in ACL hosts: an IPv4 client on
+    a dual-stack socket (`::ffff:10.0.0.1`) is its IPv4 address, as Java's InetAddress shows it."""
+    host = (peer.rsplit(":", 1)[0] if ":" in peer else peer).strip("[]")
+    try:
+        mapped = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(mapped, ipaddress.IPv6Address) and mapped.ipv4_mapped is not None:
+        return str(mapped.ipv4_mapped)
+    return host
 
 
 @dataclass(frozen=True)

@@ -94,3 +94,20 @@ def test_fails_closed_until_loaded_then_the_poll_catches_up() -> None:
             await c.close()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("peer", "host"),
+    [
+        ("10.1.2.3:5555", "10.1.2.3"),
+        ("::1:5555", "::1"),
+        ("::ffff:10.1.2.3:5555", "10.1.2.3"),
+        ("fe80::1:443", "fe80::1"),
+        ("unix-socket", "unix-socket"),
+    ],
+)
+def test_the_client_host_is_the_address_acls_name(peer: str, host: str) -> None:
+    from agent.handlers import ConnectionInfo
+
+    info = ConnectionInfo(1, peer)
+    assert info.client_host == host and info.principal == "User:ANONYMOUS"
