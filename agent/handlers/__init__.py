@@ -23,6 +23,12 @@ A handler is `async def handle(ctx: AgentContext, request: Request) -> response 
 - a client that disconnects cancels its in-flight handlers, so handlers must be
   cancellation-safe.
 
+Authorization: each handler checks Kafka's ACLs in one line,
+`authorized(ctx, request, Op.WRITE, Resource.TOPIC, name)` (also `authorized_on_cluster`,
+`authorized_for_any`, `authorized_operations`), with the connection's `principal` and
+`client_host`; decisions are in memory (agent.acl_cache) and always True with
+`authorizer_enabled` off. What each API needs is tabled in docs/operations.md#acls.
+
 Registering: a module in this package that defines `SPEC: HandlerSpec` (or `SPECS`) is
 picked up by `default_registry()`. ApiVersions advertises exactly the registered
 (min_version, max_version) ranges, so dropping `agent/handlers/produce.py` with a SPEC
