@@ -743,3 +743,71 @@ def test_admin_and_group_apis_refuse_without_permission(harness, admin):
     described = one(admin.describe_consumer_groups([group], include_authorized_operations=True))
     assert sorted(op.name for op in described.authorized_operations) == ["DELETE", "DESCRIBE", "READ"]
     assert one(admin.delete_topics([topic])) is None
+
+
+def test_offset_commit_and_delete_records_refuse_per_topic(harness):
+    from kio.schema.delete_records.v2.request import (
+        DeleteRecordsPartition,
+        DeleteRecordsRequest,
+        DeleteRecordsTopic,
+    )
+    from kio.schema.offset_commit.v9.request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kio.schema.types import GroupId
+
+    allowed, denied, group = _name("oc-ok"), _name("oc-no"), _name("ocg")
+    create_topic(harness, allowed)
+    create_topic(harness, denied)
+    grant(
+        harness,
+        _bind(allowed, m.AclOperation.READ),
+        _bind(allowed, m.AclOperation.DELETE),
+        _bind(group, m.AclOperation.READ, rtype=m.ResourceType.GROUP),
+    )
+
+    def commit(group_id: str) -> dict[str, ErrorCode]:
+        node = harness.agent.ctx.agents.coordinator_for_group(group_id).node_id
+        coordinator = next(a for a in harness.agents if a.node_id == node)
+        req = OffsetCommitRequest(
+            group_id=GroupId(group_id),
+            generation_id_or_member_epoch=i32(-1),
+            member_id="",
+            group_instance_id=None,
+            topics=tuple(
+                OffsetCommitRequestTopic(
+                    name=TopicName(t),
+                    partitions=(
+                        OffsetCommitRequestPartition(
+                            partition_index=i32(0),
+                            committed_offset=i64(0),
+                            committed_leader_epoch=i32(-1),
+                            committed_metadata=None,
+                        ),
+                    ),
+                )
+                for t in (allowed, denied)
+            ),
+        )
+        resp = request_once(coordinator.bootstrap, req)
+        return {t.name: t.partitions[0].error_code for t in resp.topics}
+
+    assert commit(group) == {allowed: ErrorCode.none, denied: ErrorCode.topic_authorization_failed}
+    assert commit(group + "-other") == {
+        allowed: ErrorCode.group_authorization_failed,
+        denied: ErrorCode.group_authorization_failed,
+    }
+    req = DeleteRecordsRequest(
+        topics=tuple(
+            DeleteRecordsTopic(
+                name=TopicName(t), partitions=(DeleteRecordsPartition(partition_index=i32(0), offset=i64(0)),)
+            )
+            for t in (allowed, denied)
+        ),
+        timeout=ZERO,
+    )
+    resp = request_once(harness.bootstrap, req)
+    codes = {t.name: t.partitions[0].error_code for t in resp.topics}
+    assert codes == {allowed: ErrorCode.none, denied: ErrorCode.topic_authorization_failed}
