@@ -343,6 +343,38 @@ class AgentConfig:
         metadata={"help": "how often an agent renews all its group coordinator leases (one request)"},
     )
 
+    # --- authorization (Kafka ACLs; agent.authorizer, agent.acl_cache) --------------------
+    authorizer_enabled: bool = field(
+        default=False,
+        metadata={
+            "help": "enforce Kafka ACLs (stored in metadata) on every request (Kafka's "
+            "authorizer.class.name); off: every client may do everything and Create/Describe/"
+            "DeleteAcls answer SECURITY_DISABLED"
+        },
+    )
+    super_users: str = field(
+        default="",
+        metadata={
+            "help": "principals allowed everything whatever the ACLs say, separated by ';' "
+            "(Kafka's super.users, e.g. User:admin;User:ops)"
+        },
+    )
+    allow_everyone_if_no_acl_found: bool = field(
+        default=False,
+        metadata={
+            "help": "allow every principal on a resource no ACL applies to (Kafka's "
+            "allow.everyone.if.no.acl.found); off: such resources are super users' only"
+        },
+    )
+    acl_refresh_interval_ms: int = field(
+        default=1_000,
+        metadata={
+            "help": "how often the agent checks metadata's ACL version (one cheap read) and reloads "
+            "the ACLs when it moved: another agent's ACL change applies here within this plus two "
+            "metadata round trips"
+        },
+    )
+
     # --- connections and their bounds -------------------------------------------------
     connection_max_inflight_bytes: int = field(
         default=100 * MiB,
@@ -485,6 +517,7 @@ class AgentConfig:
         if not 100 <= self.group_lease_ttl_ms <= 600_000:
             raise ValueError(f"group_lease_ttl_ms must be in [100, 600000], got {self.group_lease_ttl_ms}")
         positive("group_lease_renew_interval_ms")
+        positive("acl_refresh_interval_ms")
         if self.group_lease_renew_interval_ms * 2 > self.group_lease_ttl_ms * 3 // 4:
             raise ValueError(
                 "group_lease_renew_interval_ms must be at most 3/8 of group_lease_ttl_ms (two renewals "

@@ -10,6 +10,7 @@ by name. It holds:
 - `topics`: the `TopicCache` in front of metadata's topic lookups;
 - `agents`: the `LiveAgents` routing view (brokers, leaders, coordinators);
 - `clock`: wall time in ms and a monotonic clock, injectable for tests;
+- `acls`: the `AclCache` the handlers authorize against (`agent.handlers.authorized`);
 - `parts`: the data-path components (`AgentParts`), so that a reader can follow
   produce -> `parts.produce_buffer` -> PUT through `parts.bucket` -> commit, and
   fetch -> `parts.chunk_locations` / metadata -> `parts.bucket` (the range cache) -> GET.
@@ -21,9 +22,10 @@ Per-connection state (a connection's produce ordering) lives on the connection
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from agent.acl_cache import AclCache
 from agent.agent_registry import LiveAgents
 from agent.config import AgentConfig
 from agent.topic_cache import TopicCache
@@ -72,6 +74,8 @@ class AgentContext:
     agents: LiveAgents
     clock: Clock
     parts: AgentParts
+    # Kafka ACLs, decided in memory; disabled (everything allowed) unless authorizer_enabled.
+    acls: AclCache = field(default_factory=AclCache.disabled)
 
 
 def live_agents_view(config: AgentConfig, clock: Clock, bound_port: int | None = None) -> LiveAgents:
@@ -83,6 +87,16 @@ def live_agents_view(config: AgentConfig, clock: Clock, bound_port: int | None =
         zone=config.zone,
     )
     return LiveAgents(me, ttl_ms=config.agent_ttl_ms, wall_ms=clock.wall_ms)
+
+
+def acl_cache(config: AgentConfig, metadata: MetadataClient) -> AclCache:
+    return AclCache(
+        metadata,
+        enabled=config.authorizer_enabled,
+        super_users=config.super_users,
+        allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
+        refresh_interval_ms=config.acl_refresh_interval_ms,
+    )
 
 
 def topic_cache(config: AgentConfig, metadata: MetadataClient, clock: Clock) -> TopicCache:

@@ -51,7 +51,15 @@ from agent.agent_registry import AgentIdInUse, AgentRegistry
 from agent.chunk_cache import ChunkLocationCache
 from agent.commit_watch import CommitWatch
 from agent.config import AgentConfig, env_var
-from agent.context import AgentContext, AgentParts, Clock, SystemClock, live_agents_view, topic_cache
+from agent.context import (
+    AgentContext,
+    AgentParts,
+    Clock,
+    SystemClock,
+    acl_cache,
+    live_agents_view,
+    topic_cache,
+)
 from agent.group_activity import GroupActivityReporter
 from agent.group_coordinator import GroupCoordinator
 from agent.health import Readiness, dependency_probe
@@ -139,6 +147,7 @@ class RunningAgent:
         if self.group_activity is not None:
             await self.group_activity.close()
         await close_parts(self.context.parts)
+        await self.context.acls.close()
         await self.registry.close(deregister=not self.deregistered)
         self.deregistered = True
         if self.http is not None:
@@ -263,6 +272,7 @@ def build_agent_context(
             commit_watch=watch,
             groups=groups,
         ),
+        acls=acl_cache(config, metadata),
     )
 
 
@@ -288,6 +298,7 @@ async def start_agent(
     clock: Clock | None = None,
 ) -> RunningAgent:
     ctx = build_agent_context(config, metadata, store, clock=clock)
+    await ctx.acls.start()  # with authorization on: the ACLs loaded before any client connects
     start_parts(ctx.parts)
     servers = await start_listener_servers(ctx)
     server = servers[0]
@@ -298,6 +309,7 @@ async def start_agent(
         for s in servers:
             await s.close()
         await close_parts(ctx.parts)
+        await ctx.acls.close()
         raise
     groups = ctx.parts.groups
     activity = GroupActivityReporter(

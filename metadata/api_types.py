@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from metadata.acl_types import AclBinding, AclBindingFilter
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.scram_types import ScramCredential, ScramCredentialInfo
@@ -168,5 +169,14 @@ class MetadataClient(Protocol):
     async def confirm_group_generation(
         self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
     ) -> None: ...
+
+    # Kafka ACLs (metadata.acls): every change increments the version
+    async def acl_version(self) -> int: ...  # cheap: what agents poll
+    async def list_acls(self) -> tuple[int, list[AclBinding]]: ...  # (version, every binding)
+    async def describe_acls(self, acl_filter: AclBindingFilter) -> tuple[int, list[AclBinding]]: ...
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> int: ...  # the version after
+    async def delete_acls(  # (version after, per filter the bindings it matched and deleted)
+        self, filters: Sequence[AclBindingFilter]
+    ) -> tuple[int, list[list[AclBinding]]]: ...
 
     async def close(self) -> None: ...

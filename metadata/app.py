@@ -39,6 +39,7 @@ from metadata import commit_feed
 from metadata import compaction_serde as cs
 from metadata import scram_serde as ss
 from metadata import serde as s
+from metadata.acl_routes import acl_router
 from metadata.auth import ADMIN, AGENT, COMPACTOR, READER, MetadataAuth, TokenTable, allow, public
 from metadata.db import is_db_unavailable
 from metadata.errors import (
@@ -474,6 +475,12 @@ def create_app(
     def cluster_info() -> s.ClusterInfoM:
         """Settings readers need: the bucket URL the agents write to (null: not configured)."""
         return s.ClusterInfoM(bucket_url=svc.bucket_url)
+
+    # ---------------------------------------------------------------- ACLs (acls branch)
+    # Kafka ACL bindings and their version: every route under /v1/acls, in one APIRouter
+    # (metadata.acl_routes). Operator/admin routes: they decide who may do what on the Kafka
+    # listeners.
+    app.include_router(acl_router(svc))
 
     # ---------------------------------------------------------------- health
 

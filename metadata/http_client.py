@@ -30,9 +30,11 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from metadata import acl_serde as acl
 from metadata import compaction_serde as cs
 from metadata import scram_serde as ss
 from metadata import serde as s
+from metadata.acl_types import AclBinding, AclBindingFilter
 from metadata.api_types import MetadataClient, StoredGroup
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.credentials import MetadataCredentials
@@ -91,6 +93,9 @@ _KEYS = TypeAdapter(list[str])
 _SUCCESSES = TypeAdapter(dict[str, int])
 _CLUSTER = TypeAdapter(s.ClusterInfoM)
 _STORED_GROUPS = TypeAdapter(list[s.StoredGroupM])
+_ACL_VERSION = TypeAdapter(acl.AclVersionM)
+_ACL_BINDINGS = TypeAdapter(acl.AclBindingsM)
+_ACLS_DELETED = TypeAdapter(acl.DeletedAclsM)
 
 
 class HttpMetadataClient:
@@ -473,6 +478,28 @@ class HttpMetadataClient:
     # cluster settings
     async def bucket_url(self) -> str | None:
         return self._parse(_CLUSTER, await self._call("GET", "/v1/cluster")).bucket_url
+
+    # Kafka ACLs (metadata.app's /v1/acls routes)
+    async def acl_version(self) -> int:
+        return self._parse(_ACL_VERSION, await self._call("GET", "/v1/acls/version")).version
+
+    async def list_acls(self) -> tuple[int, list[AclBinding]]:
+        m = self._parse(_ACL_BINDINGS, await self._call("GET", "/v1/acls"))
+        return m.version, [acl.binding_from_m(b) for b in m.bindings]
+
+    async def describe_acls(self, acl_filter: AclBindingFilter) -> tuple[int, list[AclBinding]]:
+        req = acl.DescribeAclsRequest.model_construct(filter=acl.filter_to_m(acl_filter))
+        m = self._parse(_ACL_BINDINGS, await self._call("POST", "/v1/acls/describe", req))
+        return m.version, [acl.binding_from_m(b) for b in m.bindings]
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> int:
+        req = acl.CreateAclsRequest.model_construct(bindings=[acl.binding_to_m(b) for b in bindings])
+        return self._parse(_ACL_VERSION, await self._call("POST", "/v1/acls/create", req)).version
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
+        req = acl.DeleteAclsRequest.model_construct(filters=[acl.filter_to_m(f) for f in filters])
+        m = self._parse(_ACLS_DELETED, await self._call("POST", "/v1/acls/delete", req))
+        return m.version, [[acl.binding_from_m(b) for b in per] for per in m.matched]
 
     async def close(self) -> None:
         await self._http.aclose()

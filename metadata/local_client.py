@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import SQLAlchemyError
 
 from metadata import commit_feed
+from metadata.acl_types import AclBinding, AclBindingFilter
 from metadata.api_types import MetadataClient, StoredGroup
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.db import is_db_unavailable
@@ -282,6 +283,22 @@ class LocalMetadataClient:
 
     async def bucket_url(self) -> str | None:
         return self.service.bucket_url
+
+    # Kafka ACLs
+    async def acl_version(self) -> int:
+        return await self._run(self.service.acl_version)
+
+    async def list_acls(self) -> tuple[int, list[AclBinding]]:
+        return await self._run(self.service.list_acls)
+
+    async def describe_acls(self, acl_filter: AclBindingFilter) -> tuple[int, list[AclBinding]]:
+        return await self._run(self.service.describe_acls, acl_filter)
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> int:
+        return await self._run(self.service.create_acls, list(bindings))
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
+        return await self._run(self.service.delete_acls, list(filters))
 
     async def close(self) -> None:
         if self._closed:

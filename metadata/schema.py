@@ -225,3 +225,23 @@ scram_credentials = Table(
     Column("server_key", LargeBinary, nullable=False),
     Column("updated_ms", BigInteger, nullable=False),
 )
+
+# Kafka ACL bindings (metadata.acls; the enum columns hold Kafka's wire codes, see
+# metadata.acl_types). A binding is a set member: creating it again changes nothing. Every
+# change also increments the `acl_version` row of `sequences` in its own transaction, so
+# agents poll that one value and reload the bindings only when it moved.
+acls = Table(
+    "acls",
+    metadata_obj,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("resource_type", Integer, nullable=False),
+    Column("resource_name", String(1024), nullable=False),
+    Column("pattern_type", Integer, nullable=False),
+    Column("principal", String(1024), nullable=False),
+    Column("host", String(1024), nullable=False),
+    Column("operation", Integer, nullable=False),
+    Column("permission", Integer, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Index(None, "resource_type", "resource_name"),
+)
+ACL_VERSION_SEQUENCE = "acl_version"

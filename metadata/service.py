@@ -16,7 +16,8 @@ dialect, clock):
 - `metadata.groups.GroupOffsets`: consumer groups' committed offsets;
 - `metadata.membership.Membership`: agent heartbeats and the live agents;
 - `metadata.retention.Retention`: retention, DeleteRecords, committed-offset expiry;
-- `metadata.gc.GarbageCollection`: the garbage collector's claims and orphan checks.
+- `metadata.gc.GarbageCollection`: the garbage collector's claims and orphan checks;
+- `metadata.acls.AclStore`: Kafka ACL bindings and their version.
 
 What differs between PostgreSQL and SQLite is behind `metadata.dialect.Dialect`.
 
@@ -41,6 +42,8 @@ from typing import Any
 from sqlalchemy import Engine
 
 from metadata import group_admin, group_leases
+from metadata.acl_types import AclBinding, AclBindingFilter
+from metadata.acls import AclStore
 from metadata.api_types import StoredGroup
 from metadata.commit_feed import CommitFeed, PgCommitListener
 from metadata.commit_path import CommitPath
@@ -116,6 +119,7 @@ class MetadataService:
         self.retention = Retention(self._db)
         self.gc = GarbageCollection(self._db)
         self.scram_users = ScramUsers(self._db)
+        self.acls = AclStore(self._db)
 
     @classmethod
     def from_url(
@@ -366,6 +370,23 @@ class MetadataService:
     ) -> None:
         with write_tx(self.engine) as conn:
             group_leases.confirm(conn, group_id, lease, self.clock(), ttl_ms, group_state)
+
+    # ------------------------------------------------------------------ ACLs (metadata.acls)
+
+    def acl_version(self) -> int:
+        return self.acls.version()
+
+    def list_acls(self) -> tuple[int, list[AclBinding]]:
+        return self.acls.list_all()
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> tuple[int, list[AclBinding]]:
+        return self.acls.describe(acl_filter)
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> int:
+        return self.acls.create(bindings)
+
+    def delete_acls(self, filters: Sequence[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
+        return self.acls.delete(filters)
 
 
 __all__ = ["MetadataService", "system_clock", "DEFAULT_AGENT_TTL_MS", "MAX_PARTITIONS_PER_TOPIC"]

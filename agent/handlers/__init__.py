@@ -23,6 +23,12 @@ A handler is `async def handle(ctx: AgentContext, request: Request) -> response 
 - a client that disconnects cancels its in-flight handlers, so handlers must be
   cancellation-safe.
 
+Authorization: each handler checks Kafka's ACLs in one line,
+`authorized(ctx, request, Op.WRITE, Resource.TOPIC, name)` (also `authorized_on_cluster`,
+`authorized_for_any`, `authorized_operations`), with the connection's `principal` and
+`client_host`; decisions are in memory (agent.acl_cache) and always True with
+`authorizer_enabled` off. What each API needs is tabled in docs/operations.md#acls.
+
 Registering: a module in this package that defines `SPEC: HandlerSpec` (or `SPECS`) is
 picked up by `default_registry()`. ApiVersions advertises exactly the registered
 (min_version, max_version) ranges, so dropping `agent/handlers/produce.py` with a SPEC
@@ -34,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import importlib
+import ipaddress
 import pkgutil
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -43,6 +50,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from agent.protocol import RequestHeader, api_name, kio_version_range, to_error_code
+from metadata.acl_types import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.errors import MetadataError, MetadataUnavailable
 
 if TYPE_CHECKING:
@@ -56,7 +64,7 @@ class ConnectionInfo:
     """Per-connection facts and state a handler may want (logging, metrics, ordering)."""
 
     connection_id: int
-    peer: str
+    peer: str  # "address:port" of the client
     client_software_name: str | None = None  # from ApiVersions v3+
     client_software_version: str | None = None
     # The newest Produce of this connection still appending to the produce buffer: the next
@@ -72,6 +80,26 @@ class ConnectionInfo:
     # agent.sasl.SaslState on SASL listeners (None elsewhere): until it is authenticated,
     # only ApiVersions, SaslHandshake and SaslAuthenticate are served.
     sasl: Any = None
+    # The client's address as ACL hosts name it (Kafka: InetAddress.getHostAddress()); derived
+    # from `peer` unless given.
+    client_host: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.client_host:
+            self.client_host = client_address(self.peer)
+
+
+def client_address(peer: str) -> str:
+    """The address part of "address:port", as Kafka writes it in ACL hosts: an IPv4 client on
+    a dual-stack socket (`::ffff:10.0.0.1`) is its IPv4 address, as Java's InetAddress shows it."""
+    host = (peer.rsplit(":", 1)[0] if ":" in peer else peer).strip("[]")
+    try:
+        mapped = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(mapped, ipaddress.IPv6Address) and mapped.ipv4_mapped is not None:
+        return str(mapped.ipv4_mapped)
+    return host
 
 
 @dataclass(frozen=True)
@@ -192,3 +220,50 @@ def admin_error_of(exc: BaseException) -> ErrorCode:
     if isinstance(exc, MetadataUnavailable):
         return ErrorCode.coordinator_not_available
     return error_of(exc)[0]
+
+
+# --- authorization (Kafka ACLs) -------------------------------------------------------------
+
+# Re-exported so that each handler's check reads `authorized(ctx, request, READ, TOPIC, name)`.
+Op = AclOperation
+Resource = ResourceType
+
+
+def authorized(
+    ctx: AgentContext, request: Request, operation: AclOperation, resource: ResourceType, name: str
+) -> bool:
+    """May this request's principal, from its client address, do `operation` on the
+    resource? In memory (agent.acl_cache); always True with `authorizer_enabled` off."""
+    acls = ctx.acls
+    if not acls.enabled:
+        return True
+    conn = request.connection
+    return acls.authorizer.authorize(conn.principal, conn.client_host, operation, resource, name)
+
+
+def authorized_on_cluster(ctx: AgentContext, request: Request, operation: AclOperation) -> bool:
+    return authorized(ctx, request, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def authorized_operations(
+    ctx: AgentContext, request: Request, resource: ResourceType, name: str
+) -> int | None:
+    """The "authorized operations" bit field of a resource for this request's principal, or
+    None with authorization off (the handler then reports every supported operation)."""
+    acls = ctx.acls
+    if not acls.enabled:
+        return None
+    conn = request.connection
+    return acls.authorizer.authorized_operations(conn.principal, conn.client_host, resource, name)
+
+
+def authorized_for_any(
+    ctx: AgentContext, request: Request, operation: AclOperation, resource: ResourceType
+) -> bool:
+    """May this principal do `operation` on some resource of this type? (Kafka's
+    authorizeByResourceType, e.g. InitProducerId: WRITE on any topic.)"""
+    acls = ctx.acls
+    if not acls.enabled:
+        return True
+    conn = request.connection
+    return acls.authorizer.authorize_by_resource_type(conn.principal, conn.client_host, operation, resource)

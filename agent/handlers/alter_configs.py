@@ -6,7 +6,10 @@ INVALID_REQUEST for each; topics: illegal name -> INVALID_TOPIC_EXCEPTION, unkno
 UNKNOWN_TOPIC_OR_PARTITION, a null value -> INVALID_REQUEST, unknown names or invalid
 values -> INVALID_CONFIG; `validate_only` checks without changing anything. Broker
 resources -> INVALID_REQUEST: agents are configured statically (flags and SKIFF_*
-variables) and have no dynamic broker configs.
+variables) and have no dynamic broker configs. Authorization (Kafka's ACLs), before the
+rest (`refusal`, shared with IncrementalAlterConfigs): a topic needs ALTER_CONFIGS on it,
+else TOPIC_AUTHORIZATION_FAILED; any other resource ALTER_CONFIGS on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -20,7 +23,16 @@ from kio.schema.alter_configs.v2.response import AlterConfigsResourceResponse, A
 from kio.schema.errors import ErrorCode
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import (
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    authorized_on_cluster,
+    error_of,
+)
 from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 from agent.protocol import convert
 from metadata import configs as topic_configs
@@ -78,9 +90,23 @@ async def alter_topic(
     return ErrorCode.none, None
 
 
+def refusal(ctx: AgentContext, request: Request, res: _Resource) -> ErrorCode | None:
+    """The authorization error for altering this resource's configs, or None if allowed."""
+    if res.resource_type == RESOURCE_TOPIC:
+        if authorized(ctx, request, Op.ALTER_CONFIGS, Resource.TOPIC, res.resource_name):
+            return None
+        return ErrorCode.topic_authorization_failed
+    if authorized_on_cluster(ctx, request, Op.ALTER_CONFIGS):
+        return None
+    return ErrorCode.cluster_authorization_failed
+
+
 async def _alter_one(
-    ctx: AgentContext, res: AlterConfigsResource, validate_only: bool
+    ctx: AgentContext, request: Request, res: AlterConfigsResource, validate_only: bool
 ) -> AlterConfigsResourceResponse:
+    refused = refusal(ctx, request, res)
+    if refused is not None:
+        return _result(res, refused, "Authorization failed.")
     if res.resource_type == RESOURCE_BROKER:
         return _result(res, ErrorCode.invalid_request, BROKER_CONFIGS_ARE_STATIC)
     if res.resource_type != RESOURCE_TOPIC:
@@ -116,7 +142,9 @@ async def alter_each(
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, AlterConfigsRequest)
-    out = await alter_each(body.resources, lambda res: _alter_one(ctx, res, body.validate_only), _result)
+    out = await alter_each(
+        body.resources, lambda res: _alter_one(ctx, request, res, body.validate_only), _result
+    )
     return AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(out))
 
 

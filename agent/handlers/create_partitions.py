@@ -1,6 +1,7 @@
 """CreatePartitions (api key 37), v0-v3: grow a topic to `count` partitions.
 
 Per topic, in Kafka's order: the same topic twice -> INVALID_REQUEST for every copy;
+without ALTER on the topic -> TOPIC_AUTHORIZATION_FAILED (Kafka's ACLs);
 illegal name -> INVALID_TOPIC_EXCEPTION; unknown topic -> UNKNOWN_TOPIC_OR_PARTITION;
 `count` not above the current count -> INVALID_PARTITIONS (with Kafka's messages);
 assignments given but not exactly one per new partition -> INVALID_REPLICA_ASSIGNMENT
@@ -22,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from agent.protocol import convert
 from metadata.configs import topic_name_error
 from metadata.types import Topic
@@ -64,7 +65,12 @@ def check(t: CreatePartitionsTopic, topic: Topic | None) -> CreatePartitionsTopi
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, CreatePartitionsRequest)
     counts = Counter(t.name for t in body.topics)
-    valid = [t.name for t in body.topics if counts[t.name] == 1 and topic_name_error(t.name) is None]
+    denied = {t.name for t in body.topics if not authorized(ctx, request, Op.ALTER, Resource.TOPIC, t.name)}
+    valid = [
+        t.name
+        for t in body.topics
+        if counts[t.name] == 1 and topic_name_error(t.name) is None and t.name not in denied
+    ]
     existing: dict[str, Topic] = {}
     lookup_error: tuple[ErrorCode, str] | None = None
     if valid:
@@ -79,6 +85,11 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     for t in body.topics:
         if counts[t.name] > 1:
             results.append(_result(t.name, ErrorCode.invalid_request, "Duplicate topic in request."))
+            continue
+        if t.name in denied:
+            results.append(
+                _result(t.name, ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
+            )
             continue
         reason = topic_name_error(t.name)
         if reason is not None:

@@ -3,6 +3,9 @@
 Each topic is checked in Kafka's order, and gets its own error code:
 
 1. the same name twice in one request -> INVALID_REQUEST for every copy;
+1a. without CREATE on the cluster or on the topic -> TOPIC_AUTHORIZATION_FAILED (Kafka's
+   ACLs); a created topic's configs are returned only to a principal that may
+   DESCRIBE_CONFIGS it (else `topic_config_error_code` TOPIC_AUTHORIZATION_FAILED);
 2. an illegal name -> INVALID_TOPIC_EXCEPTION;
 3. a name that exists -> TOPIC_ALREADY_EXISTS;
 4. a manual assignment with num_partitions or replication_factor not -1 -> INVALID_REQUEST;
@@ -21,6 +24,7 @@ config with its source (v5+). `timeout` is ignored: creation is synchronous.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from typing import Any
@@ -36,7 +40,16 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i8, i16, i32
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import (
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    authorized_on_cluster,
+    error_of,
+)
 from agent.handlers.describe_configs import creatable_topic_configs
 from agent.protocol import convert
 from metadata import configs as topic_configs
@@ -87,6 +100,17 @@ def _succeeded(name: str, topic_id: Any, partitions: int, configs: dict[str, str
             )
             for e in creatable_topic_configs(configs)
         ),
+    )
+
+
+def _without_configs_unless(
+    ctx: AgentContext, request: Request, result: CreatableTopicResult
+) -> CreatableTopicResult:
+    """Kafka returns a created topic's configs only to a principal that may DESCRIBE_CONFIGS it."""
+    if authorized(ctx, request, Op.DESCRIBE_CONFIGS, Resource.TOPIC, result.name):
+        return result
+    return dataclasses.replace(
+        result, configs=(), topic_config_error_code=i16(int(ErrorCode.topic_authorization_failed))
     )
 
 
@@ -141,8 +165,14 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     counts = Counter(t.name for t in body.topics)
     duplicates = {n for n, c in counts.items() if c > 1}
     results: list[CreatableTopicResult] = []
+    cluster_create = authorized_on_cluster(ctx, request, Op.CREATE)
+    denied = {
+        t.name
+        for t in body.topics
+        if not cluster_create and not authorized(ctx, request, Op.CREATE, Resource.TOPIC, t.name)
+    }
 
-    to_check = [t for t in body.topics if t.name not in duplicates]
+    to_check = [t for t in body.topics if t.name not in duplicates and t.name not in denied]
     existing: dict[str, Topic] = {}
     lookup_error: tuple[ErrorCode, str] | None = None
     names = [t.name for t in to_check if topic_configs.topic_name_error(t.name) is None]
@@ -163,6 +193,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 )
             )
             continue
+        if t.name in denied:
+            results.append(_failed(t.name, ErrorCode.topic_authorization_failed, "Authorization failed."))
+            continue
         try:
             partitions, configs = validate_topic(ctx, t)
         except TopicError as e:
@@ -182,7 +215,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             )
             continue
         if body.validate_only:
-            results.append(_succeeded(t.name, None, partitions, configs))
+            results.append(
+                _without_configs_unless(ctx, request, _succeeded(t.name, None, partitions, configs))
+            )
             continue
         try:
             topic = await ctx.metadata.create_topic(t.name, partitions, configs)
@@ -196,7 +231,13 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         log.info(
             "created topic %r (%s) with %d partition(s)", topic.name, topic.topic_id, topic.partition_count
         )
-        results.append(_succeeded(topic.name, topic.topic_id, topic.partition_count, dict(topic.configs)))
+        results.append(
+            _without_configs_unless(
+                ctx,
+                request,
+                _succeeded(topic.name, topic.topic_id, topic.partition_count, dict(topic.configs)),
+            )
+        )
     return CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
 
 

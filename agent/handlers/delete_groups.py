@@ -1,6 +1,6 @@
 """DeleteGroups (api key 42), v0-v2: forget empty groups and their committed offsets.
 
-Per group: NOT_COORDINATOR if another agent coordinates it, NON_EMPTY_GROUP while it has
+Per group: GROUP_AUTHORIZATION_FAILED without DELETE on it (Kafka's ACLs); NOT_COORDINATOR if another agent coordinates it, NON_EMPTY_GROUP while it has
 members, GROUP_ID_NOT_FOUND if the coordinator does not hold it and metadata has no
 committed offsets for it; otherwise the coordinator forgets it and its offsets are deleted
 in metadata. A group known only from its offsets (after an agent restart, or once Empty)
@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
 
 API_KEY = 42
 MIN_VERSION = 0
@@ -30,6 +30,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     codes: dict[str, ErrorCode] = {}
     candidates: list[str] = []
     for group_id in dict.fromkeys(names):
+        if not authorized(ctx, request, Op.DELETE, Resource.GROUP, group_id):
+            codes[group_id] = ErrorCode.group_authorization_failed
+            continue
         code = await ensure_coordinator(ctx, group_id)  # a lease: a group held elsewhere is not empty
         if code != ErrorCode.none:
             codes[group_id] = code

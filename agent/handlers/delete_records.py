@@ -3,7 +3,8 @@
 Each partition's request offset becomes its log start offset (-1: the high watermark),
 in metadata (metadata.retention.delete_records): chunks wholly below it are dropped and
 fetches below it get OFFSET_OUT_OF_RANGE. Answers, per partition, the new low watermark
-or Kafka's error: OFFSET_OUT_OF_RANGE for an offset above the high watermark or below
+or Kafka's error: TOPIC_AUTHORIZATION_FAILED without DELETE on the topic (Kafka's ACLs,
+checked first; such partitions are not sent to metadata), OFFSET_OUT_OF_RANGE for an offset above the high watermark or below
 -1, UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist, POLICY_VIOLATION for
 a topic whose cleanup.policy lacks `delete`; a metadata outage fails every partition
 with a retriable error. Any agent serves any partition, so there is no leader check,
@@ -26,7 +27,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i32, i64
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from agent.protocol import convert, to_error_code
 from metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery
 
@@ -39,9 +40,11 @@ MAX_VERSION = 2
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, DeleteRecordsRequest)
+    denied = {t.name for t in body.topics if not authorized(ctx, request, Op.DELETE, Resource.TOPIC, t.name)}
     queries = [
         DeleteRecordsQuery(str(t.name), int(p.partition_index), int(p.offset))
         for t in body.topics
+        if t.name not in denied
         for p in t.partitions
     ]
     answers: list[DeleteRecordsAnswer]
@@ -60,7 +63,11 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     for t in body.topics:
         parts = []
         for p in t.partitions:
-            a = next(it)
+            a = (
+                DeleteRecordsAnswer(int(ErrorCode.topic_authorization_failed), -1)
+                if t.name in denied
+                else next(it)
+            )
             parts.append(
                 DeleteRecordsPartitionResult(
                     partition_index=i32(p.partition_index),

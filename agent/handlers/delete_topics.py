@@ -4,7 +4,9 @@ v1-v5 carry `topic_names`; v6 carries `topics`, each with a name or a topic id (
 one; both or neither -> INVALID_REQUEST). A topic asked twice is deleted once and both
 entries get the same answer. Errors per topic: illegal name -> INVALID_TOPIC_EXCEPTION,
 unknown name -> UNKNOWN_TOPIC_OR_PARTITION, unknown id -> UNKNOWN_TOPIC_ID, metadata
-unreachable -> REQUEST_TIMED_OUT. Deleting removes the topic from metadata at once; its
+unreachable -> REQUEST_TIMED_OUT. Authorization (Kafka's ACLs): without DELETE on the topic
+-> TOPIC_AUTHORIZATION_FAILED, checked before the topic's existence; a topic asked by id
+that the principal may not DESCRIBE -> TOPIC_AUTHORIZATION_FAILED with a null name. Deleting removes the topic from metadata at once; its
 files are garbage-collected later (invariant 3), which is not this handler's concern.
 The topic cache is invalidated, so this agent stops serving the topic immediately.
 """
@@ -20,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from agent.protocol import uuid_or_none
 from metadata.configs import topic_name_error
 
@@ -42,7 +44,11 @@ def _result(
     )
 
 
-async def _delete_by_name(ctx: AgentContext, name: str, topic_id: uuid.UUID | None) -> DeletableTopicResult:
+async def _delete_by_name(
+    ctx: AgentContext, request: Request, name: str, topic_id: uuid.UUID | None
+) -> DeletableTopicResult:
+    if not authorized(ctx, request, Op.DELETE, Resource.TOPIC, name):
+        return _result(name, topic_id, ErrorCode.topic_authorization_failed, "Authorization failed.")
     reason = topic_name_error(name)
     if reason is not None:
         return _result(name, topic_id, ErrorCode.invalid_topic_exception, reason)
@@ -91,15 +97,17 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 name, tid, ErrorCode.invalid_request, "Only one of topic name or topic id may be set."
             )
         elif name is not None:
-            res = await _delete_by_name(ctx, name, None)
+            res = await _delete_by_name(ctx, request, name, None)
         elif tid is None:
             res = _result(None, None, ErrorCode.invalid_request, "A topic name or a topic id is required.")
         elif id_error is not None:
             res = _result(None, tid, *id_error)
         elif tid not in by_id:
             res = _result(None, tid, ErrorCode.unknown_topic_id, f"Topic id {tid} does not exist.")
+        elif not authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, by_id[tid].name):
+            res = _result(None, tid, ErrorCode.topic_authorization_failed, "Authorization failed.")
         else:
-            res = await _delete_by_name(ctx, by_id[tid].name, tid)
+            res = await _delete_by_name(ctx, request, by_id[tid].name, tid)
         done[key] = res
         results.append(res)
     return DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -3,6 +3,8 @@
 The same view as Metadata's broker list (`ctx.agents`). Agents are brokers only: a
 request for the controller endpoints (`endpoint_type` 2, v1+) gets
 MISMATCHED_ENDPOINT_TYPE, as from a Kafka broker. No agent is ever fenced (v2).
+As in Kafka, any principal may ask; the cluster's authorized operations (when asked for)
+are computed from the ACLs for a principal that may DESCRIBE the cluster, else 0.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kio.static.primitive import i8, i32
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
-from agent.handlers.metadata import CLUSTER_AUTHORIZED_OPERATIONS, OPERATIONS_NOT_REQUESTED
+from agent.handlers.metadata import OPERATIONS_NOT_REQUESTED, cluster_operations
 from agent.protocol import convert
 
 API_KEY = 60
@@ -30,7 +32,7 @@ ENDPOINT_BROKERS = 1
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, DescribeClusterRequest)
     ops = (
-        CLUSTER_AUTHORIZED_OPERATIONS
+        cluster_operations(ctx, request)
         if body.include_cluster_authorized_operations
         else OPERATIONS_NOT_REQUESTED
     )

@@ -12,6 +12,9 @@ Broker resources (type 4) are answered for this agent's node id or the empty nam
 cluster default), with a small set of read-only STATIC_BROKER_CONFIG entries derived
 from the agent's configuration; another broker's id gets INVALID_REQUEST, as in Kafka.
 Other resource types (broker loggers, client metrics, groups) get INVALID_REQUEST.
+Authorization (Kafka's ACLs), first: a topic needs DESCRIBE_CONFIGS on it, else
+TOPIC_AUTHORIZATION_FAILED; any other resource DESCRIBE_CONFIGS on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED.
 
 All topics of a request are looked up in one metadata call; the answers are built in slices
 that yield to the event loop (`agent.handlers._cooperative`), so a request for thousands of
@@ -35,7 +38,16 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import (
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    authorized_on_cluster,
+    error_of,
+)
 from agent.handlers._cooperative import pause
 from agent.protocol import convert
 from metadata import configs as topic_configs
@@ -259,7 +271,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         dict.fromkeys(
             res.resource_name
             for res in body.resources
-            if res.resource_type == RESOURCE_TOPIC and topic_name_error(res.resource_name) is None
+            if res.resource_type == RESOURCE_TOPIC
+            and topic_name_error(res.resource_name) is None
+            and authorized(ctx, request, Op.DESCRIBE_CONFIGS, Resource.TOPIC, res.resource_name)
         )
     )
     topics: dict[str, Topic] = {}
@@ -273,7 +287,16 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 raise
     results = []
     for i, res in enumerate(body.resources):
-        results.append(_describe_one(ctx, res, body, topics, lookup_error))
+        if res.resource_type == RESOURCE_TOPIC:
+            allowed = authorized(ctx, request, Op.DESCRIBE_CONFIGS, Resource.TOPIC, res.resource_name)
+            refusal = ErrorCode.topic_authorization_failed
+        else:
+            allowed = authorized_on_cluster(ctx, request, Op.DESCRIBE_CONFIGS)
+            refusal = ErrorCode.cluster_authorization_failed
+        if allowed:
+            results.append(_describe_one(ctx, res, body, topics, lookup_error))
+        else:
+            results.append(_result(res, refusal, "Authorization failed."))
         await pause(i)
     return DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
 

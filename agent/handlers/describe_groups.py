@@ -5,12 +5,15 @@ hold in memory is looked up in metadata (one call for the whole request): with c
 offsets it is Empty (no members, no protocol type, as Kafka reports a group that only
 stores offsets), without any it is Dead, as Kafka reports an unknown group. If metadata
 cannot be reached such groups get COORDINATOR_NOT_AVAILABLE (retriable). Member
-assignments are shown only when the group is Stable. Authorized operations are not
-computed (Skiff has no ACLs).
+assignments are shown only when the group is Stable. A principal without DESCRIBE on a
+group gets GROUP_AUTHORIZATION_FAILED for it (Kafka's ACLs); v3+ authorized operations
+are computed from the ACLs when asked for (all of READ, DESCRIBE, DELETE with
+authorization off).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kio.schema.describe_groups.v6.response import (
@@ -20,12 +23,25 @@ from kio.schema.describe_groups.v6.response import (
 )
 from kio.schema.errors import ErrorCode
 from kio.schema.types import GroupId
+from kio.static.primitive import i32
 
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, owns_group
 from agent.group_model import GroupDescription, GroupState
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
+from agent.handlers import (
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    admin_error_of,
+    authorized,
+    authorized_operations,
+)
 from agent.handlers._cooperative import pause
+
+# READ, DESCRIBE and DELETE (Kafka's AclOperation codes): what a group supports.
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)
 
 API_KEY = 15
 MIN_VERSION = 0
@@ -70,6 +86,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     not_in_memory: list[str] = []
     for i, group_id in enumerate(request.body.groups):
         await pause(i)  # up to 10,000 groups (agent.protocol.request_limits): let other clients in
+        if not authorized(ctx, request, Op.DESCRIBE, Resource.GROUP, group_id):
+            answers[group_id] = _failed(group_id, ErrorCode.group_authorization_failed)
+            continue
         if not owns_group(ctx, group_id):
             answers[group_id] = _failed(group_id, ErrorCode.not_coordinator)
             continue
@@ -92,6 +111,13 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                     state = GroupState.EMPTY if group_id in with_offsets else GroupState.DEAD
                     d = GroupDescription(group_id, state.value, "", "", ())
                 answers[group_id] = _described(d)
+    if getattr(request.body, "include_authorized_operations", False):
+        for group_id, answer in answers.items():
+            if answer.error_code == ErrorCode.none:
+                ops = authorized_operations(ctx, request, Resource.GROUP, group_id)
+                answers[group_id] = dataclasses.replace(
+                    answer, authorized_operations=i32(GROUP_AUTHORIZED_OPERATIONS if ops is None else ops)
+                )
     return DescribeGroupsResponse(
         throttle_time=NO_THROTTLE, groups=tuple(answers[g] for g in request.body.groups)
     )

@@ -5,7 +5,9 @@ Per request:
    session (session_id 0) is answered sessionless (session_id 0 in the response, so the
    client keeps sending full fetches); a request naming an existing session gets
    FETCH_SESSION_ID_NOT_FOUND, after which clients fall back to full fetches.
-2. All partitions' chunk locations come from metadata in one `find_chunks` call (each
+2. Partitions of topics the principal may not READ get TOPIC_AUTHORIZATION_FAILED (Kafka's
+   ACLs, agent.authorizer), before whether they exist is looked at.
+   All partitions' chunk locations come from metadata in one `find_chunks` call (each
    with the partition's `partition_max_bytes`); offsets outside [log start, high
    watermark] get OFFSET_OUT_OF_RANGE, unknown partitions UNKNOWN_TOPIC_OR_PARTITION.
 3. Records are read with `fileformat.read_async.read_fetch` through the agent's store,
@@ -46,7 +48,7 @@ from kio.schema.fetch.v12.response import FetchableTopicResponse, FetchResponse,
 from kio.static.primitive import Records, i32, i64
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
 from fileformat.objectstore import AsyncObjectStore
 from fileformat.objectstore.range_cache import RangeCache
@@ -250,9 +252,12 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     slots: list[list[tuple[Key, int, int] | PartitionData]] = []
     for t in body.topics:
         topic = topics.get(t.topic)
+        allowed = authorized(ctx, request, Op.READ, Resource.TOPIC, t.topic)
         row: list[tuple[Key, int, int] | PartitionData] = []
         for p in t.partitions:
-            if topic is None or not 0 <= p.partition < topic.partition_count:
+            if not allowed:  # empty records, not null: librdkafka refuses a null record set
+                row.append(_pdata(p.partition, ErrorCode.topic_authorization_failed, records=b""))
+            elif topic is None or not 0 <= p.partition < topic.partition_count:
                 row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
             else:
                 key = (topic.topic_id, int(p.partition))

@@ -4,7 +4,8 @@ The coordinator of a group is the agent `LiveAgents.coordinator_for_group` picks
 rendezvous hashing over the live agents, so every agent gives the same answer (as long as
 they agree on who is alive) and a lost agent moves only its share of the groups.
 v0-v3 ask for one key, v4+ for a batch (`coordinator_keys`), answered one entry each.
-Key type 0 is a group.
+Key type 0 is a group; a principal without DESCRIBE on it gets GROUP_AUTHORIZATION_FAILED
+(Kafka's ACLs).
 
 Skiff has no transactions. A transaction key (type 1) gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 with a message saying so: the one answer every client treats as fatal at once (librdkafka's
@@ -24,7 +25,7 @@ from kio.schema.find_coordinator.v6.response import Coordinator
 from kio.static.primitive import i32
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from agent.protocol import response_schema
 
 API_KEY = 10
@@ -51,15 +52,17 @@ def _failed(key: str, code: ErrorCode, message: str) -> Coordinator:
     )
 
 
-def _find(ctx: AgentContext, key: str, key_type: int, listener: str) -> Coordinator:
+def _find(ctx: AgentContext, request: Request, key: str, key_type: int) -> Coordinator:
     if key_type == TRANSACTION_KEY_TYPE:
         return _failed(key, ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
     if key_type != GROUP_KEY_TYPE:
         return _failed(key, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}")
+    if not authorized(ctx, request, Op.DESCRIBE, Resource.GROUP, key):
+        return _failed(key, ErrorCode.group_authorization_failed, "Group authorization failed.")
     if not key:
         return _failed(key, ErrorCode.invalid_group_id, "empty group id")
     b = ctx.agents.coordinator_for_group(key)
-    host, port = b.address(listener)  # on the listener the client connected through
+    host, port = b.address(request.connection.listener)  # on the listener the client connected through
     return Coordinator(
         key=key,
         node_id=i32(b.node_id),  # type: ignore[arg-type]
@@ -75,11 +78,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     cls = response_schema(API_KEY, request.api_version)
     assert cls is not None
     if request.api_version >= 4:
-        found = tuple(
-            _find(ctx, k, int(body.key_type), request.connection.listener) for k in body.coordinator_keys
-        )
+        found = tuple(_find(ctx, request, k, int(body.key_type)) for k in body.coordinator_keys)
         return cls(throttle_time=NO_THROTTLE, coordinators=found)
-    c = _find(ctx, body.key, int(getattr(body, "key_type", GROUP_KEY_TYPE)), request.connection.listener)
+    c = _find(ctx, request, body.key, int(getattr(body, "key_type", GROUP_KEY_TYPE)))
     kwargs: dict[str, Any] = {
         "error_code": c.error_code,
         "node_id": c.node_id,

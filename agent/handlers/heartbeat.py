@@ -1,6 +1,7 @@
 """Heartbeat (api key 12), v0-v4: keeps a member's session alive; tells it to rejoin
 (REBALANCE_IN_PROGRESS) or that it is out of date (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-FENCED_INSTANCE_ID). See `agent.group_coordinator`."""
+FENCED_INSTANCE_ID). See `agent.group_coordinator`. Without READ on the group:
+GROUP_AUTHORIZATION_FAILED (Kafka's ACLs)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from kio.schema.heartbeat.v4.response import HeartbeatResponse
 
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from agent.protocol import convert
 
 API_KEY = 12
@@ -22,6 +23,8 @@ MAX_VERSION = 4
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, HeartbeatRequest)
+    if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
+        return HeartbeatResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed)
     code = await ensure_coordinator(ctx, body.group_id)
     if code == ErrorCode.none:
         code = coordinator(ctx).heartbeat(

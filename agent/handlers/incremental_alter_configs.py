@@ -12,6 +12,7 @@ INVALID_CONFIG; topics: illegal name -> INVALID_TOPIC_EXCEPTION, unknown topic -
 UNKNOWN_TOPIC_OR_PARTITION. Broker resources -> INVALID_REQUEST (agents are configured
 statically). The new overrides are computed from the topic's current ones and written
 with `alter_topic_configs(replace=False)`; `validate_only` stops before writing.
+Authorization as in AlterConfigs (agent.handlers.alter_configs.refusal), checked first.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from kio.schema.incremental_alter_configs.v1.response import (
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
-from agent.handlers.alter_configs import BROKER_CONFIGS_ARE_STATIC, alter_each, alter_topic
+from agent.handlers.alter_configs import BROKER_CONFIGS_ARE_STATIC, alter_each, alter_topic, refusal
 from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 from agent.protocol import convert
 from metadata import configs as topic_configs
@@ -104,8 +105,11 @@ def plan_changes(res: AlterConfigsResource, current: dict[str, str]) -> tuple[di
 
 
 async def _alter_one(
-    ctx: AgentContext, res: AlterConfigsResource, validate_only: bool
+    ctx: AgentContext, request: Request, res: AlterConfigsResource, validate_only: bool
 ) -> AlterConfigsResourceResponse:
+    refused = refusal(ctx, request, res)
+    if refused is not None:
+        return _result(res, refused, "Authorization failed.")
     if res.resource_type == RESOURCE_BROKER:
         return _result(res, ErrorCode.invalid_request, BROKER_CONFIGS_ARE_STATIC)
     if res.resource_type != RESOURCE_TOPIC:
@@ -140,7 +144,9 @@ async def _alter_one(
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, IncrementalAlterConfigsRequest)
-    out = await alter_each(body.resources, lambda res: _alter_one(ctx, res, body.validate_only), _result)
+    out = await alter_each(
+        body.resources, lambda res: _alter_one(ctx, request, res, body.validate_only), _result
+    )
     return IncrementalAlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(out))
 
 

@@ -12,6 +12,11 @@ UnsupportedVersionException; librdkafka retries it until its timeout). Clients n
 get here: FindCoordinator for their transactional id already fails with a fatal error (see
 `agent.handlers.find_coordinator`).
 
+Authorization (Kafka's ACLs), first: a transactional id needs WRITE on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer IDEMPOTENT_WRITE on the
+cluster or WRITE on some topic (Kafka's authorizeByResourceType), else
+CLUSTER_AUTHORIZATION_FAILED.
+
 Metadata unreachable -> COORDINATOR_NOT_AVAILABLE, which producers retry.
 """
 
@@ -26,7 +31,16 @@ from kio.schema.types import ProducerId
 from kio.static.primitive import i16
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import (
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    authorized_for_any,
+    authorized_on_cluster,
+)
 from agent.protocol import to_error_code
 from metadata.errors import MetadataError, MetadataUnavailable
 
@@ -46,7 +60,15 @@ def _error(code: ErrorCode) -> InitProducerIdResponse:
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
-    if request.body.transactional_id is not None:
+    transactional_id = request.body.transactional_id
+    if transactional_id is not None:
+        if not authorized(ctx, request, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id):
+            return _error(ErrorCode.transactional_id_authorization_failed)
+    elif not authorized_on_cluster(ctx, request, Op.IDEMPOTENT_WRITE) and not authorized_for_any(
+        ctx, request, Op.WRITE, Resource.TOPIC
+    ):
+        return _error(ErrorCode.cluster_authorization_failed)
+    if transactional_id is not None:
         log.info(
             "refusing transactional InitProducerId (transactional.id=%r): transactions are not supported",
             request.body.transactional_id,

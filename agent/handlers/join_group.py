@@ -5,7 +5,9 @@ agent does not coordinate (or whose lease it cannot take, `agent.group_fencing`)
 NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again).
 v4+ clients are asked to rejoin with a member id the coordinator hands out
 (MEMBER_ID_REQUIRED, KIP-394); older ones get a member id at once. The answer waits
-until the join phase ends (bounded by the rebalance timeout).
+until the join phase ends (bounded by the rebalance timeout). A principal without READ on
+the group gets GROUP_AUTHORIZATION_FAILED (Kafka's ACLs), as in SyncGroup, Heartbeat and
+LeaveGroup.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from kio.static.primitive import i32
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import JoinResult
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from agent.protocol import convert
 
 API_KEY = 11
@@ -54,6 +56,10 @@ def _response(r: JoinResult, version: int) -> JoinGroupResponse:
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, JoinGroupRequest)
+    if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
+        return _response(
+            JoinResult(ErrorCode.group_authorization_failed, member_id=body.member_id), request.api_version
+        )
     code = await ensure_coordinator(ctx, body.group_id)
     if code != ErrorCode.none:
         return _response(JoinResult(code, member_id=body.member_id), request.api_version)

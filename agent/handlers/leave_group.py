@@ -2,7 +2,8 @@
 
 v0-v2 name one member (`member_id`) and get one error code; v3+ (KIP-345) name a batch
 of members by member id and/or `group.instance.id` and get one answer each. The group
-rebalances without them. See `agent.group_coordinator`.
+rebalances without them. See `agent.group_coordinator`. Without READ on the group:
+GROUP_AUTHORIZATION_FAILED (Kafka's ACLs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from kio.schema.leave_group.v5.response import LeaveGroupResponse, MemberRespons
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import LeaveRequest
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 
 API_KEY = 13
 MIN_VERSION = 0
@@ -30,7 +31,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         if batched
         else [LeaveRequest(body.member_id)]
     )
-    code = await ensure_coordinator(ctx, body.group_id)
+    if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
+        code = ErrorCode.group_authorization_failed
+    else:
+        code = await ensure_coordinator(ctx, body.group_id)
     if code != ErrorCode.none:
         return LeaveGroupResponse(throttle_time=NO_THROTTLE, error_code=code, members=())
     codes = coordinator(ctx).leave(body.group_id, leaving)

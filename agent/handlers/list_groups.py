@@ -6,7 +6,8 @@ an agent restart, or once a group is Empty and forgotten by the coordinator) tha
 hashing gives to this agent, which are Empty with no protocol type (as Kafka reports a
 group that only stores offsets). If metadata cannot be reached the answer is
 COORDINATOR_NOT_AVAILABLE (retriable) rather than a silently partial list. v4+ filter by
-state, v5+ by type: every Skiff group is a "classic" group.
+state, v5+ by type: every Skiff group is a "classic" group. As in Kafka, a principal that
+may DESCRIBE the cluster sees every group, any other one only the groups it may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from kio.schema.types import GroupId
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, owns_group
 from agent.group_model import GroupState
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
+from agent.handlers import (
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    admin_error_of,
+    authorized,
+    authorized_on_cluster,
+)
 from agent.protocol import convert
 
 API_KEY = 16
@@ -48,7 +58,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         if group_id not in found and owns_group(ctx, group_id):
             found[group_id] = ("", GroupState.EMPTY.value)
     listed = []
+    every_group = authorized_on_cluster(ctx, request, Op.DESCRIBE)
     for group_id, (protocol_type, state) in found.items():
+        if not every_group and not authorized(ctx, request, Op.DESCRIBE, Resource.GROUP, group_id):
+            continue
         if states and state.lower() not in states:
             continue
         if types and GROUP_TYPE not in types:

@@ -18,7 +18,8 @@ timestamp is >= the time; for MAX_TIMESTAMP, the earliest record with the larges
 timestamp at or after the log start. Both report that record's own timestamp. The isolation
 level is accepted and makes no difference (no transactions: every record is
 committed). `replica_id`, `current_leader_epoch` and `timeout` (v10) are ignored;
-leader epochs are reported as -1, as in Metadata. Errors per partition: unknown topic
+leader epochs are reported as -1, as in Metadata. Errors per partition: a topic the principal may not DESCRIBE ->
+TOPIC_AUTHORIZATION_FAILED (Kafka's ACLs); unknown topic
 or partition -> UNKNOWN_TOPIC_OR_PARTITION; metadata unreachable -> KAFKA_STORAGE_ERROR
 (retriable: "the storage behind this partition is unavailable").
 """
@@ -39,7 +40,7 @@ from kio.schema.list_offsets.v10.response import (
 from kio.static.primitive import i32, i64
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from agent.protocol import convert, to_error_code
 from fileformat.chunk_reader import first_record_at_or_after, max_timestamp_record
 from fileformat.read_async import load_chunks
@@ -93,8 +94,11 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     for t in body.topics:
         row: list[ListOffsetsPartitionResponse | int] = []
         topic = topics.get(t.name)
+        allowed = authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, t.name)
         for p in t.partitions:
-            if topic_error is not None:
+            if not allowed:
+                row.append(_answer(p.partition_index, ErrorCode.topic_authorization_failed))
+            elif topic_error is not None:
                 row.append(_answer(p.partition_index, topic_error))
             elif topic is None or not 0 <= p.partition_index < topic.partition_count:
                 row.append(_answer(p.partition_index, ErrorCode.unknown_topic_or_partition))

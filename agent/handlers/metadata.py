@@ -20,6 +20,13 @@ Requested topics:
   `getErrorResponse`, null names written as ""), since these versions cannot encode a null
   name in the response.
 
+Authorization (Kafka's ACLs, agent.authorizer; nothing changes with it off): a listing of
+every topic shows only those the principal may DESCRIBE; a named topic it may not
+DESCRIBE gets TOPIC_AUTHORIZATION_FAILED (by id: with a null name), whether it exists or
+not; auto-creating one also needs CREATE on the cluster or on the topic, else
+TOPIC_AUTHORIZATION_FAILED. Authorized-operations fields are computed from the ACLs (the
+cluster's only for a principal that may DESCRIBE it, else 0, as Kafka does).
+
 With `topics` null, every topic is listed. When metadata is unreachable, answers come
 from the topic cache where it has them; a named topic it does not have gets
 LEADER_NOT_AVAILABLE (retriable); an all-topics listing with nothing cached raises, and
@@ -48,9 +55,19 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import (
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    authorized_on_cluster,
+    authorized_operations,
+)
 from agent.handlers._cooperative import pause
 from agent.protocol import convert, response_schema, to_error_code, uuid_or_none
+from metadata.acl_types import CLUSTER_NAME
 from metadata.configs import topic_name_error
 from metadata.errors import MetadataError, MetadataUnavailable
 from metadata.types import Topic
@@ -63,8 +80,8 @@ MAX_VERSION = 12
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
-# Kafka AclOperation codes, for the "authorized operations" bit fields. Skiff has no
-# authorization, so every operation that applies to the resource is allowed.
+# Kafka AclOperation codes, for the "authorized operations" bit fields. With authorization
+# off every operation that applies to the resource is allowed.
 _READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
 _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
 _CREATE_TOKENS, _DESCRIBE_TOKENS = 13, 14
@@ -114,17 +131,21 @@ def _partitions(leaders: tuple[int, ...]) -> tuple[MetadataResponsePartition, ..
     )
 
 
-def topic_entry(ctx: AgentContext, topic: Topic, with_ops: bool) -> MetadataResponseTopic:
+def topic_entry(
+    ctx: AgentContext, topic: Topic, with_ops: bool, request: Request | None = None
+) -> MetadataResponseTopic:
     partitions = _partitions(ctx.agents.leaders_for_topic(topic.topic_id, topic.partition_count))
+    ops = TOPIC_AUTHORIZED_OPERATIONS
+    if with_ops and request is not None:
+        computed = authorized_operations(ctx, request, Resource.TOPIC, topic.name)
+        ops = ops if computed is None else computed
     return MetadataResponseTopic(
         error_code=ErrorCode.none,
         name=TopicName(topic.name),
         topic_id=topic.topic_id,
         is_internal=False,
         partitions=partitions,
-        topic_authorized_operations=i32(
-            TOPIC_AUTHORIZED_OPERATIONS if with_ops else OPERATIONS_NOT_REQUESTED
-        ),
+        topic_authorized_operations=i32(ops if with_ops else OPERATIONS_NOT_REQUESTED),
     )
 
 
@@ -153,8 +174,14 @@ async def _auto_create(ctx: AgentContext, name: str) -> Topic | int:
     return topic
 
 
+def _may_create(ctx: AgentContext, request: Request, name: str) -> bool:
+    return authorized_on_cluster(ctx, request, Op.CREATE) or authorized(
+        ctx, request, Op.CREATE, Resource.TOPIC, name
+    )
+
+
 async def _named_topics(
-    ctx: AgentContext, body: MetadataRequest, with_ops: bool
+    ctx: AgentContext, request: Request, body: MetadataRequest, with_ops: bool
 ) -> list[MetadataResponseTopic]:
     out: list[MetadataResponseTopic] = []
     names: list[str] = []
@@ -168,8 +195,9 @@ async def _named_topics(
                 ids.append(tid)
         elif req_topic.name not in names:
             names.append(req_topic.name)
+    denied = {n for n in names if not authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, n)}
 
-    valid = [n for n in names if topic_name_error(n) is None]
+    valid = [n for n in names if topic_name_error(n) is None and n not in denied]
     found: dict[str, Topic]
     unavailable = False
     try:
@@ -182,6 +210,9 @@ async def _named_topics(
     auto_create = ctx.config.auto_create_topics and body.allow_auto_topic_creation
     for i, name in enumerate(names):
         await pause(i)  # up to 10,000 names (agent.protocol.request_limits): let other clients in
+        if name in denied:
+            out.append(error_entry(ErrorCode.topic_authorization_failed, name))
+            continue
         if topic_name_error(name) is not None:
             out.append(error_entry(ErrorCode.invalid_topic_exception, name))
             continue
@@ -189,6 +220,8 @@ async def _named_topics(
         if topic is None:
             if unavailable:
                 topic = int(ErrorCode.leader_not_available)
+            elif auto_create and name not in INTERNAL_TOPICS and not _may_create(ctx, request, name):
+                topic = int(ErrorCode.topic_authorization_failed)
             elif auto_create and name not in INTERNAL_TOPICS:
                 try:
                     topic = await _auto_create(ctx, name)
@@ -197,7 +230,7 @@ async def _named_topics(
             else:
                 topic = int(ErrorCode.unknown_topic_or_partition)
         if isinstance(topic, Topic):
-            out.append(topic_entry(ctx, topic, with_ops))
+            out.append(topic_entry(ctx, topic, with_ops, request))
         else:
             out.append(error_entry(topic, name))
 
@@ -210,14 +243,17 @@ async def _named_topics(
             await pause(i)
             if by_id is None:
                 out.append(error_entry(ErrorCode.leader_not_available, None, tid))
+            elif tid in by_id and not authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, by_id[tid].name):
+                # Kafka: topic ids are not secret, the name is (the answer keeps it null)
+                out.append(error_entry(ErrorCode.topic_authorization_failed, None, tid))
             elif tid in by_id:
-                out.append(topic_entry(ctx, by_id[tid], with_ops))
+                out.append(topic_entry(ctx, by_id[tid], with_ops, request))
             else:
                 out.append(error_entry(ErrorCode.unknown_topic_id, None, tid))
     return out
 
 
-async def _all_topics(ctx: AgentContext, with_ops: bool) -> list[MetadataResponseTopic]:
+async def _all_topics(ctx: AgentContext, request: Request, with_ops: bool) -> list[MetadataResponseTopic]:
     try:
         topics = await ctx.topics.all_topics()
     except MetadataUnavailable:
@@ -228,7 +264,8 @@ async def _all_topics(ctx: AgentContext, with_ops: bool) -> list[MetadataRespons
         topics = cached
     out = []
     for i, t in enumerate(topics):  # every topic of the cluster: give other clients turns
-        out.append(topic_entry(ctx, t, with_ops))
+        if authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, t.name):  # the others are left out
+            out.append(topic_entry(ctx, t, with_ops, request))
         await pause(i)
     return out
 
@@ -250,9 +287,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             for t in body.topics or ()
         ]
     elif body.topics is None:
-        topics = await _all_topics(ctx, with_ops)
+        topics = await _all_topics(ctx, request, with_ops)
     else:
-        topics = await _named_topics(ctx, body, with_ops)
+        topics = await _named_topics(ctx, request, body, with_ops)
     response = MetadataResponse(
         throttle_time=NO_THROTTLE,
         brokers=brokers_of(ctx, request.connection.listener),
@@ -267,8 +304,17 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     if getattr(request.body, "include_cluster_authorized_operations", False) and hasattr(
         out, "cluster_authorized_operations"
     ):
-        out = dataclasses.replace(out, cluster_authorized_operations=i32(CLUSTER_AUTHORIZED_OPERATIONS))
+        out = dataclasses.replace(out, cluster_authorized_operations=i32(cluster_operations(ctx, request)))
     return out
+
+
+def cluster_operations(ctx: AgentContext, request: Request) -> int:
+    """The cluster's authorized operations for this principal: all of them with authorization
+    off; as Kafka computes them only for a principal that may DESCRIBE the cluster, else 0."""
+    computed = authorized_operations(ctx, request, Resource.CLUSTER, CLUSTER_NAME)
+    if computed is None:
+        return CLUSTER_AUTHORIZED_OPERATIONS
+    return computed if authorized_on_cluster(ctx, request, Op.DESCRIBE) else 0
 
 
 SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

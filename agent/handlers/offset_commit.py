@@ -11,6 +11,10 @@ UNKNOWN_TOPIC_OR_PARTITION, metadata strings over 4096 bytes OFFSET_METADATA_TOO
 the rest is written in one metadata call, which answers each partition (offsets below -1:
 INVALID_REQUEST) and whose failure is reported on every partition (REQUEST_TIMED_OUT when
 metadata is unreachable: retriable).
+
+Authorization (Kafka's ACLs), checked first: without READ on the group every partition
+gets GROUP_AUTHORIZATION_FAILED; the partitions of topics the principal may not READ get
+TOPIC_AUTHORIZATION_FAILED whatever else happens to the rest.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from kio.static.primitive import i32
 
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from agent.protocol import convert
 from metadata.errors import MetadataError
 from metadata.types import GroupOffset, Topic
@@ -40,14 +44,19 @@ MAX_VERSION = 9
 MAX_METADATA_BYTES = 4096
 
 
-def _all(body: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:
+def _all(
+    body: OffsetCommitRequest, code: ErrorCode, denied: frozenset[str] = frozenset()
+) -> OffsetCommitResponse:
     return OffsetCommitResponse(
         throttle_time=NO_THROTTLE,
         topics=tuple(
             OffsetCommitResponseTopic(
                 name=t.name,
                 partitions=tuple(
-                    OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+                    OffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=ErrorCode.topic_authorization_failed if t.name in denied else code,
+                    )
                     for p in t.partitions
                 ),
             )
@@ -58,19 +67,24 @@ def _all(body: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, OffsetCommitRequest)
+    if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
+        return _all(body, ErrorCode.group_authorization_failed)
+    denied = frozenset(
+        t.name for t in body.topics if not authorized(ctx, request, Op.READ, Resource.TOPIC, t.name)
+    )
     code = await ensure_coordinator(ctx, body.group_id)
     if code != ErrorCode.none:
-        return _all(body, code)
+        return _all(body, code, denied)
     instance_id = body.group_instance_id if request.api_version >= 7 else None
     code = coordinator(ctx).validate_commit(
         body.group_id, int(body.generation_id_or_member_epoch), body.member_id, instance_id
     )
     if code != ErrorCode.none:
-        return _all(body, code)
+        return _all(body, code, denied)
     try:
         topics: dict[str, Topic] = await ctx.topics.get_by_name([t.name for t in body.topics])
     except Exception as e:
-        return _all(body, error_of(e)[0])
+        return _all(body, error_of(e)[0], denied)
 
     codes: list[list[ErrorCode]] = []
     offsets: list[GroupOffset] = []
@@ -79,7 +93,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         topic = topics.get(t.name)
         row: list[ErrorCode] = []
         for p in t.partitions:
-            if topic is None or not 0 <= p.partition_index < topic.partition_count:
+            if t.name in denied:
+                row.append(ErrorCode.topic_authorization_failed)
+            elif topic is None or not 0 <= p.partition_index < topic.partition_count:
                 row.append(ErrorCode.unknown_topic_or_partition)
             elif p.committed_metadata is not None and len(p.committed_metadata.encode()) > MAX_METADATA_BYTES:
                 row.append(ErrorCode.offset_metadata_too_large)

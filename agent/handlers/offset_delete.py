@@ -9,6 +9,10 @@ call, deleted in one transaction, so offsets other partitions get committed mean
 never touched. A group known only from its offsets (after an agent restart, or once
 Empty) is handled as the Empty group it is. If metadata cannot be reached the answer is
 COORDINATOR_NOT_AVAILABLE (retriable).
+
+Authorization (Kafka's ACLs), first: without DELETE on the group (Kafka checks DELETE
+here, not READ) the answer is GROUP_AUTHORIZATION_FAILED; partitions of topics the
+principal may not READ get TOPIC_AUTHORIZATION_FAILED and are not deleted.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from kio.schema.offset_delete.v0.response import (
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import CONSUMER_PROTOCOL_TYPE
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, admin_error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
 from metadata.types import Topic
 
 API_KEY = 47
@@ -59,6 +63,8 @@ def _answer(
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = request.body
     group_id = body.group_id
+    if not authorized(ctx, request, Op.DELETE, Resource.GROUP, group_id):
+        return _answer(body, ErrorCode.group_authorization_failed)
     code = await ensure_coordinator(ctx, group_id)
     if code != ErrorCode.none:
         return _answer(body, code)
@@ -82,7 +88,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         topic = topics.get(t.name)
         for p in t.partitions:
             key = (t.name, int(p.partition_index))
-            if topic is None or not 0 <= key[1] < topic.partition_count:
+            if not authorized(ctx, request, Op.READ, Resource.TOPIC, t.name):
+                codes[key] = ErrorCode.topic_authorization_failed
+            elif topic is None or not 0 <= key[1] < topic.partition_count:
                 codes[key] = ErrorCode.unknown_topic_or_partition
             elif subscribed is None or t.name in subscribed:
                 codes[key] = ErrorCode.group_subscribed_to_topic

@@ -6,6 +6,11 @@ partition without a commit gets offset -1 and no error, as in Kafka. A group thi
 does not coordinate gets NOT_COORDINATOR (top-level in v2+, per group in v8+, per
 partition in v1, which has no top-level error). `require_stable` changes nothing: Skiff
 has no transactional offset commits, so nothing is ever pending.
+
+Authorization (Kafka's ACLs): without READ on a group, that group gets
+GROUP_AUTHORIZATION_FAILED; as in Kafka, topics are checked for DESCRIBE (not READ): a
+requested partition of a topic the principal may not DESCRIBE gets
+TOPIC_AUTHORIZATION_FAILED, and with `topics` null such topics are left out.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from kio.static.primitive import i32, i64
 
 from agent.context import AgentContext
 from agent.group_coordinator import owns_group
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from metadata.types import GroupOffset
 
 API_KEY = 9
@@ -55,7 +60,9 @@ def _partition(
     )
 
 
-async def _fetch_group(ctx: AgentContext, group_id: str, requested: Requested) -> OffsetFetchResponseGroup:
+async def _fetch_group(
+    ctx: AgentContext, request: Request, group_id: str, requested: Requested
+) -> OffsetFetchResponseGroup:
     def fail(code: ErrorCode) -> OffsetFetchResponseGroup:
         topics = tuple(
             OffsetFetchResponseTopics(
@@ -65,8 +72,14 @@ async def _fetch_group(ctx: AgentContext, group_id: str, requested: Requested) -
         )
         return OffsetFetchResponseGroup(group_id=GroupId(group_id), topics=topics, error_code=code)
 
+    if not authorized(ctx, request, Op.READ, Resource.GROUP, group_id):
+        return fail(ErrorCode.group_authorization_failed)
     if not owns_group(ctx, group_id):
         return fail(ErrorCode.not_coordinator)
+
+    def may_describe(topic: str) -> bool:
+        return authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, topic)
+
     try:
         found = await ctx.metadata.fetch_offsets(
             group_id, None if requested is None else [name for name, _ in requested]
@@ -77,11 +90,16 @@ async def _fetch_group(ctx: AgentContext, group_id: str, requested: Requested) -
     if requested is None:
         names: dict[str, list[int]] = {}
         for o in found:
-            names.setdefault(o.topic, []).append(o.partition)
+            if may_describe(o.topic):
+                names.setdefault(o.topic, []).append(o.partition)
         requested = list(names.items())
     topics = []
     for name, parts in requested:
         out = []
+        if not may_describe(name):
+            out = [_partition(p, code=ErrorCode.topic_authorization_failed) for p in parts]
+            topics.append(OffsetFetchResponseTopics(name=TopicName(name), partitions=tuple(out)))
+            continue
         for p in parts:
             c = by_key.get((name, p))
             out.append(_partition(p) if c is None else _partition(p, c.offset, c.metadata, c.leader_epoch))
@@ -101,14 +119,14 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 if g.topics is None
                 else [(t.name, [int(p) for p in t.partition_indexes]) for t in g.topics]
             )
-            groups.append(await _fetch_group(ctx, g.group_id, req))
+            groups.append(await _fetch_group(ctx, request, g.group_id, req))
         return OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
     req1: Requested = (
         None
         if body.topics is None
         else [(t.name, [int(p) for p in t.partition_indexes]) for t in body.topics]
     )
-    g = await _fetch_group(ctx, body.group_id, req1)
+    g = await _fetch_group(ctx, request, body.group_id, req1)
     return OffsetFetchResponseV7(
         throttle_time=NO_THROTTLE,
         error_code=g.error_code,

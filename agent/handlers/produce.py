@@ -1,6 +1,8 @@
 """Produce (api key 0), v3-v9: validate batches, buffer them into the next file, ack after commit.
 
 Per partition of a request:
+0. the principal must be allowed WRITE on the topic (TOPIC_AUTHORIZATION_FAILED; Kafka's
+   ACLs, agent.authorizer), checked before whether the topic exists;
 1. the topic must exist and the partition be in range (UNKNOWN_TOPIC_OR_PARTITION);
    Kafka creates topics on Metadata requests, not on Produce;
 2. the records are checked (`validate_batches`) as Kafka's LogValidator checks them: exactly
@@ -45,7 +47,7 @@ from kio.schema.produce.v9.response import (
 from kio.static.primitive import TZAware, i32, i64
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from agent.produce_buffer import PendingBatch, ProduceBuffer
 from fileformat.log_validator import (
     UNBOUNDED_MS,
@@ -300,8 +302,12 @@ async def _produce(
     for ti, t in enumerate(body.topic_data):
         topic = topics.get(t.name)
         rules = _topic_rules(topic, now_ms) if topic is not None else {}
+        allowed = authorized(ctx, request, Op.WRITE, Resource.TOPIC, t.name)
         for pi, p in enumerate(t.partition_data):
             key = (ti, pi)
+            if not allowed:
+                answers[key] = _partition_response(p.index, ErrorCode.topic_authorization_failed)
+                continue
             if lookup_error is not None:
                 answers[key] = _partition_response(p.index, lookup_error[0], message=lookup_error[1])
                 continue

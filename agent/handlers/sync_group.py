@@ -2,6 +2,7 @@
 
 Followers wait until the leader's SyncGroup arrives (or the group rebalances, which
 answers REBALANCE_IN_PROGRESS). Assignments are opaque bytes; see `agent.group_coordinator`.
+Without READ on the group: GROUP_AUTHORIZATION_FAILED (Kafka's ACLs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from kio.schema.sync_group.v5.response import SyncGroupResponse
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import SyncResult
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from agent.protocol import convert
 
 API_KEY = 14
@@ -35,6 +36,8 @@ def _response(r: SyncResult) -> SyncGroupResponse:
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, SyncGroupRequest)
+    if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
+        return _response(SyncResult(ErrorCode.group_authorization_failed))
     code = await ensure_coordinator(ctx, body.group_id)
     if code != ErrorCode.none:
         return _response(SyncResult(code))

@@ -22,6 +22,7 @@ is not bounded by this table):
     DeleteGroups (42)           groups_names                           10,000
     FindCoordinator (10)        coordinator_keys                       10,000
     ListGroups (16)             states_filter, types_filter               100
+    CreateAcls (30), DeleteAcls (31)  creations, filters               10,000
     OffsetFetch (9)             groups (v8+)                            1,000
     ListOffsets (2), OffsetCommit (8), OffsetFetch (9), OffsetDelete (47)
                                 topics                                 10,000
@@ -63,6 +64,8 @@ _add(37, "CreatePartitionsRequest", ("topics",), _NAMES)
 _add(42, "DeleteGroupsRequest", ("groups_names",), _NAMES)
 _add(10, "FindCoordinatorRequest", ("coordinator_keys",), _NAMES)
 _add(16, "ListGroupsRequest", ("states_filter", "types_filter"), 100)
+_add(30, "CreateAclsRequest", ("creations",), _NAMES)
+_add(31, "DeleteAclsRequest", ("filters",), _NAMES)
 _add(9, "OffsetFetchRequest", ("groups",), 1_000)
 _add(9, "OffsetFetchRequest", ("topics",), _NAMES)
 _add(9, "OffsetFetchRequestGroup", ("topics",), _NAMES)

@@ -29,6 +29,7 @@ from agent.protocol import decode_response, encode_request, response_schema
 from agent.runtime import build_agent_context, close_parts
 from agent.server import AgentServer, start_agent_server
 from fileformat.objectstore.memory import AsyncMemoryStore
+from metadata.acl_types import AclBinding, AclBindingFilter
 from metadata.api_types import MetadataClient
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.errors import MetadataUnavailable
@@ -256,6 +257,21 @@ class FlakyMetadataClient:
             lambda: self.inner.confirm_group_generation(group_id, lease, ttl_ms, group_state),
         )
 
+    async def acl_version(self) -> int:
+        return await self._go("acl_version", self.inner.acl_version)
+
+    async def list_acls(self) -> tuple[int, list[AclBinding]]:
+        return await self._go("list_acls", self.inner.list_acls)
+
+    async def describe_acls(self, acl_filter: AclBindingFilter) -> tuple[int, list[AclBinding]]:
+        return await self._go("describe_acls", lambda: self.inner.describe_acls(acl_filter))
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> int:
+        return await self._go("create_acls", lambda: self.inner.create_acls(bindings))
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
+        return await self._go("delete_acls", lambda: self.inner.delete_acls(filters))
+
     async def close(self) -> None:
         await self.inner.close()
 
@@ -330,6 +346,7 @@ class AgentHarness:
             # and group requests), only the group coordinator runs in the background
             store = AsyncMemoryStore(f"harness-{uuid.uuid4().hex}")
             ctx = build_agent_context(cfg, self.metadata, store)
+            await ctx.acls.start()  # ACLs loaded (a no-op unless authorizer_enabled)
             ctx.parts.groups.start()
             server = await start_agent_server(ctx, "127.0.0.1", 0, registry=registry)
             membership = AgentRegistry(self.metadata, ctx.agents, cfg.heartbeat_interval_ms)
@@ -360,6 +377,7 @@ class AgentHarness:
                 await a.registry.close()
                 await a.server.close()
                 await close_parts(a.ctx.parts)
+                await a.ctx.acls.close()
             if self.metadata is not None:
                 await self.metadata.close()
 

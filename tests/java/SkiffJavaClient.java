@@ -12,6 +12,9 @@
 //   admin     --bootstrap H:P create-topic T N [--rf R] [--config k=v ...] | delete-topic T
 //             | list-topics | describe-topic T | describe-configs T | describe-cluster
 //             | list-offsets T | list-groups | group-offsets G
+//             | create-acl TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION
+//               (enum names as in org.apache.kafka.common.acl / .resource, e.g. TOPIC t LITERAL User:a * READ ALLOW)
+//             | describe-acls TYPE NAME|- PATTERN   (a filter; "-" is any name; TYPE and PATTERN may be ANY)
 //   api-oracle [--kind response|request] [--show]   (reads "api_key api_version hex" lines on stdin)
 //   group-member --bootstrap H:P --topic T --group G [--prop k=v ...]
 //             (an interactive group consumer: one command per stdin line, one JSON answer per line;
@@ -43,6 +46,16 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.common.acl.AccessControlEntry;
+import org.apache.kafka.common.acl.AccessControlEntryFilter;
+import org.apache.kafka.common.acl.AclBinding;
+import org.apache.kafka.common.acl.AclBindingFilter;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.acl.AclPermissionType;
+import org.apache.kafka.common.resource.PatternType;
+import org.apache.kafka.common.resource.ResourcePattern;
+import org.apache.kafka.common.resource.ResourcePatternFilter;
+import org.apache.kafka.common.resource.ResourceType;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
@@ -702,10 +715,42 @@ public final class SkiffJavaClient {
                     emit(obj("type", "group_offsets", "group", pos.get(1), "offsets", out));
                     break;
                 }
+                case "create-acl": {
+                    need(pos, 8, "create-acl TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION");
+                    AclBinding binding = new AclBinding(
+                            new ResourcePattern(ResourceType.valueOf(pos.get(1)), pos.get(2),
+                                    PatternType.valueOf(pos.get(3))),
+                            new AccessControlEntry(pos.get(4), pos.get(5), AclOperation.valueOf(pos.get(6)),
+                                    AclPermissionType.valueOf(pos.get(7))));
+                    admin.createAcls(List.of(binding)).all().get();
+                    emit(obj("type", "acl_created", "acl", aclObj(binding)));
+                    break;
+                }
+                case "describe-acls": {
+                    need(pos, 4, "describe-acls TYPE NAME|- PATTERN");
+                    String name = "-".equals(pos.get(2)) ? null : pos.get(2);
+                    AclBindingFilter filter = new AclBindingFilter(
+                            new ResourcePatternFilter(ResourceType.valueOf(pos.get(1)), name,
+                                    PatternType.valueOf(pos.get(3))),
+                            AccessControlEntryFilter.ANY);
+                    List<Object> acls = new ArrayList<>();
+                    for (AclBinding b : admin.describeAcls(filter).values().get()) {
+                        acls.add(aclObj(b));
+                    }
+                    emit(obj("type", "acls", "acls", acls));
+                    break;
+                }
                 default:
                     throw new UsageError("unknown admin operation: " + op);
             }
         }
+    }
+
+    static Map<String, Object> aclObj(AclBinding b) {
+        return obj("resource_type", b.pattern().resourceType().name(), "name", b.pattern().name(),
+                "pattern", b.pattern().patternType().name(), "principal", b.entry().principal(),
+                "host", b.entry().host(), "operation", b.entry().operation().name(),
+                "permission", b.entry().permissionType().name());
     }
 
     static void need(List<String> pos, int n, String usage) {
