@@ -118,10 +118,44 @@ def test_every_environment_variable_is_one_skiff_reads(overlay: str) -> None:
                 assert name in known, f"{where} sets {name}, which Skiff does not read"
 
 
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A throwaway certificate and key, standing in for the Secrets the pods mount."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "skiff-test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
 @pytest.mark.parametrize("overlay", sorted(RENDERED))
-def test_agent_settings_in_the_manifests_parse(overlay: str) -> None:
+def test_agent_settings_in_the_manifests_parse(overlay: str, tmp_path: Path) -> None:
     """The agent's literal settings are valid values of their fields (AgentConfig checks
-    types and ranges at start-up, so a typo would crash-loop every pod)."""
+    types and ranges at start-up, so a typo would crash-loop every pod). Files the pods
+    mount from Secrets are replaced by throwaway ones of the same kind; each must lie in a
+    directory the container mounts."""
     agent = next(
         d for d in RENDERED[overlay] if d["kind"] == "Deployment" and d["metadata"]["name"] == "skiff-agent"
     )
@@ -140,6 +174,16 @@ def test_agent_settings_in_the_manifests_parse(overlay: str) -> None:
             env[e["name"]] = re.sub(r"\$\(\w+\)", "127.0.0.1", e["value"])
     env = {k: v for k, v in env.items() if k in fields}
     assert env, "the agent Deployment sets no agent settings"
+    mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+    cert, key = _self_signed(tmp_path)
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    for name, value in env.items():
+        if value.startswith("/"):
+            assert any(value.startswith(m.rstrip("/") + "/") for m in mounts), (
+                f"{name}={value} is not mounted"
+            )
+            env[name] = str(key if value.endswith(".key") else cert if value.endswith(".crt") else token)
     AgentConfig.from_env(env)  # raises ValueError naming the field on a bad value
 
 
