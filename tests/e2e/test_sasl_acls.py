@@ -119,7 +119,7 @@ def _consume(conf: dict[str, Any], group: str, count: int) -> list[bytes]:
                 continue
             if m.error():
                 raise KafkaException(m.error())
-            got.append(m.value())
+            got.append(m.value() or b"")
         cons.commit(asynchronous=False)
     finally:
         cons.close()
@@ -153,12 +153,12 @@ def test_sasl_principals_are_what_acls_name(cluster: Cluster) -> None:
     admin = AdminClient(cluster.conf("admin"))
     from confluent_kafka.admin import AclBindingFilter
 
-    everything = AclBindingFilter(
+    everything = AclBindingFilter(  # None: any name, principal, host (librdkafka's filter)
         ResourceType.ANY,
-        None,
+        None,  # type: ignore[arg-type]
         ResourcePatternType.ANY,
-        None,
-        None,
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
         AclOperation.ANY,
         AclPermissionType.ANY,
     )
