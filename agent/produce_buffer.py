@@ -357,8 +357,7 @@ class ProduceBuffer:
                     )
                 else:
                     outcomes[fut] = result.batches[i]
-        await self._resolve(open_file.arrivals, outcomes)
-        if self._on_committed is not None:
+        if self._on_committed is not None:  # before the acks: a fetch after an ack finds the new chunks
             committed = CommittedFile(key, data, tuple(placements), tuple(results), tuple(chunk_specs))
             try:
                 maybe = self._on_committed(committed)
@@ -366,6 +365,7 @@ class ProduceBuffer:
                     await maybe
             except Exception:
                 log.exception("on_committed observer failed")
+        await self._resolve(open_file.arrivals, outcomes)
 
     async def _resolve(
         self,
