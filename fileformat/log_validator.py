@@ -173,11 +173,12 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
     """Walk `count` records from `pos` to the end of `data`: the largest zigzag timestamp delta.
 
     Raises `_BadRecord` (the first bad record's index and what is wrong with it; reason
-    `_NO_KEY` for a keyless record when `keys_required`), or ValueError for bytes left over
-    after the last record. `data` must end where the records end: a record that runs past it
-    then fails on a read (IndexError, caught once around the loop: free in CPython 3.11) or on
-    the final position check, so no per-record end test is needed. Varints are read inline in their one- and two-byte forms,
-    and compared in zigzag form where that is enough: offset delta i is 2i, a length of -1 is
+    `_NO_KEY` for a keyless record when `keys_required`), or ValueError when the records and
+    the declared count disagree (bytes left over, or fewer records: the batch's fault).
+    `data` must end where the records end: a record that runs past it then fails on a read
+    (IndexError, caught once around the loop: free in CPython 3.11) or on the final position
+    check, so no per-record end test is needed. Varints are read inline in their one- and
+    two-byte forms, and compared in zigzag form where that is enough: offset delta i is 2i, a length of -1 is
     1, odd means negative. The timestamp deltas are compared in zigzag form too: that keeps the
     order of non-negative deltas, so an even result is the largest delta times two; an odd one
     (a negative delta encoded larger than every other) needs `_timestamp_deltas`.
@@ -185,6 +186,7 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
     max_zz = -1
     uvarint = _uvarint
     expected = 0  # zigzag of record i's offset delta i
+    first = pos
     i = 0
     try:
         for i in range(count):
@@ -273,6 +275,8 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
             if pos != rec_end:
                 raise _BadRecord(i, f"record {i}'s fields do not fill its length")
     except IndexError:
+        if _record_start(data, first, i) >= len(data):  # no record i at all: the count lies
+            raise ValueError(f"the batch holds {i} records, its header declares {count}") from None
         raise _BadRecord(i, f"record {i} runs past the end of the batch") from None
     except _BadRecord:
         raise
@@ -281,6 +285,14 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
     if pos != len(data):
         raise ValueError(f"{len(data) - pos} bytes left after the {count} records the header declares")
     return max_zz
+
+
+def _record_start(data: bytes, pos: int, index: int) -> int:
+    """Where record `index` starts, the records before it being well formed (the error path)."""
+    for _ in range(index):
+        length, pos = _uvarint(data, pos, 5)
+        pos += length >> 1
+    return pos
 
 
 def _timestamp_deltas(data: bytes, pos: int, count: int) -> Iterator[int]:
