@@ -179,6 +179,14 @@ class AgentConfig:
         default=250, metadata={"help": "longest time a produced batch is buffered"}
     )
     flush_max_bytes: int = field(default=8 * MiB, metadata={"help": "file size that triggers a flush"})
+    flush_max_batches: int = field(
+        default=1_000,
+        metadata={
+            "help": "record batches (one per partition of a produce request) that trigger a flush: "
+            "bounds one file's commit and the acks it releases at once, hence the ack latency "
+            "of many small requests"
+        },
+    )
     max_inflight_flushes: int = field(default=4, metadata={"help": "concurrent file uploads"})
     max_buffered_bytes: int = field(
         default=64 * MiB, metadata={"help": "produce bytes held before producers are slowed down"}
@@ -452,6 +460,7 @@ class AgentConfig:
             "default_partitions",
             "flush_interval_ms",
             "flush_max_bytes",
+            "flush_max_batches",
             "max_inflight_flushes",
             "max_buffered_bytes",
             "heartbeat_interval_ms",

@@ -251,6 +251,7 @@ def build_agent_context(
         agent_id=config.agent_id,
         flush_interval_ms=config.flush_interval_ms,
         flush_max_bytes=config.flush_max_bytes,
+        flush_max_batches=config.flush_max_batches,
         max_inflight_flushes=config.max_inflight_flushes,
         max_buffered_bytes=config.max_buffered_bytes,
         commit_retry_ms=config.commit_retry_ms,

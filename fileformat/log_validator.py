@@ -26,6 +26,14 @@ per record (Kafka's `validateRecord`):
   (`message.timestamp.before.max.ms` / `.after.max.ms`, each falling back to
   `message.timestamp.difference.max.ms` when left at its default, as Kafka 3.6+ does).
 
+Which record: an error that is a record's fault carries `record_errors`, (batch index,
+message) pairs, which the agent returns as Produce v8's `record_errors` (KIP-467). A malformed
+record (length, offset delta, a field running past the batch) is named alone: the walk stops
+there, since nothing after it can be located. Keyless records on a compacted topic and
+timestamps out of range are all named, each with Kafka's message, and the error's message is
+Kafka's ("One or more records have been rejected due to ..."). Faults of the batch as a whole
+(its header's counts, bytes left after the records, compression) name no record.
+
 It returns the batch's largest record timestamp, which Kafka writes into the header's
 maxTimestamp (the agent does the same when a producer's header disagrees).
 
@@ -39,6 +47,7 @@ Timestamp bounds take a second pass, only on topics that set them (by default no
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NoReturn
 
 from fileformat.records import (
     BATCH_HEADER_SIZE,
@@ -54,6 +63,7 @@ __all__ = [
     "CorruptRecordsError",
     "InvalidRecordError",
     "InvalidTimestampError",
+    "RecordErrors",
     "timestamp_bounds_ms",
     "validate_produced_batch",
 ]
@@ -66,8 +76,22 @@ _TIMESTAMP_TYPE_MASK = 0x08
 _CONTROL_MASK = 0x20
 
 
+RecordErrors = tuple[tuple[int, str], ...]
+"""(batch index, message) per rejected record: Produce v8's `record_errors` (KIP-467)."""
+
+_SHOWN_RECORD_ERRORS = 3  # Kafka's message lists at most the first three
+
+
 class InvalidRecordError(RecordBatchError):
-    """A batch or record that contradicts the format or Kafka's produce rules (INVALID_RECORD)."""
+    """A batch or record that contradicts the format or Kafka's produce rules (INVALID_RECORD).
+
+    `record_errors` names the rejected records when the fault is a record's, empty when it
+    is the batch's (its header, or bytes that are not records at all).
+    """
+
+    def __init__(self, message: str, position: int | None = None, record_errors: RecordErrors = ()) -> None:
+        super().__init__(message, position)
+        self.record_errors = record_errors
 
 
 class CorruptRecordsError(RecordBatchError):
@@ -75,7 +99,35 @@ class CorruptRecordsError(RecordBatchError):
 
 
 class InvalidTimestampError(RecordBatchError):
-    """A record timestamp outside the topic's bounds, or a producer-set LogAppendTime (INVALID_TIMESTAMP)."""
+    """A record timestamp outside the topic's bounds, or a producer-set LogAppendTime (INVALID_TIMESTAMP).
+
+    `record_errors` as for `InvalidRecordError` (every record out of range).
+    """
+
+    def __init__(self, message: str, position: int | None = None, record_errors: RecordErrors = ()) -> None:
+        super().__init__(message, position)
+        self.record_errors = record_errors
+
+
+class _BadRecord(ValueError):
+    """Raised by `_walk`: record `index` is malformed (`reason`), or has no key where one is required."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index = index
+        self.reason = reason
+
+
+_NO_KEY = "no key"
+
+
+def _records_rejected(errors: RecordErrors) -> str:
+    """Kafka's INVALID_RECORD message for record errors (LogValidator.processRecordErrors)."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:_SHOWN_RECORD_ERRORS])
+    return (
+        f"One or more records have been rejected due to {len(errors)} record errors in total, and only"
+        f" showing the first three errors at most: [{shown}]"
+    )
 
 
 def timestamp_bounds_ms(before_max_ms: int, after_max_ms: int, difference_max_ms: int) -> tuple[int, int]:
@@ -120,11 +172,13 @@ def _skip_headers(data: bytes, pos: int, zz_count: int) -> int:
 def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
     """Walk `count` records from `pos` to the end of `data`: the largest zigzag timestamp delta.
 
-    Raises ValueError (the message says what is wrong; "no key" for a keyless record when
-    `keys_required`) or IndexError (ran off the buffer). `data` must end where the records end:
-    a record that runs past it then fails on a read or on the final position check, so no
-    per-record end test is needed. Varints are read inline in their one- and two-byte forms,
-    and compared in zigzag form where that is enough: offset delta i is 2i, a length of -1 is
+    Raises `_BadRecord` (the first bad record's index and what is wrong with it; reason
+    `_NO_KEY` for a keyless record when `keys_required`), or ValueError when the records and
+    the declared count disagree (bytes left over, or fewer records: the batch's fault).
+    `data` must end where the records end: a record that runs past it then fails on a read
+    (IndexError, caught once around the loop: free in CPython 3.11) or on the final position
+    check, so no per-record end test is needed. Varints are read inline in their one- and
+    two-byte forms, and compared in zigzag form where that is enough: offset delta i is 2i, a length of -1 is
     1, odd means negative. The timestamp deltas are compared in zigzag form too: that keeps the
     order of non-negative deltas, so an even result is the largest delta times two; an odd one
     (a negative delta encoded larger than every other) needs `_timestamp_deltas`.
@@ -132,55 +186,12 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
     max_zz = -1
     uvarint = _uvarint
     expected = 0  # zigzag of record i's offset delta i
-    for i in range(count):
-        # length (varint)
-        v = data[pos]
-        if v < 0x80:
-            pos += 1
-        else:
-            v2 = data[pos + 1]
-            if v2 < 0x80:
-                v = (v & 0x7F) | (v2 << 7)
-                pos += 2
-            else:
-                v, pos = uvarint(data, pos, 5)
-        if v & 1:
-            raise ValueError(f"record {i} has length {(v >> 1) ^ -1}")
-        rec_end = pos + (v >> 1)
-        # attributes (int8, unused), then timestampDelta (varlong)
-        v = data[pos + 1]
-        if v < 0x80:
-            pos += 2
-        else:
-            v2 = data[pos + 2]
-            if v2 < 0x80:
-                v = (v & 0x7F) | (v2 << 7)
-                pos += 3
-            else:
-                v, pos = uvarint(data, pos + 1, 10)
-        if v > max_zz:
-            max_zz = v
-        # offsetDelta (varint): must be i, i.e. zigzag 2i
-        v = data[pos]
-        if v < 0x80:
-            pos += 1
-        else:
-            v2 = data[pos + 1]
-            if v2 < 0x80:
-                v = (v & 0x7F) | (v2 << 7)
-                pos += 2
-            else:
-                v, pos = uvarint(data, pos, 5)
-        if v != expected:
-            raise ValueError(f"record {i} has offset delta {(v >> 1) ^ -(v & 1)}, expected {i}")
-        expected += 2
-        # key (varint length, -1 = null)
-        v = data[pos]
-        if v == 1:
-            pos += 1
-            if keys_required:
-                raise ValueError("no key")
-        else:
+    first = pos
+    i = 0
+    try:
+        for i in range(count):
+            # length (varint)
+            v = data[pos]
             if v < 0x80:
                 pos += 1
             else:
@@ -191,35 +202,97 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
                 else:
                     v, pos = uvarint(data, pos, 5)
             if v & 1:
-                raise ValueError(f"record {i} has key length {(v >> 1) ^ -1}")
-            pos += v >> 1
-        # value (varint length, -1 = null)
-        v = data[pos]
-        if v < 0x80:
-            pos += 1
-        else:
-            v2 = data[pos + 1]
-            if v2 < 0x80:
-                v = (v & 0x7F) | (v2 << 7)
+                raise _BadRecord(i, f"record {i} has length {(v >> 1) ^ -1}")
+            rec_end = pos + (v >> 1)
+            # attributes (int8, unused), then timestampDelta (varlong)
+            v = data[pos + 1]
+            if v < 0x80:
                 pos += 2
             else:
+                v2 = data[pos + 2]
+                if v2 < 0x80:
+                    v = (v & 0x7F) | (v2 << 7)
+                    pos += 3
+                else:
+                    v, pos = uvarint(data, pos + 1, 10)
+            if v > max_zz:
+                max_zz = v
+            # offsetDelta (varint): must be i, i.e. zigzag 2i
+            v = data[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v2 = data[pos + 1]
+                if v2 < 0x80:
+                    v = (v & 0x7F) | (v2 << 7)
+                    pos += 2
+                else:
+                    v, pos = uvarint(data, pos, 5)
+            if v != expected:
+                raise _BadRecord(i, f"record {i} has offset delta {(v >> 1) ^ -(v & 1)}, expected {i}")
+            expected += 2
+            # key (varint length, -1 = null)
+            v = data[pos]
+            if v == 1:
+                pos += 1
+                if keys_required:
+                    raise _BadRecord(i, _NO_KEY)
+            else:
+                if v < 0x80:
+                    pos += 1
+                else:
+                    v2 = data[pos + 1]
+                    if v2 < 0x80:
+                        v = (v & 0x7F) | (v2 << 7)
+                        pos += 2
+                    else:
+                        v, pos = uvarint(data, pos, 5)
+                if v & 1:
+                    raise _BadRecord(i, f"record {i} has key length {(v >> 1) ^ -1}")
+                pos += v >> 1
+            # value (varint length, -1 = null)
+            v = data[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v2 = data[pos + 1]
+                if v2 < 0x80:
+                    v = (v & 0x7F) | (v2 << 7)
+                    pos += 2
+                else:
+                    v, pos = uvarint(data, pos, 5)
+            if v & 1:
+                if v != 1:
+                    raise _BadRecord(i, f"record {i} has value length {(v >> 1) ^ -1}")
+            else:
+                pos += v >> 1
+            # headers (varint count)
+            if data[pos]:
                 v, pos = uvarint(data, pos, 5)
-        if v & 1:
-            if v != 1:
-                raise ValueError(f"record {i} has value length {(v >> 1) ^ -1}")
-        else:
-            pos += v >> 1
-        # headers (varint count)
-        if data[pos]:
-            v, pos = uvarint(data, pos, 5)
-            pos = _skip_headers(data, pos, v)
-        else:
-            pos += 1
-        if pos != rec_end:
-            raise ValueError(f"record {i}'s fields do not fill its length")
+                pos = _skip_headers(data, pos, v)
+            else:
+                pos += 1
+            if pos != rec_end:
+                raise _BadRecord(i, f"record {i}'s fields do not fill its length")
+    except IndexError:
+        if _record_start(data, first, i) >= len(data):  # no record i at all: the count lies
+            raise ValueError(f"the batch holds {i} records, its header declares {count}") from None
+        raise _BadRecord(i, f"record {i} runs past the end of the batch") from None
+    except _BadRecord:
+        raise
+    except ValueError as exc:  # a varint too long
+        raise _BadRecord(i, f"record {i} has a {exc}") from None
     if pos != len(data):
         raise ValueError(f"{len(data) - pos} bytes left after the {count} records the header declares")
     return max_zz
+
+
+def _record_start(data: bytes, pos: int, index: int) -> int:
+    """Where record `index` starts, the records before it being well formed (the error path)."""
+    for _ in range(index):
+        length, pos = _uvarint(data, pos, 5)
+        pos += length >> 1
+    return pos
 
 
 def _timestamp_deltas(data: bytes, pos: int, count: int) -> Iterator[int]:
@@ -229,6 +302,35 @@ def _timestamp_deltas(data: bytes, pos: int, count: int) -> Iterator[int]:
         v, _ = _uvarint(data, pos + 1, 10)
         yield (v >> 1) ^ -(v & 1)
         pos += length >> 1
+
+
+def _keyless(data: bytes, pos: int, count: int) -> list[int]:
+    """The indexes of the records without a key, for records `_walk` accepted (the error path)."""
+    out = []
+    for i in range(count):
+        length, pos = _uvarint(data, pos, 5)
+        end = pos + (length >> 1)
+        _, p = _uvarint(data, pos + 1, 10)  # timestamp delta
+        _, p = _uvarint(data, p, 5)  # offset delta
+        if data[p] == 1:  # key length -1
+            out.append(i)
+        pos = end
+    return out
+
+
+def _refuse_keyless(data: bytes, start: int, count: int, where: str, position: int) -> NoReturn:
+    """A compacted topic's batch with a keyless record: the batch is refused with every keyless
+    record named, as Kafka's validator does, unless it is malformed as well (that wins)."""
+    try:
+        _walk(data, start, count, False)
+    except _BadRecord as bad:
+        raise InvalidRecordError(f"{where}: {bad.reason}", position, ((bad.index, bad.reason),)) from None
+    except ValueError as exc:
+        raise InvalidRecordError(f"{where}: {exc}", position) from None
+    errors = tuple(
+        (i, "Compacted topic cannot accept message without key") for i in _keyless(data, start, count)
+    )
+    raise InvalidRecordError(_records_rejected(errors), position, errors)
 
 
 def validate_produced_batch(
@@ -293,27 +395,33 @@ def validate_produced_batch(
         )
     try:
         max_zz = _walk(data, start, count, compacted)
-    except (ValueError, IndexError) as exc:
-        if isinstance(exc, IndexError):
-            reason = "a record runs past the end of the batch"
-        elif str(exc) == "no key":
-            reason = "compacted topic cannot accept message without key"
-        else:
-            reason = str(exc)
-        raise InvalidRecordError(f"{where}: {reason}", position) from None
+    except _BadRecord as bad:
+        if bad.reason != _NO_KEY:
+            raise InvalidRecordError(f"{where}: {bad.reason}", position, ((bad.index, bad.reason),)) from None
+        _refuse_keyless(data, start, count, where, position)
+    except ValueError as exc:
+        raise InvalidRecordError(f"{where}: {exc}", position) from None
     base = header.base_timestamp
     if not log_append_time and (
         timestamp_before_max_ms != UNBOUNDED_MS or timestamp_after_max_ms != UNBOUNDED_MS
     ):
         lo = now_ms - timestamp_before_max_ms
         hi = now_ms + timestamp_after_max_ms
-        for i, delta in enumerate(_timestamp_deltas(data, start, count)):
-            ts = base + delta
-            if ts != NO_TIMESTAMP and not lo <= ts <= hi:
-                raise InvalidTimestampError(
-                    f"{where}: timestamp {ts} of record {i} is out of range; it should be within [{lo}, {hi}]",
-                    position,
-                )
+        errors = tuple(
+            (
+                i,
+                f"Timestamp {base + delta} of message with offset {i} is out of range. The timestamp"
+                f" should be within [{lo}, {hi}]",
+            )
+            for i, delta in enumerate(_timestamp_deltas(data, start, count))
+            if base + delta != NO_TIMESTAMP and not lo <= base + delta <= hi
+        )
+        if errors:  # Kafka's message, with the first record's detail
+            raise InvalidTimestampError(
+                f"One or more records have been rejected due to invalid timestamp ({where}: {errors[0][1]})",
+                position,
+                errors,
+            )
     if max_zz & 1:  # a negative delta: compare them all as numbers
         return base + max(_timestamp_deltas(data, start, count))
     return base + (max_zz >> 1)

@@ -14,7 +14,9 @@ Per partition of a request:
    topics (INVALID_RECORD), compressed data that does not decompress within the cap
    (CORRUPT_MESSAGE), timestamps against `message.timestamp.before.max.ms` /
    `.after.max.ms` / `.difference.max.ms` and a producer-set LogAppendTime (INVALID_TIMESTAMP).
-   The partition's answer carries the error message;
+   The partition's answer carries the error message and, when the fault is a record's, the
+   rejected records' batch indexes and messages (`record_errors`, KIP-467: written for v8+,
+   older versions get the code alone);
 3. for topics with `message.timestamp.type=LogAppendTime` the batch's timestamp type and
    maxTimestamp are set to the agent's receive time and its CRC recomputed, as Kafka does; for
    CreateTime topics a header maxTimestamp that is not the records' largest timestamp is
@@ -40,6 +42,7 @@ from typing import Any, cast
 import crc32c
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.response import (
+    BatchIndexAndErrorMessage,
     PartitionProduceResponse,
     ProduceResponse,
     TopicProduceResponse,
@@ -54,6 +57,7 @@ from fileformat.log_validator import (
     CorruptRecordsError,
     InvalidRecordError,
     InvalidTimestampError,
+    RecordErrors,
     timestamp_bounds_ms,
     validate_produced_batch,
 )
@@ -78,10 +82,14 @@ _TIMESTAMP_TYPE_BIT = 0x08
 
 
 class BatchRejected(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    """A partition's records refused: the error code, its message and the rejected records
+    ((batch index, message) pairs: Produce v8+'s `record_errors`, KIP-467)."""
+
+    def __init__(self, code: ErrorCode, message: str, record_errors: RecordErrors = ()) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.record_errors = record_errors
 
 
 def validate_batches(
@@ -135,9 +143,9 @@ def validate_batches(
             timestamp_after_max_ms=timestamp_after_max_ms,
         )
     except InvalidRecordError as exc:
-        raise BatchRejected(ErrorCode.invalid_record, str(exc)) from None
+        raise BatchRejected(ErrorCode.invalid_record, str(exc), exc.record_errors) from None
     except InvalidTimestampError as exc:
-        raise BatchRejected(ErrorCode.invalid_timestamp, str(exc)) from None
+        raise BatchRejected(ErrorCode.invalid_timestamp, str(exc), exc.record_errors) from None
     except CorruptRecordsError as exc:
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
     ts_type = int(header.timestamp_type)
@@ -217,6 +225,7 @@ def _partition_response(
     log_start_offset: int = -1,
     log_append_time_ms: int = -1,
     message: str | None = None,
+    record_errors: RecordErrors = (),
 ) -> PartitionProduceResponse:
     # kio's TZAware.parse refuses any datetime with a sub-second part (its predicate wants
     # microsecond == 0, not millisecond precision), so nearly every LogAppendTime would
@@ -238,7 +247,12 @@ def _partition_response(
         base_offset=cast(i64, base_offset),
         log_append_time=append_time,
         log_start_offset=cast(i64, log_start_offset),
-        record_errors=(),
+        record_errors=tuple(
+            BatchIndexAndErrorMessage(batch_index=cast(i32, i), batch_index_error_message=m)
+            for i, m in record_errors
+        )
+        if record_errors
+        else (),
         error_message=message,
     )
 
@@ -317,7 +331,9 @@ async def _produce(
             try:
                 batches = validate_batches(p.records or b"", now_ms=now_ms, **rules)
             except BatchRejected as exc:
-                answers[key] = _partition_response(p.index, exc.code, message=exc.message)
+                answers[key] = _partition_response(
+                    p.index, exc.code, message=exc.message, record_errors=exc.record_errors
+                )
                 continue
             validated.append((key, topic, p.index, batches, rules["log_append_time_ms"]))
 

@@ -5,6 +5,7 @@ was acked and then stalled consumers at its offset for good."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import struct
 import time
 import uuid
@@ -124,7 +125,7 @@ async def test_lying_batches_are_refused_per_partition_and_nothing_is_stored(age
         3: ErrorCode.corrupt_message,
         4: ErrorCode.corrupt_message,
     }
-    assert "runs past the end" in answers[1][1]
+    assert "holds 3 records, its header declares 4" in answers[1][1]
     assert "offset delta 1, expected 2" in answers[2][1]
     assert "limit" in answers[3][1]
     assert "gzip" in answers[4][1]
@@ -142,7 +143,7 @@ async def test_compacted_topics_refuse_records_without_keys(agent):
     bootstrap = f"127.0.0.1:{agent.port}"
     answers = await asyncio.to_thread(_produce, bootstrap, "compacted", {0: batch_of(2, key=None)})
     assert answers[0][0] == ErrorCode.invalid_record
-    assert "compacted topic cannot accept message without key" in answers[0][1]
+    assert "Compacted topic cannot accept message without key" in answers[0][1]
     assert (await asyncio.to_thread(_produce, bootstrap, "compacted", {0: batch_of(2)}))[0][0] == 0
 
 
@@ -167,3 +168,103 @@ def test_a_header_max_timestamp_that_lies_is_corrected_with_a_valid_crc():
     honest = build_batch([Record(0, NOW, b"k", b"a")])
     (pending,) = validate_batches(honest, max_message_bytes=1 << 20, log_append_time_ms=None, now_ms=NOW)
     assert pending.data is honest
+
+
+# --- which record: Produce v8+ record_errors (KIP-467) --------------------------------------------
+
+
+def bad_second_record() -> bytes:
+    """Three records whose offset deltas are 0, 5, 2: the second one is wrong."""
+    out = bytearray()
+    for delta in (0, 5, 2):
+        records._encode_record(out, delta, 0, b"k", b"v", ())
+    buf = bytearray(records.BATCH_HEADER_SIZE) + out
+    records._HEADER.pack_into(buf, 0, 0, len(buf) - 12, -1, 2, 0, 0, 2, NOW, NOW, -1, -1, -1, 3)
+    return fix_crc(buf)
+
+
+def _partition_answer(bootstrap: str, request: object) -> object:
+    return send_request(bootstrap, request, timeout_s=30).parse().responses[0].partition_responses[0]
+
+
+async def test_a_bad_record_is_named_by_its_batch_index_on_the_wire(agent):
+    bootstrap = f"127.0.0.1:{agent.port}"
+    answer = await asyncio.to_thread(
+        _partition_answer, bootstrap, produce_request("lies", {0: bad_second_record()})
+    )
+    assert answer.error_code == ErrorCode.invalid_record
+    assert [(int(e.batch_index), e.batch_index_error_message) for e in answer.record_errors] == [
+        (1, "record 1 has offset delta 5, expected 1")
+    ]
+    assert "record 1 has offset delta 5, expected 1" in answer.error_message
+    # a compacted topic names every keyless record, with Kafka's messages
+    keyless = build_batch(
+        [Record(0, NOW, b"k", b"a"), Record(1, NOW, None, b"b"), Record(2, NOW, None, b"c")]
+    )
+    answer = await asyncio.to_thread(_partition_answer, bootstrap, produce_request("compacted", {0: keyless}))
+    assert answer.error_code == ErrorCode.invalid_record
+    assert [(int(e.batch_index), e.batch_index_error_message) for e in answer.record_errors] == [
+        (1, "Compacted topic cannot accept message without key"),
+        (2, "Compacted topic cannot accept message without key"),
+    ]
+    assert answer.error_message.startswith("One or more records have been rejected due to 2 record errors")
+    # a fault of the batch as a whole names no record
+    answer = await asyncio.to_thread(
+        _partition_answer, bootstrap, produce_request("lies", {0: gzip_garbage()})
+    )
+    assert answer.error_code == ErrorCode.corrupt_message and answer.record_errors == ()
+    assert await asyncio.to_thread(_high_watermarks, bootstrap, "lies", range(1)) == [0]
+
+
+async def test_produce_v7_gets_the_code_without_record_errors(agent):
+    from kio.schema.produce.v7 import request as v7
+    from kio.schema.types import TopicName
+    from kio.static.primitive import Records, i16, i32, i32Timedelta
+
+    request = v7.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        topic_data=(
+            v7.TopicProduceData(
+                name=TopicName("lies"),
+                partition_data=(
+                    v7.PartitionProduceData(index=i32(0), records=Records.parse(bad_second_record())),
+                ),
+            ),
+        ),
+    )
+    answer = await asyncio.to_thread(_partition_answer, f"127.0.0.1:{agent.port}", request)
+    assert answer.error_code == ErrorCode.invalid_record
+    assert not hasattr(answer, "record_errors")  # v7 has no such field; kio parsed every byte
+
+
+def _confluent_keyless(bootstrap: str) -> list[object]:
+    from confluent_kafka import Producer
+
+    errors: list[object] = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0})
+    p.produce("compacted", b"no key", on_delivery=lambda err, _msg: errors.append(err))
+    p.flush(30)
+    return errors
+
+
+def _kafka_python_keyless(bootstrap: str) -> None:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0)
+    try:
+        p.send("compacted", b"no key").get(timeout=30)
+    finally:
+        p.close(timeout=10)
+
+
+async def test_real_clients_see_invalid_record(agent):
+    from confluent_kafka import KafkaError
+    from kafka import errors
+
+    bootstrap = f"127.0.0.1:{agent.port}"
+    (err,) = await asyncio.to_thread(_confluent_keyless, bootstrap)
+    assert err is not None and err.code() == KafkaError.INVALID_RECORD
+    with pytest.raises(errors.InvalidRecordError):
+        await asyncio.to_thread(_kafka_python_keyless, bootstrap)

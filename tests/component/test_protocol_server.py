@@ -568,3 +568,33 @@ def test_many_connections_at_once(harness):
     for t in threads:
         t.join(30)
     assert not errors
+
+
+def test_a_connection_with_many_buffered_requests_lets_the_loop_turn(harness):
+    """Requests already in the socket buffer are read without suspending; the reader yields
+    every `_READ_BURST_REQUESTS` so that other connections, timers and the commit thread get
+    the loop (before: all 300 were parsed and dispatched in one loop iteration)."""
+    from agent.server import _READ_BURST_REQUESTS
+
+    server = harness.agent.server
+    most_between_turns = 0
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        nonlocal most_between_turns
+        seen = sum(server.requests.values())
+        while not stop.is_set():
+            await asyncio.sleep(0)  # one turn per loop iteration
+            now = sum(server.requests.values())
+            most_between_turns = max(most_between_turns, now - seen)
+            seen = now
+
+    watcher = asyncio.run_coroutine_threadsafe(watch(), harness.loop)
+    n = 300
+    with connect(harness.bootstrap) as sock:
+        sock.sendall(b"".join(encode_request(_api_versions(3), i) for i in range(n)))  # ~12 KB at once
+        for i in range(n):
+            assert protocol.decode_response(recv_frame(sock), protocol.response_schema(18, 3))[0] == i
+    harness.loop.call_soon_threadsafe(stop.set)
+    watcher.result(10)
+    assert 0 < most_between_turns <= _READ_BURST_REQUESTS

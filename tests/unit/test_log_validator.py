@@ -85,7 +85,7 @@ def test_snappy_raw_block_as_librdkafka_sends_it_passes():
 def test_a_record_count_larger_than_the_records_is_refused():
     batch = good(3)
     lie = patched(patched(batch, RECORDS_COUNT, I32, 4), LAST_OFFSET_DELTA, I32, 3)
-    with pytest.raises(InvalidRecordError, match="past the end|bytes"):
+    with pytest.raises(InvalidRecordError, match="holds 3 records, its header declares 4"):
         check(lie)
 
 
@@ -139,7 +139,7 @@ def test_garbage_compressed_records_are_corrupt(codec):
 def test_compressed_records_that_lie_inside_are_invalid():
     inner = encoded((0, 0, None, b"a" * 20), (1, 0, None, b"b" * 20))
     batch = raw_batch(codecs.compress(Compression.ZSTD, inner), 3, attributes=Compression.ZSTD)
-    with pytest.raises(InvalidRecordError, match="past the end"):
+    with pytest.raises(InvalidRecordError, match="holds 2 records, its header declares 3"):
         check(batch)
 
 
@@ -159,12 +159,59 @@ def test_a_decompression_bomb_is_refused_without_allocating_its_size():
     assert grown_kib < 256 * 1024  # well under the 1 GiB the bomb asks for
 
 
-def test_compacted_topics_need_keys():
-    keyless = build_batch([Record(0, NOW, b"k", b"v"), Record(1, NOW, None, b"v")])
+def test_compacted_topics_need_keys_and_every_keyless_record_is_named():
+    keyless = build_batch(
+        [
+            Record(0, NOW, b"k", b"v"),
+            Record(1, NOW, None, b"v"),
+            Record(2, NOW, b"k", b"v"),
+            Record(3, NOW, None, b""),
+        ]
+    )
     assert check(keyless) == NOW
-    with pytest.raises(InvalidRecordError, match="compacted topic cannot accept message without key"):
+    with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key") as e:
         check(keyless, compacted=True)
+    assert e.value.record_errors == (
+        (1, "Compacted topic cannot accept message without key"),
+        (3, "Compacted topic cannot accept message without key"),
+    )
+    assert str(e.value).startswith("One or more records have been rejected due to 2 record errors in total")
+    assert "RecordError(batchIndex=1, message=" in str(e.value)
     assert check(good(3), compacted=True) == NOW + 2
+
+
+def test_a_malformed_record_wins_over_a_missing_key():
+    payload = bytearray(encoded((0, 0, None, b"v"), (1, 0, b"k", b"v"), (1, 0, b"k", b"v")))
+    with pytest.raises(InvalidRecordError, match="record 2 has offset delta 1, expected 2") as e:
+        check(raw_batch(bytes(payload), 3), compacted=True)
+    assert e.value.record_errors == ((2, "record 2 has offset delta 1, expected 2"),)
+
+
+@pytest.mark.parametrize(
+    ("deltas", "index"), [((0, 1, 1), 2), ((0, 0, 1), 1), ((1, 2, 3), 0)], ids=["last", "middle", "first"]
+)
+def test_a_malformed_record_is_named_by_its_index(deltas, index):
+    with pytest.raises(InvalidRecordError) as e:
+        check(raw_batch(encoded(*[(d, 0, None, b"v") for d in deltas]), 3))
+    assert [i for i, _ in e.value.record_errors] == [index]
+    assert f"record {index} has offset delta" in e.value.record_errors[0][1]
+
+
+def test_a_record_running_past_the_batch_is_named_and_batch_faults_name_none():
+    payload = encoded((0, 0, None, b"abc"), (1, 0, None, b"def"))
+    truncated = raw_batch(payload[:-2], 2)  # the second record's value is cut short
+    with pytest.raises(InvalidRecordError) as e:
+        check(truncated)
+    assert e.value.record_errors == ((1, "record 1 runs past the end of the batch"),)
+    with pytest.raises(InvalidRecordError, match="holds 3 records, its header declares 4") as e:
+        check(patched(patched(good(3), RECORDS_COUNT, I32, 4), LAST_OFFSET_DELTA, I32, 3))
+    assert e.value.record_errors == ()  # a count that lies is the batch's fault: no record 3
+    with pytest.raises(InvalidRecordError) as e:  # bytes after the last record: the batch's fault
+        check(patched(patched(good(3), RECORDS_COUNT, I32, 2), LAST_OFFSET_DELTA, I32, 1))
+    assert e.value.record_errors == ()
+    with pytest.raises(InvalidRecordError) as e:
+        check(patched(good(3), LAST_OFFSET_DELTA, I32, 5))
+    assert e.value.record_errors == ()
 
 
 def test_control_batches_and_negative_sequences_are_refused():
@@ -188,11 +235,28 @@ def test_a_producer_may_not_set_log_append_time():
 def test_timestamps_outside_the_topic_bounds_are_refused_and_no_timestamp_is_exempt():
     old = build_batch([Record(0, NOW - 10_000, None, b"a"), Record(1, NOW, None, b"b")])
     assert check(old, timestamp_before_max_ms=10_000) == NOW
-    with pytest.raises(InvalidTimestampError, match=f"timestamp {NOW - 10_000} of record 0"):
+    with pytest.raises(
+        InvalidTimestampError, match=f"Timestamp {NOW - 10_000} of message with offset 0"
+    ) as e:
         check(old, timestamp_before_max_ms=9_999)
-    future = build_batch([Record(0, NOW, None, b"a"), Record(1, NOW + 5_000, None, b"b")])
-    with pytest.raises(InvalidTimestampError, match="record 1"):
+    assert str(e.value).startswith("One or more records have been rejected due to invalid timestamp")
+    assert e.value.record_errors == (
+        (
+            0,
+            f"Timestamp {NOW - 10_000} of message with offset 0 is out of range. The timestamp should be"
+            f" within [{NOW - 9_999}, {NOW + 2**63 - 1}]",
+        ),
+    )
+    future = build_batch(
+        [Record(0, NOW, None, b"a"), Record(1, NOW + 5_000, None, b"b"), Record(2, NOW + 6_000, None, b"c")]
+    )
+    with pytest.raises(InvalidTimestampError, match="offset 1") as e:
         check(future, timestamp_after_max_ms=4_999)
+    assert [i for i, _ in e.value.record_errors] == [1, 2]
+    assert e.value.record_errors[0][1] == (
+        f"Timestamp {NOW + 5_000} of message with offset 1 is out of range. The timestamp should be"
+        f" within [{NOW - (2**63 - 1)}, {NOW + 4_999}]"
+    )
     no_ts = build_batch([Record(0, -1, None, b"a"), Record(1, NOW, None, b"b")])
     assert check(no_ts, timestamp_before_max_ms=1000, timestamp_after_max_ms=1000) == NOW
     # a LogAppendTime topic ignores the producer's timestamps

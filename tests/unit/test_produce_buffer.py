@@ -211,3 +211,53 @@ async def test_drain_commits_what_is_held_and_later_appends_without_the_interval
     late += await buf.append_nowait(T1, 1, [batch()])
     results = await asyncio.gather(*late)
     assert [r.error_code for r in results] == [0, 0] and len(md.commits) == 2
+
+
+async def test_batch_count_triggers_flush_before_interval() -> None:
+    store, md = FakeStore(), FakeMetadata()
+    buf = make(store, md, flush_interval_ms=60_000, flush_max_batches=3)
+    first = [asyncio.create_task(buf.append(T1, p, [batch()])) for p in range(2)]
+    await asyncio.sleep(0)
+    assert not store.objects  # two batches: the file stays open
+    third = await asyncio.wait_for(buf.append(T1, 2, [batch()]), 5)  # the third seals it
+    assert third[0].error_code == 0 and all(t.done() for t in first)
+    assert len(store.objects) == 1 and len(md.commits) == 1
+    fourth = asyncio.create_task(buf.append(T1, 3, [batch()]))  # opens the next file
+    await asyncio.sleep(0)
+    assert not fourth.done()
+    await buf.flush()
+    assert fourth.done() and len(md.commits) == 2
+
+
+def test_flush_max_batches_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="flush batches"):
+        make(FakeStore(), FakeMetadata(), flush_max_batches=0)
+
+
+async def test_acks_go_out_oldest_first_one_chunk_per_loop_iteration() -> None:
+    """Arrival order is the reverse of the file's (topic, partition) order here; the oldest
+    appends are resolved first, and a chunk at a time: when the first ack's callbacks run,
+    only the first chunk is resolved (the loop turned before the rest)."""
+    from agent.produce_buffer import _RESOLVE_CHUNK
+
+    store, md = FakeStore(), FakeMetadata()
+    n = 3 * _RESOLVE_CHUNK + 5
+    buf = make(store, md, flush_interval_ms=60_000, flush_max_batches=n + 1, flush_max_bytes=100 * n)
+    futures = []
+    for i in range(n):
+        futures += await buf.append_nowait(T1, n - i, [batch()])  # partition n - i: arrival reversed
+    order: list[int] = []
+    done_at_first_ack: list[int] = []
+
+    def acked(i: int) -> None:
+        if not order:
+            done_at_first_ack.append(sum(f.done() for f in futures))
+        order.append(i)
+
+    for i, f in enumerate(futures):
+        f.add_done_callback(lambda _, i=i: acked(i))
+    await buf.flush()
+    await asyncio.sleep(0)
+    assert order == list(range(n))
+    assert done_at_first_ack == [_RESOLVE_CHUNK]
+    assert all(f.result().base_offset == 0 for f in futures)
