@@ -44,11 +44,12 @@ def produce_orders(bootstrap: str, topic: str, count: int = 1000) -> list[dict[s
             acked.append(json.loads(msg.value()))
 
     for i in range(count):
-        order = {"id": i, "customer": f"c{i % 17}", "amount": (i * 37) % 500 / 10}
+        customer = f"c{i % 17}"
+        order = {"id": i, "customer": customer, "amount": (i * 37) % 500 / 10}
         producer.produce(
             topic,
             json.dumps(order).encode(),
-            order["customer"].encode(),
+            customer.encode(),
             headers=[("source", b"example")],
             on_delivery=report,
         )
