@@ -11,8 +11,19 @@ partition per file) committed through metadata's HTTP client, as agents commit. 
 2. the same DataFrame written to Parquet (snappy, Spark's default), then
    `spark.read.parquet` with the same aggregate.
 
-Each query runs `--repeat` times after one warm-up; the best time counts. Rows/s and
+Each query runs once to warm up, then `--repeat` rounds run every query once each
+(interleaved, so load from other work hits all alike); the best time counts. Rows/s and
 MiB/s of record payload (key + value bytes) are printed, and the ratio.
+
+Two more rows locate the cost (the profile in docs/benchmarks.md):
+
+- `decode`: the executors' work alone, outside Spark: every planned task read from the
+  bucket and decoded to Arrow (`spark.source.read_partition`) in this process, one core;
+- `floor`: Spark's cost of taking the same rows from *any* Python data source: a source
+  whose tasks (as many as skiff's) yield prebuilt Arrow batches of the same shape (16-byte
+  key, 100-byte value, same schema) without reading or decoding anything. Spark 4.3 reads
+  Python sources row by row (an UnsafeProjection of every column, no column pruning, no
+  columnar path), so this bounds what any Python source can reach.
 
     python bench/spark_read.py --records 4000000 --partitions 4
 """
@@ -93,6 +104,94 @@ async def load(metadata_url: str, bucket: str, records: int, partitions: int, pe
     return total_batches * per_batch * (16 + 100)
 
 
+def decode_only(url: str, bucket: str) -> float:
+    """Seconds for one core to read and decode every planned task (no Spark)."""
+    from spark.options import parse_options
+    from spark.source import SkiffBatchReader, read_partition
+
+    tasks = SkiffBatchReader(
+        parse_options({"metadata.url": url, "bucket": bucket, "subscribe": "bench"})
+    ).partitions()
+
+    def run() -> None:
+        for task in tasks:
+            for _ in read_partition(task):
+                pass
+
+    return best_time(run, 2)
+
+
+def floor_source(rows: int, tasks: int, batch_rows: int):  # type: ignore[no-untyped-def]
+    """A Python data source (format `skiff_floor`) that yields `rows` rows shaped as the
+    bench's in `tasks` tasks, from one prebuilt Arrow batch: Spark's cost alone."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class FloorReader(DataSourceReader):
+        def partitions(self):  # type: ignore[no-untyped-def]
+            return [InputPartition(rows // tasks + (1 if i < rows % tasks else 0)) for i in range(tasks)]
+
+        def read(self, partition):  # type: ignore[no-untyped-def]
+            import numpy as np
+            import pyarrow as pa
+
+            from spark.decode import arrow_schema
+
+            n = batch_rows
+
+            def binary(width: int) -> pa.Array:
+                offsets = pa.py_buffer(np.arange(n + 1, dtype=np.int32) * width)
+                return pa.Array.from_buffers(
+                    pa.binary(), n, [None, offsets, pa.py_buffer(b"x" * (width * n))]
+                )
+
+            ts = np.arange(n, dtype=np.int64) * 1000
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    binary(16),
+                    binary(100),
+                    pa.array(["bench"] * n),
+                    pa.array(np.zeros(n, np.int32)),
+                    pa.array(np.arange(n, dtype=np.int64)),
+                    pa.array(ts, pa.timestamp("us", tz="UTC")),
+                    pa.array(np.zeros(n, np.int32)),
+                ],
+                schema=arrow_schema(False),
+            )
+            left = partition.value
+            while left > 0:
+                yield batch.slice(0, min(n, left))
+                left -= n
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "skiff_floor"
+
+        def schema(self) -> str:
+            from spark.source import schema_ddl
+
+            return schema_ddl(False)
+
+        def reader(self, schema):  # type: ignore[no-untyped-def]
+            return FloorReader()
+
+    return FloorSource
+
+
+def interleaved_best_times(queries, repeat: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Best seconds per query over `repeat` rounds, each round running every query once
+    (after one warm-up each), so load from other work on the machine hits all alike."""
+    for fn in queries.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in queries}
+    for _ in range(repeat):
+        for name, fn in queries.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: min(ts) for name, ts in times.items()}
+
+
 def best_time(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
     fn()
     times = []
@@ -111,6 +210,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--conf", action="append", default=[], help="extra Spark setting KEY=VALUE")
+    ap.add_argument("--no-profile", action="store_true", help="skip the decode-only and floor rows")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="skiff-spark-bench-"))
@@ -129,6 +229,8 @@ def main() -> None:
         payload = asyncio.run(load(url, bucket, args.records, args.partitions, args.batch_records))
         rows = args.records // args.batch_records * args.batch_records
         print(f"loaded {rows} records ({payload / 2**20:.0f} MiB payload) in {time.perf_counter() - t:.1f}s")
+
+        decode_s = None if args.no_profile else decode_only(url, bucket)
 
         from spark import skiff_session
 
@@ -157,16 +259,30 @@ def main() -> None:
         )
         check = skiff_df.selectExpr(*agg).collect()[0]
         assert check.n == rows, check
-        skiff_s = best_time(lambda: skiff_df.selectExpr(*agg).collect(), args.repeat)
         skiff_df.write.parquet(str(work / "parquet"))
         parquet_df = spark.read.parquet(str(work / "parquet"))
         assert parquet_df.selectExpr(*agg).collect()[0] == check
-        parquet_s = best_time(lambda: parquet_df.selectExpr(*agg).collect(), args.repeat)
+        frames = {"skiff": skiff_df, "parquet": parquet_df}
+        if not args.no_profile:
+            tasks = skiff_df.rdd.getNumPartitions()
+            spark.dataSource.register(floor_source(rows, tasks, 131072))
+            frames["floor"] = spark.read.format("skiff_floor").load()
+            assert frames["floor"].selectExpr("count(*) n").collect()[0].n == rows
+        best = interleaved_best_times(
+            {name: (lambda df=df: df.selectExpr(*agg).collect()) for name, df in frames.items()}, args.repeat
+        )
+        results = list(best.items())
+        skiff_s, parquet_s = best["skiff"], best["parquet"]
+        if decode_s is not None:
+            results.append(("decode", decode_s))
         mib = payload / 2**20
         print(f"{'source':<8} {'seconds':>8} {'rows/s':>12} {'MiB/s':>8}")
-        for name, s in (("skiff", skiff_s), ("parquet", parquet_s)):
+        for name, s in results:
             print(f"{name:<8} {s:>8.2f} {rows / s:>12,.0f} {mib / s:>8.1f}")
         print(f"skiff / parquet rate: {parquet_s / skiff_s:.2f}")
+        if not args.no_profile:
+            print(f"floor / parquet rate: {parquet_s / best['floor']:.2f} (any Python data source, no work)")
+            print("decode: one core, no Spark (the executors' read + decode alone)")
         spark.stop()
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -25,7 +25,7 @@ from fileformat.chunk_reader import ChunkLocation
 from fileformat.objectstore import ObjectStore, open_store
 from fileformat.objectstore.errors import ObjectNotFound, StorageError
 from spark.decode import RecordBatchBuilder
-from spark.planner import PlannedRead, SkiffSourceError
+from spark.planner import PlannedRead, SkiffSourceError, bucket_read_error
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,7 @@ def read_task(
                 log.warning("%s: %s is gone; skipped (failOnDataLoss=false)", where, loc.object_key)
                 continue
             except StorageError as exc:
-                raise SkiffSourceError(
-                    f"cannot read {loc.object_key} from the bucket {bucket}: {exc} (endpoint and"
-                    " credentials come from the standard AWS settings: AWS_ENDPOINT_URL,"
-                    " AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile)"
-                ) from exc
+                raise bucket_read_error(bucket, loc.object_key, exc) from exc
             yield from builder.add_chunk(loc, data)
     last = builder.flush()
     if last is not None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from fileformat.chunk_reader import ChunkLocation, first_record_at_or_after
 from fileformat.objectstore import open_store
+from fileformat.objectstore.errors import StorageError
 from metadata.credentials import CredentialsError, resolve_credentials
 from metadata.errors import MetadataError, MetadataUnavailable
 from metadata.http_client import HttpMetadataClient
@@ -43,6 +44,15 @@ FIND_CHUNKS_PAGE_BYTES = 256 * 1024 * 1024
 
 class SkiffSourceError(RuntimeError):
     """The query cannot be planned or read: the message says what to fix."""
+
+
+def bucket_read_error(bucket: str, key: str, exc: StorageError) -> SkiffSourceError:
+    """A failed read from the bucket (driver or executor), with where its settings come from."""
+    return SkiffSourceError(
+        f"cannot read {key} from the bucket {bucket}: {exc} (endpoint and credentials come from"
+        " the standard AWS settings of the driver and every executor: AWS_ENDPOINT_URL,"
+        " AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile)"
+    )
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,10 @@ def run(coro_fn, opts: SourceOptions):  # type: ignore[no-untyped-def]
     try:
         return asyncio.run(main())
     except MetadataUnavailable as exc:
-        raise SkiffSourceError(f"cannot reach the Skiff metadata service at {metadata_url}: {exc}") from exc
+        raise SkiffSourceError(
+            f"cannot reach the Skiff metadata service at {metadata_url}: {exc}. Check the option"
+            " metadata.url and that `skiff metadata` is running and reachable from the driver"
+        ) from exc
     except MetadataError as exc:
         raise SkiffSourceError(f"the Skiff metadata service at {metadata_url} refused: {exc}") from exc
 
@@ -168,7 +181,10 @@ async def _timestamp_offsets(
                     )
                 store = store or open_store(opts.bucket)
                 loc = info.chunks[0]
-                data = store.get_range(loc.object_key, loc.byte_position, loc.byte_length)
+                try:
+                    data = store.get_range(loc.object_key, loc.byte_position, loc.byte_length)
+                except StorageError as exc:
+                    raise bucket_read_error(opts.bucket, loc.object_key, exc) from exc
                 hit = first_record_at_or_after(loc, data, ts, min_offset=max(offset, p.log_start))
                 offset = hit[0] if hit is not None else offset
         if offset < 0:

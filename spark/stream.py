@@ -23,8 +23,10 @@ its checkpoint reads exactly the same records: nothing lost, nothing twice.
 Trigger.AvailableNow: `prepareForTriggerAvailableNow` takes the high watermarks of that
 moment as the target; later micro-batches never go past them (partitions created after
 it wait for the next run). Spark before 4.2 calls `latestOffset()` without a start or a
-limit: the reader then starts from the last offsets it saw and applies
-`maxOffsetsPerTrigger` itself.
+limit: the reader then starts from the last offsets it planned or committed and applies
+`maxOffsetsPerTrigger` itself; its first micro-batch after the query (re)starts is not
+limited (the reader cannot know the checkpoint's offsets, and a limit counted from the
+starting offsets could fall behind them).
 """
 
 from __future__ import annotations
@@ -135,8 +137,13 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         max_rows: int | None
         if start is None:  # Spark < 4.2: no start, no limit; the source limits itself
-            start = self._last_end if self._last_end is not None else self.initialOffset()
-            max_rows = self.opts.max_offsets_per_trigger
+            # From the end of the batch it last planned or committed. A reader that has seen
+            # none cannot tell a new query from one restarted from a checkpoint (Spark does
+            # not say where the checkpoint is), so that first batch takes everything
+            # available: limiting it from the starting offsets could end *behind* the
+            # checkpoint and make Spark read records twice.
+            max_rows = self.opts.max_offsets_per_trigger if self._last_end is not None else None
+            start = self._last_end or {}
         else:
             max_rows = limit.max_rows if ReadMaxRows is not None and isinstance(limit, ReadMaxRows) else None
         begin = parse_offsets(start)

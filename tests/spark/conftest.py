@@ -292,3 +292,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(metadata_url, f"file://{bucket_dir}", db_path, produced, survivors, aport, AGENT_ID)
     finally:
         metadata.kill(signal.SIGTERM)
+
+
+@pytest.fixture(scope="module")
+def bootstrap(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A live agent on the cluster's metadata and bucket (the batch tests' agent is stopped).
+    It takes the stopped agent's id and port: metadata still lists that agent until its
+    heartbeat expires, and this way the listed broker is this one."""
+    port = cluster.agent_port
+    log = tmp_path_factory.mktemp("stream-agent") / "agent.log"
+    agent = _spawn(
+        ["agent", "--bucket", cluster.bucket, "--metadata", cluster.metadata_url, "--port", str(port)],
+        port,
+        log,
+        env={"SKIFF_AGENT_ID": cluster.agent_id},
+    )
+    try:
+        yield agent.bootstrap
+    finally:
+        agent.kill(signal.SIGTERM)

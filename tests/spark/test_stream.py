@@ -6,8 +6,6 @@ arithmetic (Spark's rate limit) and the error when no bucket is known anywhere."
 from __future__ import annotations
 
 import asyncio
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,26 +14,6 @@ from spark.options import parse_options
 from spark.planner import SkiffSourceError, resolve_bucket
 from spark.stream import offsets_json, parse_offsets, rate_limit
 from tests.spark.conftest import Cluster
-from tests.support.agents import _spawn
-
-
-@pytest.fixture(scope="module")
-def bootstrap(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A live agent on the cluster's metadata and bucket (the batch tests' agent is stopped).
-    It takes the stopped agent's id and port: metadata still lists that agent until its
-    heartbeat expires, and this way the listed broker is this one."""
-    port = cluster.agent_port
-    log = tmp_path_factory.mktemp("stream-agent") / "agent.log"
-    agent = _spawn(
-        ["agent", "--bucket", cluster.bucket, "--metadata", cluster.metadata_url, "--port", str(port)],
-        port,
-        log,
-        env={"SKIFF_AGENT_ID": cluster.agent_id},
-    )
-    try:
-        yield agent.bootstrap
-    finally:
-        agent.kill(signal.SIGTERM)
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes]]) -> list[tuple[int, int, bytes]]:
