@@ -192,16 +192,22 @@ class CommitPath:
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh producer id with epoch 0, from the `producer_id` counter row."""
         with write_tx(self._db.engine) as conn:
-            value = conn.execute(
-                update(sequences)
-                .where(sequences.c.name == PRODUCER_ID_SEQUENCE)
-                .values(next_value=sequences.c.next_value + 1)
-                .returning(sequences.c.next_value)
-            ).scalar()
-            if value is None:
-                conn.execute(insert(sequences).values(name=PRODUCER_ID_SEQUENCE, next_value=1))
-                value = 1
-        return int(value) - 1, 0
+            return allocate_producer_id(conn), 0
+
+
+def allocate_producer_id(conn: Connection) -> int:
+    """The next producer id from the `producer_id` counter row, inside the caller's write
+    transaction (idempotent and transactional producers share the sequence)."""
+    value = conn.execute(
+        update(sequences)
+        .where(sequences.c.name == PRODUCER_ID_SEQUENCE)
+        .values(next_value=sequences.c.next_value + 1)
+        .returning(sequences.c.next_value)
+    ).scalar()
+    if value is None:
+        conn.execute(insert(sequences).values(name=PRODUCER_ID_SEQUENCE, next_value=1))
+        value = 1
+    return int(value) - 1
 
 
 def _writes_of(

@@ -206,3 +206,24 @@ group_leases = Table(
     Column("expires_ms", BigInteger, nullable=False),
     Column("group_state", Text, nullable=True),
 )
+
+
+# Transactional producers (metadata.transactions, rules in metadata.txn_state): one row per
+# transactional id, changed only inside a write transaction that locks it. `partitions` is
+# JSON [[topic id, partition], ...]; `groups` JSON [group id, ...] with offsets pending.
+transactions = Table(
+    "transactions",
+    metadata_obj,
+    Column("transactional_id", Text, primary_key=True),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", Integer, nullable=False),
+    Column("last_producer_id", BigInteger, nullable=False),
+    Column("last_epoch", Integer, nullable=False),
+    Column("timeout_ms", BigInteger, nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("partitions", JSON, nullable=False),
+    Column("groups", JSON, nullable=False),
+    Column("start_ms", BigInteger, nullable=False),
+    Column("last_update_ms", BigInteger, nullable=False),
+    Index(None, "producer_id"),
+)

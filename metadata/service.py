@@ -57,6 +57,7 @@ from metadata.reads import Reads
 from metadata.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
 from metadata.rows import Clock, Db, system_clock
 from metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
+from metadata.transactions import Transactions
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -112,6 +113,7 @@ class MetadataService:
         self.agents = Membership(self._db, agent_ttl_ms)
         self.retention = Retention(self._db)
         self.gc = GarbageCollection(self._db)
+        self.transactions = Transactions(self._db)
 
     @classmethod
     def from_url(

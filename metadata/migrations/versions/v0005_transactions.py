@@ -1,0 +1,42 @@
+"""transactional producers' state
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-11-24
+
+One row per transactional id (metadata.transactions; rules in metadata.txn_state).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0005"
+down_revision: str | None = "0004"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "transactions",
+        sa.Column("transactional_id", sa.Text(), nullable=False),
+        sa.Column("producer_id", sa.BigInteger(), nullable=False),
+        sa.Column("producer_epoch", sa.Integer(), nullable=False),
+        sa.Column("last_producer_id", sa.BigInteger(), nullable=False),
+        sa.Column("last_epoch", sa.Integer(), nullable=False),
+        sa.Column("timeout_ms", sa.BigInteger(), nullable=False),
+        sa.Column("state", sa.String(length=32), nullable=False),
+        sa.Column("partitions", sa.JSON(), nullable=False),
+        sa.Column("groups", sa.JSON(), nullable=False),
+        sa.Column("start_ms", sa.BigInteger(), nullable=False),
+        sa.Column("last_update_ms", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("transactional_id", name=op.f("pk_transactions")),
+    )
+    op.create_index(op.f("ix_transactions_producer_id"), "transactions", ["producer_id"], unique=False)
+
+
+def downgrade() -> None:
+    op.drop_index(op.f("ix_transactions_producer_id"), table_name="transactions")
+    op.drop_table("transactions")
