@@ -227,3 +227,30 @@ transactions = Table(
     Column("last_update_ms", BigInteger, nullable=False),
     Index(None, "producer_id"),
 )
+
+
+# Per partition, the producers with a transaction open in it: the offset of the
+# transaction's first batch there. Inserted by the commit of that batch, deleted by the
+# commit of the transaction's marker. The last stable offset (LSO) is the smallest
+# first_offset of a partition, or its high watermark when it has none.
+txn_open = Table(
+    "txn_open",
+    metadata_obj,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("producer_id", BigInteger, primary_key=True),
+    Column("first_offset", BigInteger, nullable=False),
+)
+
+# Aborted transactions per partition, as Kafka's AbortedTxn index: read_committed fetches
+# get the entries overlapping what they return, so clients drop aborted records.
+txn_aborted = Table(
+    "txn_aborted",
+    metadata_obj,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("producer_id", BigInteger, primary_key=True),
+    Column("first_offset", BigInteger, primary_key=True),
+    Column("last_offset", BigInteger, nullable=False),  # the ABORT marker's offset
+    Index(None, "topic_id", "partition", "last_offset"),
+)

@@ -21,15 +21,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, tuple_, update
+from sqlalchemy import Connection, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
 from metadata import txn_state
-from metadata.commit_path import allocate_producer_id
 from metadata.db import read_tx, write_tx
-from metadata.rows import IDS_PER_STATEMENT, Db
+from metadata.rows import IDS_PER_STATEMENT, Db, allocate_producer_id
 from metadata.schema import partitions as partitions_table
-from metadata.schema import transactions
+from metadata.schema import transactions, txn_aborted, txn_open
 from metadata.txn_state import Outcome, Partition, TxnRecord, TxnState
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -286,3 +285,113 @@ def complete_in(
     after = txn_state.complete(before, now_ms=now_ms)
     store(conn, before, after)
     return after
+
+
+def apply_commit_events(
+    conn: Connection,
+    events: Sequence[tuple[uuid.UUID, int, int, int, int]],
+    completes: Sequence[tuple[str, int, int]],
+    now_ms: int,
+) -> None:
+    """Inside a file commit's write transaction (its partitions locked): the stored
+    transactional batches open their producer's transaction in the partition (`txn_open`,
+    first offset kept), markers close it (an ABORT also records the aborted range in
+    `txn_aborted`), and the transactions whose markers the file carries complete.
+
+    `events`: (topic id, partition, producer id, control type (-1 data, 0 ABORT, 1 COMMIT),
+    offset), in commit order."""
+    if events:
+        _apply_events(conn, events)
+    for transactional_id, producer_id, epoch in completes:
+        complete_in(conn, transactional_id, producer_id, epoch, now_ms)
+
+
+def _apply_events(conn: Connection, events: Sequence[tuple[uuid.UUID, int, int, int, int]]) -> None:
+    keys = sorted({(t, p, pid) for t, p, pid, _, _ in events})
+    first: dict[tuple[uuid.UUID, int, int], int] = {}
+    for i in range(0, len(keys), IDS_PER_STATEMENT):
+        part = keys[i : i + IDS_PER_STATEMENT]
+        rows = conn.execute(
+            select(txn_open).where(
+                tuple_(txn_open.c.topic_id, txn_open.c.partition, txn_open.c.producer_id).in_(part)
+            )
+        )
+        first.update(((r.topic_id, r.partition, r.producer_id), r.first_offset) for r in rows)
+    stored = set(first)
+    inserts: dict[tuple[uuid.UUID, int, int], int] = {}
+    deletes: set[tuple[uuid.UUID, int, int]] = set()
+    aborted: list[dict[str, Any]] = []
+    for t, p, pid, control_type, offset in events:
+        k = (t, p, pid)
+        if control_type < 0:
+            if k not in first:
+                first[k] = offset
+                inserts[k] = offset
+            continue
+        opened = first.pop(k, None)
+        if opened is None:
+            continue  # a marker for a transaction that wrote nothing here
+        if k in inserts:
+            del inserts[k]
+        if k in stored:
+            deletes.add(k)
+        if control_type == 0:
+            aborted.append(
+                {
+                    "topic_id": t,
+                    "partition": p,
+                    "producer_id": pid,
+                    "first_offset": opened,
+                    "last_offset": offset,
+                }
+            )
+    for t, p, pid in sorted(deletes):
+        conn.execute(
+            delete(txn_open).where(
+                txn_open.c.topic_id == t, txn_open.c.partition == p, txn_open.c.producer_id == pid
+            )
+        )
+    if inserts:
+        conn.execute(
+            insert(txn_open),
+            [
+                {"topic_id": t, "partition": p, "producer_id": pid, "first_offset": o}
+                for (t, p, pid), o in inserts.items()
+            ],
+        )
+    if aborted:
+        conn.execute(insert(txn_aborted), aborted)
+
+
+def stable_state(conn: Connection, keys: Sequence[tuple[uuid.UUID, int]]) -> dict[tuple[uuid.UUID, int], int]:
+    """The first offset of each partition's oldest open transaction (partitions with none
+    are absent: their last stable offset is the high watermark)."""
+    out: dict[tuple[uuid.UUID, int], int] = {}
+    wanted = sorted(set(keys))
+    for i in range(0, len(wanted), IDS_PER_STATEMENT):
+        part = wanted[i : i + IDS_PER_STATEMENT]
+        rows = conn.execute(
+            select(txn_open.c.topic_id, txn_open.c.partition, func.min(txn_open.c.first_offset).label("lso"))
+            .where(tuple_(txn_open.c.topic_id, txn_open.c.partition).in_(part))
+            .group_by(txn_open.c.topic_id, txn_open.c.partition)
+        )
+        out.update(((r.topic_id, r.partition), int(r.lso)) for r in rows)
+    return out
+
+
+def aborted_in(
+    conn: Connection, topic_id: uuid.UUID, partition: int, from_offset: int, below_offset: int
+) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the aborted transactions that overlap
+    [from_offset, below_offset): what a read_committed Fetch answers with."""
+    rows = conn.execute(
+        select(txn_aborted.c.producer_id, txn_aborted.c.first_offset)
+        .where(
+            txn_aborted.c.topic_id == topic_id,
+            txn_aborted.c.partition == partition,
+            txn_aborted.c.last_offset >= from_offset,
+            txn_aborted.c.first_offset < below_offset,
+        )
+        .order_by(txn_aborted.c.first_offset)
+    )
+    return [(int(r.producer_id), int(r.first_offset)) for r in rows]

@@ -13,6 +13,7 @@ import pytest
 from metadata import txn_state as ts
 from metadata.service import MetadataService
 from metadata.txn_state import TxnState
+from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionFetchInfo
 
 
 class Clock:
@@ -139,3 +140,66 @@ def test_racing_first_inits_of_one_id_give_distinct_epochs(svc: MetadataService)
     assert all(r.ok for r in results)
     assert len({r.producer_id for r in results}) == 1
     assert sorted(r.producer_epoch for r in results) == [0, 1, 2, 3]
+
+
+def _batch(
+    pos: int, count: int, pid: int = -1, seq: int = -1, txn: bool = False, control: int = -1
+) -> BatchSpec:
+    return BatchSpec(
+        pos, 100, count, count, 0, pid, 0 if pid >= 0 else -1, seq, is_transactional=txn, control_type=control
+    )
+
+
+def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(svc: MetadataService) -> None:
+    topic = svc.describe_topics(["t"])["t"]
+    tid = topic.topic_id
+    txns = svc.transactions
+    init = txns.init_producer_id("tx", 60_000)
+    pid = init.producer_id
+    txns.add_partitions("tx", pid, 0, [(str(tid), 0), (str(tid), 1)])
+    # p0: offsets 0-1 plain data, 2-3 the transaction's; p1: offset 0 the transaction's
+    svc.commit_file(
+        FileSpec("f1", 1000),
+        [
+            ChunkSpec(tid, 0, (_batch(0, 2), _batch(100, 2, pid, 0, txn=True))),
+            ChunkSpec(tid, 1, (_batch(200, 1, pid, 2, txn=True),)),
+        ],
+    )
+
+    def committed(partition: int, offset: int = 0) -> PartitionFetchInfo:
+        return svc.find_chunks([FetchQuery(tid, partition, offset, 1 << 20, isolation_level=1)])[0]
+
+    p0 = committed(0)
+    assert (p0.high_watermark, p0.last_stable_offset, p0.aborted) == (4, 2, ())
+    assert all(c.base_offset < 2 for c in p0.chunks)
+    assert committed(0, 2).chunks == ()  # at the LSO: nothing yet
+    plain = svc.find_chunks([FetchQuery(tid, 0, 0, 1 << 20)])[0]
+    assert plain.last_stable_offset == -1 and plain.chunks[-1].last_offset == 3
+
+    end = txns.end_txn("tx", pid, 0, commit=False)
+    assert end.write_markers
+    # the markers file completes the transaction in the same database transaction
+    svc.commit_file(
+        FileSpec("markers", 1000, completes=(("tx", pid, 0),)),
+        [
+            ChunkSpec(tid, 0, (_batch(0, 1, pid, txn=True, control=0),)),
+            ChunkSpec(tid, 1, (_batch(100, 1, pid, txn=True, control=0),)),
+        ],
+    )
+    p0 = committed(0)
+    assert (p0.high_watermark, p0.last_stable_offset) == (5, 5)
+    assert p0.aborted == ((pid, 2),)
+    assert committed(1).aborted == ((pid, 0),)
+    assert committed(0, 4).aborted == ((pid, 2),)  # the ABORT marker's own offset is in the range (Kafka)
+    described = txns.describe(["tx"])["tx"]
+    assert described is not None and described.state is TxnState.COMPLETE_ABORT
+
+    # a second transaction of another producer, left open, holds the LSO at its first offset
+    other = txns.init_producer_id("tx2", 60_000)
+    svc.commit_file(
+        FileSpec("f3", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, other.producer_id, 0, txn=True),))]
+    )
+    svc.commit_file(FileSpec("f4", 1000), [ChunkSpec(tid, 0, (_batch(0, 1),))])
+    p0 = committed(0)
+    assert (p0.high_watermark, p0.last_stable_offset) == (7, 5)
+    assert committed(0, 5).chunks == () and committed(0, 5).aborted == ()

@@ -4,7 +4,9 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-24
 
-One row per transactional id (metadata.transactions; rules in metadata.txn_state).
+One row per transactional id (metadata.transactions; rules in metadata.txn_state); per
+partition the open transactions (their first offsets: the last stable offset) and the
+aborted ones (what read_committed fetches skip).
 """
 
 from __future__ import annotations
@@ -35,8 +37,36 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("transactional_id", name=op.f("pk_transactions")),
     )
     op.create_index(op.f("ix_transactions_producer_id"), "transactions", ["producer_id"], unique=False)
+    op.create_table(
+        "txn_open",
+        sa.Column("topic_id", sa.Uuid(), nullable=False),
+        sa.Column("partition", sa.Integer(), nullable=False),
+        sa.Column("producer_id", sa.BigInteger(), nullable=False),
+        sa.Column("first_offset", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("topic_id", "partition", "producer_id", name=op.f("pk_txn_open")),
+    )
+    op.create_table(
+        "txn_aborted",
+        sa.Column("topic_id", sa.Uuid(), nullable=False),
+        sa.Column("partition", sa.Integer(), nullable=False),
+        sa.Column("producer_id", sa.BigInteger(), nullable=False),
+        sa.Column("first_offset", sa.BigInteger(), nullable=False),
+        sa.Column("last_offset", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "topic_id", "partition", "producer_id", "first_offset", name=op.f("pk_txn_aborted")
+        ),
+    )
+    op.create_index(
+        op.f("ix_txn_aborted_topic_id_partition_last_offset"),
+        "txn_aborted",
+        ["topic_id", "partition", "last_offset"],
+        unique=False,
+    )
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_txn_aborted_topic_id_partition_last_offset"), table_name="txn_aborted")
+    op.drop_table("txn_aborted")
+    op.drop_table("txn_open")
     op.drop_index(op.f("ix_transactions_producer_id"), table_name="transactions")
     op.drop_table("transactions")
