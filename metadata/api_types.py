@@ -18,6 +18,7 @@ from typing import Protocol
 
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.group_lease_types import LeaseGrant, LeaseToken
+from metadata.txn_state import Outcome, Partition, TxnRecord
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -140,5 +141,31 @@ class MetadataClient(Protocol):
     async def confirm_group_generation(
         self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
     ) -> None: ...
+
+    # transactions (metadata.transactions; partitions are (topic id as text, partition))
+    async def init_txn_producer_id(  # expected: KIP-360 (producer id, epoch) or None
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> Outcome: ...
+    async def add_partitions_to_txn(  # one error code per partition
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> dict[Partition, int]: ...
+    async def verify_txn_partitions(  # AddPartitionsToTxn v4+ verify_only
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> int: ...
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> int: ...
+    async def end_txn(  # write_markers: the caller writes them, the markers file completes it
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> Outcome: ...
+    async def complete_txn(  # PREPARE_* -> COMPLETE_* without markers (no partitions); None: not preparing
+        self, transactional_id: str, producer_id: int, epoch: int
+    ) -> TxnRecord | None: ...
+    async def expire_txns(self) -> list[Outcome]: ...  # timed-out transactions now PREPARE_ABORT
+    async def preparing_txns(self) -> list[TxnRecord]: ...  # markers still to write
+    async def describe_txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord | None]: ...
+    async def list_txns(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_filter_ms: int = -1
+    ) -> list[TxnRecord]: ...
 
     async def close(self) -> None: ...

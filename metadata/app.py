@@ -40,6 +40,7 @@ from metadata.errors import (
 )
 from metadata.group_lease_types import LeaseToken
 from metadata.service import MetadataService
+from metadata.txn_routes import txn_router
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +416,10 @@ def create_app(service: MetadataService, *, max_body_bytes: int = DEFAULT_MAX_BO
         lease = LeaseToken(req.lease.holder, req.lease.epoch)
         svc.confirm_group_generation(req.group_id, lease, req.ttl_ms, req.group_state)
         return s.OkResponse()
+
+    # ---------------------------------------------------------------- transactions (metadata.txn_routes)
+
+    app.include_router(txn_router(svc))
 
     # ---------------------------------------------------------------- cluster settings
 

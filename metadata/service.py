@@ -16,7 +16,8 @@ dialect, clock):
 - `metadata.groups.GroupOffsets`: consumer groups' committed offsets;
 - `metadata.membership.Membership`: agent heartbeats and the live agents;
 - `metadata.retention.Retention`: retention, DeleteRecords, committed-offset expiry;
-- `metadata.gc.GarbageCollection`: the garbage collector's claims and orphan checks.
+- `metadata.gc.GarbageCollection`: the garbage collector's claims and orphan checks;
+- `metadata.transactions.Transactions`: transactional ids' state (the coordinator's calls).
 
 What differs between PostgreSQL and SQLite is behind `metadata.dialect.Dialect`.
 
@@ -49,6 +50,7 @@ from metadata.compaction_swap import CompactionSwap
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.db import create_engine_for, upgrade_to_head, write_tx
 from metadata.dialect import dialect_for
+from metadata.errors import INVALID_REQUEST, MetadataError
 from metadata.gc import GarbageCollection
 from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.groups import GroupOffsets
@@ -58,6 +60,7 @@ from metadata.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
 from metadata.rows import Clock, Db, system_clock
 from metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
 from metadata.transactions import Transactions
+from metadata.txn_state import Outcome, Partition, TxnRecord
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -341,6 +344,57 @@ class MetadataService:
     ) -> None:
         with write_tx(self.engine) as conn:
             group_leases.confirm(conn, group_id, lease, self.clock(), ttl_ms, group_state)
+
+    # ------------------------------------------------------------------ transactions
+    # (metadata.transactions: each call one write transaction locking the id's row)
+
+    def init_txn_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> Outcome:
+        return self.transactions.init_producer_id(transactional_id, timeout_ms, expected)
+
+    def add_partitions_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> dict[Partition, int]:
+        _check_topic_ids(partitions)
+        return self.transactions.add_partitions(transactional_id, producer_id, epoch, partitions).errors
+
+    def verify_txn_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> int:
+        _check_topic_ids(partitions)
+        return self.transactions.verify_partitions(transactional_id, producer_id, epoch, partitions)
+
+    def add_offsets_to_txn(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
+        return self.transactions.add_offsets(transactional_id, producer_id, epoch, group_id)
+
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
+        return self.transactions.end_txn(transactional_id, producer_id, epoch, commit)
+
+    def complete_txn(self, transactional_id: str, producer_id: int, epoch: int) -> TxnRecord | None:
+        return self.transactions.complete(transactional_id, producer_id, epoch)
+
+    def expire_txns(self) -> list[Outcome]:
+        return self.transactions.expire()
+
+    def preparing_txns(self) -> list[TxnRecord]:
+        return self.transactions.preparing()
+
+    def describe_txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord | None]:
+        return self.transactions.describe(transactional_ids)
+
+    def list_txns(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_filter_ms: int = -1
+    ) -> list[TxnRecord]:
+        return self.transactions.list(states, producer_ids, duration_filter_ms)
+
+
+def _check_topic_ids(partitions: Sequence[Partition]) -> None:
+    for topic_id, _ in partitions:
+        try:
+            uuid.UUID(topic_id)
+        except ValueError:
+            raise MetadataError(INVALID_REQUEST, f"not a topic id: {topic_id[:64]!r}") from None
 
 
 __all__ = ["MetadataService", "system_clock", "DEFAULT_AGENT_TTL_MS", "MAX_PARTITIONS_PER_TOPIC"]
