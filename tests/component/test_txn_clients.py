@@ -57,7 +57,9 @@ async def md(request: pytest.FixtureRequest, service: MetadataService) -> AsyncI
     if request.param == "local":
         client = LocalMetadataClient(service)
     else:
-        client = HttpMetadataClient("http://metadata.test", transport=httpx.ASGITransport(app=create_app(service)))
+        client = HttpMetadataClient(
+            "http://metadata.test", transport=httpx.ASGITransport(app=create_app(service))
+        )
     yield client  # type: ignore[misc]
     await client.close()
 
@@ -127,7 +129,10 @@ async def test_malformed_txn_bodies_are_422_not_500(service: MetadataService) ->
     async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
         for path, body in [
             ("/v1/txn/init-producer-id", {"transactional_id": "", "timeout_ms": 1}),
-            ("/v1/txn/end", {"transactional_id": "x", "producer_id": 1, "producer_epoch": 2**40, "commit": True}),
+            (
+                "/v1/txn/end",
+                {"transactional_id": "x", "producer_id": 1, "producer_epoch": 2**40, "commit": True},
+            ),
             ("/v1/txn/list", {"states": ["x"] * 100}),
             ("/v1/txn/add-partitions", {"transactional_id": "x", "producer_id": 1, "producer_epoch": 0}),
         ]:
