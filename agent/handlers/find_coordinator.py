@@ -4,15 +4,9 @@ The coordinator of a group is the agent `LiveAgents.coordinator_for_group` picks
 rendezvous hashing over the live agents, so every agent gives the same answer (as long as
 they agree on who is alive) and a lost agent moves only its share of the groups.
 v0-v3 ask for one key, v4+ for a batch (`coordinator_keys`), answered one entry each.
-Key type 0 is a group.
-
-Skiff has no transactions. A transaction key (type 1) gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-with a message saying so: the one answer every client treats as fatal at once (librdkafka's
-`init_transactions()` raises a fatal error, the Java producer a
-TransactionalIdAuthorizationException). A retriable COORDINATOR_NOT_AVAILABLE would have them
-look for a coordinator until their timeout (confluent-kafka's `init_transactions()` blocked for
-ever), and librdkafka retries any other code (UNSUPPORTED_VERSION, INVALID_REQUEST, ...) until
-its timeout too. Any other key type gets INVALID_REQUEST, as Kafka answers an unknown one.
+Key type 0 is a group; key type 1 a transactional id, whose coordinator is the rendezvous
+owner of `b"txn:" + id` (`agent.txn_coordinator.TxnCoordinator.coordinator_for`). Any other
+key type gets INVALID_REQUEST, as Kafka answers an unknown one.
 """
 
 from __future__ import annotations
@@ -34,11 +28,6 @@ MAX_VERSION = 6
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
-NO_TRANSACTIONS = (
-    "Skiff does not support transactions: there is no transaction coordinator, so a producer"
-    " with a transactional.id cannot be used (use an idempotent producer instead)"
-)
-
 
 def _failed(key: str, code: ErrorCode, message: str) -> Coordinator:
     return Coordinator(
@@ -53,12 +42,15 @@ def _failed(key: str, code: ErrorCode, message: str) -> Coordinator:
 
 def _find(ctx: AgentContext, key: str, key_type: int) -> Coordinator:
     if key_type == TRANSACTION_KEY_TYPE:
-        return _failed(key, ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
-    if key_type != GROUP_KEY_TYPE:
+        if not key:
+            return _failed(key, ErrorCode.invalid_request, "empty transactional id")
+        b = ctx.parts.transactions.coordinator_for(key)
+    elif key_type != GROUP_KEY_TYPE:
         return _failed(key, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}")
-    if not key:
+    elif not key:
         return _failed(key, ErrorCode.invalid_group_id, "empty group id")
-    b = ctx.agents.coordinator_for_group(key)
+    else:
+        b = ctx.agents.coordinator_for_group(key)
     return Coordinator(
         key=key,
         node_id=i32(b.node_id),  # type: ignore[arg-type]

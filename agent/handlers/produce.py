@@ -6,8 +6,8 @@ Per partition of a request:
 2. the records are checked (`validate_batches`) as Kafka's LogValidator checks them: exactly
    one RecordBatch (Kafka: INVALID_RECORD otherwise), magic 2 (older formats get
    UNSUPPORTED_FOR_MESSAGE_FORMAT), lengths inside the request and CRC-32C (CORRUPT_MESSAGE),
-   at most the topic's `max.message.bytes` (MESSAGE_TOO_LARGE), no transactional batches
-   (Skiff has no transactions: INVALID_RECORD); then every record is decoded
+   at most the topic's `max.message.bytes` (MESSAGE_TOO_LARGE), no control batches (only
+   the transaction coordinator writes markers: INVALID_RECORD); then every record is decoded
    (`fileformat.log_validator`): counts, lengths, offset deltas 0..n-1, keys on compacted
    topics (INVALID_RECORD), compressed data that does not decompress within the cap
    (CORRUPT_MESSAGE), timestamps against `message.timestamp.before.max.ms` /
@@ -119,8 +119,6 @@ def validate_batches(
         validate_batch(records, pos, max_batch_bytes=max(size, 1), counts=False)
     except RecordBatchError as exc:
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
-    if header.is_transactional:
-        raise BatchRejected(ErrorCode.invalid_record, "transactional batches are not supported")
     try:
         max_ts = validate_produced_batch(
             records,
@@ -158,6 +156,8 @@ def validate_batches(
             producer_epoch=header.producer_epoch,
             base_sequence=header.base_sequence,
             timestamp_type=ts_type,
+            # opens the producer's transaction in this partition at commit (txn_open)
+            is_transactional=header.is_transactional,
         )
     ]
 

@@ -1,0 +1,37 @@
+"""AddOffsetsToTxn (api key 25), v0-v3: a consumer group's offsets join the transaction
+(`metadata.txn_state.add_offsets`, under the transactional id's row lock).
+
+The offsets themselves come with TxnOffsetCommit, which Skiff does not serve yet (see
+docs/transactions.md): a producer calling `send_offsets_to_transaction` fails there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.add_offsets_to_txn.v3.response import AddOffsetsToTxnResponse
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers._txn import txn_error, txn_exception_code
+
+API_KEY = 25
+MIN_VERSION = 0
+MAX_VERSION = 3
+FENCED_SINCE_VERSION = 2
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    try:
+        code = await ctx.metadata.add_offsets_to_txn(
+            body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id
+        )
+    except Exception as exc:
+        return AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=txn_exception_code(exc))
+    return AddOffsetsToTxnResponse(
+        throttle_time=NO_THROTTLE, error_code=txn_error(code, request.api_version, FENCED_SINCE_VERSION)
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
