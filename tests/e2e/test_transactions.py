@@ -77,7 +77,9 @@ def _read_to_end(bootstrap: str, topic: str, isolation: str) -> tuple[list[str],
 def _high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}"})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)}
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)
+        }
     finally:
         c.close()
 
@@ -136,7 +138,11 @@ def test_a_new_instance_fences_the_old_one(playground: str) -> None:
         old.commit_transaction(30)
     err = e.value.args[0]
     assert err.fatal(), err
-    assert err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH), err
+    assert err.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    ), err
     new.begin_transaction()
     _send(new, topic, ["fresh0", "fresh1"])
     new.commit_transaction(30)
@@ -146,7 +152,9 @@ def test_a_new_instance_fences_the_old_one(playground: str) -> None:
 
 def test_transaction_timeout_aborts(playground: str) -> None:
     topic = _topic(playground)
-    p = _producer(playground, f"tx-{uuid.uuid4()}", **{"transaction.timeout.ms": 2000, "socket.timeout.ms": 1000})
+    p = _producer(
+        playground, f"tx-{uuid.uuid4()}", **{"transaction.timeout.ms": 2000, "socket.timeout.ms": 1000}
+    )
     p.init_transactions(30)
     p.begin_transaction()
     _send(p, topic, ["late0", "late1"])
