@@ -155,6 +155,14 @@ class MetadataClient(Protocol):
     async def add_offsets_to_txn(
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str
     ) -> int: ...
+    async def txn_offset_commit(  # staged until the transaction completes; one answer per offset
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]: ...
     async def end_txn(  # write_markers: the caller writes them, the markers file completes it
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> Outcome: ...

@@ -471,6 +471,22 @@ class HttpMetadataClient:
         data = await self._call("POST", "/v1/txn/add-offsets", req)
         return self._parse(_TXN_ERROR, data).error
 
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]:
+        req = ts.TxnOffsetCommitRequest.model_construct(
+            **self._producer(transactional_id, producer_id, epoch),
+            group_id=group_id,
+            offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets],
+        )
+        data = await self._call("POST", "/v1/txn/offset-commit", req)
+        return [OffsetCommitResult(r.error_code, r.error_message) for r in self._parse(_COMMIT_RESULTS, data)]
+
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         req = ts.EndTxnRequest.model_construct(
             **self._producer(transactional_id, producer_id, epoch), commit=commit

@@ -286,6 +286,18 @@ class LocalMetadataClient:
             self.service.add_offsets_to_txn, transactional_id, producer_id, epoch, group_id
         )
 
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]:
+        return await self._run(
+            self.service.txn_offset_commit, transactional_id, producer_id, epoch, group_id, list(offsets)
+        )
+
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         return await self._run(self.service.end_txn, transactional_id, producer_id, epoch, commit)
 

@@ -254,3 +254,18 @@ txn_aborted = Table(
     Column("last_offset", BigInteger, nullable=False),  # the ABORT marker's offset
     Index(None, "topic_id", "partition", "last_offset"),
 )
+
+# Offsets staged by TxnOffsetCommit until their transaction completes (metadata.txn_offsets).
+txn_offsets = Table(
+    "txn_offsets",
+    metadata_obj,
+    Column("transactional_id", Text, primary_key=True),
+    Column("group_id", Text, primary_key=True),
+    Column("topic", String(255), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("committed_offset", BigInteger, nullable=False),
+    Column("metadata", Text, nullable=True),
+    Column("leader_epoch", Integer, nullable=False),
+    Column("commit_time_ms", BigInteger, nullable=False),
+    Index(None, "group_id"),
+)

@@ -368,6 +368,16 @@ class MetadataService:
     def add_offsets_to_txn(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
         return self.transactions.add_offsets(transactional_id, producer_id, epoch, group_id)
 
+    def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]:
+        return self.transactions.txn_offset_commit(transactional_id, producer_id, epoch, group_id, offsets)
+
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         return self.transactions.end_txn(transactional_id, producer_id, epoch, commit)
 

@@ -24,12 +24,13 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
-from metadata import txn_state
+from metadata import txn_offsets, txn_state
 from metadata.db import read_tx, write_tx
 from metadata.rows import IDS_PER_STATEMENT, Db, allocate_producer_id
 from metadata.schema import partitions as partitions_table
 from metadata.schema import transactions, txn_aborted, txn_open
 from metadata.txn_state import Outcome, Partition, TxnRecord, TxnState
+from metadata.types import GroupOffset, OffsetCommitResult
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 OPERATION_NOT_ATTEMPTED = 55
@@ -184,6 +185,31 @@ class Transactions:
                 store(conn, before, out.record)
         return out.error
 
+    def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]:
+        """TxnOffsetCommit: the offsets are staged until the transaction completes
+        (metadata.txn_offsets)."""
+        if not offsets:
+            return []
+        with write_tx(self._db.engine) as conn:
+            record = load(conn, transactional_id, for_update=True)
+            return txn_offsets.stage_in(
+                conn,
+                record,
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                epoch=epoch,
+                group_id=group_id,
+                offsets=offsets,
+                now_ms=self._db.clock(),
+            )
+
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         """EndTxn: on success with `write_markers`, the record is PREPARE_* and the caller
         (the coordinator) writes the markers to `out.record.partitions`, then `complete`s."""
@@ -284,6 +310,8 @@ def complete_in(
         return None
     after = txn_state.complete(before, now_ms=now_ms)
     store(conn, before, after)
+    if before.groups:  # offsets staged by TxnOffsetCommit become visible, or are dropped
+        txn_offsets.settle(conn, transactional_id, commit=after.state is TxnState.COMPLETE_COMMIT)
     return after
 
 

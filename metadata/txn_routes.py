@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from metadata import serde as s
 from metadata import txn_serde as ts
 from metadata.service import MetadataService
 
@@ -43,6 +44,18 @@ def txn_router(svc: MetadataService) -> APIRouter:
             req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
         )
         return ts.ErrorResponse(error=error)
+
+    @router.post("/offset-commit", response_model=list[s.OffsetCommitResultM])
+    def offset_commit(req: ts.TxnOffsetCommitRequest) -> list[s.OffsetCommitResultM]:
+        """TxnOffsetCommit: offsets staged until the transaction completes (metadata.txn_offsets)."""
+        results = svc.txn_offset_commit(
+            req.transactional_id,
+            req.producer_id,
+            req.producer_epoch,
+            req.group_id,
+            [s.t.GroupOffset(**o.__dict__) for o in req.offsets],
+        )
+        return [s.OffsetCommitResultM.model_construct(**r.__dict__) for r in results]
 
     @router.post("/end", response_model=ts.OutcomeM)
     def end_txn(req: ts.EndTxnRequest) -> ts.OutcomeM:

@@ -13,7 +13,7 @@ from typing import Annotated
 from pydantic import Field
 
 from metadata import txn_state as ts
-from metadata.serde import _M, Int32, Int64, Name
+from metadata.serde import _M, GroupOffsetM, Int32, Int64, Name
 
 TxnId = Annotated[str, Field(min_length=1, max_length=32767)]
 StateName = Annotated[str, Field(max_length=32)]
@@ -76,6 +76,11 @@ class AddOffsetsToTxnRequest(TxnProducerM):
 
 class EndTxnRequest(TxnProducerM):
     commit: bool
+
+
+class TxnOffsetCommitRequest(TxnProducerM):
+    group_id: Name
+    offsets: Annotated[list[GroupOffsetM], Field(max_length=MAX_PARTITIONS)]
 
 
 class ErrorResponse(_M):

@@ -1,8 +1,8 @@
 """AddOffsetsToTxn (api key 25), v0-v3: a consumer group's offsets join the transaction
 (`metadata.txn_state.add_offsets`, under the transactional id's row lock).
 
-The offsets themselves come with TxnOffsetCommit, which Skiff does not serve yet (see
-docs/transactions.md): a producer calling `send_offsets_to_transaction` fails there.
+The offsets themselves come next with TxnOffsetCommit (`agent.handlers.txn_offset_commit`),
+which refuses a group not added here.
 """
 
 from __future__ import annotations

@@ -290,6 +290,19 @@ class FlakyMetadataClient:
             lambda: self.inner.add_offsets_to_txn(transactional_id, producer_id, epoch, group_id),
         )
 
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]:
+        return await self._go(
+            "txn_offset_commit",
+            lambda: self.inner.txn_offset_commit(transactional_id, producer_id, epoch, group_id, offsets),
+        )
+
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         return await self._go(
             "end_txn", lambda: self.inner.end_txn(transactional_id, producer_id, epoch, commit)

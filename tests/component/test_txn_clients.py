@@ -21,6 +21,7 @@ from metadata.txn_state import (
     PRODUCER_FENCED,
     TxnState,
 )
+from metadata.types import GroupOffset
 
 pytestmark = pytest.mark.anyio
 
@@ -89,6 +90,38 @@ async def test_a_transaction_through_the_client(md: LocalMetadataClient, clock: 
     described = await md.describe_txns(["tx", "nope"])
     assert described["nope"] is None and described["tx"] is not None
     assert described["tx"].state is TxnState.COMPLETE_COMMIT
+
+
+async def test_offsets_in_a_transaction_appear_on_commit_only(md: LocalMetadataClient) -> None:
+    offs = [GroupOffset("t", 0, 5, "m"), GroupOffset("t", 1, 7)]
+    init = await md.init_txn_producer_id("tx", 60_000)
+    pid = init.producer_id
+    # the group must join the transaction first
+    assert [r.error_code for r in await md.txn_offset_commit("tx", pid, 0, "g", offs)] == [
+        INVALID_TXN_STATE
+    ] * 2
+    assert await md.add_offsets_to_txn("tx", pid, 0, "g") == 0
+    results = await md.txn_offset_commit("tx", pid, 0, "g", [*offs, GroupOffset("t", 9, 1)])
+    assert [r.error_code for r in results] == [0, 0, 3]  # no partition 9
+    assert await md.fetch_offsets("g", None) == []  # staged, not visible
+    end = await md.end_txn("tx", pid, 0, True)
+    assert end.groups == {"g"} and end.record is not None
+    await md.complete_txn("tx", pid, 0)  # no partitions: no markers
+    got = {(o.topic, o.partition): (o.offset, o.metadata) for o in await md.fetch_offsets("g", None)}
+    assert got == {("t", 0): (5, "m"), ("t", 1): (7, None)}
+    # an aborted transaction's offsets vanish
+    assert await md.add_offsets_to_txn("tx", pid, 0, "g") == 0
+    assert [
+        r.error_code for r in await md.txn_offset_commit("tx", pid, 0, "g", [GroupOffset("t", 0, 99)])
+    ] == [0]
+    assert (await md.end_txn("tx", pid, 0, False)).ok
+    await md.complete_txn("tx", pid, 0)
+    got = {(o.topic, o.partition): o.offset for o in await md.fetch_offsets("g", None)}
+    assert got == {("t", 0): 5, ("t", 1): 7}
+    # a fenced producer stages nothing
+    assert (await md.init_txn_producer_id("tx", 60_000)).producer_epoch == 1
+    fenced = await md.txn_offset_commit("tx", pid, 0, "g", [GroupOffset("t", 0, 100)])
+    assert [r.error_code for r in fenced] == [PRODUCER_FENCED]
 
 
 async def test_fencing_and_expiry_through_the_client(md: LocalMetadataClient, clock: Clock) -> None:

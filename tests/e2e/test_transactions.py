@@ -171,3 +171,28 @@ def test_transaction_timeout_aborts(playground: str) -> None:
         p.commit_transaction(30)
     everything, _ = _read_to_end(playground, topic, "read_uncommitted")
     assert sorted(everything) == ["late0", "late1"]
+
+
+def test_offsets_sent_to_a_transaction_commit_with_it(playground: str) -> None:
+    topic = _topic(playground)
+    group = f"g-{uuid.uuid4()}"
+    consumer = Consumer({"bootstrap.servers": playground, "group.id": group, "enable.auto.commit": False})
+    try:
+        p = _producer(playground, f"tx-{uuid.uuid4()}")
+        p.init_transactions(30)
+        p.begin_transaction()
+        _send(p, topic, ["out0"])
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 5)], consumer.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+        assert tp.offset == 5
+        p.begin_transaction()
+        _send(p, topic, ["out1"])
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 9)], consumer.consumer_group_metadata(), 30)
+        p.abort_transaction(30)
+        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+        assert tp.offset == 5  # the aborted transaction's offset never became visible
+    finally:
+        consumer.close()
+    got, _ = _read_to_end(playground, topic, "read_committed")
+    assert got == ["out0"]
