@@ -13,6 +13,7 @@ deadline only bounds a failing test).
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -196,3 +197,49 @@ def test_offsets_sent_to_a_transaction_commit_with_it(playground: str) -> None:
         consumer.close()
     got, _ = _read_to_end(playground, topic, "read_committed")
     assert got == ["out0"]
+
+
+def test_aiokafka_transactional_producer_and_read_committed_consumer(playground: str) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AioTP
+
+    topic = _topic(playground)
+
+    async def run() -> tuple[list[str], list[str]]:
+        producer = AIOKafkaProducer(bootstrap_servers=playground, transactional_id=f"tx-{uuid.uuid4()}")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i in range(4):
+                    await producer.send_and_wait(topic, f"kept{i}".encode(), partition=i % PARTITIONS)
+            await producer.begin_transaction()
+            for i in range(4):
+                await producer.send_and_wait(topic, f"dropped{i}".encode(), partition=i % PARTITIONS)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+        seen: dict[str, list[str]] = {}
+        for isolation in ("read_committed", "read_uncommitted"):
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=playground, isolation_level=isolation, enable_auto_commit=False
+            )
+            await consumer.start()
+            try:
+                tps = [AioTP(topic, p) for p in range(PARTITIONS)]
+                consumer.assign(tps)
+                await consumer.seek_to_beginning(*tps)
+                ends = await consumer.end_offsets(tps)  # the LSO for read_committed
+                got: list[str] = []
+                deadline = time.monotonic() + DEADLINE_S
+                while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+                    assert time.monotonic() < deadline, (isolation, got)
+                    batches = await consumer.getmany(timeout_ms=500)
+                    got += [m.value.decode() for ms in batches.values() for m in ms]
+                seen[isolation] = got
+            finally:
+                await consumer.stop()
+        return seen["read_committed"], seen["read_uncommitted"]
+
+    committed, everything = asyncio.run(run())
+    assert sorted(committed) == [f"kept{i}" for i in range(4)]
+    assert sorted(everything) == sorted([f"kept{i}" for i in range(4)] + [f"dropped{i}" for i in range(4)])
