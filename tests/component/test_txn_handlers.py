@@ -5,6 +5,7 @@ INVALID_PRODUCER_EPOCH before), unknown topics, the batched AddPartitionsToTxn v
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Iterator
@@ -26,7 +27,9 @@ from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
+from fileformat.records import Record, build_batch
 from tests.component.fake_metadata import AgentHarness, request_once
+from tests.support.kafka_wire import produce_request
 
 MINUTE = i32Timedelta.parse(datetime.timedelta(minutes=1))
 
@@ -189,3 +192,33 @@ def test_batched_add_verify_describe_and_list(harness: AgentHarness) -> None:
         ),
     )
     assert none_left.transaction_states == ()
+
+
+def test_produce_verifies_transactional_batches(harness: AgentHarness) -> None:
+    topic = _topic(harness)
+    txn_id = f"tx-{uuid.uuid4()}"
+    pid, epoch = _init(harness, txn_id)
+
+    def produce(partition: int, epoch_: int, seq: int, txn: str | None = txn_id) -> tuple[ErrorCode, int]:
+        batch = build_batch(
+            [Record(0, 1_000, b"k", b"v", ())],
+            producer_id=pid,
+            producer_epoch=epoch_,
+            base_sequence=seq,
+            is_transactional=True,
+        )
+        req = dataclasses.replace(
+            produce_request(topic, {partition: batch}),
+            transactional_id=None if txn is None else TransactionalId(txn),
+        )
+        (p,) = request_once(harness.bootstrap, req).responses[0].partition_responses
+        return p.error_code, int(p.base_offset)
+
+    assert produce(0, epoch, 0)[0] == ErrorCode.invalid_txn_state  # not added to a transaction
+    added = request_once(harness.bootstrap, _add_v3(txn_id, pid, epoch, {topic: [0]}))
+    assert _codes(added) == {(topic, 0): ErrorCode.none}
+    assert produce(1, epoch, 0)[0] == ErrorCode.invalid_txn_state  # partition 1 was not added
+    assert produce(0, epoch, 0, txn=None)[0] == ErrorCode.invalid_txn_state  # no transactional id
+    assert produce(0, epoch, 0) == (ErrorCode.none, 0)
+    _init(harness, txn_id)  # a new instance: aborts and fences
+    assert produce(0, epoch, 1)[0] == ErrorCode.invalid_producer_epoch
