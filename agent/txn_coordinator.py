@@ -26,7 +26,9 @@ Background (`run`/`scan_once`, every `scan_interval_ms`): `expire_txns()` aborts
 transaction past its `transaction.timeout.ms` (the row lock lets one agent win each) and
 this agent writes the markers of those it won; prepared transactions this agent
 coordinates that have not moved for `redrive_after_ms` (their coordinator died, or its
-PUT failed) are finished again.
+PUT failed) are finished again; an attempt that fails is retried with a doubling delay
+(up to `MAX_RETRY_DELAY_MS`), so a transaction whose markers cannot commit (a topic deleted
+meanwhile) costs a file every minute at most, not every second.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ DEFAULT_SCAN_INTERVAL_MS = (
     1_000  # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms is 10 s
 )
 DEFAULT_REDRIVE_AFTER_MS = 5_000
+MAX_RETRY_DELAY_MS = 60_000  # between attempts at a transaction whose markers keep failing
+_MAX_RETRY_ENTRIES = 10_000  # bound of the retry table
 COORDINATOR_EPOCH = 0  # no coordinator epochs: the metadata row lock fences coordinators
 
 
@@ -136,6 +140,9 @@ class TxnCoordinator:
         self._redrive_after_ms = redrive_after_ms
         self._key_prefix = key_prefix
         self._task: asyncio.Task[None] | None = None
+        # (id, producer id, epoch) -> (next attempt ms, delay ms): failed re-drives back off,
+        # so a transaction whose markers cannot commit does not PUT a file every second.
+        self._retry: dict[tuple[str, int, int], tuple[int, int]] = {}
         self.markers_written = 0  # files, for tests and metrics
 
     def coordinator_for(self, transactional_id: str) -> Broker:
@@ -199,11 +206,20 @@ class TxnCoordinator:
                 )
                 await self.finish(out.record)
         now = self._wall_ms()
-        for record in await self._metadata.preparing_txns():
-            if now - record.last_update_ms >= self._redrive_after_ms and self.coordinates(
+        prepared = await self._metadata.preparing_txns()
+        live = {(r.transactional_id, r.producer_id, r.producer_epoch) for r in prepared}
+        self._retry = {k: v for k, v in self._retry.items() if k in live}
+        for record in prepared:
+            key = (record.transactional_id, record.producer_id, record.producer_epoch)
+            if now - record.last_update_ms < self._redrive_after_ms or not self.coordinates(
                 record.transactional_id
             ):
-                await self.finish(record)
+                continue
+            next_ms, delay_ms = self._retry.get(key, (0, self._redrive_after_ms))
+            if now < next_ms:
+                continue
+            if not await self.finish(record) and len(self._retry) < _MAX_RETRY_ENTRIES:
+                self._retry[key] = (now + delay_ms, min(2 * delay_ms, MAX_RETRY_DELAY_MS))
 
     def start(self) -> None:
         if self._task is None:

@@ -234,7 +234,17 @@ class Transactions:
         `transactional_ids` (default: all). Returns those whose markers must be written."""
         now_ms = self._db.clock()
         with write_tx(self._db.engine) as conn:
-            stmt = select(transactions).where(_T.state == TxnState.ONGOING.value).with_for_update()
+            # Only the rows already due are locked: every agent runs this every second, and
+            # locking every ongoing transaction would queue their producers' requests behind it.
+            stmt = (
+                select(transactions)
+                .where(
+                    _T.state == TxnState.ONGOING.value,
+                    _T.start_ms >= 0,
+                    _T.start_ms + _T.timeout_ms < now_ms,
+                )
+                .with_for_update()
+            )
             if transactional_ids is not None:
                 stmt = stmt.where(_T.transactional_id.in_(list(transactional_ids)))
             due = []

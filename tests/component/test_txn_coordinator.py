@@ -193,3 +193,50 @@ async def test_only_the_coordinator_redrives(env: Env) -> None:
     assert env.committed == []
     still = (await md.describe_txns([owned_by_b]))[owned_by_b]
     assert still is not None and still.state is TxnState.PREPARE_COMMIT
+
+
+class FailingStore:
+    """An object store whose PUTs fail (the bucket unreachable), counting attempts."""
+
+    def __init__(self) -> None:
+        self.puts = 0
+
+    async def put(self, key: str, data: bytes) -> None:
+        self.puts += 1
+        raise OSError("bucket unreachable (test)")
+
+
+async def test_failed_redrives_back_off(env: Env) -> None:
+    store = FailingStore()
+    coordinator = TxnCoordinator(
+        metadata=env.md,
+        store=store,
+        agents=env.agents,
+        agent_id="a",
+        wall_ms=env.clock,
+        redrive_after_ms=5_000,
+    )
+    md, topic = env.md, await env.topic()
+    pid = (await md.init_txn_producer_id("tx", 60_000)).producer_id
+    await md.add_partitions_to_txn("tx", pid, 0, [(str(topic.topic_id), 0)])
+    end = await md.end_txn("tx", pid, 0, True)
+    assert end.record is not None and not await coordinator.finish(end.record)
+    assert store.puts == 1
+    env.clock.now += 5_000
+    await coordinator.scan_once()
+    assert store.puts == 2
+    for _ in range(3):  # within the 5 s delay: no new attempt
+        env.clock.now += 1_000
+        await coordinator.scan_once()
+    assert store.puts == 2
+    env.clock.now += 2_000
+    await coordinator.scan_once()
+    assert store.puts == 3  # next delay 10 s
+    env.clock.now += 9_000
+    await coordinator.scan_once()
+    assert store.puts == 3
+    env.clock.now += 1_000
+    await coordinator.scan_once()
+    assert store.puts == 4
+    state = (await md.describe_txns(["tx"]))["tx"]
+    assert state is not None and state.state is TxnState.PREPARE_COMMIT

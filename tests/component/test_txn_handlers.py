@@ -23,9 +23,10 @@ from kio.schema.end_txn.v1.request import EndTxnRequest as EndV1
 from kio.schema.end_txn.v3.request import EndTxnRequest as EndV3
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
+from kio.schema.list_offsets.v10.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
-from kio.schema.types import ProducerId, TopicName, TransactionalId
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.schema.types import BrokerId, ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from fileformat.records import Record, build_batch
 from tests.component.fake_metadata import AgentHarness, request_once
@@ -222,3 +223,54 @@ def test_produce_verifies_transactional_batches(harness: AgentHarness) -> None:
     assert produce(0, epoch, 0) == (ErrorCode.none, 0)
     _init(harness, txn_id)  # a new instance: aborts and fences
     assert produce(0, epoch, 1)[0] == ErrorCode.invalid_producer_epoch
+
+
+def test_list_offsets_latest_read_committed_is_the_lso(harness: AgentHarness) -> None:
+    topic = _topic(harness)
+    plain = build_batch([Record(0, 1_000, b"k", b"v", ())])
+    assert request_once(harness.bootstrap, produce_request(topic, {0: plain})).responses[
+        0
+    ].partition_responses[0].error_code == (ErrorCode.none)
+    txn_id = f"tx-{uuid.uuid4()}"
+    pid, epoch = _init(harness, txn_id)
+    request_once(harness.bootstrap, _add_v3(txn_id, pid, epoch, {topic: [0]}))
+    batch = build_batch(
+        [Record(0, 1_000, b"k", b"v", ()), Record(1, 1_000, b"k", b"w", ())],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    req = dataclasses.replace(produce_request(topic, {0: batch}), transactional_id=TransactionalId(txn_id))
+    assert (
+        request_once(harness.bootstrap, req).responses[0].partition_responses[0].error_code == ErrorCode.none
+    )
+
+    def latest(isolation: int) -> int:
+        resp = request_once(
+            harness.bootstrap,
+            ListOffsetsRequest(
+                replica_id=BrokerId(-1),
+                isolation_level=i8(isolation),
+                timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+                topics=(
+                    ListOffsetsTopic(
+                        name=TopicName(topic),
+                        partitions=(ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),),
+                    ),
+                ),
+            ),
+        )
+        (p,) = resp.topics[0].partitions
+        assert p.error_code == ErrorCode.none
+        return int(p.offset)
+
+    assert (latest(0), latest(1)) == (3, 1)  # the open transaction starts at offset 1
+    end = EndV3(
+        transactional_id=TransactionalId(txn_id),
+        producer_id=ProducerId(pid),
+        producer_epoch=i16(epoch),
+        committed=False,
+    )
+    assert request_once(harness.bootstrap, end).error_code == ErrorCode.none
+    assert (latest(0), latest(1)) == (4, 4)  # + the ABORT marker; stable again
