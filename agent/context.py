@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from agent.commit_watch import CommitWatch
     from agent.group_coordinator import GroupCoordinator
     from agent.produce_buffer import ProduceBuffer
+    from agent.txn_coordinator import TxnCoordinator
     from fileformat.objectstore.range_cache import RangeCache
 
 
@@ -64,6 +65,7 @@ class AgentParts:
     chunk_locations: ChunkLocationCache  # where partitions' offsets live, learnt from metadata
     commit_watch: CommitWatch  # parked fetches, woken by commits through any agent
     groups: GroupCoordinator  # the consumer groups this agent coordinates
+    transactions: TxnCoordinator  # transaction markers, timeouts, re-drives
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ class PendingBatch:
     producer_epoch: int = -1
     base_sequence: int = -1
     timestamp_type: int = 0
+    is_transactional: bool = False
 
 
 @dataclass(frozen=True)
@@ -323,6 +324,7 @@ class ProduceBuffer:
                             producer_epoch=b.producer_epoch,
                             base_sequence=b.base_sequence,
                             timestamp_type=b.timestamp_type,
+                            is_transactional=b.is_transactional,
                         )
                         for b, pos in zip(batches, placement.batch_positions, strict=True)
                     ),

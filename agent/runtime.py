@@ -66,6 +66,7 @@ from agent.health import Readiness, dependency_probe
 from agent.listener_servers import start_listener_servers
 from agent.produce_buffer import CommittedFile, ProduceBuffer
 from agent.server import AgentServer
+from agent.txn_coordinator import TxnCoordinator
 from fileformat.objectstore import AsyncObjectStore, open_async_store
 from fileformat.objectstore.range_cache import RangeCache
 from metadata.api_types import MetadataClient
@@ -260,6 +261,14 @@ def build_agent_context(
     )
     watch.local_commit_pending = buffer.is_committing
     groups = GroupCoordinator.fenced(config, metadata, agents, clock)
+    transactions = TxnCoordinator(
+        metadata=metadata,
+        store=bucket,
+        agents=agents,
+        agent_id=config.agent_id,
+        wall_ms=clock.wall_ms,
+        on_committed=on_committed,
+    )
     return AgentContext(
         config=config,
         metadata=metadata,
@@ -272,6 +281,7 @@ def build_agent_context(
             chunk_locations=locations,
             commit_watch=watch,
             groups=groups,
+            transactions=transactions,
         ),
         acls=acl_cache(config, metadata),
     )
@@ -281,12 +291,14 @@ def start_parts(parts: AgentParts) -> None:
     """Start the components' background work on the running loop."""
     parts.commit_watch.start()
     parts.groups.start()
+    parts.transactions.start()
 
 
 async def close_parts(parts: AgentParts) -> None:
     """Stop them in the safe order: groups, then flush and commit whatever is buffered
     (nothing a producer was promised is dropped), then the commit watch."""
     await parts.groups.close()
+    await parts.transactions.close()
     await parts.produce_buffer.close()
     await parts.commit_watch.close()
 

@@ -21,6 +21,7 @@ from metadata.acl_types import AclBinding, AclBindingFilter
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.scram_types import ScramCredential, ScramCredentialInfo
+from metadata.txn_state import Outcome, Partition, TxnRecord
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -178,5 +179,39 @@ class MetadataClient(Protocol):
     async def delete_acls(  # (version after, per filter the bindings it matched and deleted)
         self, filters: Sequence[AclBindingFilter]
     ) -> tuple[int, list[list[AclBinding]]]: ...
+
+    # transactions (metadata.transactions; partitions are (topic id as text, partition))
+    async def init_txn_producer_id(  # expected: KIP-360 (producer id, epoch) or None
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> Outcome: ...
+    async def add_partitions_to_txn(  # one error code per partition
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> dict[Partition, int]: ...
+    async def verify_txn_partitions(  # AddPartitionsToTxn v4+ verify_only
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> int: ...
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> int: ...
+    async def txn_offset_commit(  # staged until the transaction completes; one answer per offset
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]: ...
+    async def end_txn(  # write_markers: the caller writes them, the markers file completes it
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> Outcome: ...
+    async def complete_txn(  # PREPARE_* -> COMPLETE_* without markers (no partitions); None: not preparing
+        self, transactional_id: str, producer_id: int, epoch: int
+    ) -> TxnRecord | None: ...
+    async def expire_txns(self) -> list[Outcome]: ...  # timed-out transactions now PREPARE_ABORT
+    async def preparing_txns(self) -> list[TxnRecord]: ...  # markers still to write
+    async def describe_txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord | None]: ...
+    async def list_txns(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_filter_ms: int = -1
+    ) -> list[TxnRecord]: ...
 
     async def close(self) -> None: ...

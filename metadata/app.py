@@ -52,6 +52,7 @@ from metadata.errors import (
 from metadata.group_lease_types import LeaseToken
 from metadata.health import ReadinessProbe
 from metadata.service import MetadataService
+from metadata.txn_routes import txn_router
 
 log = logging.getLogger(__name__)
 
@@ -468,6 +469,10 @@ def create_app(
 
     app.include_router(scram_read_router(svc))
     app.include_router(scram_write_router(svc))
+
+    # ---------------------------------------------------------------- transactions (metadata.txn_routes)
+
+    app.include_router(txn_router(svc))
 
     # ---------------------------------------------------------------- cluster settings
 

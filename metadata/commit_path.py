@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 
 from metadata import idempotence
@@ -45,8 +45,9 @@ from metadata.commit_plan import (
 )
 from metadata.db import write_tx
 from metadata.group_commit import GroupCommitter
-from metadata.rows import LOC_COLS, Db, location_of
-from metadata.schema import PRODUCER_ID_SEQUENCE, chunks, files, sequences
+from metadata.rows import LOC_COLS, Db, allocate_producer_id, location_of
+from metadata.schema import chunks, files
+from metadata.transactions import apply_commit_events
 from metadata.types import ChunkResult, ChunkSpec, FileSpec
 from metadata.validation import check_commit
 
@@ -145,6 +146,16 @@ class CommitPath:
             chunk_ids = self._db.dialect.write_commit(
                 conn, [f for f, _ in items], plans, tindex, hwms, entries, now
             )
+            apply_commit_events(
+                conn,
+                [
+                    (tindex.ids[e.key[0]], e.key[1], e.key[2], e.control_type, e.offset)
+                    for p in plans
+                    for e in p.txn_events
+                ],
+                [c for f, _ in items for c in f.completes],
+                now,
+            )
             moved = [(tindex.ids[k[0]], k[1]) for p in plans for k in p.hwms]
             self._db.dialect.notify_committed(conn, moved)
         self._feed.publish(moved)
@@ -192,16 +203,7 @@ class CommitPath:
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh producer id with epoch 0, from the `producer_id` counter row."""
         with write_tx(self._db.engine) as conn:
-            value = conn.execute(
-                update(sequences)
-                .where(sequences.c.name == PRODUCER_ID_SEQUENCE)
-                .values(next_value=sequences.c.next_value + 1)
-                .returning(sequences.c.next_value)
-            ).scalar()
-            if value is None:
-                conn.execute(insert(sequences).values(name=PRODUCER_ID_SEQUENCE, next_value=1))
-                value = 1
-        return int(value) - 1, 0
+            return allocate_producer_id(conn), 0
 
 
 def _writes_of(

@@ -62,12 +62,24 @@ class Run:
     spec_index: int = 0  # which chunk spec of the file (and so which ChunkResult) it belongs to
 
 
+@dataclass(frozen=True)
+class TxnEvent:
+    """A stored batch that opens or ends a producer's transaction in a partition: a
+    transactional data batch (`control_type` -1: the transaction is open from `offset` on,
+    unless it already was) or a marker (0 ABORT, 1 COMMIT, at `offset`)."""
+
+    key: PKey
+    control_type: int
+    offset: int
+
+
 @dataclass
 class CommitPlan:
     results: list[ChunkResult]
     runs: list[Run]
     hwms: dict[TKey, int]  # partitions whose high watermark grows -> the new one
     changed: list[PKey] = field(default_factory=list)  # producer entries to write back
+    txn_events: list[TxnEvent] = field(default_factory=list)  # in commit order
 
 
 ProducerStates = dict[PKey, idempotence.ProducerEntry | None]
@@ -112,6 +124,7 @@ def plan_commit(
     results: list[ChunkResult] = []
     runs: list[Run] = []
     changed: dict[PKey, None] = {}
+    txn_events: list[TxnEvent] = []
     no_pid = idempotence.NO_PRODUCER_ID
     for spec_index, (spec, key) in enumerate(zip(chunk_specs, spec_keys, strict=True)):
         prow = locked.get(key)
@@ -136,7 +149,9 @@ def plan_commit(
                 )
                 run = None
                 continue
-            if b.producer_id != no_pid:
+            if b.producer_id != no_pid and b.control_type >= 0:
+                pkey = None  # markers carry no sequence: written by the coordinator, never retried as data
+            elif b.producer_id != no_pid:
                 pkey = (key[0], key[1], b.producer_id)
                 v = idempotence.check(pstate[pkey], b.producer_epoch, b.base_sequence, last_seq(b))
                 if v.error:
@@ -153,6 +168,8 @@ def plan_commit(
             base = nxt
             last = base + b.offset_count - 1
             nxt = last + 1
+            if b.is_transactional and b.producer_id != no_pid:
+                txn_events.append(TxnEvent((key[0], key[1], b.producer_id), b.control_type, base))
             if pkey is not None:
                 pstate[pkey] = idempotence.record(
                     pstate[pkey],
@@ -189,7 +206,7 @@ def plan_commit(
     hwms = {k: n for k, n in next_offset.items() if n != locked[k].high_watermark}
     for k, n in hwms.items():
         assert n > locked[k].high_watermark, "the high watermark only grows"
-    return CommitPlan(results, runs, hwms, list(changed))
+    return CommitPlan(results, runs, hwms, list(changed), txn_events)
 
 
 def with_locations(plan: CommitPlan, object_key: str, chunk_ids: Sequence[int]) -> list[ChunkResult]:

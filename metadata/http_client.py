@@ -34,6 +34,7 @@ from metadata import acl_serde as acl
 from metadata import compaction_serde as cs
 from metadata import scram_serde as ss
 from metadata import serde as s
+from metadata import txn_serde as ts
 from metadata.acl_types import AclBinding, AclBindingFilter
 from metadata.api_types import MetadataClient, StoredGroup
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
@@ -41,6 +42,7 @@ from metadata.credentials import MetadataCredentials
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
 from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.scram_types import ScramCredential, ScramCredentialInfo
+from metadata.txn_state import Outcome, Partition, TxnRecord
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -96,6 +98,14 @@ _STORED_GROUPS = TypeAdapter(list[s.StoredGroupM])
 _ACL_VERSION = TypeAdapter(acl.AclVersionM)
 _ACL_BINDINGS = TypeAdapter(acl.AclBindingsM)
 _ACLS_DELETED = TypeAdapter(acl.DeletedAclsM)
+
+_OUTCOME = TypeAdapter(ts.OutcomeM)
+_OUTCOMES = TypeAdapter(list[ts.OutcomeM])
+_PARTITION_ERRORS = TypeAdapter(list[ts.PartitionErrorM])
+_TXN_ERROR = TypeAdapter(ts.ErrorResponse)
+_TXN_COMPLETE = TypeAdapter(ts.CompleteTxnResponse)
+_TXN_RECORDS = TypeAdapter(list[ts.TxnRecordM])
+_TXN_RECORD_MAP = TypeAdapter(dict[str, ts.TxnRecordM | None])
 
 
 class HttpMetadataClient:
@@ -500,6 +510,118 @@ class HttpMetadataClient:
         req = acl.DeleteAclsRequest.model_construct(filters=[acl.filter_to_m(f) for f in filters])
         m = self._parse(_ACLS_DELETED, await self._call("POST", "/v1/acls/delete", req))
         return m.version, [[acl.binding_from_m(b) for b in per] for per in m.matched]
+
+    # transactions (metadata.app's /v1/txn/* routes)
+    async def init_txn_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> Outcome:
+        pid, epoch = expected if expected is not None else (-1, -1)
+        req = ts.InitTxnProducerIdRequest.model_construct(
+            transactional_id=transactional_id,
+            timeout_ms=timeout_ms,
+            expected_producer_id=pid,
+            expected_epoch=epoch,
+        )
+        data = await self._call("POST", "/v1/txn/init-producer-id", req)
+        return self._outcome(self._parse(_OUTCOME, data))
+
+    @staticmethod
+    def _outcome(m: ts.OutcomeM) -> Outcome:
+        try:
+            return ts.outcome_from_m(m)
+        except ValueError as e:  # an unknown state name
+            raise MetadataUnavailable(f"malformed answer from the metadata service: {e}") from e
+
+    def _producer(self, transactional_id: str, producer_id: int, epoch: int) -> dict[str, Any]:
+        return {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch}
+
+    async def add_partitions_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> dict[Partition, int]:
+        req = ts.AddPartitionsToTxnRequest.model_construct(
+            **self._producer(transactional_id, producer_id, epoch), partitions=list(partitions)
+        )
+        data = await self._call("POST", "/v1/txn/add-partitions", req)
+        return {(e.topic_id, e.partition): e.error for e in self._parse(_PARTITION_ERRORS, data)}
+
+    async def verify_txn_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> int:
+        req = ts.AddPartitionsToTxnRequest.model_construct(
+            **self._producer(transactional_id, producer_id, epoch),
+            partitions=list(partitions),
+            verify_only=True,
+        )
+        data = await self._call("POST", "/v1/txn/verify-partitions", req)
+        return self._parse(_TXN_ERROR, data).error
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> int:
+        req = ts.AddOffsetsToTxnRequest.model_construct(
+            **self._producer(transactional_id, producer_id, epoch), group_id=group_id
+        )
+        data = await self._call("POST", "/v1/txn/add-offsets", req)
+        return self._parse(_TXN_ERROR, data).error
+
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]:
+        req = ts.TxnOffsetCommitRequest.model_construct(
+            **self._producer(transactional_id, producer_id, epoch),
+            group_id=group_id,
+            offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets],
+        )
+        data = await self._call("POST", "/v1/txn/offset-commit", req)
+        return [OffsetCommitResult(r.error_code, r.error_message) for r in self._parse(_COMMIT_RESULTS, data)]
+
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
+        req = ts.EndTxnRequest.model_construct(
+            **self._producer(transactional_id, producer_id, epoch), commit=commit
+        )
+        data = await self._call("POST", "/v1/txn/end", req)
+        return self._outcome(self._parse(_OUTCOME, data))
+
+    async def complete_txn(self, transactional_id: str, producer_id: int, epoch: int) -> TxnRecord | None:
+        req = ts.TxnProducerM.model_construct(**self._producer(transactional_id, producer_id, epoch))
+        answer = self._parse(_TXN_COMPLETE, await self._call("POST", "/v1/txn/complete", req))
+        return None if answer.record is None else self._record(answer.record)
+
+    @staticmethod
+    def _record(m: ts.TxnRecordM) -> TxnRecord:
+        try:
+            return ts.record_from_m(m)
+        except ValueError as e:
+            raise MetadataUnavailable(f"malformed answer from the metadata service: {e}") from e
+
+    async def expire_txns(self) -> list[Outcome]:
+        data = await self._call("POST", "/v1/txn/expire")
+        return [self._outcome(m) for m in self._parse(_OUTCOMES, data)]
+
+    async def preparing_txns(self) -> list[TxnRecord]:
+        data = await self._call("POST", "/v1/txn/preparing")
+        return [self._record(m) for m in self._parse(_TXN_RECORDS, data)]
+
+    async def describe_txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord | None]:
+        req = ts.DescribeTxnsRequest.model_construct(transactional_ids=list(transactional_ids))
+        data = await self._call("POST", "/v1/txn/describe", req)
+        return {
+            k: None if v is None else self._record(v) for k, v in self._parse(_TXN_RECORD_MAP, data).items()
+        }
+
+    async def list_txns(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_filter_ms: int = -1
+    ) -> list[TxnRecord]:
+        req = ts.ListTxnsRequest.model_construct(
+            states=list(states), producer_ids=list(producer_ids), duration_filter_ms=duration_filter_ms
+        )
+        data = await self._call("POST", "/v1/txn/list", req)
+        return [self._record(m) for m in self._parse(_TXN_RECORDS, data)]
 
     async def close(self) -> None:
         await self._http.aclose()

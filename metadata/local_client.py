@@ -29,6 +29,7 @@ from metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
 from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.scram_types import ScramCredential, ScramCredentialInfo
 from metadata.service import MetadataService
+from metadata.txn_state import Outcome, Partition, TxnRecord
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -299,6 +300,65 @@ class LocalMetadataClient:
 
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
         return await self._run(self.service.delete_acls, list(filters))
+
+    # transactions
+    async def init_txn_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> Outcome:
+        return await self._run(self.service.init_txn_producer_id, transactional_id, timeout_ms, expected)
+
+    async def add_partitions_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> dict[Partition, int]:
+        return await self._run(
+            self.service.add_partitions_to_txn, transactional_id, producer_id, epoch, list(partitions)
+        )
+
+    async def verify_txn_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> int:
+        return await self._run(
+            self.service.verify_txn_partitions, transactional_id, producer_id, epoch, list(partitions)
+        )
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> int:
+        return await self._run(
+            self.service.add_offsets_to_txn, transactional_id, producer_id, epoch, group_id
+        )
+
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]:
+        return await self._run(
+            self.service.txn_offset_commit, transactional_id, producer_id, epoch, group_id, list(offsets)
+        )
+
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
+        return await self._run(self.service.end_txn, transactional_id, producer_id, epoch, commit)
+
+    async def complete_txn(self, transactional_id: str, producer_id: int, epoch: int) -> TxnRecord | None:
+        return await self._run(self.service.complete_txn, transactional_id, producer_id, epoch)
+
+    async def expire_txns(self) -> list[Outcome]:
+        return await self._run(self.service.expire_txns)
+
+    async def preparing_txns(self) -> list[TxnRecord]:
+        return await self._run(self.service.preparing_txns)
+
+    async def describe_txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord | None]:
+        return await self._run(self.service.describe_txns, list(transactional_ids))
+
+    async def list_txns(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_filter_ms: int = -1
+    ) -> list[TxnRecord]:
+        return await self._run(self.service.list_txns, list(states), list(producer_ids), duration_filter_ms)
 
     async def close(self) -> None:
         if self._closed:

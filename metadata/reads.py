@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from metadata import bitmaps
+from metadata import bitmaps, transactions
 from metadata.db import read_tx
 from metadata.errors import INVALID_REQUEST, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
 from metadata.rows import LOC_COLS, Db, location_of
@@ -37,6 +37,7 @@ from metadata.types import (
 )
 
 _FIND_FIRST_PAGE = 4
+READ_COMMITTED = 1
 _FIND_MAX_PAGE = 256
 
 
@@ -81,6 +82,8 @@ class Reads:
         out: list[PartitionFetchInfo] = []
         with read_tx(self._db.engine) as conn:
             states = self._db.dialect.read_partitions(conn, [(q.topic_id, q.partition) for q in queries])
+            committed = [(q.topic_id, q.partition) for q in queries if q.isolation_level == READ_COMMITTED]
+            open_from = transactions.stable_state(conn, committed) if committed else {}
             for q in queries:
                 s = states.get((q.topic_id, q.partition))
                 if s is None:
@@ -90,11 +93,20 @@ class Reads:
                 if q.offset < log_start or q.offset > hwm:
                     out.append(PartitionFetchInfo(OFFSET_OUT_OF_RANGE, log_start, hwm))
                     continue
-                if q.offset == hwm:
-                    out.append(PartitionFetchInfo(NONE, log_start, hwm))
+                if q.isolation_level != READ_COMMITTED:
+                    locs = self._chunks_from(conn, q.topic_id, q.partition, q.offset, hwm, q.max_bytes)
+                    out.append(PartitionFetchInfo(NONE, log_start, hwm, tuple(locs)))
                     continue
-                locs = self._chunks_from(conn, q.topic_id, q.partition, q.offset, hwm, q.max_bytes)
-                out.append(PartitionFetchInfo(NONE, log_start, hwm, tuple(locs)))
+                # read_committed: nothing at or above the last stable offset, and the
+                # aborted transactions of the range returned.
+                lso = min(hwm, open_from.get((q.topic_id, q.partition), hwm))
+                if q.offset >= lso:
+                    out.append(PartitionFetchInfo(NONE, log_start, hwm, last_stable_offset=lso))
+                    continue
+                locs = self._chunks_from(conn, q.topic_id, q.partition, q.offset, lso, q.max_bytes)
+                upper = min(lso, max((c.last_offset for c in locs), default=q.offset) + 1)
+                aborted = transactions.aborted_in(conn, q.topic_id, q.partition, q.offset, upper)
+                out.append(PartitionFetchInfo(NONE, log_start, hwm, tuple(locs), lso, tuple(aborted)))
         return out
 
     def _chunks_from(

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, exists, update
+from sqlalchemy import Connection, Engine, exists, insert, update
 
 from metadata.dialect import Dialect
-from metadata.schema import FILE_DELETING, FILE_LIVE, chunks, files
+from metadata.schema import FILE_DELETING, FILE_LIVE, PRODUCER_ID_SEQUENCE, chunks, files, sequences
 from metadata.types import ChunkLocation, Topic
 
 Clock = Callable[[], int]
@@ -91,3 +91,18 @@ def mark_orphan_files_deleting(db: Db, conn: Connection, file_ids: Iterable[int]
             )
             .values(state=FILE_DELETING, deleting_since_ms=now)
         )
+
+
+def allocate_producer_id(conn: Connection) -> int:
+    """The next producer id from the `producer_id` counter row, inside the caller's write
+    transaction (idempotent and transactional producers share the sequence)."""
+    value = conn.execute(
+        update(sequences)
+        .where(sequences.c.name == PRODUCER_ID_SEQUENCE)
+        .values(next_value=sequences.c.next_value + 1)
+        .returning(sequences.c.next_value)
+    ).scalar()
+    if value is None:
+        conn.execute(insert(sequences).values(name=PRODUCER_ID_SEQUENCE, next_value=1))
+        value = 1
+    return int(value) - 1

@@ -245,3 +245,64 @@ acls = Table(
     Index(None, "resource_type", "resource_name"),
 )
 ACL_VERSION_SEQUENCE = "acl_version"
+# Transactional producers (metadata.transactions, rules in metadata.txn_state): one row per
+# transactional id, changed only inside a write transaction that locks it. `partitions` is
+# JSON [[topic id, partition], ...]; `groups` JSON [group id, ...] with offsets pending.
+transactions = Table(
+    "transactions",
+    metadata_obj,
+    Column("transactional_id", Text, primary_key=True),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", Integer, nullable=False),
+    Column("last_producer_id", BigInteger, nullable=False),
+    Column("last_epoch", Integer, nullable=False),
+    Column("timeout_ms", BigInteger, nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("partitions", JSON, nullable=False),
+    Column("groups", JSON, nullable=False),
+    Column("start_ms", BigInteger, nullable=False),
+    Column("last_update_ms", BigInteger, nullable=False),
+    Index(None, "producer_id"),
+)
+
+
+# Per partition, the producers with a transaction open in it: the offset of the
+# transaction's first batch there. Inserted by the commit of that batch, deleted by the
+# commit of the transaction's marker. The last stable offset (LSO) is the smallest
+# first_offset of a partition, or its high watermark when it has none.
+txn_open = Table(
+    "txn_open",
+    metadata_obj,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("producer_id", BigInteger, primary_key=True),
+    Column("first_offset", BigInteger, nullable=False),
+)
+
+# Aborted transactions per partition, as Kafka's AbortedTxn index: read_committed fetches
+# get the entries overlapping what they return, so clients drop aborted records.
+txn_aborted = Table(
+    "txn_aborted",
+    metadata_obj,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("producer_id", BigInteger, primary_key=True),
+    Column("first_offset", BigInteger, primary_key=True),
+    Column("last_offset", BigInteger, nullable=False),  # the ABORT marker's offset
+    Index(None, "topic_id", "partition", "last_offset"),
+)
+
+# Offsets staged by TxnOffsetCommit until their transaction completes (metadata.txn_offsets).
+txn_offsets = Table(
+    "txn_offsets",
+    metadata_obj,
+    Column("transactional_id", Text, primary_key=True),
+    Column("group_id", Text, primary_key=True),
+    Column("topic", String(255), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("committed_offset", BigInteger, nullable=False),
+    Column("metadata", Text, nullable=True),
+    Column("leader_epoch", Integer, nullable=False),
+    Column("commit_time_ms", BigInteger, nullable=False),
+    Index(None, "group_id"),
+)

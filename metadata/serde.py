@@ -42,6 +42,10 @@ class FileSpecM(_M):
     size_bytes: NonNegInt64
     level: NonNegInt32 = 0
     writer: Annotated[str, Field(max_length=255)] = ""
+    # (transactional id, producer id, epoch) of the transactions whose markers the file holds
+    completes: Annotated[
+        list[tuple[Annotated[str, Field(max_length=32767)], Int64, Int32]], Field(max_length=10_000)
+    ] = []
 
 
 class BatchSpecM(_M):
@@ -54,6 +58,8 @@ class BatchSpecM(_M):
     producer_epoch: Int32 = -1
     base_sequence: Int32 = -1
     timestamp_type: Int32 = 0
+    is_transactional: bool = False
+    control_type: Annotated[int, Field(ge=-1, le=1)] = -1
 
 
 class ChunkSpecM(_M):
@@ -101,6 +107,7 @@ class FetchQueryM(_M):
     partition: Int32
     offset: Int64
     max_bytes: Int64
+    isolation_level: Annotated[int, Field(ge=0, le=1)] = 0
 
 
 class PartitionFetchInfoM(_M):
@@ -108,6 +115,8 @@ class PartitionFetchInfoM(_M):
     log_start_offset: Int64 = -1
     high_watermark: Int64 = -1
     chunks: list[ChunkLocationM] = []
+    last_stable_offset: Int64 = -1
+    aborted: list[tuple[Int64, Int64]] = []
 
 
 class PartitionStateM(_M):
@@ -430,12 +439,22 @@ def topic_from_m(m: TopicM) -> t.Topic:
 def file_to_m(x: t.FileSpec) -> FileSpecM:
     # Not validated here: the server validates (and refuses with INVALID_REQUEST) what it receives.
     return FileSpecM.model_construct(
-        object_key=x.object_key, size_bytes=x.size_bytes, level=x.level, writer=x.writer
+        object_key=x.object_key,
+        size_bytes=x.size_bytes,
+        level=x.level,
+        writer=x.writer,
+        completes=[list(c) for c in x.completes],
     )
 
 
 def file_from_m(m: FileSpecM) -> t.FileSpec:
-    return t.FileSpec(object_key=m.object_key, size_bytes=m.size_bytes, level=m.level, writer=m.writer)
+    return t.FileSpec(
+        object_key=m.object_key,
+        size_bytes=m.size_bytes,
+        level=m.level,
+        writer=m.writer,
+        completes=tuple((str(a), int(b), int(c)) for a, b, c in m.completes),
+    )
 
 
 def chunk_spec_to_m(x: t.ChunkSpec) -> ChunkSpecM:
@@ -486,6 +505,8 @@ def fetch_info_to_m(x: t.PartitionFetchInfo) -> PartitionFetchInfoM:
         log_start_offset=x.log_start_offset,
         high_watermark=x.high_watermark,
         chunks=[location_to_m(c) for c in x.chunks],
+        last_stable_offset=x.last_stable_offset,
+        aborted=[list(a) for a in x.aborted],
     )
 
 
@@ -495,6 +516,8 @@ def fetch_info_from_m(m: PartitionFetchInfoM) -> t.PartitionFetchInfo:
         log_start_offset=m.log_start_offset,
         high_watermark=m.high_watermark,
         chunks=tuple(location_from_m(c) for c in m.chunks),
+        last_stable_offset=m.last_stable_offset,
+        aborted=tuple((int(a), int(b)) for a, b in m.aborted),
     )
 
 

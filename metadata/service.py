@@ -18,6 +18,7 @@ dialect, clock):
 - `metadata.retention.Retention`: retention, DeleteRecords, committed-offset expiry;
 - `metadata.gc.GarbageCollection`: the garbage collector's claims and orphan checks;
 - `metadata.acls.AclStore`: Kafka ACL bindings and their version.
+- `metadata.transactions.Transactions`: transactional ids' state (the coordinator's calls).
 
 What differs between PostgreSQL and SQLite is behind `metadata.dialect.Dialect`.
 
@@ -53,6 +54,7 @@ from metadata.compaction_swap import CompactionSwap
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.db import create_engine_for, upgrade_to_head, write_tx
 from metadata.dialect import dialect_for
+from metadata.errors import INVALID_REQUEST, MetadataError
 from metadata.gc import GarbageCollection
 from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.groups import GroupOffsets
@@ -63,6 +65,8 @@ from metadata.rows import Clock, Db, system_clock
 from metadata.scram_types import ScramCredential, ScramCredentialInfo
 from metadata.scram_users import ScramUsers
 from metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
+from metadata.transactions import Transactions
+from metadata.txn_state import Outcome, Partition, TxnRecord
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -120,6 +124,8 @@ class MetadataService:
         self.gc = GarbageCollection(self._db)
         self.scram_users = ScramUsers(self._db)
         self.acls = AclStore(self._db)
+
+        self.transactions = Transactions(self._db)
 
     @classmethod
     def from_url(
@@ -387,6 +393,67 @@ class MetadataService:
 
     def delete_acls(self, filters: Sequence[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
         return self.acls.delete(filters)
+
+    # ------------------------------------------------------------------ transactions
+    # (metadata.transactions: each call one write transaction locking the id's row)
+
+    def init_txn_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> Outcome:
+        return self.transactions.init_producer_id(transactional_id, timeout_ms, expected)
+
+    def add_partitions_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> dict[Partition, int]:
+        _check_topic_ids(partitions)
+        return self.transactions.add_partitions(transactional_id, producer_id, epoch, partitions).errors
+
+    def verify_txn_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> int:
+        _check_topic_ids(partitions)
+        return self.transactions.verify_partitions(transactional_id, producer_id, epoch, partitions)
+
+    def add_offsets_to_txn(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
+        return self.transactions.add_offsets(transactional_id, producer_id, epoch, group_id)
+
+    def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]:
+        return self.transactions.txn_offset_commit(transactional_id, producer_id, epoch, group_id, offsets)
+
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
+        return self.transactions.end_txn(transactional_id, producer_id, epoch, commit)
+
+    def complete_txn(self, transactional_id: str, producer_id: int, epoch: int) -> TxnRecord | None:
+        return self.transactions.complete(transactional_id, producer_id, epoch)
+
+    def expire_txns(self) -> list[Outcome]:
+        return self.transactions.expire()
+
+    def preparing_txns(self) -> list[TxnRecord]:
+        return self.transactions.preparing()
+
+    def describe_txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord | None]:
+        return self.transactions.describe(transactional_ids)
+
+    def list_txns(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_filter_ms: int = -1
+    ) -> list[TxnRecord]:
+        return self.transactions.list(states, producer_ids, duration_filter_ms)
+
+
+def _check_topic_ids(partitions: Sequence[Partition]) -> None:
+    for topic_id, _ in partitions:
+        try:
+            uuid.UUID(topic_id)
+        except ValueError:
+            raise MetadataError(INVALID_REQUEST, f"not a topic id: {topic_id[:64]!r}") from None
 
 
 __all__ = ["MetadataService", "system_clock", "DEFAULT_AGENT_TTL_MS", "MAX_PARTITIONS_PER_TOPIC"]

@@ -44,6 +44,9 @@ class FileSpec:
     size_bytes: int
     level: int = 0  # 0: written by an agent; 1+: written by the compactor
     writer: str = ""  # agent or compactor id, for operators
+    # Transactions whose markers this file carries, completed (PREPARE_* -> COMPLETE_*) in
+    # the commit's own database transaction: (transactional id, producer id, epoch).
+    completes: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class BatchSpec:
     base_sequence: int = -1
     # Kafka timestampType of the batch: 0 CreateTime, 1 LogAppendTime.
     timestamp_type: int = 0
+    is_transactional: bool = False  # attribute bit 4
+    control_type: int = -1  # a control batch (attribute bit 5): 0 ABORT, 1 COMMIT marker; -1 data
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,9 @@ class FetchQuery:
     partition: int
     offset: int
     max_bytes: int
+    # Kafka's isolation level: 0 read_uncommitted (up to the high watermark), 1
+    # read_committed (up to the last stable offset, with the aborted transactions).
+    isolation_level: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,9 @@ class PartitionFetchInfo:
     log_start_offset: int = -1
     high_watermark: int = -1
     chunks: tuple[ChunkLocation, ...] = ()
+    last_stable_offset: int = -1  # read_committed queries only (-1: not asked)
+    # read_committed: (producer id, first offset) of the aborted transactions in the range
+    aborted: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -32,19 +32,34 @@ Per request:
    commits, about one metadata round trip for other agents'), then reads again, and
    waits again for the rest of `max_wait_ms` while it still has fewer than `min_bytes`.
    Partitions answered with an error are not waited on.
-5. `isolation_level` read_committed is served like read_uncommitted: Skiff has no
-   transactions, so the last stable offset equals the high watermark.
+5. `isolation_level` read_committed (1): the chunk locations come from metadata
+   (`find_chunks` with isolation_level 1; the agent's chunk-location cache knows the high
+   watermark only), which stops at the partition's last stable offset (LSO: the first
+   offset of its oldest open transaction, else the high watermark) and answers the aborted
+   transactions (producer id, first offset) of the range; the records served are cut
+   before the first batch at or above the LSO (`trim_below`: a chunk may straddle it), and
+   the response carries `last_stable_offset` and `aborted_transactions`, with which
+   clients drop aborted records and skip the markers. A read_committed fetch at the LSO
+   waits like one at the high watermark: the commit of the markers that move the LSO
+   moves the high watermark too, which wakes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.response import FetchableTopicResponse, FetchResponse, PartitionData
+from kio.schema.fetch.v12.response import (
+    AbortedTransaction,
+    FetchableTopicResponse,
+    FetchResponse,
+    PartitionData,
+)
+from kio.schema.types import ProducerId
 from kio.static.primitive import Records, i32, i64
 
 from agent.context import AgentContext
@@ -63,17 +78,48 @@ MAX_VERSION = 12
 Key = tuple[uuid.UUID, int]
 log = logging.getLogger(__name__)
 
+READ_COMMITTED = 1
+_BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
+
+
+def trim_below(records: bytes, limit_offset: int) -> bytes:
+    """The leading batches of `records` whose base offset is below `limit_offset` (pure).
+    Batches never straddle a last stable offset (it is a batch's base offset or the
+    high watermark), so cutting at a batch start is exact."""
+    pos = 0
+    n = len(records)
+    while pos + _BATCH_PREFIX.size <= n:
+        base_offset, length = _BATCH_PREFIX.unpack_from(records, pos)
+        if base_offset >= limit_offset:
+            break
+        pos += _BATCH_PREFIX.size + length
+    return records if pos >= n else records[:pos]
+
 
 def _pdata(
-    partition: int, code: ErrorCode, *, hwm: int = -1, log_start: int = -1, records: bytes | None = None
+    partition: int,
+    code: ErrorCode,
+    *,
+    hwm: int = -1,
+    log_start: int = -1,
+    records: bytes | None = None,
+    info: PartitionFetchInfo | None = None,
 ) -> PartitionData:
+    lso = hwm
+    aborted: tuple[AbortedTransaction, ...] | None = None
+    if info is not None and info.last_stable_offset >= 0:  # a read_committed answer
+        lso = info.last_stable_offset
+        aborted = tuple(
+            AbortedTransaction(producer_id=ProducerId(pid), first_offset=i64(first))
+            for pid, first in info.aborted
+        )
     return PartitionData(
         partition_index=i32(partition),
         error_code=code,
         high_watermark=i64(hwm),
-        last_stable_offset=i64(hwm),
+        last_stable_offset=i64(lso),
         log_start_offset=i64(log_start),
-        aborted_transactions=None,
+        aborted_transactions=aborted,
         records=None if records is None else Records.parse(records),
     )
 
@@ -86,8 +132,9 @@ async def _read_once(
 ) -> tuple[list[list[PartitionData]], int, dict[Key, int]]:
     """One pass over every requested partition; returns (answers, bytes found, watermarks)."""
     store = ctx.parts.bucket
+    committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
     queries = [
-        FetchQuery(k[0], k[1], offset, max_bytes)
+        FetchQuery(k[0], k[1], offset, max_bytes, READ_COMMITTED if committed else 0)
         for row in slots
         for s in row
         if isinstance(s, tuple)
@@ -97,7 +144,9 @@ async def _read_once(
     watch = ctx.parts.commit_watch
     trust_ms = ctx.config.fetch_poll_interval_ms
     infos: list[PartitionFetchInfo | None] = [
-        locations.lookup((q.topic_id, q.partition), q.offset, q.max_bytes)
+        None
+        if committed  # the cache knows high watermarks, not last stable offsets: ask metadata
+        else locations.lookup((q.topic_id, q.partition), q.offset, q.max_bytes)
         or locations.known_tail(
             (q.topic_id, q.partition),
             q.offset,
@@ -113,7 +162,8 @@ async def _read_once(
             answered = await ctx.metadata.find_chunks([queries[i] for i in misses])
             for i, info in zip(misses, answered, strict=True):
                 infos[i] = info
-                locations.store((queries[i].topic_id, queries[i].partition), info)
+                if not committed:
+                    locations.store((queries[i].topic_id, queries[i].partition), info)
         except Exception as exc:
             batch_error = error_of(exc)
             if batch_error[0] == ErrorCode.unknown_server_error:
@@ -182,14 +232,18 @@ async def _read_once(
                     )
                 )
                 continue
-            total += len(result.records)
+            records = result.records
+            if committed and info.last_stable_offset >= 0:
+                records = trim_below(records, info.last_stable_offset)
+            total += len(records)
             answers.append(
                 _pdata(
                     p.partition,
                     ErrorCode.none,
                     hwm=info.high_watermark,
                     log_start=info.log_start_offset,
-                    records=result.records,
+                    records=records,
+                    info=info,
                 )
             )
         out.append(answers)

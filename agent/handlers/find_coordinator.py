@@ -5,15 +5,10 @@ rendezvous hashing over the live agents, so every agent gives the same answer (a
 they agree on who is alive) and a lost agent moves only its share of the groups.
 v0-v3 ask for one key, v4+ for a batch (`coordinator_keys`), answered one entry each.
 Key type 0 is a group; a principal without DESCRIBE on it gets GROUP_AUTHORIZATION_FAILED
-(Kafka's ACLs).
-
-Skiff has no transactions. A transaction key (type 1) gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-with a message saying so: the one answer every client treats as fatal at once (librdkafka's
-`init_transactions()` raises a fatal error, the Java producer a
-TransactionalIdAuthorizationException). A retriable COORDINATOR_NOT_AVAILABLE would have them
-look for a coordinator until their timeout (confluent-kafka's `init_transactions()` blocked for
-ever), and librdkafka retries any other code (UNSUPPORTED_VERSION, INVALID_REQUEST, ...) until
-its timeout too. Any other key type gets INVALID_REQUEST, as Kafka answers an unknown one.
+(Kafka's ACLs). Key type 1 is a transactional id (DESCRIBE on it, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), whose coordinator is the rendezvous owner of
+`b"txn:" + id` (`agent.txn_coordinator.TxnCoordinator.coordinator_for`). Any other key type
+gets INVALID_REQUEST, as Kafka answers an unknown one.
 """
 
 from __future__ import annotations
@@ -35,11 +30,6 @@ MAX_VERSION = 6
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
-NO_TRANSACTIONS = (
-    "Skiff does not support transactions: there is no transaction coordinator, so a producer"
-    " with a transactional.id cannot be used (use an idempotent producer instead)"
-)
-
 
 def _failed(key: str, code: ErrorCode, message: str) -> Coordinator:
     return Coordinator(
@@ -54,14 +44,21 @@ def _failed(key: str, code: ErrorCode, message: str) -> Coordinator:
 
 def _find(ctx: AgentContext, request: Request, key: str, key_type: int) -> Coordinator:
     if key_type == TRANSACTION_KEY_TYPE:
-        return _failed(key, ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
-    if key_type != GROUP_KEY_TYPE:
+        if not key:
+            return _failed(key, ErrorCode.invalid_request, "empty transactional id")
+        if not authorized(ctx, request, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, key):
+            return _failed(
+                key, ErrorCode.transactional_id_authorization_failed, "Transactional Id authorization failed."
+            )
+        b = ctx.parts.transactions.coordinator_for(key)
+    elif key_type != GROUP_KEY_TYPE:
         return _failed(key, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}")
-    if not authorized(ctx, request, Op.DESCRIBE, Resource.GROUP, key):
+    elif not authorized(ctx, request, Op.DESCRIBE, Resource.GROUP, key):
         return _failed(key, ErrorCode.group_authorization_failed, "Group authorization failed.")
-    if not key:
+    elif not key:
         return _failed(key, ErrorCode.invalid_group_id, "empty group id")
-    b = ctx.agents.coordinator_for_group(key)
+    else:
+        b = ctx.agents.coordinator_for_group(key)
     host, port = b.address(request.connection.listener)  # on the listener the client connected through
     return Coordinator(
         key=key,

@@ -15,9 +15,11 @@ one chunk that holds the answer. The agent then finds the exact record in that c
 (one `find_chunks` call for all such partitions, the chunks read through the agent's
 store and cache): for a time, the first record at or after the metadata answer whose
 timestamp is >= the time; for MAX_TIMESTAMP, the earliest record with the largest
-timestamp at or after the log start. Both report that record's own timestamp. The isolation
-level is accepted and makes no difference (no transactions: every record is
-committed). `replica_id`, `current_leader_epoch` and `timeout` (v10) are ignored;
+timestamp at or after the log start. Both report that record's own timestamp. With
+isolation level read_committed (1), LATEST answers the last stable offset (the first
+offset of the partition's oldest open transaction, else the high watermark), from one
+more `find_chunks` call at the high watermark with isolation level 1; timestamp queries
+are not limited to the LSO. `replica_id`, `current_leader_epoch` and `timeout` (v10) are ignored;
 leader epochs are reported as -1, as in Metadata. Errors per partition: a topic the principal may not DESCRIBE ->
 TOPIC_AUTHORIZATION_FAILED (Kafka's ACLs); unknown topic
 or partition -> UNKNOWN_TOPIC_OR_PARTITION; metadata unreachable -> KAFKA_STORAGE_ERROR
@@ -58,6 +60,8 @@ API_KEY = 2
 MIN_VERSION = 1
 MAX_VERSION = 10
 
+LATEST_TIMESTAMP = -1
+READ_COMMITTED = 1
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 UNAVAILABLE = ErrorCode.kafka_storage_error
@@ -125,6 +129,8 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
 
     if answers:
         answers = await _refine(ctx, queries, answers)
+    if answers and int(body.isolation_level) == READ_COMMITTED:
+        answers = await _stable(ctx, queries, answers)
 
     out: list[ListOffsetsTopicResponse] = []
     for t, row in zip(body.topics, slots, strict=True):
@@ -141,6 +147,40 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 )
         out.append(ListOffsetsTopicResponse(name=t.name, partitions=tuple(partitions)))
     return ListOffsetsResponse(throttle_time=NO_THROTTLE, topics=tuple(out))
+
+
+async def _stable(
+    ctx: AgentContext, queries: list[OffsetQuery], answers: list[OffsetAnswer]
+) -> list[OffsetAnswer]:
+    """LATEST answers lowered to the last stable offset (read_committed)."""
+    todo = [
+        i
+        for i, (q, a) in enumerate(zip(queries, answers, strict=True))
+        if q.timestamp == LATEST_TIMESTAMP and not a.error_code and a.offset >= 0
+    ]
+    if not todo:
+        return answers
+    out = list(answers)
+    try:
+        # at the high watermark: no chunks, only the partition's last stable offset
+        infos = await ctx.metadata.find_chunks(
+            [
+                FetchQuery(queries[i].topic_id, queries[i].partition, answers[i].offset, 0, READ_COMMITTED)
+                for i in todo
+            ]
+        )
+    except Exception as e:
+        code, message = error_of(e)
+        if code == ErrorCode.unknown_server_error:
+            raise
+        log.warning("ListOffsets: last stable offset lookup failed: %s", message)
+        for i in todo:
+            out[i] = OffsetAnswer(int(UNAVAILABLE))
+        return out
+    for i, info in zip(todo, infos, strict=True):
+        if not info.error_code and info.last_stable_offset >= 0:
+            out[i] = dataclasses.replace(out[i], offset=min(out[i].offset, info.last_stable_offset))
+    return out
 
 
 async def _refine(

@@ -8,8 +8,8 @@ Per partition of a request:
 2. the records are checked (`validate_batches`) as Kafka's LogValidator checks them: exactly
    one RecordBatch (Kafka: INVALID_RECORD otherwise), magic 2 (older formats get
    UNSUPPORTED_FOR_MESSAGE_FORMAT), lengths inside the request and CRC-32C (CORRUPT_MESSAGE),
-   at most the topic's `max.message.bytes` (MESSAGE_TOO_LARGE), no transactional batches
-   (Skiff has no transactions: INVALID_RECORD); then every record is decoded
+   at most the topic's `max.message.bytes` (MESSAGE_TOO_LARGE), no control batches (only
+   the transaction coordinator writes markers: INVALID_RECORD); then every record is decoded
    (`fileformat.log_validator`): counts, lengths, offset deltas 0..n-1, keys on compacted
    topics (INVALID_RECORD), compressed data that does not decompress within the cap
    (CORRUPT_MESSAGE), timestamps against `message.timestamp.before.max.ms` /
@@ -21,7 +21,10 @@ Per partition of a request:
    maxTimestamp are set to the agent's receive time and its CRC recomputed, as Kafka does; for
    CreateTime topics a header maxTimestamp that is not the records' largest timestamp is
    corrected the same way (Kafka's `setMaxTimestamp`);
-4. the batches go to the produce buffer (`agent.produce_buffer`); acks=0 returns no
+4. transactional batches are verified (KIP-890 part 1, `_verify_transactional`): the
+   partition must be in the producer's ongoing transaction at its current epoch
+   (INVALID_PRODUCER_EPOCH for a fenced or unknown producer, INVALID_TXN_STATE otherwise);
+5. the batches go to the produce buffer (`agent.produce_buffer`); acks=0 returns no
    response at once, acks=1/all wait for the file's commit (all is the same as 1: the
    object store is the replication).
 
@@ -52,6 +55,7 @@ from kio.static.primitive import TZAware, i32, i64
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from agent.produce_buffer import PendingBatch, ProduceBuffer
+from agent.protocol import to_error_code
 from fileformat.log_validator import (
     UNBOUNDED_MS,
     CorruptRecordsError,
@@ -129,8 +133,6 @@ def validate_batches(
         validate_batch(records, pos, max_batch_bytes=max(size, 1), counts=False)
     except RecordBatchError as exc:
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
-    if header.is_transactional:
-        raise BatchRejected(ErrorCode.invalid_record, "transactional batches are not supported")
     try:
         max_ts = validate_produced_batch(
             records,
@@ -168,6 +170,8 @@ def validate_batches(
             producer_epoch=header.producer_epoch,
             base_sequence=header.base_sequence,
             timestamp_type=ts_type,
+            # opens the producer's transaction in this partition at commit (txn_open)
+            is_transactional=header.is_transactional,
         )
     ]
 
@@ -274,6 +278,57 @@ def _combine(
     )
 
 
+Validated = list[tuple[tuple[int, int], Topic, int, list[PendingBatch], int | None]]
+# Produce answers a failed transactional verification as Kafka's partition leader does:
+# a stale or unknown producer is INVALID_PRODUCER_EPOCH (fatal: the producer is fenced).
+_VERIFY_CODES = {90: ErrorCode.invalid_producer_epoch, 49: ErrorCode.invalid_producer_epoch}
+
+
+async def _verify_transactional(
+    ctx: AgentContext,
+    body: Any,
+    validated: Validated,
+    answers: dict[tuple[int, int], PartitionProduceResponse],
+) -> Validated:
+    """KIP-890 part 1: a transactional batch is stored only if its partition is in its
+    producer's ongoing transaction at its current epoch (one metadata read per request), so
+    a fenced or timed-out producer cannot reopen a transaction in a partition (which would
+    hold the partition's last stable offset for ever). Refused partitions get an answer now."""
+    txn_id = getattr(body, "transactional_id", None)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (_, _, _, batches, _) in enumerate(validated):
+        b = batches[0]
+        if b.is_transactional:
+            groups.setdefault((b.producer_id, b.producer_epoch), []).append(i)
+    refused: dict[int, tuple[ErrorCode, str]] = {}
+    for (pid, epoch), indexes in groups.items():
+        if not txn_id:
+            for i in indexes:
+                refused[i] = (
+                    ErrorCode.invalid_txn_state,
+                    "a transactional batch needs the request's transactional id",
+                )
+            continue
+        parts = [(str(validated[i][1].topic_id), validated[i][2]) for i in indexes]
+        try:
+            code = await ctx.metadata.verify_txn_partitions(str(txn_id), pid, epoch, parts)
+        except Exception as exc:
+            code_, message = error_of(exc)
+            if code_ == ErrorCode.unknown_server_error:
+                raise
+            for i in indexes:
+                refused[i] = (code_, message)
+            continue
+        if code:
+            error = _VERIFY_CODES.get(code) or to_error_code(code)
+            for i in indexes:
+                refused[i] = (error, "the partition is not in this producer's ongoing transaction")
+    for i, (code, message) in refused.items():
+        key, _, partition, _, _ = validated[i]
+        answers[key] = _partition_response(partition, code, message=message)
+    return [v for i, v in enumerate(validated) if i not in refused]
+
+
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = request.body
     buffer = ctx.parts.produce_buffer
@@ -308,17 +363,25 @@ async def _produce(
     except Exception as exc:
         lookup_error = error_of(exc)
     now_ms = ctx.clock.wall_ms()
+    # Kafka's ACLs: a transactional produce needs WRITE on its transactional id
+    request_txn_id = getattr(body, "transactional_id", None)
+    txn_allowed = not request_txn_id or authorized(
+        ctx, request, Op.WRITE, Resource.TRANSACTIONAL_ID, request_txn_id
+    )
 
     # (topic index, partition index) -> a ready answer, or pending futures
     answers: dict[tuple[int, int], PartitionProduceResponse] = {}
     pending: dict[tuple[int, int], tuple[list[asyncio.Future[BatchResult]], int | None]] = {}
-    validated: list[tuple[tuple[int, int], Topic, int, list[PendingBatch], int | None]] = []
+    validated: Validated = []
     for ti, t in enumerate(body.topic_data):
         topic = topics.get(t.name)
         rules = _topic_rules(topic, now_ms) if topic is not None else {}
         allowed = authorized(ctx, request, Op.WRITE, Resource.TOPIC, t.name)
         for pi, p in enumerate(t.partition_data):
             key = (ti, pi)
+            if not txn_allowed:
+                answers[key] = _partition_response(p.index, ErrorCode.transactional_id_authorization_failed)
+                continue
             if not allowed:
                 answers[key] = _partition_response(p.index, ErrorCode.topic_authorization_failed)
                 continue
@@ -337,6 +400,8 @@ async def _produce(
                 continue
             validated.append((key, topic, p.index, batches, rules["log_append_time_ms"]))
 
+    if any(b[3][0].is_transactional for b in validated):
+        validated = await _verify_transactional(ctx, body, validated, answers)
     if previous is not None:
         await previous
     for key, topic, partition, batches, append_time in validated:

@@ -36,6 +36,7 @@ from metadata.errors import MetadataUnavailable
 from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
+from metadata.txn_state import Outcome, Partition, TxnRecord
 from metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -271,6 +272,78 @@ class FlakyMetadataClient:
 
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
         return await self._go("delete_acls", lambda: self.inner.delete_acls(filters))
+
+    # transactions
+    async def init_txn_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> Outcome:
+        return await self._go(
+            "init_txn_producer_id",
+            lambda: self.inner.init_txn_producer_id(transactional_id, timeout_ms, expected),
+        )
+
+    async def add_partitions_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> dict[Partition, int]:
+        return await self._go(
+            "add_partitions_to_txn",
+            lambda: self.inner.add_partitions_to_txn(transactional_id, producer_id, epoch, partitions),
+        )
+
+    async def verify_txn_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+    ) -> int:
+        return await self._go(
+            "verify_txn_partitions",
+            lambda: self.inner.verify_txn_partitions(transactional_id, producer_id, epoch, partitions),
+        )
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> int:
+        return await self._go(
+            "add_offsets_to_txn",
+            lambda: self.inner.add_offsets_to_txn(transactional_id, producer_id, epoch, group_id),
+        )
+
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: Sequence[GroupOffset],
+    ) -> list[OffsetCommitResult]:
+        return await self._go(
+            "txn_offset_commit",
+            lambda: self.inner.txn_offset_commit(transactional_id, producer_id, epoch, group_id, offsets),
+        )
+
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
+        return await self._go(
+            "end_txn", lambda: self.inner.end_txn(transactional_id, producer_id, epoch, commit)
+        )
+
+    async def complete_txn(self, transactional_id: str, producer_id: int, epoch: int) -> TxnRecord | None:
+        return await self._go(
+            "complete_txn", lambda: self.inner.complete_txn(transactional_id, producer_id, epoch)
+        )
+
+    async def expire_txns(self) -> list[Outcome]:
+        return await self._go("expire_txns", self.inner.expire_txns)
+
+    async def preparing_txns(self) -> list[TxnRecord]:
+        return await self._go("preparing_txns", self.inner.preparing_txns)
+
+    async def describe_txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord | None]:
+        return await self._go("describe_txns", lambda: self.inner.describe_txns(transactional_ids))
+
+    async def list_txns(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_filter_ms: int = -1
+    ) -> list[TxnRecord]:
+        return await self._go(
+            "list_txns", lambda: self.inner.list_txns(states, producer_ids, duration_filter_ms)
+        )
 
     async def close(self) -> None:
         await self.inner.close()

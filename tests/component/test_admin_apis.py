@@ -664,7 +664,17 @@ def test_init_producer_id(harness):
         harness.bootstrap,
         InitProducerIdRequest(transactional_id=TransactionalId("tx"), transaction_timeout=ZERO),
     )
-    assert txn.error_code == ErrorCode.unsupported_version and txn.producer_id == -1
+    assert txn.error_code == ErrorCode.invalid_transaction_timeout and txn.producer_id == -1
+    minute = i32Timedelta.parse(datetime.timedelta(minutes=1))
+    one, two = (
+        request_once(
+            harness.bootstrap,
+            InitProducerIdRequest(transactional_id=TransactionalId("tx"), transaction_timeout=minute),
+        )
+        for _ in range(2)
+    )
+    assert one.error_code == two.error_code == ErrorCode.none
+    assert one.producer_id == two.producer_id >= 0 and (one.producer_epoch, two.producer_epoch) == (0, 1)
 
 
 def _list_offsets(name: str, queries: list[tuple[int, int]]) -> ListOffsetsRequest:

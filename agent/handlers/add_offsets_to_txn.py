@@ -1,0 +1,46 @@
+"""AddOffsetsToTxn (api key 25), v0-v3: a consumer group's offsets join the transaction
+(`metadata.txn_state.add_offsets`, under the transactional id's row lock).
+
+The offsets themselves come next with TxnOffsetCommit (`agent.handlers.txn_offset_commit`),
+which refuses a group not added here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.add_offsets_to_txn.v3.response import AddOffsetsToTxnResponse
+from kio.schema.errors import ErrorCode
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._txn import txn_error, txn_exception_code
+
+API_KEY = 25
+MIN_VERSION = 0
+MAX_VERSION = 3
+FENCED_SINCE_VERSION = 2
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    if not authorized(ctx, request, Op.WRITE, Resource.TRANSACTIONAL_ID, body.transactional_id):
+        return AddOffsetsToTxnResponse(
+            throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed
+        )
+    if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
+        return AddOffsetsToTxnResponse(
+            throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed
+        )
+    try:
+        code = await ctx.metadata.add_offsets_to_txn(
+            body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id
+        )
+    except Exception as exc:
+        return AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=txn_exception_code(exc))
+    return AddOffsetsToTxnResponse(
+        throttle_time=NO_THROTTLE, error_code=txn_error(code, request.api_version, FENCED_SINCE_VERSION)
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

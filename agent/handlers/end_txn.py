@@ -1,0 +1,50 @@
+"""EndTxn (api key 26), v0-v4: commit or abort the producer's ongoing transaction.
+
+Metadata moves the transaction to PREPARE_COMMIT / PREPARE_ABORT (`metadata.txn_state.end_txn`,
+under the transactional id's row lock); the agent then writes the markers and completes
+it (`agent.txn_coordinator.TxnCoordinator.finish`) before answering, so a read_committed
+consumer sees a committed transaction as soon as `commit_transaction()` returns. If the
+markers cannot be written now the answer is still success, as in Kafka (the outcome is
+durable once prepared): the background scan finishes the transaction, and until then the
+producer's next request gets CONCURRENT_TRANSACTIONS.
+
+v5 (KIP-890 part 2, an epoch bump per transaction) is not served.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.end_txn.v4.response import EndTxnResponse
+from kio.schema.errors import ErrorCode
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._txn import txn_error, txn_exception_code
+
+API_KEY = 26
+MIN_VERSION = 0
+MAX_VERSION = 4
+FENCED_SINCE_VERSION = 2
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    if not authorized(ctx, request, Op.WRITE, Resource.TRANSACTIONAL_ID, body.transactional_id):
+        return EndTxnResponse(
+            throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed
+        )
+    try:
+        out = await ctx.metadata.end_txn(
+            body.transactional_id, int(body.producer_id), int(body.producer_epoch), bool(body.committed)
+        )
+    except Exception as exc:
+        return EndTxnResponse(throttle_time=NO_THROTTLE, error_code=txn_exception_code(exc))
+    if out.ok and out.write_markers and out.record is not None:
+        await ctx.parts.transactions.finish(out.record)
+    return EndTxnResponse(
+        throttle_time=NO_THROTTLE, error_code=txn_error(out.error, request.api_version, FENCED_SINCE_VERSION)
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -1,0 +1,94 @@
+"""TxnOffsetCommit (api key 28), v0-v3: a consumer group's offsets inside a transaction
+(`send_offsets_to_transaction`).
+
+Metadata stages them under the transactional id (`metadata.txn_offsets`): they become the
+group's committed offsets in the same database transaction that completes a COMMIT, and
+are dropped by an ABORT; until then OffsetFetch does not see them. The producer must own
+the transactional id at its current epoch (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH
+before v3) and the group must have been added with AddOffsetsToTxn (INVALID_TXN_STATE).
+Per offset: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE as OffsetCommit.
+
+Not checked (yet): v3's generation id / member id against the group (KIP-447's fencing of
+a consumer that left the group); Kafka checks them in the group coordinator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.txn_offset_commit.v3.response import (
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
+from kio.static.primitive import i32
+
+from agent.context import AgentContext
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._txn import txn_error, txn_exception_code
+from metadata.types import GroupOffset
+
+API_KEY = 28
+MIN_VERSION = 0
+MAX_VERSION = 3
+FENCED_SINCE_VERSION = 3
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    v = request.api_version
+    offsets = [
+        GroupOffset(
+            topic=t.name,
+            partition=int(p.partition_index),
+            offset=int(p.committed_offset),
+            metadata=p.committed_metadata,
+            leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+        )
+        for t in body.topics
+        for p in t.partitions
+    ]
+    # Kafka's ACLs: WRITE on the transactional id, READ on the group, READ on each topic
+    refused: ErrorCode | None = None
+    if not authorized(ctx, request, Op.WRITE, Resource.TRANSACTIONAL_ID, body.transactional_id):
+        refused = ErrorCode.transactional_id_authorization_failed
+    elif not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
+        refused = ErrorCode.group_authorization_failed
+    unreadable = {o.topic for o in offsets if not authorized(ctx, request, Op.READ, Resource.TOPIC, o.topic)}
+    if refused is not None:
+        codes = [refused] * len(offsets)
+    elif unreadable:
+        codes = [
+            ErrorCode.topic_authorization_failed
+            if o.topic in unreadable
+            else ErrorCode.operation_not_attempted
+            for o in offsets
+        ]
+    else:
+        try:
+            results = await ctx.metadata.txn_offset_commit(
+                body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id, offsets
+            )
+            codes = [txn_error(r.error_code, v, FENCED_SINCE_VERSION) for r in results]
+        except Exception as exc:
+            codes = [txn_exception_code(exc)] * len(offsets)
+    it = iter(codes)
+    return TxnOffsetCommitResponse(
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            TxnOffsetCommitResponseTopic(
+                name=t.name,
+                partitions=tuple(
+                    TxnOffsetCommitResponsePartition(
+                        partition_index=i32(int(p.partition_index)), error_code=next(it)
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )
+
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)

@@ -1,0 +1,205 @@
+"""Transactional producers' state in metadata (`metadata.transactions`) on SQLite and
+PostgreSQL, with an injected clock: the state survives a new service over the same
+database (a coordinator's death), racing coordinators change it one at a time, and the
+schema is the migration's."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from metadata import txn_state as ts
+from metadata.service import MetadataService
+from metadata.txn_state import TxnState
+from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionFetchInfo
+
+
+class Clock:
+    def __init__(self, now: int = 1_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def svc(db_url: str, clock: Clock) -> Iterator[MetadataService]:
+    s = MetadataService.from_url(db_url, clock=clock)
+    s.create_topic("t", 2, {})
+    yield s
+    s.close()
+
+
+def _partitions(svc: MetadataService) -> list[tuple[str, int]]:
+    topic = svc.describe_topics(["t"])["t"]
+    return [(str(topic.topic_id), 0), (str(topic.topic_id), 1)]
+
+
+def test_a_committed_transaction_end_to_end_and_restart(
+    svc: MetadataService, db_url: str, clock: Clock
+) -> None:
+    txns = svc.transactions
+    init = txns.init_producer_id("tx", 60_000)
+    assert init.ok and init.producer_epoch == 0
+    pid = init.producer_id
+    parts = _partitions(svc)
+    added = txns.add_partitions("tx", pid, 0, parts)
+    assert set(added.errors.values()) == {0}
+    assert txns.add_offsets("tx", pid, 0, "g") == 0
+    assert txns.verify_partitions("tx", pid, 0, parts[:1]) == 0
+    end = txns.end_txn("tx", pid, 0, commit=True)
+    assert end.ok and end.write_markers and end.record is not None
+    assert set(end.record.partitions) == set(parts) and end.groups == {"g"}
+
+    # the coordinator dies here: a new service over the same database finds the prepared
+    # transaction and finishes it
+    again = MetadataService.from_url(db_url, clock=clock)
+    try:
+        pending = again.transactions.preparing()
+        assert [(r.transactional_id, r.state) for r in pending] == [("tx", TxnState.PREPARE_COMMIT)]
+        done = again.transactions.complete("tx", pid, 0)
+        assert done is not None and done.state is TxnState.COMPLETE_COMMIT
+        assert again.transactions.complete("tx", pid, 0) is None  # finished once only
+        assert again.transactions.preparing() == []
+    finally:
+        again.close()
+    retry = txns.end_txn("tx", pid, 0, commit=True)
+    assert retry.ok and not retry.write_markers
+
+
+def test_unknown_partition_fails_the_whole_request(svc: MetadataService) -> None:
+    init = svc.transactions.init_producer_id("tx", 60_000)
+    good = _partitions(svc)[0]
+    bad = (good[0], 7)
+    out = svc.transactions.add_partitions("tx", init.producer_id, 0, [good, bad])
+    assert out.errors == {good: 55, bad: 3}
+    assert svc.transactions.describe(["tx"])["tx"].state is TxnState.EMPTY  # type: ignore[union-attr]
+
+
+def test_new_instance_fences_the_old_and_aborts_its_transaction(svc: MetadataService) -> None:
+    txns = svc.transactions
+    old = txns.init_producer_id("tx", 60_000)
+    txns.add_partitions("tx", old.producer_id, 0, _partitions(svc)[:1])
+    new = txns.init_producer_id("tx", 60_000)
+    assert new.error == ts.CONCURRENT_TRANSACTIONS and new.write_markers
+    assert txns.end_txn("tx", old.producer_id, 0, commit=True).error == ts.PRODUCER_FENCED
+    assert txns.init_producer_id("tx", 60_000).error == ts.CONCURRENT_TRANSACTIONS
+    assert txns.complete("tx", old.producer_id, 1) is not None
+    after = txns.init_producer_id("tx", 60_000)
+    assert after.ok and (after.producer_id, after.producer_epoch) == (old.producer_id, 2)
+
+
+def test_expiry_and_listing(svc: MetadataService, clock: Clock) -> None:
+    txns = svc.transactions
+    a = txns.init_producer_id("a", 10_000)
+    b = txns.init_producer_id("b", 60_000)
+    parts = _partitions(svc)
+    txns.add_partitions("a", a.producer_id, 0, parts[:1])
+    txns.add_partitions("b", b.producer_id, 0, parts[1:])
+    clock.now += 5_000
+    assert sorted(r.transactional_id for r in txns.list(duration_filter_ms=4_000)) == ["a", "b"]
+    assert txns.list(duration_filter_ms=5_000) == []
+    assert txns.expire() == []
+    clock.now += 5_001
+    due = txns.expire()
+    assert [o.record.transactional_id for o in due if o.record] == ["a"]
+    assert {r.transactional_id for r in txns.list(states=["PrepareAbort"])} == {"a"}
+    assert {r.transactional_id for r in txns.list(producer_ids=[b.producer_id])} == {"b"}
+    described = txns.describe(["a", "zzz"])
+    assert described["zzz"] is None and described["a"] is not None and described["a"].producer_epoch == 1
+
+
+def test_idle_ids_expire(svc: MetadataService, clock: Clock) -> None:
+    svc.transactions.init_producer_id("idle", 60_000)
+    clock.now += 1_000
+    svc.transactions.init_producer_id("busy", 60_000)
+    assert svc.transactions.delete_expired_ids(older_than_ms=clock.now) == 1
+    assert svc.transactions.describe(["idle", "busy"])["idle"] is None
+
+
+def test_racing_first_inits_of_one_id_give_distinct_epochs(svc: MetadataService) -> None:
+    results: list[ts.Outcome] = []
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        barrier.wait()
+        results.append(svc.transactions.init_producer_id("race", 60_000))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.ok for r in results)
+    assert len({r.producer_id for r in results}) == 1
+    assert sorted(r.producer_epoch for r in results) == [0, 1, 2, 3]
+
+
+def _batch(
+    pos: int, count: int, pid: int = -1, seq: int = -1, txn: bool = False, control: int = -1
+) -> BatchSpec:
+    return BatchSpec(
+        pos, 100, count, count, 0, pid, 0 if pid >= 0 else -1, seq, is_transactional=txn, control_type=control
+    )
+
+
+def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(svc: MetadataService) -> None:
+    topic = svc.describe_topics(["t"])["t"]
+    tid = topic.topic_id
+    txns = svc.transactions
+    init = txns.init_producer_id("tx", 60_000)
+    pid = init.producer_id
+    txns.add_partitions("tx", pid, 0, [(str(tid), 0), (str(tid), 1)])
+    # p0: offsets 0-1 plain data, 2-3 the transaction's; p1: offset 0 the transaction's
+    svc.commit_file(
+        FileSpec("f1", 1000),
+        [
+            ChunkSpec(tid, 0, (_batch(0, 2), _batch(100, 2, pid, 0, txn=True))),
+            ChunkSpec(tid, 1, (_batch(200, 1, pid, 2, txn=True),)),
+        ],
+    )
+
+    def committed(partition: int, offset: int = 0) -> PartitionFetchInfo:
+        return svc.find_chunks([FetchQuery(tid, partition, offset, 1 << 20, isolation_level=1)])[0]
+
+    p0 = committed(0)
+    assert (p0.high_watermark, p0.last_stable_offset, p0.aborted) == (4, 2, ())
+    assert all(c.base_offset < 2 for c in p0.chunks)
+    assert committed(0, 2).chunks == ()  # at the LSO: nothing yet
+    plain = svc.find_chunks([FetchQuery(tid, 0, 0, 1 << 20)])[0]
+    assert plain.last_stable_offset == -1 and plain.chunks[-1].last_offset == 3
+
+    end = txns.end_txn("tx", pid, 0, commit=False)
+    assert end.write_markers
+    # the markers file completes the transaction in the same database transaction
+    svc.commit_file(
+        FileSpec("markers", 1000, completes=(("tx", pid, 0),)),
+        [
+            ChunkSpec(tid, 0, (_batch(0, 1, pid, txn=True, control=0),)),
+            ChunkSpec(tid, 1, (_batch(100, 1, pid, txn=True, control=0),)),
+        ],
+    )
+    p0 = committed(0)
+    assert (p0.high_watermark, p0.last_stable_offset) == (5, 5)
+    assert p0.aborted == ((pid, 2),)
+    assert committed(1).aborted == ((pid, 0),)
+    assert committed(0, 4).aborted == ((pid, 2),)  # the ABORT marker's own offset is in the range (Kafka)
+    described = txns.describe(["tx"])["tx"]
+    assert described is not None and described.state is TxnState.COMPLETE_ABORT
+
+    # a second transaction of another producer, left open, holds the LSO at its first offset
+    other = txns.init_producer_id("tx2", 60_000)
+    svc.commit_file(
+        FileSpec("f3", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, other.producer_id, 0, txn=True),))]
+    )
+    svc.commit_file(FileSpec("f4", 1000), [ChunkSpec(tid, 0, (_batch(0, 1),))])
+    p0 = committed(0)
+    assert (p0.high_watermark, p0.last_stable_offset) == (7, 5)
+    assert committed(0, 5).chunks == () and committed(0, 5).aborted == ()
