@@ -179,6 +179,10 @@ def run_job(
                 _copy_partition(work, inputs, cursors_b, part, merged, stats)
         compacted.finish()
         merged.finish()
+    except BaseException:
+        compacted.abort()  # the open uploads: no multipart upload or temp file is left behind
+        merged.abort()
+        raise
     finally:
         for c in cursors_a + cursors_b:
             c.close()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -170,6 +170,27 @@ class SegmentWriter:
         return self._position
 
     def add_chunk(self, chunk: ChunkInput) -> ChunkPlacement:
+        if chunk.batch_count != len(chunk.batches):
+            raise ValueError("batch_count does not match the batches given")
+        byte_length = sum(len(b) for b in chunk.batches)
+        return self._add(chunk, byte_length, chunk.batches, track_batches=True)
+
+    def add_chunk_bytes(
+        self, chunk: ChunkInput, byte_length: int, pieces: Iterable[bytes | bytearray | memoryview]
+    ) -> ChunkPlacement:
+        """As `add_chunk`, for a chunk whose batches arrive as `pieces` of any size (read
+        back from a spool file, say) adding up to `byte_length`; `chunk.batches` is not
+        read, and the placement has no batch positions."""
+        return self._add(chunk, byte_length, pieces, track_batches=False)
+
+    def _add(
+        self,
+        chunk: ChunkInput,
+        byte_length: int,
+        pieces: Iterable[bytes | bytearray | memoryview],
+        *,
+        track_batches: bool,
+    ) -> ChunkPlacement:
         if self._finished:
             raise RuntimeError("segment already finished")
         key = _sort_key(chunk.topic_id, chunk.partition)
@@ -178,11 +199,8 @@ class SegmentWriter:
                 f"chunks must be added in (topic_id, partition) order, got {key} after {self._last_key}"
             )
         self._last_key = key
-        byte_length = sum(len(b) for b in chunk.batches)
         if byte_length > MAX_CHUNK_BYTES:
             raise ValueError(f"chunk of {byte_length} bytes exceeds the format limit")
-        if chunk.batch_count != len(chunk.batches):
-            raise ValueError("batch_count does not match the batches given")
         header_position = self._position
         body = _CHUNK_HEADER_BODY.pack(
             CHUNK_MAGIC,
@@ -196,9 +214,12 @@ class SegmentWriter:
         self._write(body + struct.pack(">I", crc32c.crc32c(body)))
         data_position = self._position
         batch_positions = []
-        for batch in chunk.batches:
-            batch_positions.append(self._position)
-            self._write(batch)
+        for piece in pieces:
+            if track_batches:
+                batch_positions.append(self._position)
+            self._write(piece)
+        if self._position - data_position != byte_length:
+            raise ValueError(f"chunk pieces hold {self._position - data_position} bytes, not {byte_length}")
         self._entries.append(
             FooterEntry(
                 topic_id=chunk.topic_id,
