@@ -1,17 +1,30 @@
-"""Compaction dedup path: records/s and MiB/s per core, peak RSS, key-map bytes, GETs per file.
+"""Compaction benchmarks: the dedup path (compacted topics) and the delete-policy merge.
 
-    python bench/compaction.py KEYS [UPDATES]      e.g. 1000000 3
+    python bench/compaction.py dedup KEYS [UPDATES]     e.g. dedup 5000000 3
+    python bench/compaction.py merge [--mib 256] [--partitions 16] [--file-mib 8]
 
-Writes agent-like segment files (8 MiB, one compacted partition, batches of 100
+dedup: writes agent-like segment files (8 MiB, one compacted partition, batches of 100
 uncompressed records of 100 bytes: a 12-byte key and an 80-byte value) holding each of
 KEYS distinct keys UPDATES times in random order to a file:// bucket in a temp dir, then
-runs one compaction job (first clean: everything dirty, 128 MiB key map) in a fresh
-process so that its peak RSS is the job's alone. The swap is a no-op (metadata is not
-on the measured path). One process, one thread: the rates are per core.
+runs compaction jobs (128 MiB key map) in a fresh process so that its peak RSS is the
+jobs' alone. The first clean covers everything dirty; when the key map fills (more
+distinct keys than it holds) the clean stops at the offset where it filled, as Kafka's
+does, and the next clean starts there over the first clean's output files, until the
+whole log is clean. The swap is a no-op that keeps the output chunk rows (metadata is
+not on the measured path). One process, one thread: the rates are per core.
+
+merge: a delete-policy topic of PARTITIONS partitions in a SQLite metadata and a
+file:// bucket, written as an agent writes keyed data: every 8 MiB file holds a chunk of
+every partition (batches of 16 records of 1 KiB). Then, twice (level 0, then after one
+maintenance pass has merged level 0 into level 1): chunk rows per partition, and a cold
+consume of everything through the synchronous read path (`fileformat.read_sync`, a
+fresh store: no cache), fetches of 55 MiB with 4 MiB per partition, counting ranged GETs.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import pickle
 import random
 import resource
@@ -26,14 +39,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from compactor.job import run_job
 from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
-from fileformat.chunk_reader import ChunkLocation
-from fileformat.objectstore import open_store
+from compactor.runner import RunnerConfig, run_pass
+from fileformat.chunk_reader import ChunkLocation, PartitionRead
+from fileformat.objectstore import ObjectStore, open_store
+from fileformat.read_sync import read_fetch
 from fileformat.records import Record, build_batch
 from fileformat.segment import ChunkInput, build_segment
+from metadata.local_client import LocalMetadataClient
+from metadata.service import MetadataService
+from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, OutputChunk
 
 TOPIC = uuid.UUID(int=0xBE)
 RECORDS_PER_BATCH = 100
 FILE_BYTES = 8 << 20
+MAX_CLEANS = 5
+
+# ------------------------------------------------------------------ dedup
 
 
 def generate(root: Path, keys: int, updates: int) -> None:
@@ -76,43 +97,209 @@ def generate(root: Path, keys: int, updates: int) -> None:
             size = 0
     if batches:
         flush()
-    work = PartitionWork(TOPIC, 0, "bench", True, False, 0, offset, 86_400_000)
-    plan = JobPlan("bench", tuple(files), (work,), 2_000_000)
-    (root / "plan.pickle").write_bytes(pickle.dumps(plan))
+    (root / "plan.pickle").write_bytes(pickle.dumps((tuple(files), offset)))
 
 
-def run(root: Path) -> None:
-    plan: JobPlan = pickle.loads((root / "plan.pickle").read_bytes())
+class KeepOutputs:
+    """The swap: keeps each output file's chunk rows (the next clean's inputs)."""
+
+    def __init__(self) -> None:
+        self.files: list[InputFile] = []
+        self._ids = 1_000_000
+
+    def __call__(
+        self, inputs: object, spec: FileSpec, outputs: list[OutputChunk], checkpoints: object
+    ) -> None:
+        chunks = []
+        for o in outputs:
+            self._ids += 1
+            loc = ChunkLocation(
+                self._ids,
+                spec.object_key,
+                o.byte_position,
+                o.byte_length,
+                o.base_offset,
+                o.last_offset,
+                o.record_count,
+                o.max_timestamp,
+                offsets_absolute=True,
+                present_offsets=o.present_offsets,
+            )
+            chunks.append(InputChunk(o.topic_id, o.partition, loc))
+        self.files.append(InputFile(spec.object_key, spec.size_bytes, tuple(chunks)))
+
+
+def run_cleans(root: Path) -> None:
+    files, end = pickle.loads((root / "plan.pickle").read_bytes())
     store = open_store(f"file://{root}", fsync=False)
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    result = run_job(plan, store, lambda *a: None, key_prefix="out/")
-    cpu = time.process_time() - c0
-    wall = time.perf_counter() - t0
-    s = result.stats
-    gets = set(s.gets_per_input_file.values())
-    print(
-        f"records_in={s.records_in} records_out={s.records_out} files_in={s.files_in} "
-        f"MiB_in={s.bytes_in / 2**20:.1f} wall_s={wall:.1f} cpu_s={cpu:.1f} "
-        f"records_per_s_per_core={s.records_in / cpu:,.0f} MiB_per_s_per_core={s.bytes_in / 2**20 / cpu:.1f} "
-        f"peak_rss_MiB={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
-        f"(before job {rss0 / 1024:.0f}) keymap_MiB={s.peak_keymap_bytes / 2**20:.0f} "
-        f"map_full={bool(result.map_full)} gets_per_input_file={sorted(gets)}"
-    )
+    first_dirty = 0
+    for clean in range(1, MAX_CLEANS + 1):
+        work = PartitionWork(TOPIC, 0, "bench", True, False, first_dirty, end, 86_400_000)
+        plan = JobPlan(f"bench{clean}", tuple(files), (work,), 2_000_000)
+        swap = KeepOutputs()
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        result = run_job(plan, store, swap, key_prefix=f"out{clean}/")
+        cpu = time.process_time() - c0
+        wall = time.perf_counter() - t0
+        s = result.stats
+        (cp,) = result.checkpoints
+        gets = sorted(set(s.gets_per_input_file.values()))
+        print(
+            f"clean={clean} first_dirty={first_dirty} checkpoint={cp.first_dirty_offset} "
+            f"records_in={s.records_in} records_out={s.records_out} files_in={s.files_in} "
+            f"MiB_in={s.bytes_in / 2**20:.1f} wall_s={wall:.1f} cpu_s={cpu:.1f} "
+            f"records_per_s_per_core={s.records_in / cpu:,.0f} MiB_per_s_per_core={s.bytes_in / 2**20 / cpu:.1f} "
+            f"peak_rss_MiB={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
+            f"(before {rss0 / 1024:.0f}) keymap_MiB={s.peak_keymap_bytes / 2**20:.0f} "
+            f"map_full={bool(result.map_full)} gets_per_input_file={gets}",
+            flush=True,
+        )
+        if cp.first_dirty_offset >= end:
+            return
+        first_dirty = cp.first_dirty_offset
+        files = swap.files
 
 
-def main() -> None:
-    if sys.argv[1] == "--run":
-        run(Path(sys.argv[2]))
-        return
-    keys = int(sys.argv[1])
-    updates = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+def dedup(keys: int, updates: int) -> None:
     with tempfile.TemporaryDirectory(prefix="skiff-bench-compaction-") as tmp:
         t0 = time.perf_counter()
         generate(Path(tmp), keys, updates)
         print(f"keys={keys} updates={updates} generated in {time.perf_counter() - t0:.0f}s", flush=True)
-        subprocess.run([sys.executable, __file__, "--run", tmp], check=True)
+        subprocess.run([sys.executable, __file__, "--run-cleans", tmp], check=True)
+
+
+# ------------------------------------------------------------------ merge
+
+VALUE_BYTES = 1024
+MERGE_BATCH_RECORDS = 16
+FETCH_MAX_BYTES = 55 << 20
+PARTITION_MAX_BYTES = 4 << 20
+
+
+def write_level0(
+    svc: MetadataService, store: ObjectStore, topic_id: uuid.UUID, partitions: int, mib: int, file_mib: int
+) -> int:
+    """Agent-style files, each with a chunk of every partition; returns the file count."""
+    per_chunk = (file_mib << 20) // partitions
+    batches_per_chunk = max(1, per_chunk // (MERGE_BATCH_RECORDS * (VALUE_BYTES + 20)))
+    value = b"x" * VALUE_BYTES
+    files = max(1, mib // file_mib)
+    for f in range(files):
+        chunks = []
+        for p in range(partitions):
+            batches = [
+                build_batch([Record(d, 1000 + f, b"k%d" % d, value) for d in range(MERGE_BATCH_RECORDS)])
+                for _ in range(batches_per_chunk)
+            ]
+            chunks.append(ChunkInput(topic_id, p, batches, len(batches), MERGE_BATCH_RECORDS * len(batches)))
+        data, placements = build_segment(chunks)
+        key = f"agent/{f:06d}.seg"
+        store.put(key, data)
+        specs = []
+        for pl, ch in zip(placements, chunks, strict=True):
+            specs.append(
+                ChunkSpec(
+                    topic_id,
+                    pl.partition,
+                    tuple(
+                        BatchSpec(pos, len(b), MERGE_BATCH_RECORDS, MERGE_BATCH_RECORDS, 1000 + f)
+                        for pos, b in zip(pl.batch_positions, ch.batches, strict=True)
+                    ),
+                )
+            )
+        for r in svc.commit_file(FileSpec(key, len(data), 0, "bench-agent"), specs):
+            assert r.error_code == 0, r
+    return files
+
+
+def chunk_rows(svc: MetadataService, topic_id: uuid.UUID, partitions: int) -> list[int]:
+    infos = svc.find_chunks([FetchQuery(topic_id, p, 0, 1 << 50) for p in range(partitions)])
+    return [len(i.chunks) for i in infos]
+
+
+def cold_consume(
+    svc: MetadataService, url: str, topic_id: uuid.UUID, partitions: int
+) -> tuple[int, int, int, float]:
+    """(bytes consumed, ranged GETs, fetches, cpu s) of reading everything from offset 0."""
+    store = open_store(url, fsync=False)
+    offsets = [0] * partitions
+    hwm = [
+        i.high_watermark for i in svc.find_chunks([FetchQuery(topic_id, p, 0, 1) for p in range(partitions)])
+    ]
+    consumed = fetches = 0
+    c0 = time.process_time()
+    while any(o < h for o, h in zip(offsets, hwm, strict=True)):
+        active = [p for p in range(partitions) if offsets[p] < hwm[p]]
+        infos = svc.find_chunks([FetchQuery(topic_id, p, offsets[p], PARTITION_MAX_BYTES) for p in active])
+        reads = [
+            PartitionRead(i.chunks, offsets[p], PARTITION_MAX_BYTES)
+            for p, i in zip(active, infos, strict=True)
+        ]
+        fetches += 1
+        for p, sel in zip(active, read_fetch(store, reads, FETCH_MAX_BYTES), strict=True):
+            if isinstance(sel, Exception):
+                raise sel
+            consumed += len(sel.records)
+            offsets[p] = sel.next_offset
+    cpu = time.process_time() - c0
+    gets = store.stats.snapshot().requests.get("get_range", 0)
+    store.close()
+    return consumed, gets, fetches, cpu
+
+
+def merge(mib: int, partitions: int, file_mib: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="skiff-bench-merge-") as tmp:
+        svc = MetadataService.from_url(f"sqlite:///{tmp}/md.db")
+        url = f"file://{tmp}/bucket"
+        store = open_store(url, fsync=False)
+        topic = svc.create_topic("bench-merge", partitions, {"retention.ms": "-1"})
+        files = write_level0(svc, store, topic.topic_id, partitions, mib, file_mib)
+        print(f"level 0: {files} files of ~{file_mib} MiB, {partitions} partitions", flush=True)
+        for stage in ("level 0", "after merge"):
+            if stage == "after merge":
+                md = LocalMetadataClient(svc)
+                cfg = RunnerConfig(topic="bench-merge", retention=False, gc=False, expire_offsets=False)
+                c0 = time.process_time()
+                summary = asyncio.run(run_pass(md, store, cfg))
+                print(
+                    f"merge: jobs={summary.jobs} files_in={summary.files_in} files_out={summary.files_out} "
+                    f"max_gets_per_input_file={summary.max_gets_per_input_file} "
+                    f"cpu_s={time.process_time() - c0:.1f}",
+                    flush=True,
+                )
+            rows = chunk_rows(svc, topic.topic_id, partitions)
+            consumed, gets, fetches, cpu = cold_consume(svc, url, topic.topic_id, partitions)
+            gib = consumed / 2**30
+            print(
+                f"{stage}: chunk_rows_per_partition={min(rows)}-{max(rows)} consumed_MiB={consumed / 2**20:.0f} "
+                f"fetches={fetches} ranged_gets={gets} ranged_gets_per_GiB={gets / gib:.0f} "
+                f"consume_MiB_per_s_cpu={consumed / 2**20 / cpu:.0f}",
+                flush=True,
+            )
+        store.close()
+        svc.close()
+
+
+def main() -> None:
+    if sys.argv[1] == "--run-cleans":
+        run_cleans(Path(sys.argv[2]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("dedup")
+    d.add_argument("keys", type=int)
+    d.add_argument("updates", type=int, nargs="?", default=3)
+    m = sub.add_parser("merge")
+    m.add_argument("--mib", type=int, default=256)
+    m.add_argument("--partitions", type=int, default=16)
+    m.add_argument("--file-mib", type=int, default=8)
+    args = ap.parse_args()
+    if args.cmd == "dedup":
+        dedup(args.keys, args.updates)
+    else:
+        merge(args.mib, args.partitions, args.file_mib)
 
 
 if __name__ == "__main__":
