@@ -33,11 +33,13 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from compactor.job import run_job
+from compactor.output import Checkpoint
 from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
 from compactor.runner import RunnerConfig, run_pass
 from fileformat.chunk_reader import ChunkLocation, PartitionRead
@@ -63,7 +65,7 @@ def generate(root: Path, keys: int, updates: int) -> None:
     value = b"v" * 80
     order = [k for _ in range(updates) for k in range(keys)]
     rng.shuffle(order)
-    files = []
+    files: list[InputFile] = []
     offset = 0
     batches: list[bytes] = []
     file_first = 0
