@@ -110,7 +110,11 @@ class KeepOutputs:
         self._ids = 1_000_000
 
     def __call__(
-        self, inputs: object, spec: FileSpec, outputs: list[OutputChunk], checkpoints: object
+        self,
+        inputs: Sequence[int],
+        spec: FileSpec,
+        outputs: Sequence[OutputChunk],
+        checkpoints: Sequence[Checkpoint],
     ) -> None:
         chunks = []
         for o in outputs:
