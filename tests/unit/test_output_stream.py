@@ -156,3 +156,49 @@ def test_a_failed_swap_aborts_the_next_files_upload(store: ObjectStore, tmp_path
         assert store.stats.snapshot().requests.get("abort_multipart_upload") == 1
     else:
         assert [p for p in (tmp_path / "bucket").rglob("*") if p.is_file()] == []
+
+
+def test_run_job_failing_midway_aborts_the_open_upload(
+    store: ObjectStore, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Partition 0 (9 MB of distinct keys) is written into the open output file (on S3 a
+    multipart upload with one 8 MiB part done), then partition 1's input file is missing:
+    the job raises, the upload is aborted, nothing is left in the bucket but the input."""
+    from compactor.job import run_job
+    from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
+    from fileformat.chunk_reader import ChunkLocation
+    from fileformat.objectstore import ObjectNotFound
+    from fileformat.segment import ChunkInput, build_segment
+
+    batches = [
+        build_batch([Record(d, 1000, b"key-%d" % (i * 10 + d), b"v" * 3000) for d in range(10)])
+        for i in range(300)
+    ]
+    data, [pl] = build_segment([ChunkInput(TOPIC, 0, batches, len(batches), 3000)])
+    store.put("agent/1", data)
+    loc0 = ChunkLocation(1, "agent/1", pl.data_position, pl.byte_length, 0, 2999, 3000, 0)
+    loc1 = ChunkLocation(2, "agent/missing", 16, 100, 0, 9, 10, 0)
+    plan = JobPlan(
+        "j",
+        (
+            InputFile("agent/1", len(data), (InputChunk(TOPIC, 0, loc0),)),
+            InputFile("agent/missing", 1000, (InputChunk(TOPIC, 1, loc1),)),
+        ),
+        (
+            PartitionWork(TOPIC, 0, "t", True, False, 0, 3000, 1000),
+            PartitionWork(TOPIC, 1, "t", True, False, 0, 10, 1000),
+        ),
+        0,
+    )
+    swaps = Swaps()
+    with pytest.raises(ObjectNotFound):
+        run_job(plan, store, swaps, key_prefix="out/")
+    assert swaps.calls == []
+    assert [i.key for i in store.list()] == ["agent/1"]
+    if store.url.startswith("s3://"):
+        requests = store.stats.snapshot().requests
+        assert requests["upload_part"] == 1 and requests["abort_multipart_upload"] == 1
+        bucket: S3Bucket = request.getfixturevalue("moto_s3")
+        assert bucket.client().list_multipart_uploads(Bucket=bucket.name).get("Uploads", []) == []
+    else:
+        assert [p.name for p in (tmp_path / "bucket").rglob(".*")] == []
