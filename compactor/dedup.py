@@ -56,6 +56,7 @@ from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batche
 from fileformat.records import parse_header, patch_base_offset
 
 BytesLike = bytes | bytearray | memoryview
+SCAN_GROUP_BYTES = 8 * 1024 * 1024  # batches scanned as one set of columns (see `_groups`)
 
 
 @dataclass
@@ -145,8 +146,14 @@ class PartitionCleaner:
             if self.full or cb.last_offset < fd or cb.base_offset >= end:
                 continue
             chosen.append(cb)
-        if not chosen:
-            return
+        for group in _groups(chosen):
+            if self.full:
+                return
+            self._pass1_columns(data, group)
+
+    def _pass1_columns(self, data: BytesLike, chosen: list[ChunkBatch]) -> None:
+        fd = self.first_dirty
+        end = self.cleanable_end
         cols = scan_batches(data, chosen)
         offsets = _record_offsets(chosen, cols)
         # a record at or past the cleanable end ends its batch's part in pass 1
@@ -209,7 +216,9 @@ class PartitionCleaner:
             else:
                 plan.append(len(scan))
                 scan.append(cb)
-        decided = self._clean_batches(data, scan) if scan else []
+        decided: list[OutBatch | None] = []
+        for group in _groups(scan):
+            decided += self._clean_batches(data, group)
         for item in plan:
             out = decided[item] if isinstance(item, int) else item
             if out is not None:
@@ -336,6 +345,22 @@ class PartitionCleaner:
                 )
             )
         return out
+
+
+def _groups(batches: list[ChunkBatch]) -> Iterator[list[ChunkBatch]]:
+    """Runs of consecutive batches of at most SCAN_GROUP_BYTES (at least one batch each):
+    what is scanned as one set of columns, so that their memory stays bounded however
+    large the chunk (a compacted file's chunk can be hundreds of MiB)."""
+    group: list[ChunkBatch] = []
+    size = 0
+    for cb in batches:
+        if group and size + cb.header.size > SCAN_GROUP_BYTES:
+            yield group
+            group, size = [], 0
+        group.append(cb)
+        size += cb.header.size
+    if group:
+        yield group
 
 
 def _record_offsets(batches: list[ChunkBatch], cols: RecordColumns) -> npt.NDArray[np.int64]:

@@ -531,8 +531,9 @@ def iter_chunks_stream(
         if last_key is not None and key <= last_key:
             raise SegmentFormatError(name, position, "chunks out of (topic_id, partition) order")
         last_key = key
-        data = stream.read_exact(header.byte_length, f"chunk data of {header.byte_length} bytes")
-        yield header, data
+        # not bound to a local: a suspended generator would keep the chunk alive until the
+        # caller asks for the next one (the compactor keeps two streams per input file open)
+        yield header, stream.read_exact(header.byte_length, f"chunk data of {header.byte_length} bytes")
 
 
 def read_chunk_header_at(data: bytes | memoryview, position: int, name: str = "<segment>") -> ChunkHeader:
