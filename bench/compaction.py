@@ -1,6 +1,6 @@
 """Compaction benchmarks: the dedup path (compacted topics) and the delete-policy merge.
 
-    python bench/compaction.py dedup KEYS [UPDATES]     e.g. dedup 5000000 3
+    python bench/compaction.py dedup KEYS [UPDATES] [--dir DIR]   e.g. dedup 5000000 3
     python bench/compaction.py merge [--mib 256] [--partitions 16] [--file-mib 8]
 
 dedup: writes agent-like segment files (8 MiB, one compacted partition, batches of 100
@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import pickle
-import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -35,6 +33,9 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+
+import crc32c
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -52,6 +53,7 @@ from metadata.service import MetadataService
 from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, OutputChunk
 
 TOPIC = uuid.UUID(int=0xBE)
+VALUE = b"v" * 80
 RECORDS_PER_BATCH = 100
 FILE_BYTES = 8 << 20
 MAX_CLEANS = 5
@@ -59,47 +61,58 @@ MAX_CLEANS = 5
 # ------------------------------------------------------------------ dedup
 
 
+def _template() -> tuple[np.ndarray, np.ndarray]:
+    """One batch of RECORDS_PER_BATCH records as `build_batch` encodes it, and the byte
+    positions of its keys: every generated batch is this one with other keys (and CRC)."""
+    marks = [b"key-%08d" % (90_000_000 + d) for d in range(RECORDS_PER_BATCH)]
+    batch = build_batch([Record(d, 1000, marks[d], VALUE, ()) for d in range(RECORDS_PER_BATCH)])
+    positions = np.array([batch.index(m) for m in marks], np.int64)
+    return np.frombuffer(batch, np.uint8), positions
+
+
+def encode_batches(keys: np.ndarray, template: np.ndarray, positions: np.ndarray) -> list[bytes]:
+    """Batches whose record d has key b"key-%08d" % keys[i, d] (vectorised build_batch)."""
+    n = len(keys)
+    out = np.tile(template, (n, 1))
+    digits = (keys[:, :, None] // (10 ** np.arange(7, -1, -1))) % 10 + ord("0")
+    cols = positions[:, None] + 4 + np.arange(8)  # after b"key-"
+    out[:, cols] = digits.astype(np.uint8)
+    batches = []
+    for row in out:
+        b = bytearray(row.tobytes())
+        b[17:21] = crc32c.crc32c(b[21:]).to_bytes(4, "big")
+        batches.append(bytes(b))
+    return batches
+
+
 def generate(root: Path, keys: int, updates: int) -> None:
     store = open_store(f"file://{root}", fsync=False)
-    rng = random.Random(1)
-    value = b"v" * 80
-    order = [k for _ in range(updates) for k in range(keys)]
+    rng = np.random.default_rng(1)
+    order = np.tile(np.arange(keys, dtype=np.int64), updates)
     rng.shuffle(order)
+    template, positions = _template()
+    per_file = -(-FILE_BYTES // len(template))  # the agent flushes once a file reaches 8 MiB
+    records_per_file = per_file * RECORDS_PER_BATCH
     files: list[InputFile] = []
-    offset = 0
-    batches: list[bytes] = []
-    file_first = 0
-    cid = 0
-
-    def flush() -> None:
-        nonlocal batches, file_first, cid
-        count = offset - file_first
+    for first in range(0, len(order), records_per_file):
+        part = order[first : first + records_per_file]
+        whole = len(part) // RECORDS_PER_BATCH * RECORDS_PER_BATCH
+        batches = encode_batches(part[:whole].reshape(-1, RECORDS_PER_BATCH), template, positions)
+        if whole < len(part):
+            tail = part[whole:].tolist()
+            batches.append(
+                build_batch([Record(d, 1000, b"key-%08d" % k, VALUE, ()) for d, k in enumerate(tail)])
+            )
+        count = len(part)
         data, placements = build_segment([ChunkInput(TOPIC, 0, batches, len(batches), count)])
         name = f"agent/{len(files):06d}"
         store.put(name, data)
         pl = placements[0]
-        cid += 1
-        loc = ChunkLocation(cid, name, pl.data_position, pl.byte_length, file_first, offset - 1, count, 0)
+        loc = ChunkLocation(
+            len(files) + 1, name, pl.data_position, pl.byte_length, first, first + count - 1, count, 0
+        )
         files.append(InputFile(name, len(data), (InputChunk(TOPIC, 0, loc),)))
-        batches = []
-        file_first = offset
-
-    size = 0
-    for i in range(0, len(order), RECORDS_PER_BATCH):
-        recs = [
-            Record(d, 1000, b"key-%08d" % k, value, ())
-            for d, k in enumerate(order[i : i + RECORDS_PER_BATCH])
-        ]
-        b = build_batch(recs)
-        batches.append(b)
-        size += len(b)
-        offset += len(recs)
-        if size >= FILE_BYTES:
-            flush()
-            size = 0
-    if batches:
-        flush()
-    (root / "plan.pickle").write_bytes(pickle.dumps((tuple(files), offset)))
+    (root / "plan.pickle").write_bytes(pickle.dumps((tuple(files), len(order))))
 
 
 class KeepOutputs:
@@ -135,6 +148,17 @@ class KeepOutputs:
         self.files.append(InputFile(spec.object_key, spec.size_bytes, tuple(chunks)))
 
 
+def peak_rss_mib(reset: bool = False) -> float:
+    """This process's peak RSS (VmHWM; `ru_maxrss` would include the parent's from before
+    exec). With `reset`, the peak is reset to the current RSS first (Linux clear_refs)."""
+    if reset:
+        Path("/proc/self/clear_refs").write_text("5")
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def run_cleans(root: Path) -> None:
     files, end = pickle.loads((root / "plan.pickle").read_bytes())
     store = open_store(f"file://{root}", fsync=False)
@@ -143,7 +167,7 @@ def run_cleans(root: Path) -> None:
         work = PartitionWork(TOPIC, 0, "bench", True, False, first_dirty, end, 86_400_000)
         plan = JobPlan(f"bench{clean}", tuple(files), (work,), 2_000_000)
         swap = KeepOutputs()
-        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        rss0 = peak_rss_mib(reset=True)
         t0 = time.perf_counter()
         c0 = time.process_time()
         result = run_job(plan, store, swap, key_prefix=f"out{clean}/")
@@ -157,8 +181,8 @@ def run_cleans(root: Path) -> None:
             f"records_in={s.records_in} records_out={s.records_out} files_in={s.files_in} "
             f"MiB_in={s.bytes_in / 2**20:.1f} wall_s={wall:.1f} cpu_s={cpu:.1f} "
             f"records_per_s_per_core={s.records_in / cpu:,.0f} MiB_per_s_per_core={s.bytes_in / 2**20 / cpu:.1f} "
-            f"peak_rss_MiB={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
-            f"(before {rss0 / 1024:.0f}) keymap_MiB={s.peak_keymap_bytes / 2**20:.0f} "
+            f"peak_rss_MiB={peak_rss_mib():.0f} "
+            f"(before {rss0:.0f}) keymap_MiB={s.peak_keymap_bytes / 2**20:.0f} "
             f"map_full={bool(result.map_full)} gets_per_input_file={gets}",
             flush=True,
         )
@@ -168,12 +192,16 @@ def run_cleans(root: Path) -> None:
         files = swap.files
 
 
-def dedup(keys: int, updates: int) -> None:
+def dedup(keys: int, updates: int, directory: str | None) -> None:
     with tempfile.TemporaryDirectory(prefix="skiff-bench-compaction-") as tmp:
-        t0 = time.perf_counter()
-        generate(Path(tmp), keys, updates)
-        print(f"keys={keys} updates={updates} generated in {time.perf_counter() - t0:.0f}s", flush=True)
-        subprocess.run([sys.executable, __file__, "--run-cleans", tmp], check=True)
+        root = Path(directory or tmp)
+        if not (root / "plan.pickle").exists():
+            t0 = time.perf_counter()
+            generate(root, keys, updates)
+            print(f"keys={keys} updates={updates} generated in {time.perf_counter() - t0:.0f}s", flush=True)
+        else:
+            print(f"reusing the input files in {root}", flush=True)
+        subprocess.run([sys.executable, __file__, "--run-cleans", str(root)], check=True)
 
 
 # ------------------------------------------------------------------ merge
@@ -297,13 +325,14 @@ def main() -> None:
     d = sub.add_parser("dedup")
     d.add_argument("keys", type=int)
     d.add_argument("updates", type=int, nargs="?", default=3)
+    d.add_argument("--dir", help="keep the generated input here (reused when present)")
     m = sub.add_parser("merge")
     m.add_argument("--mib", type=int, default=256)
     m.add_argument("--partitions", type=int, default=16)
     m.add_argument("--file-mib", type=int, default=8)
     args = ap.parse_args()
     if args.cmd == "dedup":
-        dedup(args.keys, args.updates)
+        dedup(args.keys, args.updates, args.dir)
     else:
         merge(args.mib, args.partitions, args.file_mib)
 
