@@ -458,16 +458,31 @@ class _Stream:
         return self._pos
 
     def read_exact(self, n: int, what: str) -> bytes:
-        while len(self._buf) < n:
+        if len(self._buf) >= n:
+            out = bytes(self._buf[:n])
+            del self._buf[:n]
+            self._pos += n
+            return out
+        # A long read (a whole chunk, up to hundreds of MiB in a compacted file) is joined
+        # once from the pieces: growing `_buf` and copying a slice of it out would hold
+        # about three times the chunk at the peak, this about twice.
+        parts: list[bytes | bytearray] = [self._buf]
+        have = len(self._buf)
+        while have < n:
             try:
                 piece = next(self._chunks)
             except StopIteration:
                 raise SegmentFormatError(
-                    self.name, self._pos + len(self._buf), f"file truncated while reading {what} ({n} bytes)"
+                    self.name, self._pos + have, f"file truncated while reading {what} ({n} bytes)"
                 ) from None
-            self._buf += piece
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
+            parts.append(piece)
+            have += len(piece)
+        last = parts[-1]
+        cut = len(last) - (have - n)
+        parts[-1] = last[:cut]
+        self._buf = bytearray(last[cut:])
+        out = b"".join(parts)
+        del parts
         self._pos += n
         return out
 
