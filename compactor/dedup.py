@@ -181,15 +181,18 @@ class PartitionCleaner:
     # ---------------------------------------------------------------- pass 2
 
     def clean_chunk(self, loc: ChunkLocation, data: BytesLike) -> Iterator[OutBatch]:
-        """Pass 2 over one chunk: the batches that survive, in offset order."""
+        """Pass 2 over one chunk: the batches that survive, in offset order. Batches are
+        decided in runs of about SCAN_GROUP_BYTES and yielded run by run, so a large
+        chunk is never held twice (its survivors as well as its input)."""
         if not self._pass2:
             raise RuntimeError("pass 2 before finish_pass1")
         stats = self.stats
         loc_present: BitMap | None = None
         loaded = False
-        # per batch, in order: an OutBatch decided already, or an index into `scan`
-        plan: list[OutBatch | int] = []
+        # the current run, in order: an OutBatch decided already, or an index into `scan`
+        run: list[OutBatch | int] = []
         scan: list[ChunkBatch] = []
+        run_bytes = 0
         for cb in iter_chunk_batches(loc, data):
             h = cb.header
             base = cb.base_offset
@@ -199,7 +202,7 @@ class PartitionCleaner:
                 if not loaded:
                     loc_present, loaded = location_present(loc), True
                 stats.batches_copied += 1
-                plan.append(
+                run.append(
                     OutBatch(
                         verbatim(data, cb.position, h.size, base),
                         base,
@@ -209,20 +212,27 @@ class PartitionCleaner:
                         h.max_timestamp,
                     )
                 )
-                continue
-            out = self._fast_path(data, cb.position, h.size, base, last, h.records_count, h.max_timestamp)
-            if out is not None:
-                plan.append(out)
             else:
-                plan.append(len(scan))
-                scan.append(cb)
-        decided: list[OutBatch | None] = []
-        for group in _groups(scan):
-            decided += self._clean_batches(data, group)
-        for item in plan:
+                out = self._fast_path(data, cb.position, h.size, base, last, h.records_count, h.max_timestamp)
+                if out is not None:
+                    run.append(out)
+                else:
+                    run.append(len(scan))
+                    scan.append(cb)
+            run_bytes += h.size
+            if run_bytes >= SCAN_GROUP_BYTES:
+                yield from self._finish_run(data, run, scan)
+                run, scan, run_bytes = [], [], 0
+        yield from self._finish_run(data, run, scan)
+
+    def _finish_run(
+        self, data: BytesLike, run: list[OutBatch | int], scan: list[ChunkBatch]
+    ) -> Iterator[OutBatch]:
+        decided = self._clean_batches(data, scan) if scan else []
+        for item in run:
             out = decided[item] if isinstance(item, int) else item
             if out is not None:
-                stats.records_out += out.record_count
+                self.stats.records_out += out.record_count
                 yield out
 
     def _fast_path(
