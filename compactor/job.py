@@ -53,11 +53,11 @@ class _Cursor:
         self._key = key
         self._gets = gets
         self._stream: ObjectStream | None = None
-        self._it: Iterator[tuple[ChunkHeader, bytes]] | None = None
-        self._peek: tuple[ChunkHeader, bytes] | None = None
+        self._it: Iterator[tuple[ChunkHeader, bytes | bytearray]] | None = None
+        self._peek: tuple[ChunkHeader, bytes | bytearray] | None = None
         self._done = False
 
-    def take(self, part: PartKey) -> tuple[ChunkHeader, bytes] | None:
+    def take(self, part: PartKey) -> tuple[ChunkHeader, bytes | bytearray] | None:
         """The file's segment chunk of `part` (skipping chunks before it), or None."""
         if self._done:
             return None
@@ -98,7 +98,7 @@ class _PartitionReader:
 
     def __iter__(self) -> Iterator[tuple[InputChunk, memoryview]]:
         last_use = {fi: i for i, (fi, _) in enumerate(self.inputs)}
-        held: dict[int, tuple[ChunkHeader, bytes]] = {}
+        held: dict[int, tuple[ChunkHeader, bytes | bytearray]] = {}
         for i, (fi, ic) in enumerate(self.inputs):
             seg = held.get(fi)
             if seg is None:

@@ -463,11 +463,23 @@ class _Stream:
             del self._buf[:n]
             self._pos += n
             return out
-        # A long read (a whole chunk, up to hundreds of MiB in a compacted file) is joined
-        # once from the pieces: growing `_buf` and copying a slice of it out would hold
-        # about three times the chunk at the peak, this about twice.
-        parts: list[bytes | bytearray] = [self._buf]
+        return bytes(self.read_chunk(n, what))
+
+    def read_chunk(self, n: int, what: str) -> bytearray:
+        """`n` bytes as a bytearray (see below: no intermediate copies)."""
+        if len(self._buf) >= n:
+            small = self._buf[:n]
+            del self._buf[:n]
+            self._pos += n
+            return small
+        # A long read (a whole chunk, up to hundreds of MiB in a compacted file) is copied
+        # piece by piece into a buffer of its final size: growing `_buf` and copying a
+        # slice of it out would hold about three times the chunk at the peak, joining the
+        # pieces twice; this holds the chunk and one piece.
+        out = bytearray(n)
         have = len(self._buf)
+        out[:have] = self._buf
+        view = memoryview(out)
         while have < n:
             try:
                 piece = next(self._chunks)
@@ -475,14 +487,15 @@ class _Stream:
                 raise SegmentFormatError(
                     self.name, self._pos + have, f"file truncated while reading {what} ({n} bytes)"
                 ) from None
-            parts.append(piece)
-            have += len(piece)
-        last = parts[-1]
-        cut = len(last) - (have - n)
-        parts[-1] = last[:cut]
-        self._buf = bytearray(last[cut:])
-        out = b"".join(parts)
-        del parts
+            take = min(len(piece), n - have)
+            view[have : have + take] = piece[:take] if take < len(piece) else piece
+            have += take
+            if take < len(piece):
+                self._buf = bytearray(piece[take:])
+                break
+        else:
+            self._buf = bytearray()
+        view.release()
         self._pos += n
         return out
 
@@ -500,7 +513,7 @@ class _Stream:
 
 def iter_chunks_stream(
     chunks: Iterator[bytes] | BinaryIO, name: str = "<segment>", *, read_size: int = 1 << 20
-) -> Iterator[tuple[ChunkHeader, bytes]]:
+) -> Iterator[tuple[ChunkHeader, bytearray]]:
     """Walk a segment from byte 0 using only chunk headers: yields (header, batch bytes).
 
     Accepts an iterator of byte pieces (a streaming GET) or a binary file object. Stops at
@@ -548,7 +561,7 @@ def iter_chunks_stream(
         last_key = key
         # not bound to a local: a suspended generator would keep the chunk alive until the
         # caller asks for the next one (the compactor keeps two streams per input file open)
-        yield header, stream.read_exact(header.byte_length, f"chunk data of {header.byte_length} bytes")
+        yield header, stream.read_chunk(header.byte_length, f"chunk data of {header.byte_length} bytes")
 
 
 def read_chunk_header_at(data: bytes | memoryview, position: int, name: str = "<segment>") -> ChunkHeader:
