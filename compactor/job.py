@@ -109,6 +109,7 @@ class _PartitionReader:
                         f"holds no chunk of partition {ic.topic_id}/{ic.partition}"
                     )
                 held[fi] = seg = got
+                del got
             header, data = seg
             loc = ic.location
             start = loc.byte_position - header.data_position
@@ -117,9 +118,14 @@ class _PartitionReader:
                     f"input chunk {loc.chunk_id} at {loc.object_key}@{loc.byte_position}+{loc.byte_length} "
                     f"lies outside the file's chunk of {ic.topic_id}/{ic.partition}"
                 )
-            yield ic, memoryview(data)[start : start + loc.byte_length]
+            view = memoryview(data)[start : start + loc.byte_length]
+            yield ic, view
+            # Drop every reference to a finished segment chunk (up to hundreds of MiB)
+            # before the next one is read: the consumer's loop variable (released view)
+            # and our own locals would otherwise keep it alive while the next is read.
+            view.release()
             if last_use[fi] == i:
-                del held[fi]
+                del held[fi], seg, header, data
 
 
 @dataclass
