@@ -27,6 +27,12 @@ Pass 2 (Kafka's `shouldRetainRecord`), for each record at offset `o`:
   removed; a kept tombstone in a batch without a horizon makes the batch get one
   (`now + delete.retention.ms`, KIP-534).
 
+Both passes work a chunk at a time on columns (`compactor.record_scan`): the chunk's
+keys are hashed together (`compactor.md5_vec`) and put in or looked up in the map as a
+batch (`KeyMap.put_many`, `get_many`); pass 2 decides every record's fate as a boolean
+column and rebuilds a batch that loses records from the kept records' bytes, selected
+with one mask over the chunk.
+
 Control batches (transaction markers) are kept byte for byte: Skiff refuses
 transactional produce, so none occur; Kafka would drop a marker whose transaction has no
 data left once past its delete horizon.
@@ -37,15 +43,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 from pyroaring import BitMap
 
-from compactor.keymap import KeyMap, md5
+from compactor.keymap import KeyMap
+from compactor.md5_vec import md5_halves
 from compactor.plan import PartitionWork
-from compactor.rebuild import empty_batch, rebuild_batch, records_payload, scan_records
+from compactor.rebuild import empty_batch, rebuild_batch, rebuild_from_kept, scan_records
+from compactor.record_scan import RecordColumns, scan_batches
 from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
 from fileformat.records import parse_header, patch_base_offset
 
 BytesLike = bytes | bytearray | memoryview
+SCAN_GROUP_BYTES = 8 * 1024 * 1024  # batches scanned as one set of columns (see `_groups`)
 
 
 @dataclass
@@ -124,30 +135,43 @@ class PartitionCleaner:
     def feed_pass1(self, loc: ChunkLocation, data: BytesLike) -> None:
         fd = self.first_dirty
         end = self.cleanable_end
-        put = self.map.put
         producer_last = self.producer_last
+        chosen: list[ChunkBatch] = []
         for cb in iter_chunk_batches(loc, data):
             h = cb.header
             if h.is_control:
                 continue
             if h.producer_id >= 0:
                 producer_last[h.producer_id] = cb.last_offset
-            base = cb.base_offset
-            if self.full or cb.last_offset < fd or base >= end:
+            if self.full or cb.last_offset < fd or cb.base_offset >= end:
                 continue
-            payload = records_payload(data, cb.position, h)
-            for r in scan_records(payload, h.records_count, cb.position):
-                offset = base + r.offset_delta
-                if offset < fd or r.key is None:
-                    continue
-                if offset >= end:
-                    break
-                if not put(md5(r.key).digest(), offset):
-                    self.full = True
-                    self.covered_end = offset
-                    break
-                if r.tombstone:
-                    self.tombstones.add(offset - fd)
+            chosen.append(cb)
+        for group in _groups(chosen):
+            if self.full:
+                return
+            self._pass1_columns(data, group)
+
+    def _pass1_columns(self, data: BytesLike, chosen: list[ChunkBatch]) -> None:
+        fd = self.first_dirty
+        end = self.cleanable_end
+        cols = scan_batches(data, chosen)
+        offsets = _record_offsets(chosen, cols)
+        # a record at or past the cleanable end ends its batch's part in pass 1
+        past = offsets >= end
+        if past.any():
+            past = _from_first_in_batch(past, cols.batch_first)
+        sel = np.flatnonzero(~past & (offsets >= fd) & (cols.key_len >= 0))
+        if not sel.size:
+            return
+        lo, hi = md5_halves(cols.key_buf, cols.key_start[sel], cols.key_len[sel])
+        accepted = self.map.put_many(lo, hi, offsets[sel])
+        if accepted < sel.size:
+            self.full = True
+            self.covered_end = int(offsets[sel[accepted]])
+        taken = sel[:accepted]
+        tombs = taken[cols.tombstone[taken]]
+        if tombs.size:
+            self.tombstones.update((offsets[tombs] - fd).astype(np.uint32))
 
     def finish_pass1(self) -> None:
         self._latest = self.map.latest_offsets()
@@ -157,12 +181,18 @@ class PartitionCleaner:
     # ---------------------------------------------------------------- pass 2
 
     def clean_chunk(self, loc: ChunkLocation, data: BytesLike) -> Iterator[OutBatch]:
-        """Pass 2 over one chunk: the batches that survive, in offset order."""
+        """Pass 2 over one chunk: the batches that survive, in offset order. Batches are
+        decided in runs of about SCAN_GROUP_BYTES and yielded run by run, so a large
+        chunk is never held twice (its survivors as well as its input)."""
         if not self._pass2:
             raise RuntimeError("pass 2 before finish_pass1")
+        stats = self.stats
         loc_present: BitMap | None = None
         loaded = False
-        stats = self.stats
+        # the current run, in order: an OutBatch decided already, or an index into `scan`
+        run: list[OutBatch | int] = []
+        scan: list[ChunkBatch] = []
+        run_bytes = 0
         for cb in iter_chunk_batches(loc, data):
             h = cb.header
             base = cb.base_offset
@@ -172,21 +202,37 @@ class PartitionCleaner:
                 if not loaded:
                     loc_present, loaded = location_present(loc), True
                 stats.batches_copied += 1
-                stats.records_out += h.records_count
-                yield OutBatch(
-                    verbatim(data, cb.position, h.size, base),
-                    base,
-                    last,
-                    batch_present(loc_present, loc.base_offset, base, last),
-                    h.records_count,
-                    h.max_timestamp,
+                run.append(
+                    OutBatch(
+                        verbatim(data, cb.position, h.size, base),
+                        base,
+                        last,
+                        batch_present(loc_present, loc.base_offset, base, last),
+                        h.records_count,
+                        h.max_timestamp,
+                    )
                 )
-                continue
-            out = self._fast_path(data, cb.position, h.size, base, last, h.records_count, h.max_timestamp)
-            if out is None:
-                out = self._slow_path(data, cb)
+            else:
+                out = self._fast_path(data, cb.position, h.size, base, last, h.records_count, h.max_timestamp)
+                if out is not None:
+                    run.append(out)
+                else:
+                    run.append(len(scan))
+                    scan.append(cb)
+            run_bytes += h.size
+            if run_bytes >= SCAN_GROUP_BYTES:
+                yield from self._finish_run(data, run, scan)
+                run, scan, run_bytes = [], [], 0
+        yield from self._finish_run(data, run, scan)
+
+    def _finish_run(
+        self, data: BytesLike, run: list[OutBatch | int], scan: list[ChunkBatch]
+    ) -> Iterator[OutBatch]:
+        decided = self._clean_batches(data, scan) if scan else []
+        for item in run:
+            out = decided[item] if isinstance(item, int) else item
             if out is not None:
-                stats.records_out += out.record_count
+                self.stats.records_out += out.record_count
                 yield out
 
     def _fast_path(
@@ -207,63 +253,147 @@ class PartitionCleaner:
         self.stats.batches_copied += 1
         return OutBatch(verbatim(data, position, size, base), base, last, present, count, max_ts)
 
-    def _slow_path(self, data: BytesLike, cb: ChunkBatch) -> OutBatch | None:
-        """Decode the batch and keep what Kafka's cleaner keeps."""
-        h = cb.header
-        base = cb.base_offset
+    def _keep_mask(
+        self, batches: list[ChunkBatch], cols: RecordColumns, offsets: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """Which records Kafka's cleaner keeps (see the module docstring), and which of the
+        removed ones are tombstones dropped past their batch's delete horizon."""
         fd = self.first_dirty
-        covered_end = self.covered_end
-        latest = self._latest
-        get = self.map.get
-        map_empty = self.map.size == 0
-        horizon = h.delete_horizon_ms
-        horizon_passed = horizon is not None and self.now_ms >= horizon
-        payload = records_payload(data, cb.position, h)
-        records = scan_records(payload, h.records_count, cb.position)
-        kept = []
-        tombstone_kept = False
-        for r in records:
-            offset = base + r.offset_delta
-            if offset >= covered_end:
-                kept.append(r)
-                tombstone_kept = tombstone_kept or r.tombstone
-                continue
-            if r.key is None:
-                continue
-            if offset >= fd:
-                if offset - fd not in latest:
-                    continue
-            elif not map_empty and get(md5(r.key).digest()) > offset:
-                continue
-            if r.tombstone:
-                if horizon_passed:
-                    self.stats.tombstones_dropped += 1
-                    continue
-                tombstone_kept = True
-            kept.append(r)
-        new_horizon = (
-            self.now_ms + self.work.delete_retention_ms if tombstone_kept and horizon is None else None
+        past = offsets >= self.covered_end
+        keyed = cols.key_len >= 0
+        keep = past.copy()
+        dirty = np.flatnonzero(keyed & ~past & (offsets >= fd))
+        if dirty.size:
+            keep[dirty] = _members(self._latest, offsets[dirty] - fd)
+        prefix = np.flatnonzero(keyed & (offsets < fd))
+        if prefix.size:
+            if self.map.size == 0:
+                keep[prefix] = True
+            else:
+                lo, hi = md5_halves(cols.key_buf, cols.key_start[prefix], cols.key_len[prefix])
+                keep[prefix] = self.map.get_many(lo, hi) <= offsets[prefix]
+        now = self.now_ms
+        passed = np.array(
+            [(hz := cb.header.delete_horizon_ms) is not None and now >= hz for cb in batches], np.bool_
         )
-        last = cb.last_offset
-        if len(kept) == len(records) and new_horizon is None:
-            present = BitMap([r.offset_delta for r in kept])
-            self.stats.batches_copied += 1
-            return OutBatch(
-                verbatim(data, cb.position, h.size, base), base, last, present, len(kept), h.max_timestamp
+        dropped = keep & ~past & cols.tombstone & np.repeat(passed, np.diff(cols.batch_first))
+        keep &= ~dropped
+        return keep, dropped
+
+    def _clean_batches(self, data: BytesLike, batches: list[ChunkBatch]) -> list[OutBatch | None]:
+        """Pass 2 of batches that need decoding: each one's OutBatch, or None (dropped)."""
+        cols = scan_batches(data, batches)
+        offsets = _record_offsets(batches, cols)
+        keep, dropped = self._keep_mask(batches, cols, offsets)
+        bf = cols.batch_first
+        nb = len(batches)
+        per_batch = np.repeat(np.arange(nb), np.diff(bf))
+        kept_n = np.bincount(per_batch, weights=keep, minlength=nb).astype(np.int64).tolist()
+        tomb_kept = np.bincount(per_batch, weights=keep & cols.tombstone, minlength=nb).tolist()
+        dropped_n = np.bincount(per_batch, weights=dropped, minlength=nb).astype(np.int64).tolist()
+        # the kept records' bytes of the whole run, selected by one byte mask
+        lengths = cols.end - cols.start
+        kept_bytes = cols.buf[: len(cols.payload)][np.repeat(keep, lengths)].tobytes()
+        kept_end = np.cumsum(np.bincount(per_batch, weights=lengths * keep, minlength=nb)).astype(np.int64)
+        stats = self.stats
+        out: list[OutBatch | None] = []
+        for i, cb in enumerate(batches):
+            h = cb.header
+            base = cb.base_offset
+            last = cb.last_offset
+            a, b = int(bf[i]), int(bf[i + 1])
+            n_kept = kept_n[i]
+            stats.tombstones_dropped += dropped_n[i]
+            new_horizon = (
+                self.now_ms + self.work.delete_retention_ms
+                if tomb_kept[i] and h.delete_horizon_ms is None
+                else None
             )
-        if not kept:
-            if h.producer_id >= 0 and self.producer_last.get(h.producer_id) == last:
-                self.stats.batches_rebuilt += 1
-                return OutBatch(empty_batch(h, base), base, last, BitMap(), 0, h.max_timestamp)
-            self.stats.batches_dropped += 1
-            return None
-        out = rebuild_batch(h, base, payload, kept, new_delete_horizon_ms=new_horizon)
-        self.stats.batches_rebuilt += 1
-        return OutBatch(
-            out,
-            base,
-            last,
-            BitMap([r.offset_delta for r in kept]),
-            len(kept),
-            parse_header(out).max_timestamp,
-        )
+            if n_kept == h.records_count and n_kept == b - a and new_horizon is None:
+                stats.batches_copied += 1
+                present = BitMap(cols.offset_delta[a:b].astype(np.uint32))
+                out.append(
+                    OutBatch(
+                        verbatim(data, cb.position, h.size, base),
+                        base,
+                        last,
+                        present,
+                        n_kept,
+                        h.max_timestamp,
+                    )
+                )
+                continue
+            if n_kept == 0:
+                if h.producer_id >= 0 and self.producer_last.get(h.producer_id) == last:
+                    stats.batches_rebuilt += 1
+                    out.append(OutBatch(empty_batch(h, base), base, last, BitMap(), 0, h.max_timestamp))
+                else:
+                    stats.batches_dropped += 1
+                    out.append(None)
+                continue
+            sel = np.flatnonzero(keep[a:b]) + a
+            if new_horizon is None:
+                kb_start = int(kept_end[i - 1]) if i else 0
+                max_delta = int(cols.timestamp_delta[sel].max())
+                rebuilt = rebuild_from_kept(
+                    h, base, kept_bytes[kb_start : int(kept_end[i])], n_kept, max_delta
+                )
+            else:
+                payload = cols.payload[int(cols.start[a]) : int(cols.end[b - 1])]
+                records = scan_records(payload, h.records_count, cb.position)
+                kept = [records[j - a] for j in sel.tolist()]
+                rebuilt = rebuild_batch(h, base, payload, kept, new_delete_horizon_ms=new_horizon)
+            stats.batches_rebuilt += 1
+            out.append(
+                OutBatch(
+                    rebuilt,
+                    base,
+                    last,
+                    BitMap(cols.offset_delta[sel].astype(np.uint32)),
+                    n_kept,
+                    parse_header(rebuilt).max_timestamp,
+                )
+            )
+        return out
+
+
+def _groups(batches: list[ChunkBatch]) -> Iterator[list[ChunkBatch]]:
+    """Runs of consecutive batches of at most SCAN_GROUP_BYTES (at least one batch each):
+    what is scanned as one set of columns, so that their memory stays bounded however
+    large the chunk (a compacted file's chunk can be hundreds of MiB)."""
+    group: list[ChunkBatch] = []
+    size = 0
+    for cb in batches:
+        if group and size + cb.header.size > SCAN_GROUP_BYTES:
+            yield group
+            group, size = [], 0
+        group.append(cb)
+        size += cb.header.size
+    if group:
+        yield group
+
+
+def _record_offsets(batches: list[ChunkBatch], cols: RecordColumns) -> npt.NDArray[np.int64]:
+    """Each record's absolute offset."""
+    bases = np.fromiter((cb.base_offset for cb in batches), np.int64, len(batches))
+    return np.repeat(bases, np.diff(cols.batch_first)) + cols.offset_delta
+
+
+def _from_first_in_batch(
+    flag: npt.NDArray[np.bool_], batch_first: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """True from each batch's first flagged record to the batch's end."""
+    seen = np.concatenate([[0], np.cumsum(flag)])
+    before = seen[batch_first[:-1]]
+    return (seen[1:] - np.repeat(before, np.diff(batch_first))) > 0
+
+
+def _members(bitmap: BitMap, values: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Which of `values` (>= 0) the bitmap holds."""
+    lo, hi = int(values.min()), int(values.max())
+    start = bitmap.rank(lo - 1) if lo > 0 else 0
+    part = np.asarray(bitmap[start : bitmap.rank(hi)].to_array(), np.int64)
+    if not part.size:
+        return np.zeros(len(values), np.bool_)
+    at = np.minimum(np.searchsorted(part, values), part.size - 1)
+    return part[at] == values

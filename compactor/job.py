@@ -66,11 +66,11 @@ class _Cursor:
         self._name = stream
         self._on_read = on_read
         self._stream: ObjectStream | None = None
-        self._it: Iterator[tuple[ChunkHeader, bytes]] | None = None
-        self._peek: tuple[ChunkHeader, bytes] | None = None
+        self._it: Iterator[tuple[ChunkHeader, bytes | bytearray]] | None = None
+        self._peek: tuple[ChunkHeader, bytes | bytearray] | None = None
         self._done = False
 
-    def take(self, part: PartKey) -> tuple[ChunkHeader, bytes] | None:
+    def take(self, part: PartKey) -> tuple[ChunkHeader, bytes | bytearray] | None:
         """The file's segment chunk of `part` (skipping chunks before it), or None."""
         if self._done:
             return None
@@ -114,7 +114,7 @@ class _PartitionReader:
 
     def __iter__(self) -> Iterator[tuple[InputChunk, memoryview]]:
         last_use = {fi: i for i, (fi, _) in enumerate(self.inputs)}
-        held: dict[int, tuple[ChunkHeader, bytes]] = {}
+        held: dict[int, tuple[ChunkHeader, bytes | bytearray]] = {}
         for i, (fi, ic) in enumerate(self.inputs):
             seg = held.get(fi)
             if seg is None:
@@ -125,6 +125,7 @@ class _PartitionReader:
                         f"holds no chunk of partition {ic.topic_id}/{ic.partition}"
                     )
                 held[fi] = seg = got
+                del got
             header, data = seg
             loc = ic.location
             start = loc.byte_position - header.data_position
@@ -133,9 +134,14 @@ class _PartitionReader:
                     f"input chunk {loc.chunk_id} at {loc.object_key}@{loc.byte_position}+{loc.byte_length} "
                     f"lies outside the file's chunk of {ic.topic_id}/{ic.partition}"
                 )
-            yield ic, memoryview(data)[start : start + loc.byte_length]
+            view = memoryview(data)[start : start + loc.byte_length]
+            yield ic, view
+            # Drop every reference to a finished segment chunk (up to hundreds of MiB)
+            # before the next one is read: the consumer's loop variable (released view)
+            # and our own locals would otherwise keep it alive while the next is read.
+            view.release()
             if last_use[fi] == i:
-                del held[fi]
+                del held[fi], seg, header, data
 
 
 @dataclass
@@ -197,6 +203,10 @@ def run_job(
                 _copy_partition(work, inputs, cursors_b, part, merged, stats)
         compacted.finish()
         merged.finish()
+    except BaseException:
+        compacted.abort()  # the open uploads: no multipart upload or temp file is left behind
+        merged.abort()
+        raise
     finally:
         for c in cursors_a + cursors_b:
             c.close()

@@ -1,31 +1,44 @@
-"""Output files of a compaction job: build in memory up to a size, PUT, swap in metadata.
+"""Output files of a compaction job: streamed to the bucket up to a size, swapped in metadata.
 
 One `OutputFiles` per kind (compacted, delete-policy merge). Partitions arrive in
 (topic_id bytes, partition) order, each as whole batches with absolute offsets and the
 bitmap of offsets present; a partition becomes one chunk of the current file
 (`fileformat.segment`, `offsets_absolute`). After each input chunk the job calls
 `end_input`; once the file holds `roll_bytes` the file is finished there: its chunk for
-the current partition ends, it is PUT, and swapped (`replace_chunks`) for the input
-chunks it consumed, and the partition goes on in the next file. A swap covers only whole
-input chunks, so a partition split over two files is swapped in two steps, each
-consistent. The cleaner checkpoint of a partition moves with the swap of the file where
-the partition ends. Memory is bounded by `roll_bytes` plus one input chunk.
+the current partition ends, the upload is committed, and the file swapped
+(`replace_chunks`) for the input chunks it consumed, and the partition goes on in the
+next file. A swap covers only whole input chunks, so a partition split over two files is
+swapped in two steps, each consistent. The cleaner checkpoint of a partition moves with
+the swap of the file where the partition ends.
+
+Memory: a file is never held whole. It is written as it grows through
+`ObjectStore.open_writer` (S3: a multipart upload, `part_bytes` at a time; one PUT for a
+file smaller than a part). A chunk's header (its byte length, counts, base offset) comes
+before its batches, so the current partition's batches wait in a spool file
+(`tempfile.SpooledTemporaryFile`: in memory up to `spool_bytes`, then on local disk)
+until the partition ends or the file rolls, and are then copied into the upload.
+So the output side holds at most `part_bytes + spool_bytes` (16 MiB by default),
+whatever `roll_bytes` is. A job that fails aborts its open upload (`abort`).
 """
 
 from __future__ import annotations
 
+import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from pyroaring import BitMap
 
 from compactor.dedup import OutBatch
-from fileformat.objectstore import ObjectStore
+from fileformat.objectstore import ObjectStore, ObjectWriter
 from fileformat.segment import ChunkInput, SegmentWriter
 from metadata.types import FileSpec, OutputChunk
 
 DEFAULT_ROLL_BYTES = 256 * 1024 * 1024
+DEFAULT_PART_BYTES = 8 * 1024 * 1024
+DEFAULT_SPOOL_BYTES = 8 * 1024 * 1024
+SPOOL_READ_BYTES = 1024 * 1024
 OUTPUT_LEVEL = 1
 
 
@@ -44,11 +57,11 @@ SwapFn = Callable[[Sequence[int], FileSpec, Sequence[OutputChunk], Sequence[Chec
 
 @dataclass
 class _Pending:
-    """The current partition's batches not yet placed in a file."""
+    """The current partition's batches not yet placed in a file (in the spool)."""
 
     topic_id: uuid.UUID
     partition: int
-    batches: list[bytes] = field(default_factory=list)
+    batch_count: int = 0
     present: BitMap = field(default_factory=BitMap)  # relative to base_offset
     base_offset: int = -1
     last_offset: int = -1
@@ -57,13 +70,36 @@ class _Pending:
     bytes: int = 0
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.parts: list[bytes | bytearray | memoryview] = []
+class _Spool:
+    """Batches waiting for their chunk header: memory up to `max_bytes`, then a temp file."""
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        self.parts.append(data)
-        return len(data)
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._file: tempfile.SpooledTemporaryFile[bytes] | None = None
+        self.bytes = 0
+
+    def write(self, data: bytes) -> None:
+        if self._file is None:
+            self._file = tempfile.SpooledTemporaryFile(max_size=self._max_bytes, prefix="skiff-compact-")  # noqa: SIM115 - closed by drain/close
+        self._file.write(data)
+        self.bytes += len(data)
+
+    def drain(self) -> Iterator[bytes]:
+        """Everything written, in pieces of at most SPOOL_READ_BYTES; the spool is empty after."""
+        f, self._file = self._file, None
+        self.bytes = 0
+        if f is None:
+            return
+        with f:
+            f.seek(0)
+            while piece := f.read(SPOOL_READ_BYTES):
+                yield piece
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self.bytes = 0
 
 
 class OutputFiles:
@@ -75,26 +111,41 @@ class OutputFiles:
         key_prefix: str,
         writer_id: str,
         roll_bytes: int = DEFAULT_ROLL_BYTES,
+        part_bytes: int = DEFAULT_PART_BYTES,
+        spool_bytes: int = DEFAULT_SPOOL_BYTES,
     ) -> None:
         self.store = store
         self.swap = swap
         self.key_prefix = key_prefix
         self.writer_id = writer_id
         self.roll_bytes = roll_bytes
+        self.part_bytes = part_bytes
         self.files_out = 0
         self.bytes_out = 0
         self.object_keys: list[str] = []
+        self._spool = _Spool(spool_bytes)
+        self._upload: ObjectWriter | None = None
+        self._writer: SegmentWriter | None = None
         self._new_file()
         self._pending: _Pending | None = None
 
     def _new_file(self) -> None:
-        self._sink = _Sink()
-        self._writer = SegmentWriter(self._sink, offsets_absolute=True)  # type: ignore[arg-type]
-        self._outputs: list[tuple[_Pending, int]] = []  # (chunk, placement index)
+        self._upload = None
+        self._writer = None  # opened with the first chunk (or at the flush of an empty file)
+        self._outputs: list[tuple[_Pending, int]] = []  # (chunk, batch count)
         self._placements: list[tuple[int, int]] = []
         self._inputs: list[int] = []
         self._checkpoints: list[Checkpoint] = []
-        self._file_bytes = self._writer.position
+        self._file_bytes = 0
+
+    def _file_key(self) -> str:
+        return f"{self.key_prefix}-{self.files_out:04d}.seg"
+
+    def _segment(self) -> SegmentWriter:
+        if self._writer is None:
+            self._upload = self.store.open_writer(self._file_key(), part_bytes=self.part_bytes)
+            self._writer = SegmentWriter(self._upload, offsets_absolute=True)  # type: ignore[arg-type]
+        return self._writer
 
     def begin_partition(self, topic_id: uuid.UUID, partition: int) -> None:
         self._pending = _Pending(topic_id, partition)
@@ -106,7 +157,8 @@ class OutputFiles:
             p.base_offset = batch.base_offset
         p.present |= batch.present.shift(batch.base_offset - p.base_offset) if batch.present else BitMap()
         p.last_offset = batch.last_offset
-        p.batches.append(batch.data)
+        self._spool.write(batch.data)
+        p.batch_count += 1
         p.record_count += batch.record_count
         p.max_timestamp = max(p.max_timestamp, batch.max_timestamp)
         p.bytes += len(batch.data)
@@ -133,33 +185,42 @@ class OutputFiles:
         if self._inputs or self._outputs:
             self._flush()
 
+    def abort(self) -> None:
+        """Give up the file being written (its upload is aborted, nothing is swapped)."""
+        self._spool.close()
+        if self._upload is not None:
+            self._upload.abort()
+        self._new_file()
+
     def _place_pending(self) -> None:
         p = self._pending
-        if p is None or not p.batches:
+        if p is None or not p.batch_count:
             return
-        placement = self._writer.add_chunk(
+        writer = self._segment()
+        placement = writer.add_chunk_bytes(
             ChunkInput(
                 topic_id=p.topic_id,
                 partition=p.partition,
-                batches=p.batches,
-                batch_count=len(p.batches),
+                batches=(),
+                batch_count=p.batch_count,
                 record_count=p.record_count,
                 max_timestamp=p.max_timestamp,
                 base_offset=p.base_offset,
                 last_offset=p.last_offset,
                 present_offsets=_serialize(p.present),
-            )
+            ),
+            p.bytes,
+            self._spool.drain(),
         )
-        self._outputs.append((p, len(p.batches)))
+        self._outputs.append((p, p.batch_count))
         self._placements.append((placement.data_position, placement.byte_length))
-        self._file_bytes = self._writer.position
-        p.batches = []  # the sink holds them now
+        self._file_bytes = writer.position
 
     def _flush(self) -> None:
-        size = self._writer.finish()
-        key = f"{self.key_prefix}-{self.files_out:04d}.seg"
-        body = b"".join(self._sink.parts)
-        self.store.put(key, body)
+        size = self._segment().finish()
+        key = self._file_key()
+        assert self._upload is not None
+        self._upload.commit()
         outputs = [
             OutputChunk(
                 topic_id=p.topic_id,

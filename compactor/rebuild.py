@@ -242,6 +242,20 @@ def rebuild_batch(
     return _assemble(header, base_offset, attributes, base_ts, max_ts, len(kept), records)
 
 
+def rebuild_from_kept(
+    header: BatchHeader, base_offset: int, records: bytes, count: int, max_timestamp_delta: int
+) -> bytes:
+    """The batch rebuilt from its kept records, already joined as encoded (`count` of them,
+    the largest timestampDelta among them given), without a new delete horizon: what
+    `rebuild_batch` builds, for callers that select records as columns."""
+    if count == 0:
+        return empty_batch(header, base_offset)
+    log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
+    base_ts = header.base_timestamp
+    max_ts = header.max_timestamp if log_append else base_ts + max_timestamp_delta
+    return _assemble(header, base_offset, header.attributes, base_ts, max_ts, count, records)
+
+
 def empty_batch(header: BatchHeader, base_offset: int) -> bytes:
     """The header-only batch Kafka keeps for a producer's last batch (RETAIN_EMPTY)."""
     attributes = header.attributes & ~(_COMPRESSION_MASK | _DELETE_HORIZON_BIT)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -170,6 +170,27 @@ class SegmentWriter:
         return self._position
 
     def add_chunk(self, chunk: ChunkInput) -> ChunkPlacement:
+        if chunk.batch_count != len(chunk.batches):
+            raise ValueError("batch_count does not match the batches given")
+        byte_length = sum(len(b) for b in chunk.batches)
+        return self._add(chunk, byte_length, chunk.batches, track_batches=True)
+
+    def add_chunk_bytes(
+        self, chunk: ChunkInput, byte_length: int, pieces: Iterable[bytes | bytearray | memoryview]
+    ) -> ChunkPlacement:
+        """As `add_chunk`, for a chunk whose batches arrive as `pieces` of any size (read
+        back from a spool file, say) adding up to `byte_length`; `chunk.batches` is not
+        read, and the placement has no batch positions."""
+        return self._add(chunk, byte_length, pieces, track_batches=False)
+
+    def _add(
+        self,
+        chunk: ChunkInput,
+        byte_length: int,
+        pieces: Iterable[bytes | bytearray | memoryview],
+        *,
+        track_batches: bool,
+    ) -> ChunkPlacement:
         if self._finished:
             raise RuntimeError("segment already finished")
         key = _sort_key(chunk.topic_id, chunk.partition)
@@ -178,11 +199,8 @@ class SegmentWriter:
                 f"chunks must be added in (topic_id, partition) order, got {key} after {self._last_key}"
             )
         self._last_key = key
-        byte_length = sum(len(b) for b in chunk.batches)
         if byte_length > MAX_CHUNK_BYTES:
             raise ValueError(f"chunk of {byte_length} bytes exceeds the format limit")
-        if chunk.batch_count != len(chunk.batches):
-            raise ValueError("batch_count does not match the batches given")
         header_position = self._position
         body = _CHUNK_HEADER_BODY.pack(
             CHUNK_MAGIC,
@@ -196,9 +214,12 @@ class SegmentWriter:
         self._write(body + struct.pack(">I", crc32c.crc32c(body)))
         data_position = self._position
         batch_positions = []
-        for batch in chunk.batches:
-            batch_positions.append(self._position)
-            self._write(batch)
+        for piece in pieces:
+            if track_batches:
+                batch_positions.append(self._position)
+            self._write(piece)
+        if self._position - data_position != byte_length:
+            raise ValueError(f"chunk pieces hold {self._position - data_position} bytes, not {byte_length}")
         self._entries.append(
             FooterEntry(
                 topic_id=chunk.topic_id,
@@ -437,16 +458,44 @@ class _Stream:
         return self._pos
 
     def read_exact(self, n: int, what: str) -> bytes:
-        while len(self._buf) < n:
+        if len(self._buf) >= n:
+            out = bytes(self._buf[:n])
+            del self._buf[:n]
+            self._pos += n
+            return out
+        return bytes(self.read_chunk(n, what))
+
+    def read_chunk(self, n: int, what: str) -> bytearray:
+        """`n` bytes as a bytearray (see below: no intermediate copies)."""
+        if len(self._buf) >= n:
+            small = self._buf[:n]
+            del self._buf[:n]
+            self._pos += n
+            return small
+        # A long read (a whole chunk, up to hundreds of MiB in a compacted file) is copied
+        # piece by piece into a buffer of its final size: growing `_buf` and copying a
+        # slice of it out would hold about three times the chunk at the peak, joining the
+        # pieces twice; this holds the chunk and one piece.
+        out = bytearray(n)
+        have = len(self._buf)
+        out[:have] = self._buf
+        view = memoryview(out)
+        while have < n:
             try:
                 piece = next(self._chunks)
             except StopIteration:
                 raise SegmentFormatError(
-                    self.name, self._pos + len(self._buf), f"file truncated while reading {what} ({n} bytes)"
+                    self.name, self._pos + have, f"file truncated while reading {what} ({n} bytes)"
                 ) from None
-            self._buf += piece
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
+            take = min(len(piece), n - have)
+            view[have : have + take] = piece[:take] if take < len(piece) else piece
+            have += take
+            if take < len(piece):
+                self._buf = bytearray(piece[take:])
+                break
+        else:
+            self._buf = bytearray()
+        view.release()
         self._pos += n
         return out
 
@@ -464,7 +513,7 @@ class _Stream:
 
 def iter_chunks_stream(
     chunks: Iterator[bytes] | BinaryIO, name: str = "<segment>", *, read_size: int = 1 << 20
-) -> Iterator[tuple[ChunkHeader, bytes]]:
+) -> Iterator[tuple[ChunkHeader, bytearray]]:
     """Walk a segment from byte 0 using only chunk headers: yields (header, batch bytes).
 
     Accepts an iterator of byte pieces (a streaming GET) or a binary file object. Stops at
@@ -510,8 +559,9 @@ def iter_chunks_stream(
         if last_key is not None and key <= last_key:
             raise SegmentFormatError(name, position, "chunks out of (topic_id, partition) order")
         last_key = key
-        data = stream.read_exact(header.byte_length, f"chunk data of {header.byte_length} bytes")
-        yield header, data
+        # not bound to a local: a suspended generator would keep the chunk alive until the
+        # caller asks for the next one (the compactor keeps two streams per input file open)
+        yield header, stream.read_chunk(header.byte_length, f"chunk data of {header.byte_length} bytes")
 
 
 def read_chunk_header_at(data: bytes | memoryview, position: int, name: str = "<segment>") -> ChunkHeader:

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 
 from .base import (
     DEFAULT_CHUNK_SIZE,
+    DEFAULT_PART_BYTES,
     DELETE_BATCH,
     LIST_PAGE,
     REQUEST_KINDS,
@@ -30,6 +31,7 @@ from .base import (
     ObjectInfo,
     ObjectStore,
     ObjectStream,
+    ObjectWriter,
     RequestKind,
     StatsSnapshot,
     StoreStats,
@@ -144,6 +146,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_PART_BYTES",
     "DELETE_BATCH",
     "LIST_PAGE",
     "REQUEST_KINDS",
@@ -160,6 +163,7 @@ __all__ = [
     "ObjectNotFound",
     "ObjectStore",
     "ObjectStream",
+    "ObjectWriter",
     "PreconditionFailed",
     "RangeCache",
     "RequestKind",

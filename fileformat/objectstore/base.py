@@ -25,6 +25,12 @@ that root. The contract every implementation keeps (and `tests/contract` checks)
   order (memory://, file:// and AWS S3 give UTF-8 key order; SeaweedFS lists a
   "directory" `a/` before its sibling `a-z`). For garbage collection only: it is never
   on the hot path, and a list taken while others write may or may not show their keys.
+* `open_writer(key)` streams an object up: `write` pieces in order, then `commit` (the
+  object appears whole, as after a put) or `abort` (nothing appears). Memory is bounded
+  by `part_bytes` whatever the object's size. What the store sees: one PUT when the
+  object is smaller than `part_bytes`, else one S3 multipart upload (create, a part per
+  `part_bytes`, complete); file:// writes a temporary file and renames it at commit (one
+  `put` in the counters); memory:// keeps the pieces until commit.
 * `create_if_absent(key, data)` creates the object only if no object has the key and
   says whether it did; of concurrent callers exactly one gets True.
 * `head(key)` / `size(key)` describe an object without reading it.
@@ -49,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import itertools
 import threading
 from abc import ABC, abstractmethod
@@ -78,7 +85,26 @@ MAX_SEGMENT_BYTES = 255
 
 BytesLike: TypeAlias = bytes | bytearray | memoryview
 
-RequestKind = Literal["put", "get", "get_range", "stream_get", "delete", "list", "head", "create_if_absent"]
+DEFAULT_PART_BYTES = 8 << 20
+"""Default part size of `open_writer` (S3 multipart: every part but the last is this big)."""
+
+MIN_PART_BYTES = 5 << 20
+"""S3's smallest part (all but the last)."""
+
+RequestKind = Literal[
+    "put",
+    "get",
+    "get_range",
+    "stream_get",
+    "delete",
+    "list",
+    "head",
+    "create_if_absent",
+    "create_multipart_upload",
+    "upload_part",
+    "complete_multipart_upload",
+    "abort_multipart_upload",
+]
 REQUEST_KINDS: tuple[RequestKind, ...] = (
     "put",
     "get",
@@ -88,6 +114,10 @@ REQUEST_KINDS: tuple[RequestKind, ...] = (
     "list",
     "head",
     "create_if_absent",
+    "create_multipart_upload",
+    "upload_part",
+    "complete_multipart_upload",
+    "abort_multipart_upload",
 )
 
 
@@ -166,6 +196,11 @@ def check_range(start: int, length: int) -> None:
         raise ValueError(f"start must be >= 0, got {start}")
     if length < 1:
         raise ValueError(f"length must be >= 1, got {length}")
+
+
+def check_part_bytes(part_bytes: int) -> None:
+    if part_bytes < MIN_PART_BYTES:
+        raise ValueError(f"part_bytes must be >= {MIN_PART_BYTES} (S3's smallest part), got {part_bytes}")
 
 
 def check_stream_args(start: int, chunk_size: int) -> None:
@@ -442,6 +477,94 @@ class AsyncObjectStream(AsyncIterator[bytes]):
         await self.aclose()
 
 
+# --------------------------------------------------------------------------- writers
+
+
+class ObjectWriter(ABC):
+    """A streaming upload of one object (`ObjectStore.open_writer`).
+
+    `write` pieces in order, then `commit()`; `abort()` (or leaving a `with` block
+    without committing, or by an exception) discards everything written.
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = validate_key(key)
+        self.bytes_written = 0
+        self._state: Literal["open", "committed", "aborted"] = "open"
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise ValueError(f"writer of {self.key!r} is already {self._state}")
+
+    def write(self, data: BytesLike) -> int:
+        """Append `data`; returns its length."""
+        self._check_open()
+        n = len(data)
+        if n:
+            try:
+                self._write(data)
+            except BaseException:
+                self.abort()
+                raise
+            self.bytes_written += n
+        return n
+
+    def commit(self) -> None:
+        """Publish the object (whole). A failed commit leaves nothing behind."""
+        self._check_open()
+        self._state = "committed"
+        try:
+            self._commit()
+        except BaseException:
+            self._state = "aborted"
+            with contextlib.suppress(Exception):
+                self._abort()
+            raise
+
+    def abort(self) -> None:
+        """Discard what was written (idempotent; nothing after a commit)."""
+        if self._state == "open":
+            self._state = "aborted"
+            self._abort()
+
+    @abstractmethod
+    def _write(self, data: BytesLike) -> None: ...
+
+    @abstractmethod
+    def _commit(self) -> None: ...
+
+    @abstractmethod
+    def _abort(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.abort()
+
+
+class BufferedWriter(ObjectWriter):
+    """Keeps the pieces and PUTs them at commit: for stores that hold objects in memory."""
+
+    def __init__(self, store: ObjectStore, key: str) -> None:
+        super().__init__(key)
+        self._store = store
+        self._parts: builtins.list[bytes] = []
+
+    def _write(self, data: BytesLike) -> None:
+        self._parts.append(bytes(data))
+
+    def _commit(self) -> None:
+        body = b"".join(self._parts)
+        self._parts = []
+        self._store.put(self.key, body)
+
+    def _abort(self) -> None:
+        self._parts = []
+
+
 # --------------------------------------------------------------------------- interfaces
 
 
@@ -489,6 +612,12 @@ class ObjectStore(ABC):
     @abstractmethod
     def create_if_absent(self, key: str, data: BytesLike) -> bool:
         """Create the object unless the key exists; return whether this call created it."""
+
+    def open_writer(self, key: str, *, part_bytes: int = DEFAULT_PART_BYTES) -> ObjectWriter:
+        """A streaming upload of `key` (see the module docstring); memory:// keeps the
+        pieces until commit, file:// and s3:// hold at most about `part_bytes`."""
+        check_part_bytes(part_bytes)
+        return BufferedWriter(self, key)
 
     @abstractmethod
     def head(self, key: str) -> ObjectInfo:

@@ -13,6 +13,8 @@ Durability and atomicity:
   with `os.link` (which fails if the key exists): atomic and exclusive among concurrent
   writers, and never shows a partial object. On a file system without hard links it
   falls back to `O_CREAT|O_EXCL` (exclusive, but a reader may then see a partial object).
+* `open_writer` writes a temporary file as the pieces arrive and publishes it at commit
+  like `put` (fsync, rename, directory fsync); abort unlinks it. Counted as one `put`.
 * `delete_many` unlinks files and prunes directories left empty; it does not fsync:
   deletes are garbage collection and are repeated if a crash undoes them.
 
@@ -36,16 +38,19 @@ from typing import BinaryIO
 
 from .base import (
     DEFAULT_CHUNK_SIZE,
+    DEFAULT_PART_BYTES,
     LIST_PAGE,
     BytesLike,
     ObjectInfo,
     ObjectStore,
     ObjectStream,
+    ObjectWriter,
     RequestKind,
     StoreStats,
     SyncBackedAsyncStore,
     as_bytes,
     batched,
+    check_part_bytes,
     check_range,
     check_stream_args,
     validate_key,
@@ -200,6 +205,10 @@ class FileStore(ObjectStore):
             if isinstance(err, ObjectNotFound):  # a path component is a file, or key is a dir
                 err = StorageError(str(err), key=key)
             raise err from exc
+
+    def open_writer(self, key: str, *, part_bytes: int = DEFAULT_PART_BYTES) -> ObjectWriter:
+        check_part_bytes(part_bytes)
+        return _FileWriter(self, key)
 
     def create_if_absent(self, key: str, data: BytesLike) -> bool:
         validate_key(key)
@@ -357,6 +366,71 @@ class FileStore(ObjectStore):
             if not stat.S_ISREG(st.st_mode):
                 raise ObjectNotFound(f"{self.url}: no object {key!r}", key=key)
         return ObjectInfo(key, st.st_size, _mtime(st))
+
+
+class _FileWriter(ObjectWriter):
+    """`FileStore.open_writer`: a temporary file in the key's directory, renamed at commit."""
+
+    def __init__(self, store: FileStore, key: str) -> None:
+        super().__init__(key)
+        self._store = store
+        self._path = store._path(key)
+        self._file: BinaryIO | None = None
+        self._tmp = ""
+
+    def _open(self) -> BinaryIO:
+        directory = os.path.dirname(self._path)
+        for _ in range(10):  # a concurrent delete may prune the directory under us
+            self._store._ensure_dir(directory)
+            self._tmp = os.path.join(directory, _TMP_PREFIX + secrets.token_hex(8))
+            try:
+                fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            except FileNotFoundError:
+                continue
+            return os.fdopen(fd, "wb")
+        raise StorageError(f"{self._store.url}: cannot write {self.key!r}: its directory keeps disappearing")
+
+    def _fail(self, exc: OSError) -> StorageError:
+        self._store.stats.error("put")
+        err = self._store._translate(exc, self.key, "cannot write")
+        return StorageError(str(err), key=self.key) if isinstance(err, ObjectNotFound) else err
+
+    def _write(self, data: BytesLike) -> None:
+        try:
+            if self._file is None:
+                self._file = self._open()
+            self._file.write(data)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+
+    def _commit(self) -> None:
+        store = self._store
+        store.stats.request("put", bytes_out=self.bytes_written)
+        try:
+            if self._file is None:
+                self._file = self._open()
+            f, self._file = self._file, None
+            with f:
+                f.flush()
+                if store._fsync:
+                    os.fsync(f.fileno())
+            if os.path.isdir(self._path):
+                raise IsADirectoryError(errno.EISDIR, "a directory of other keys has this name", self._path)
+            os.replace(self._tmp, self._path)
+            self._tmp = ""
+            store._sync_dir(os.path.dirname(self._path))
+        except OSError as exc:
+            raise self._fail(exc) from exc
+
+    def _abort(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+        if self._tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            self._tmp = ""
 
 
 class AsyncFileStore(SyncBackedAsyncStore):

@@ -39,15 +39,18 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 
 from .base import (
     DEFAULT_CHUNK_SIZE,
+    DEFAULT_PART_BYTES,
     LIST_PAGE,
     BytesLike,
     ObjectInfo,
     ObjectStore,
     ObjectStream,
+    ObjectWriter,
     RequestKind,
     StoreStats,
     as_bytes,
     batched,
+    check_part_bytes,
     check_range,
     check_stream_args,
     normalize_root_prefix,
@@ -321,6 +324,10 @@ class S3Store(ObjectStore):
         except TRANSLATED as exc:
             raise self._fail("put", exc, key) from exc
 
+    def open_writer(self, key: str, *, part_bytes: int = DEFAULT_PART_BYTES) -> ObjectWriter:
+        check_part_bytes(part_bytes)
+        return _S3Writer(self, key, part_bytes)
+
     def create_if_absent(self, key: str, data: BytesLike) -> bool:
         body = as_bytes(data)
         args = self._layout.put_args(key, body, if_none_match=True)
@@ -430,3 +437,84 @@ class S3Store(ObjectStore):
 
 
 __all__ = ["S3Options", "S3Store", "parse_s3_url", "translate_error"]
+
+
+class _S3Writer(ObjectWriter):
+    """`S3Store.open_writer`: one PUT for an object smaller than a part, else a multipart
+    upload begun at the first full part (each part with its CRC-32C when `put_crc32c`)."""
+
+    def __init__(self, store: S3Store, key: str, part_bytes: int) -> None:
+        super().__init__(key)
+        self._store = store
+        self._part_bytes = part_bytes
+        self._buf = bytearray()
+        self._upload_id: str | None = None
+        self._parts: builtins.list[dict[str, Any]] = []
+
+    def _call(self, kind: RequestKind, fn: Callable[..., Any], *, nbytes: int = 0, **args: Any) -> Any:
+        self._store.stats.request(kind, bytes_out=nbytes)
+        try:
+            return fn(**args)
+        except TRANSLATED as exc:
+            raise self._store._fail(kind, exc, self.key) from exc
+
+    def _target(self) -> dict[str, Any]:
+        layout = self._store._layout
+        return {"Bucket": layout.bucket, "Key": layout.full(self.key)}
+
+    def _write(self, data: BytesLike) -> None:
+        self._buf += data
+        while len(self._buf) >= self._part_bytes:
+            part = bytes(self._buf[: self._part_bytes])
+            del self._buf[: self._part_bytes]
+            self._upload(part)
+
+    def _upload(self, part: bytes) -> None:
+        client = self._store._client
+        crc = self._store.options.put_crc32c
+        if self._upload_id is None:
+            extra: dict[str, Any] = {"ChecksumAlgorithm": "CRC32C"} if crc else {}
+            answer = self._call(
+                "create_multipart_upload", client.create_multipart_upload, **self._target(), **extra
+            )
+            self._upload_id = answer["UploadId"]
+        number = len(self._parts) + 1
+        args: dict[str, Any] = {
+            **self._target(),
+            "UploadId": self._upload_id,
+            "PartNumber": number,
+            "Body": part,
+        }
+        entry: dict[str, Any] = {"PartNumber": number}
+        if crc:
+            args["ChecksumCRC32C"] = entry["ChecksumCRC32C"] = crc32c_b64(part)
+        answer = self._call("upload_part", client.upload_part, nbytes=len(part), **args)
+        entry["ETag"] = answer["ETag"]
+        self._parts.append(entry)
+
+    def _commit(self) -> None:
+        rest, self._buf = bytes(self._buf), bytearray()
+        if self._upload_id is None:
+            self._store.put(self.key, rest)
+            return
+        if rest:
+            self._upload(rest)
+        self._call(
+            "complete_multipart_upload",
+            self._store._client.complete_multipart_upload,
+            **self._target(),
+            UploadId=self._upload_id,
+            MultipartUpload={"Parts": self._parts},
+        )
+        self._upload_id = None
+
+    def _abort(self) -> None:
+        self._buf = bytearray()
+        if self._upload_id is not None:
+            upload_id, self._upload_id = self._upload_id, None
+            self._call(
+                "abort_multipart_upload",
+                self._store._client.abort_multipart_upload,
+                **self._target(),
+                UploadId=upload_id,
+            )

@@ -43,6 +43,7 @@ from fileformat.objectstore import (
     open_async_store,
     open_store,
 )
+from fileformat.objectstore.base import MIN_PART_BYTES
 from fileformat.objectstore.s3 import S3Options, crc32c_b64
 from tests.support.s3servers import S3Bucket
 
@@ -845,3 +846,101 @@ def test_create_if_absent_survives_a_lost_answer(
         assert snap.retries == 1
     finally:
         facade.close()
+
+
+# =========================================================================== streaming uploads
+# `ObjectStore.open_writer` (sync stores: the compactor writes its output files with it).
+
+
+@pytest.fixture
+def sync_store(backend: Backend) -> Iterator[ObjectStore]:
+    store = open_store(backend.url("writer"))
+    yield store
+    store.close()
+
+
+def test_writer_small_object_is_one_put(sync_store: ObjectStore) -> None:
+    data = payload(300_000, seed=11)
+    with sync_store.open_writer("small/obj") as w:
+        for i in range(0, len(data), 70_000):
+            w.write(memoryview(data)[i : i + 70_000])
+        with pytest.raises(ObjectNotFound):
+            sync_store.head("small/obj")  # nothing is visible before the commit
+        w.commit()
+    assert sync_store.get("small/obj") == data
+    snap = sync_store.stats.snapshot()
+    assert snap.requests == {"put": 1, "head": 1, "get": 1} and snap.bytes_out == len(data)
+    assert w.bytes_written == len(data)
+    with pytest.raises(ValueError):
+        w.write(b"more")
+
+
+def test_writer_large_object_streams_in_parts(sync_store: ObjectStore, backend: Backend) -> None:
+    """2.5 parts: S3 sees a multipart upload of three parts; the others one put."""
+    part = MIN_PART_BYTES
+    data = payload(part * 5 // 2, seed=12)
+    w = sync_store.open_writer("big/obj", part_bytes=part)
+    for i in range(0, len(data), 1 << 20):
+        w.write(data[i : i + (1 << 20)])
+    with pytest.raises(ObjectNotFound):
+        sync_store.head("big/obj")
+    w.commit()
+    assert sync_store.get("big/obj") == data
+    requests = dict(sync_store.stats.snapshot().requests)
+    requests.pop("head"), requests.pop("get")
+    if backend.bucket is not None:
+        assert requests == {"create_multipart_upload": 1, "upload_part": 3, "complete_multipart_upload": 1}
+    else:
+        assert requests == {"put": 1}
+    assert sync_store.stats.snapshot().bytes_out == len(data)
+
+
+def test_writer_abort_leaves_nothing(sync_store: ObjectStore, backend: Backend) -> None:
+    part = MIN_PART_BYTES
+    with pytest.raises(RuntimeError), sync_store.open_writer("gone/obj", part_bytes=part) as w:
+        w.write(payload(part + 10, seed=13))  # a part is uploaded (S3) or a temp file written
+        raise RuntimeError("the job failed")
+    with pytest.raises(ValueError):
+        w.commit()
+    with pytest.raises(ObjectNotFound):
+        sync_store.head("gone/obj")
+    assert [i.key for i in sync_store.list()] == []
+    if backend.tmp is not None:  # no temporary file left behind either
+        assert [p.name for p in (backend.tmp / "store").rglob("*") if p.is_file()] == []
+    if backend.bucket is not None:
+        uploads = backend.bucket.client().list_multipart_uploads(Bucket=backend.bucket.name)
+        assert uploads.get("Uploads", []) == []
+        assert sync_store.stats.snapshot().requests["abort_multipart_upload"] == 1
+    with pytest.raises(ValueError):
+        sync_store.open_writer("x", part_bytes=MIN_PART_BYTES - 1)
+
+
+def test_writer_multipart_on_the_wire(moto_s3: S3Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto's recorder sees create, the parts (with our CRC-32C) and complete."""
+    moto_s3.setenv(monkeypatch)
+    store = open_store(moto_s3.url("wire"))
+    data = payload(MIN_PART_BYTES + 1000, seed=14)
+    try:
+        moto_s3.server.start_recording()
+        with store.open_writer("seg", part_bytes=MIN_PART_BYTES) as w:
+            w.write(data)
+            w.commit()
+        recorded = moto_s3.server.stop_recording()
+    finally:
+        store.close()
+    base = f"/{moto_s3.name}/wire/seg"
+    seen = [(r.method, r.path, sorted(p.split("=")[0] for p in r.query.split("&"))) for r in recorded]
+    assert seen == [
+        ("POST", base, ["uploads"]),
+        ("PUT", base, ["partNumber", "uploadId"]),
+        ("PUT", base, ["partNumber", "uploadId"]),
+        ("POST", base, ["uploadId"]),
+    ]
+    headers = [{k.lower(): v for k, v in r.headers.items()} for r in recorded]
+    assert headers[1]["x-amz-checksum-crc32c"] == crc32c_b64(data[:MIN_PART_BYTES])
+    assert headers[2]["x-amz-checksum-crc32c"] == crc32c_b64(data[MIN_PART_BYTES:])
+    check = open_store(moto_s3.url("wire"))
+    try:
+        assert check.get("seg") == data
+    finally:
+        check.close()
