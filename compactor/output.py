@@ -128,6 +128,7 @@ class OutputFiles:
         self._writer: SegmentWriter | None = None
         self._new_file()
         self._pending: _Pending | None = None
+        self._roll_due = False  # the file reached roll_bytes at the end of an input chunk
 
     def _new_file(self) -> None:
         self._upload = None
@@ -151,6 +152,7 @@ class OutputFiles:
         self._pending = _Pending(topic_id, partition)
 
     def add(self, batch: OutBatch) -> None:
+        self._roll_if_due()
         p = self._pending
         assert p is not None
         if p.base_offset < 0:
@@ -165,15 +167,27 @@ class OutputFiles:
 
     def end_input(self, chunk_id: int) -> None:
         """An input chunk of the current partition is fully written: it joins this file's
-        swap; the file is finished here if it reached `roll_bytes`."""
+        swap. If the file reached `roll_bytes` it is finished at the next event: before
+        the next batch or input chunk of the partition, or, when this was the partition's
+        last input, together with the partition's checkpoint (which must move in the swap
+        of the file where the partition ends, never in a later file's)."""
+        self._roll_if_due()
         self._inputs.append(chunk_id)
         p = self._pending
-        if p is not None and self._file_bytes + p.bytes >= self.roll_bytes:
-            self._place_pending()
-            self._flush()
-            self._pending = _Pending(p.topic_id, p.partition)
+        self._roll_due = p is not None and self._file_bytes + p.bytes >= self.roll_bytes
+
+    def _roll_if_due(self) -> None:
+        if not self._roll_due:
+            return
+        self._roll_due = False
+        p = self._pending
+        assert p is not None
+        self._place_pending()
+        self._flush()
+        self._pending = _Pending(p.topic_id, p.partition)
 
     def end_partition(self, checkpoint: Checkpoint | None) -> None:
+        self._roll_due = False  # the file is finished below, with the checkpoint
         self._place_pending()
         self._pending = None
         if checkpoint is not None:

@@ -238,8 +238,8 @@ def _produce(w: World, step: Produce) -> None:
 
 async def _compact(w: World, roll_bytes: int = 1 << 20) -> int:
     """Every job the planner offers now, each checked against the model first; jobs run.
-    The default `roll_bytes` keeps each job's compacted output in one file: see
-    `test_checkpoint_moves_when_the_output_rolls_at_a_partitions_last_input` for why."""
+    `roll_bytes` 1 makes every input chunk end an output file (the case where a
+    partition's checkpoint must still move with the file where the partition ends)."""
     config = RunnerConfig(
         planner=PlannerConfig(
             holder="model-test",
@@ -318,27 +318,31 @@ def _check(w: World) -> None:
 @given(
     steps=st.lists(step_st, min_size=1, max_size=14),
     small_map=st.booleans(),
+    roll_bytes=st.sampled_from([1, 1 << 20]),
 )
 def test_compaction_matches_kafkas_cleaner(
-    service: tuple[MetadataService, Clock], steps: list[Produce | Compact | Tick], small_map: bool
+    service: tuple[MetadataService, Clock],
+    steps: list[Produce | Compact | Tick],
+    small_map: bool,
+    roll_bytes: int,
 ) -> None:
     svc, clock = service
     # a small map fills (Kafka then cleans up to where it stopped and checkpoints there)
     w = _new_world(svc, clock, SLOT_BYTES * 8 if small_map else SLOT_BYTES * 4096)
     try:
-        asyncio.run(_run(w, steps))
+        asyncio.run(_run(w, steps, roll_bytes))
     finally:
         drop_memory_bucket(w.store.name)
 
 
-async def _run(w: World, steps: list[Produce | Compact | Tick]) -> None:
+async def _run(w: World, steps: list[Produce | Compact | Tick], roll_bytes: int = 1 << 20) -> None:
     for step in steps:
         if isinstance(step, Produce):
             _produce(w, step)
         elif isinstance(step, Tick):
             w.clock.now += step.ms
         else:
-            await _compact(w)
+            await _compact(w, roll_bytes)
         _check(w)
     # The end: past every horizon and the lag, a dirty write to each partition, cleaned,
     # until the model is one record per key and no tombstone (a tombstone's horizon is set
@@ -362,12 +366,6 @@ def _one_live_record_per_key(live: dict[int, MRecord]) -> bool:
     return len(keys) == len(set(keys)) and all(r.value is not None for r in live.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compactor/output.py (owned by cperf, being rewritten): when a roll flush happens at a "
-    "partition's last input chunk, the partition's checkpoint is appended after that swap and never "
-    "sent (or sent with the next partition's swap, which metadata refuses); found by the model test",
-)
 def test_checkpoint_moves_when_the_output_rolls_at_a_partitions_last_input(
     service: tuple[MetadataService, Clock],
 ) -> None:
