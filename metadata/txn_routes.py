@@ -12,11 +12,12 @@ from fastapi import APIRouter
 
 from metadata import serde as s
 from metadata import txn_serde as ts
+from metadata.auth import AGENT, allow
 from metadata.service import MetadataService
 
 
 def txn_router(svc: MetadataService) -> APIRouter:
-    router = APIRouter(prefix="/v1/txn", tags=["transactions"])
+    router = APIRouter(prefix="/v1/txn", tags=["transactions"], dependencies=[allow(AGENT)])
 
     @router.post("/init-producer-id", response_model=ts.OutcomeM)
     def init_producer_id(req: ts.InitTxnProducerIdRequest) -> ts.OutcomeM:

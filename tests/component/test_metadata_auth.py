@@ -271,6 +271,7 @@ def test_every_route_declares_its_roles_and_is_enforced(app: FastAPI) -> None:
     assert declared_admin_only and all(path.startswith("/v1/admin/") for _, path in declared_admin_only)
     assert seen[("POST", "/v1/acls/create")] == {AGENT, ADMIN}
     assert seen[("POST", "/v1/scram-users/upsert")] == {AGENT, ADMIN}
+    assert seen[("POST", "/v1/txn/end")] == {AGENT, ADMIN}
     assert len(seen) >= 45
 
 
