@@ -120,7 +120,9 @@ def _pdata(
         last_stable_offset=i64(lso),
         log_start_offset=i64(log_start),
         aborted_transactions=aborted,
-        records=None if records is None else Records.parse(records),
+        # An error answer still carries an empty record set, as Kafka's does (MemoryRecords.EMPTY):
+        # librdkafka fails to parse a null one ("invalid MessageSetSize -1") and drops the error.
+        records=Records.parse(b"" if records is None else records),
     )
 
 
