@@ -71,20 +71,30 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     args = ["playground", "--data-dir", str(tmp / "data"), "--port", str(plain)]
     args += ["--metadata-port", str(mport), "--compaction-interval-ms", "0"]
     proc = _spawn(args, plain, tmp / "playground.log", env)
-    for user, password in USERS.items():
-        done = subprocess.run(
-            skiff_command()
-            + ["users", "create", user, "--metadata", f"http://127.0.0.1:{mport}", "--password", password],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-    c = Cluster(plain, sasl, pki)
-    admin = AdminClient(c.conf("admin"))  # held: a collected client cancels its futures
-    admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(timeout=30)
-    yield c
-    proc.kill(signal.SIGTERM)
+    try:
+        for user, password in USERS.items():
+            done = subprocess.run(
+                skiff_command()
+                + [
+                    "users",
+                    "create",
+                    user,
+                    "--metadata",
+                    f"http://127.0.0.1:{mport}",
+                    "--password",
+                    password,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+        c = Cluster(plain, sasl, pki)
+        admin = AdminClient(c.conf("admin"))  # held: a collected client cancels its futures
+        admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(timeout=30)
+        yield c
+    finally:
+        proc.kill(signal.SIGTERM)
 
 
 def _allow(c: Cluster, principal: str, resource: ResourceType, name: str, *ops: AclOperation) -> None:
