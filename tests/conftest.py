@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.support.pg",
     "tests.support.agents",
     "tests.support.java_client",
+    "tests.support.metadata_fixtures",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,7 +25,6 @@ from metadata.acl_types import (
 )
 from metadata.app import create_app
 from metadata.errors import MetadataError
-from metadata.http_client import HttpMetadataClient
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 
@@ -44,26 +43,6 @@ ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def service(db_url: str) -> Iterator[MetadataService]:
-    svc = MetadataService.from_url(db_url)
-    yield svc
-    svc.close()
-
-
-@pytest.fixture(params=["local", "http"])
-async def md(request: pytest.FixtureRequest, service: MetadataService) -> AsyncIterator[LocalMetadataClient]:
-    client: LocalMetadataClient | HttpMetadataClient
-    if request.param == "local":
-        client = LocalMetadataClient(service)
-    else:
-        client = HttpMetadataClient(
-            "http://metadata.test", transport=httpx.ASGITransport(app=create_app(service))
-        )
-    yield client  # type: ignore[misc]
-    await client.close()
 
 
 def b(
@@ -180,8 +159,8 @@ async def test_filters_with_unknown_parts_are_refused(md: LocalMetadataClient) -
         await md.describe_acls(AclBindingFilter(operation=Op.UNKNOWN))
 
 
-def test_http_refuses_codes_kafka_does_not_define(service: MetadataService) -> None:
-    app = create_app(service)
+def test_http_refuses_codes_kafka_does_not_define(metadata_service: MetadataService) -> None:
+    app = create_app(metadata_service)
 
     async def go() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m") as c:
@@ -202,7 +181,7 @@ def test_http_refuses_codes_kafka_does_not_define(service: MetadataService) -> N
 
     resp = asyncio.run(go())
     assert resp.status_code == 422 and resp.json()["error_code"] == 42
-    assert service.list_acls()[1] == []
+    assert metadata_service.list_acls()[1] == []
 
 
 async def test_concurrent_creates_of_one_binding_store_it_once(md: LocalMetadataClient) -> None:

@@ -8,33 +8,23 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 
-import httpx
 import pytest
 
 from compactor.planner import PlannerConfig, claim_jobs, plan_jobs
-from metadata.app import create_app
 from metadata.compaction_types import CheckpointUpdate, MergeRules
 from metadata.errors import ConflictError, MetadataError
-from metadata.http_client import HttpMetadataClient
 from metadata.inspection import file_states
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, OutputChunk, PartitionKey
+from tests.support.metadata_fixtures import T0_MS as T0
+from tests.support.metadata_fixtures import FakeClock
 
 pytestmark = pytest.mark.anyio
 
-T0 = 1_700_000_000_000
 LEASE_MS = 30_000
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
@@ -42,33 +32,10 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def svc(db_url: str, clock: FakeClock) -> Iterator[MetadataService]:
-    s = MetadataService.from_url(db_url, clock=clock)
-    yield s
-    s.close()
-
-
-@pytest.fixture(params=["local", "http"])
-async def md(request: pytest.FixtureRequest, svc: MetadataService) -> AsyncIterator[LocalMetadataClient]:
-    client: LocalMetadataClient | HttpMetadataClient
-    if request.param == "local":
-        client = LocalMetadataClient(svc)
-    else:
-        client = HttpMetadataClient(
-            "http://metadata.test", transport=httpx.ASGITransport(app=create_app(svc))
-        )
-    yield client  # type: ignore[misc]
-    await client.close()
-
-
 def put(
-    svc: MetadataService, parts: Sequence[tuple[uuid.UUID, int, int, int, int]], key: str | None = None
+    metadata_service: MetadataService,
+    parts: Sequence[tuple[uuid.UUID, int, int, int, int]],
+    key: str | None = None,
 ) -> FileSpec:
     """Commit one level-0 file; parts: (topic id, partition, records, bytes, max timestamp)."""
     specs, pos = [], 0
@@ -76,13 +43,13 @@ def put(
         specs.append(ChunkSpec(tid, p, (BatchSpec(pos, nbytes, n, n, ts),)))
         pos += nbytes
     f = FileSpec(key or f"l0/{uuid.uuid4().hex}", pos + 100, 0, "agent")
-    for r in svc.commit_file(f, specs):
+    for r in metadata_service.commit_file(f, specs):
         assert r.error_code == 0, r
     return f
 
 
-def live_chunks(svc: MetadataService, tid: uuid.UUID, p: int) -> list:
-    (info,) = svc.find_chunks([FetchQuery(tid, p, 0, 10**12)])
+def live_chunks(metadata_service: MetadataService, tid: uuid.UUID, p: int) -> list:
+    (info,) = metadata_service.find_chunks([FetchQuery(tid, p, 0, 10**12)])
     return list(info.chunks)
 
 
@@ -91,46 +58,46 @@ def output(tid: uuid.UUID, p: int, base: int, last: int, nbytes: int, ts: int) -
     return OutputChunk(tid, p, 0, nbytes, base, last, n, 1, ts)
 
 
-def cands(svc: MetadataService, **kw: object) -> dict[tuple[str, int], object]:
-    return {(c.topic_name, c.partition): c for c in svc.compaction_candidates(**kw)}  # type: ignore[arg-type]
+def cands(metadata_service: MetadataService, **kw: object) -> dict[tuple[str, int], object]:
+    return {(c.topic_name, c.partition): c for c in metadata_service.compaction_candidates(**kw)}  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ Kafka's rules
 
 
-def test_dirty_ratio_min_lag_and_max_lag(svc: MetadataService, clock: FakeClock) -> None:
-    t = svc.create_topic("c", 1, {"cleanup.policy": "compact", "min.compaction.lag.ms": "30000"})
+def test_dirty_ratio_min_lag_and_max_lag(metadata_service: MetadataService, clock: FakeClock) -> None:
+    t = metadata_service.create_topic("c", 1, {"cleanup.policy": "compact", "min.compaction.lag.ms": "30000"})
     tid = t.topic_id
-    put(svc, [(tid, 0, 10, 700, T0 - 60_000)])  # offsets 0..9, old enough
-    put(svc, [(tid, 0, 1, 70, T0 - 1_000)])  # offset 10, younger than the lag
-    (c,) = svc.compaction_candidates()
+    put(metadata_service, [(tid, 0, 10, 700, T0 - 60_000)])  # offsets 0..9, old enough
+    put(metadata_service, [(tid, 0, 1, 70, T0 - 1_000)])  # offset 10, younger than the lag
+    (c,) = metadata_service.compaction_candidates()
     assert (c.compact, c.first_dirty_offset, c.cleanable_end_offset) == (True, 0, 10)
     assert (c.clean_bytes, c.cleanable_bytes, c.dirty_ratio) == (0, 700, 1.0)
     assert [ch.location.base_offset for ch in c.chunks] == [0]  # min lag holds the young chunk back
 
     # A clean: the old chunk is replaced and the checkpoint moves to 10 in the same swap.
-    lease = svc.claim_compaction_job(
+    lease = metadata_service.claim_compaction_job(
         [PartitionKey(tid, 0)], "test", LEASE_MS, [c.chunks[0].location.chunk_id]
     )
     assert lease is not None
-    svc.replace_chunks(
+    metadata_service.replace_chunks(
         [c.chunks[0].location.chunk_id],
         FileSpec("l1/a", 800, 1, "test"),
         [output(tid, 0, 0, 9, 700, T0 - 60_000)],
         [CheckpointUpdate(tid, 0, 10)],
         lease.token,
     )
-    svc.release_compaction_lease(lease.token)
-    assert svc.cleaner_checkpoints([PartitionKey(tid, 0)]) == {PartitionKey(tid, 0): 10}
-    assert svc.compaction_candidates() == []  # the dirty chunk is still too young
+    metadata_service.release_compaction_lease(lease.token)
+    assert metadata_service.cleaner_checkpoints([PartitionKey(tid, 0)]) == {PartitionKey(tid, 0): 10}
+    assert metadata_service.compaction_candidates() == []  # the dirty chunk is still too young
     clock.now += 30_000
-    assert svc.compaction_candidates() == []  # now cleanable, but ratio 70/770 <= 0.5
+    assert metadata_service.compaction_candidates() == []  # now cleanable, but ratio 70/770 <= 0.5
 
     # max.compaction.lag.ms forces a clean whatever the ratio, once dirty data is older.
-    svc.alter_topic_configs("c", {"max.compaction.lag.ms": "60000"}, [], False)
-    assert svc.compaction_candidates() == []  # dirty data is 31 s old
+    metadata_service.alter_topic_configs("c", {"max.compaction.lag.ms": "60000"}, [], False)
+    assert metadata_service.compaction_candidates() == []  # dirty data is 31 s old
     clock.now += 30_000
-    (c,) = svc.compaction_candidates()
+    (c,) = metadata_service.compaction_candidates()
     assert c.forced and c.dirty_ratio < 0.5 and "max.compaction.lag.ms" in c.reason
     assert (c.first_dirty_offset, c.cleanable_end_offset, c.clean_bytes, c.cleanable_bytes) == (
         10,
@@ -142,46 +109,50 @@ def test_dirty_ratio_min_lag_and_max_lag(svc: MetadataService, clock: FakeClock)
     assert [ch.location.base_offset for ch in c.chunks] == [0, 10]
 
     # The ratio alone: lower min.cleanable.dirty.ratio below 70/770.
-    svc.alter_topic_configs("c", {"min.cleanable.dirty.ratio": "0.05"}, ["max.compaction.lag.ms"], False)
-    (c,) = svc.compaction_candidates()
+    metadata_service.alter_topic_configs(
+        "c", {"min.cleanable.dirty.ratio": "0.05"}, ["max.compaction.lag.ms"], False
+    )
+    (c,) = metadata_service.compaction_candidates()
     assert not c.forced and "dirty ratio" in c.reason
 
 
-def test_delete_policy_partitions_merge_level0_chunks(svc: MetadataService, clock: FakeClock) -> None:
-    t = svc.create_topic("d", 2, {})
-    c_t = svc.create_topic("cc", 1, {"cleanup.policy": "compact"})
+def test_delete_policy_partitions_merge_level0_chunks(
+    metadata_service: MetadataService, clock: FakeClock
+) -> None:
+    t = metadata_service.create_topic("d", 2, {})
+    c_t = metadata_service.create_topic("cc", 1, {"cleanup.policy": "compact"})
     tid = t.topic_id
     for _ in range(3):
-        put(svc, [(tid, 0, 5, 100, T0), (c_t.topic_id, 0, 1, 70, T0)])
-    put(svc, [(tid, 1, 5, 100, T0)])
+        put(metadata_service, [(tid, 0, 5, 100, T0), (c_t.topic_id, 0, 1, 70, T0)])
+    put(metadata_service, [(tid, 1, 5, 100, T0)])
     rules = MergeRules(
         target_chunk_bytes=10_000, min_level0_bytes=10**9, min_level0_chunks=3, max_level0_delay_ms=60_000
     )
-    found = cands(svc, rules=rules)
+    found = cands(metadata_service, rules=rules)
     merge = found[("d", 0)]
     assert not merge.compact and merge.delete  # type: ignore[attr-defined]
     assert [ch.location.base_offset for ch in merge.chunks] == [0, 5, 10]  # type: ignore[attr-defined]
     assert ("d", 1) not in found  # one young small chunk: not yet
     assert ("cc", 0) in found  # compacted: never cleaned, ratio 1.0
     clock.now += 60_000
-    assert ("d", 1) in cands(svc, rules=rules)  # old enough
-    assert set(cands(svc, topic="d", rules=rules)) == {("d", 0), ("d", 1)}
+    assert ("d", 1) in cands(metadata_service, rules=rules)  # old enough
+    assert set(cands(metadata_service, topic="d", rules=rules)) == {("d", 0), ("d", 1)}
 
 
 # ------------------------------------------------------------------ the checkpoint moves with the swap only
 
 
-def test_refused_swaps_leave_the_checkpoint(svc: MetadataService) -> None:
-    t = svc.create_topic("c", 1, {"cleanup.policy": "compact"})
+def test_refused_swaps_leave_the_checkpoint(metadata_service: MetadataService) -> None:
+    t = metadata_service.create_topic("c", 1, {"cleanup.policy": "compact"})
     tid, key = t.topic_id, PartitionKey(t.topic_id, 0)
-    put(svc, [(tid, 0, 10, 700, T0)])
-    put(svc, [(tid, 0, 10, 700, T0)])
-    a, b = live_chunks(svc, tid, 0)
-    lease = svc.claim_compaction_job([key], "test", LEASE_MS)
+    put(metadata_service, [(tid, 0, 10, 700, T0)])
+    put(metadata_service, [(tid, 0, 10, 700, T0)])
+    a, b = live_chunks(metadata_service, tid, 0)
+    lease = metadata_service.claim_compaction_job([key], "test", LEASE_MS)
     assert lease is not None
 
     with pytest.raises(ConflictError):  # an input chunk that does not exist: CAS fails
-        svc.replace_chunks(
+        metadata_service.replace_chunks(
             [a.chunk_id, 10**9],
             FileSpec("l1/x", 800, 1),
             [output(tid, 0, 0, 9, 700, T0)],
@@ -189,7 +160,7 @@ def test_refused_swaps_leave_the_checkpoint(svc: MetadataService) -> None:
             lease.token,
         )
     with pytest.raises(MetadataError):  # a checkpoint beyond the high watermark
-        svc.replace_chunks(
+        metadata_service.replace_chunks(
             [a.chunk_id],
             FileSpec("l1/y", 800, 1),
             [output(tid, 0, 0, 9, 700, T0)],
@@ -197,89 +168,93 @@ def test_refused_swaps_leave_the_checkpoint(svc: MetadataService) -> None:
             lease.token,
         )
     with pytest.raises(ConflictError):  # a lease token that is not the partition's
-        svc.replace_chunks(
+        metadata_service.replace_chunks(
             [a.chunk_id],
             FileSpec("l1/z", 800, 1),
             [output(tid, 0, 0, 9, 700, T0)],
             [CheckpointUpdate(tid, 0, 10)],
             "not-the-token",
         )
-    assert svc.cleaner_checkpoints([key]) == {key: None}
-    assert [c.chunk_id for c in live_chunks(svc, tid, 0)] == [a.chunk_id, b.chunk_id]
-    assert file_states(svc.engine, ["l1/x", "l1/y", "l1/z"]) == {}
+    assert metadata_service.cleaner_checkpoints([key]) == {key: None}
+    assert [c.chunk_id for c in live_chunks(metadata_service, tid, 0)] == [a.chunk_id, b.chunk_id]
+    assert file_states(metadata_service.engine, ["l1/x", "l1/y", "l1/z"]) == {}
 
-    svc.replace_chunks(
+    metadata_service.replace_chunks(
         [a.chunk_id, b.chunk_id],
         FileSpec("l1/ok", 1500, 1),
         [output(tid, 0, 0, 19, 1400, T0)],
         [CheckpointUpdate(tid, 0, 20)],
         lease.token,
     )
-    assert svc.cleaner_checkpoints([key]) == {key: 20}
+    assert metadata_service.cleaner_checkpoints([key]) == {key: 20}
     # Without checkpoint and lease (the original signature) a swap still works.
-    (c,) = live_chunks(svc, tid, 0)
-    svc.replace_chunks([c.chunk_id], FileSpec("l1/plain", 1500, 1), [output(tid, 0, 0, 19, 1400, T0)])
-    assert svc.cleaner_checkpoints([key]) == {key: 20}
+    (c,) = live_chunks(metadata_service, tid, 0)
+    metadata_service.replace_chunks(
+        [c.chunk_id], FileSpec("l1/plain", 1500, 1), [output(tid, 0, 0, 19, 1400, T0)]
+    )
+    assert metadata_service.cleaner_checkpoints([key]) == {key: 20}
 
 
 # ------------------------------------------------------------------ leases
 
 
-def test_leases_are_exclusive_and_expire(svc: MetadataService, clock: FakeClock) -> None:
-    t = svc.create_topic("c", 3, {"cleanup.policy": "compact"})
+def test_leases_are_exclusive_and_expire(metadata_service: MetadataService, clock: FakeClock) -> None:
+    t = metadata_service.create_topic("c", 3, {"cleanup.policy": "compact"})
     tid = t.topic_id
     k0, k1, k2 = (PartitionKey(tid, p) for p in range(3))
-    put(svc, [(tid, p, 1, 70, T0) for p in range(3)])
-    a = svc.claim_compaction_job([k0, k1], "a", LEASE_MS)
+    put(metadata_service, [(tid, p, 1, 70, T0) for p in range(3)])
+    a = metadata_service.claim_compaction_job([k0, k1], "a", LEASE_MS)
     assert a is not None and a.expires_ms == T0 + LEASE_MS
-    assert svc.claim_compaction_job([k1, k2], "b", LEASE_MS) is None  # all or none
-    assert {c.partition for c in svc.compaction_candidates()} == {2}  # leased ones not offered
-    b = svc.claim_compaction_job([k2], "b", LEASE_MS)
+    assert metadata_service.claim_compaction_job([k1, k2], "b", LEASE_MS) is None  # all or none
+    assert {c.partition for c in metadata_service.compaction_candidates()} == {2}  # leased ones not offered
+    b = metadata_service.claim_compaction_job([k2], "b", LEASE_MS)
     assert b is not None
 
     clock.now += LEASE_MS - 1
-    a = svc.renew_compaction_lease(a.token, LEASE_MS)  # renewed in time
+    a = metadata_service.renew_compaction_lease(a.token, LEASE_MS)  # renewed in time
     clock.now += LEASE_MS  # a crashed: its lease expires; b's expired too
-    assert {c.partition for c in svc.compaction_candidates()} == {0, 1, 2}
+    assert {c.partition for c in metadata_service.compaction_candidates()} == {0, 1, 2}
     with pytest.raises(ConflictError):
-        svc.renew_compaction_lease(a.token, LEASE_MS)
-    c = svc.claim_compaction_job([k0, k1, k2], "c", LEASE_MS)
+        metadata_service.renew_compaction_lease(a.token, LEASE_MS)
+    c = metadata_service.claim_compaction_job([k0, k1, k2], "c", LEASE_MS)
     assert c is not None
-    (ch,) = live_chunks(svc, tid, 0)
+    (ch,) = live_chunks(metadata_service, tid, 0)
     with pytest.raises(ConflictError):  # a's swap after losing its lease is refused
-        svc.replace_chunks(
+        metadata_service.replace_chunks(
             [ch.chunk_id], FileSpec("l1/a", 100, 1), [output(tid, 0, 0, 0, 70, T0)], [], a.token
         )
-    svc.release_compaction_lease(a.token)  # releasing a lost lease changes nothing
-    assert svc.claim_compaction_job([k0], "d", LEASE_MS) is None
-    svc.release_compaction_lease(c.token)
-    assert svc.claim_compaction_job([k0], "d", LEASE_MS) is not None
+    metadata_service.release_compaction_lease(a.token)  # releasing a lost lease changes nothing
+    assert metadata_service.claim_compaction_job([k0], "d", LEASE_MS) is None
+    metadata_service.release_compaction_lease(c.token)
+    assert metadata_service.claim_compaction_job([k0], "d", LEASE_MS) is not None
 
     with pytest.raises(MetadataError):
-        svc.claim_compaction_job([PartitionKey(uuid.uuid4(), 0)], "x", LEASE_MS)
+        metadata_service.claim_compaction_job([PartitionKey(uuid.uuid4(), 0)], "x", LEASE_MS)
     with pytest.raises(MetadataError):
-        svc.claim_compaction_job([k1], "x", 0)
+        metadata_service.claim_compaction_job([k1], "x", 0)
 
 
-def test_claim_refuses_inputs_that_changed(svc: MetadataService) -> None:
-    t = svc.create_topic("c", 1, {"cleanup.policy": "compact"})
-    put(svc, [(t.topic_id, 0, 1, 70, T0)])
-    assert svc.claim_compaction_job([PartitionKey(t.topic_id, 0)], "a", LEASE_MS, [10**9]) is None
-    assert svc.claim_compaction_job([PartitionKey(t.topic_id, 0)], "a", LEASE_MS) is not None
+def test_claim_refuses_inputs_that_changed(metadata_service: MetadataService) -> None:
+    t = metadata_service.create_topic("c", 1, {"cleanup.policy": "compact"})
+    put(metadata_service, [(t.topic_id, 0, 1, 70, T0)])
+    assert (
+        metadata_service.claim_compaction_job([PartitionKey(t.topic_id, 0)], "a", LEASE_MS, [10**9]) is None
+    )
+    assert metadata_service.claim_compaction_job([PartitionKey(t.topic_id, 0)], "a", LEASE_MS) is not None
 
 
 # ------------------------------------------------------------------ the planner over the client API
 
 
 async def test_planner_claims_jobs_and_swaps_under_its_lease(
-    md: LocalMetadataClient, svc: MetadataService
+    md: LocalMetadataClient, metadata_service: MetadataService
 ) -> None:
     t = await md.create_topic("c", 2, {"cleanup.policy": "compact"})
     d = await md.create_topic("d", 1, {})
     tid = t.topic_id
-    put(svc, [(tid, 0, 2, 140, T0), (tid, 1, 2, 140, T0)], key="l0/shared")
-    put(svc, [(tid, 1, 2, 140, T0), (d.topic_id, 0, 3, 210, T0)], key="l0/second")
-    put(svc, [(tid, 0, 1, 70, T0)], key="l0/alone")
+    put(metadata_service, [(tid, 0, 2, 140, T0), (tid, 1, 2, 140, T0)], key="l0/shared")
+    put(metadata_service, [(tid, 1, 2, 140, T0), (d.topic_id, 0, 3, 210, T0)], key="l0/second")
+    put(metadata_service, [(tid, 0, 1, 70, T0)], key="l0/alone")
     rules = MergeRules(min_level0_chunks=1)
     config = PlannerConfig(holder="p1", rules=rules, clock_ms=lambda: 42)
     (dry,) = await plan_jobs(md, config=config)  # every partition shares a file with another
@@ -343,11 +318,11 @@ def test_racing_claims_on_postgresql(pg_url: str) -> None:
         lock = threading.Lock()
 
         def worker(i: int) -> None:
-            svc = services[i % 2]
+            metadata_service = services[i % 2]
             barrier.wait()
             for start in range(0, 16, 2):
                 want = keys[(start + i) % 16 : (start + i) % 16 + 3]
-                if want and svc.claim_compaction_job(want, f"w{i}", LEASE_MS) is not None:
+                if want and metadata_service.claim_compaction_job(want, f"w{i}", LEASE_MS) is not None:
                     with lock:
                         won.append(want)
 

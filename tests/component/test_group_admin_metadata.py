@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -17,51 +16,17 @@ from agent.cli.groups import assignment_partitions, group_view
 from metadata.app import create_app
 from metadata.errors import GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, UNKNOWN_TOPIC_OR_PARTITION, MetadataError
 from metadata.group_lease_types import LeaseToken
-from metadata.http_client import HttpMetadataClient
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import GroupOffset
+from tests.support.metadata_fixtures import FakeClock
 
-T0 = 1_700_000_000_000
 TTL = 10_000
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def service(db_url: str, clock: FakeClock) -> Iterator[MetadataService]:
-    svc = MetadataService.from_url(db_url, clock=clock)
-    yield svc
-    svc.close()
-
-
-@pytest.fixture(params=["local", "http"])
-async def md(request: pytest.FixtureRequest, service: MetadataService) -> AsyncIterator[LocalMetadataClient]:
-    client: LocalMetadataClient | HttpMetadataClient
-    if request.param == "local":
-        client = LocalMetadataClient(service)
-    else:
-        client = HttpMetadataClient(
-            "http://metadata.test", transport=httpx.ASGITransport(app=create_app(service))
-        )
-    yield client  # type: ignore[misc]
-    await client.close()
 
 
 def consumer_assignment(parts: dict[str, list[int]]) -> bytes:
@@ -107,11 +72,11 @@ def hold(service: MetadataService, group: str, group_state: str) -> LeaseToken:
 
 @pytest.mark.anyio
 async def test_active_group_refuses_reset_and_delete_until_empty_or_lapsed(
-    md: LocalMetadataClient, service: MetadataService, clock: FakeClock
+    md: LocalMetadataClient, metadata_service: MetadataService, clock: FakeClock
 ) -> None:
     await md.create_topic("t", 2, {})
     await md.commit_offsets("g", [GroupOffset("t", 0, 5), GroupOffset("t", 1, 7)])
-    hold(service, "g", state(2))
+    hold(metadata_service, "g", state(2))
     (g,) = await md.stored_groups(["g"])
     assert (g.group_id, g.coordinator, g.active) == ("g", "agent-a", True)
     view = group_view(g)
@@ -143,11 +108,11 @@ async def test_active_group_refuses_reset_and_delete_until_empty_or_lapsed(
 
 @pytest.mark.anyio
 async def test_an_emptied_generation_under_a_live_lease_is_not_active(
-    md: LocalMetadataClient, service: MetadataService
+    md: LocalMetadataClient, metadata_service: MetadataService
 ) -> None:
     await md.create_topic("t", 1, {})
-    hold(service, "empty", state(0))
-    hold(service, "joining", state(1, assigned=False))
+    hold(metadata_service, "empty", state(0))
+    hold(metadata_service, "joining", state(1, assigned=False))
     await md.commit_offsets("offsets-only", [GroupOffset("t", 0, 1)])
     groups = {g.group_id: g for g in await md.stored_groups(None)}
     assert set(groups) == {"empty", "joining", "offsets-only"}
@@ -166,9 +131,9 @@ def test_assignment_decoding_is_total() -> None:
 
 
 @pytest.mark.anyio
-async def test_malformed_admin_requests_are_422_not_500(service: MetadataService) -> None:
+async def test_malformed_admin_requests_are_422_not_500(metadata_service: MetadataService) -> None:
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(service)), base_url="http://m"
+        transport=httpx.ASGITransport(app=create_app(metadata_service)), base_url="http://m"
     ) as c:
         for path, body in (
             ("/v1/admin/groups/reset-offsets", {"group_id": "g", "offsets": [{"topic": "t"}]}),

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import httpx
 import pytest
 from pyroaring import BitMap
 
 from metadata import bitmaps
-from metadata.app import create_app
 from metadata.errors import ConflictError, MetadataError
-from metadata.http_client import HttpMetadataClient
 from metadata.inspection import count_rows, file_states
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
@@ -39,52 +36,15 @@ from metadata.types import (
     OutputChunk,
     PartitionKey,
 )
+from tests.support.metadata_fixtures import T0_MS as T0
+from tests.support.metadata_fixtures import FakeClock
 
 pytestmark = pytest.mark.anyio
-
-T0 = 1_700_000_000_000
-
-
-class FakeClock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def service(db_url: str, clock: FakeClock) -> Iterator[MetadataService]:
-    svc = MetadataService.from_url(db_url, clock=clock)
-    yield svc
-    svc.close()
-
-
-@pytest.fixture(params=["local", "http"])
-async def md(request: pytest.FixtureRequest, service: MetadataService) -> AsyncIterator[LocalMetadataClient]:
-    """The client under test (typed as the local one for brevity; both have the same API)."""
-    client: LocalMetadataClient | HttpMetadataClient
-    if request.param == "local":
-        client = LocalMetadataClient(service)
-    else:
-        client = HttpMetadataClient(
-            "http://metadata.test", transport=httpx.ASGITransport(app=create_app(service))
-        )
-    yield client  # type: ignore[misc]
-    await client.close()
 
 
 # ------------------------------------------------------------------ building files
@@ -231,7 +191,7 @@ async def test_add_partitions(md: LocalMetadataClient) -> None:
     assert await hwm(md, t.topic_id, 4) == 3
 
 
-async def test_delete_topic(md: LocalMetadataClient, service: MetadataService) -> None:
+async def test_delete_topic(md: LocalMetadataClient, metadata_service: MetadataService) -> None:
     t = await md.create_topic("t", 2, {})
     keep = await md.create_topic("keep", 1, {})
     f, specs = layout([(t.topic_id, 0, [B(2)]), (keep.topic_id, 0, [B(1)])])
@@ -246,7 +206,7 @@ async def test_delete_topic(md: LocalMetadataClient, service: MetadataService) -
     assert await md.describe_topics(["t"]) == {}
     assert [o.topic for o in await md.fetch_offsets("g", None)] == ["keep"]
     # f2 only held the deleted topic: it is marked for GC; f still holds "keep".
-    assert file_states(service.engine, [f.object_key, f2.object_key]) == {
+    assert file_states(metadata_service.engine, [f.object_key, f2.object_key]) == {
         f.object_key: "live",
         f2.object_key: "deleting",
     }
@@ -294,12 +254,12 @@ async def test_unknown_partition_fails_only_its_chunk(md: LocalMetadataClient) -
 
 
 async def test_file_with_no_accepted_batch_is_recorded_deleting(
-    md: LocalMetadataClient, service: MetadataService
+    md: LocalMetadataClient, metadata_service: MetadataService
 ) -> None:
     f, specs = layout([(uuid.uuid4(), 0, [B(1)])])
     results = await md.commit_file(f, specs)
     assert results[0].error_code == 3
-    assert file_states(service.engine, [f.object_key]) == {f.object_key: "deleting"}
+    assert file_states(metadata_service.engine, [f.object_key]) == {f.object_key: "deleting"}
 
 
 async def test_log_append_time(md: LocalMetadataClient, clock: FakeClock) -> None:
@@ -372,17 +332,17 @@ async def test_commit_answer_carries_the_locations_find_chunks_returns(
 
 
 async def test_recommit_of_same_object_answers_the_same(
-    md: LocalMetadataClient, service: MetadataService
+    md: LocalMetadataClient, metadata_service: MetadataService
 ) -> None:
     t = await md.create_topic("t", 2, {})
     tid = t.topic_id
     await commit(md, [(tid, 0, [B(3)])])
     f, specs = layout([(tid, 0, [B(2), B(1, pid=9, seq=0), B(1, pid=9, seq=0)]), (tid, 1, [B(4)])])
     first = await md.commit_file(f, specs)
-    before = count_rows(service.engine)
+    before = count_rows(metadata_service.engine)
     second = await md.commit_file(f, specs)
     assert second == first
-    assert count_rows(service.engine) == before
+    assert count_rows(metadata_service.engine) == before
     assert await hwm(md, tid, 0) == 6
 
 
@@ -397,18 +357,18 @@ async def test_init_producer_id(md: LocalMetadataClient) -> None:
 
 
 async def test_duplicate_batch_returns_original_offset(
-    md: LocalMetadataClient, service: MetadataService
+    md: LocalMetadataClient, metadata_service: MetadataService
 ) -> None:
     t = await md.create_topic("t", 1, {})
     tid = t.topic_id
     pid, epoch = await md.init_producer_id()
     assert await commit(md, [(tid, 0, [B(1), B(3, pid=pid, epoch=epoch, seq=0)])]) == [[0, 1]]
     assert await commit(md, [(tid, 0, [B(2, pid=pid, epoch=epoch, seq=3)])]) == [[4]]
-    chunks_before = count_rows(service.engine)["chunks"]
+    chunks_before = count_rows(metadata_service.engine)["chunks"]
     # A retry of the first batch (its response was lost) lands in a later file.
     assert await commit(md, [(tid, 0, [B(3, pid=pid, epoch=epoch, seq=0)])]) == [[1]]
     assert await hwm(md, tid, 0) == 6
-    assert count_rows(service.engine)["chunks"] == chunks_before
+    assert count_rows(metadata_service.engine)["chunks"] == chunks_before
     # A retried duplicate in the middle of a run splits the run.
     f, specs = layout([(tid, 0, [B(1), B(2, pid=pid, epoch=epoch, seq=3), B(1)])])
     r = await md.commit_file(f, specs)
@@ -585,7 +545,7 @@ async def test_list_offsets(md: LocalMetadataClient) -> None:
 # ------------------------------------------------------------------ compaction
 
 
-async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService) -> None:
+async def test_replace_chunks(md: LocalMetadataClient, metadata_service: MetadataService) -> None:
     t = await md.create_topic("t", 2, {"cleanup.policy": "compact"})
     tid = t.topic_id
     f1, s1 = layout([(tid, 0, [B(4, ts=10)]), (tid, 1, [B(2)])])
@@ -611,7 +571,7 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
     new = FileSpec("compacted/1", 200, 1, "compactor")
     await md.replace_chunks(inputs, new, [out])
     # f2 lost its only chunk: deleting. f1 still holds partition 1.
-    assert file_states(service.engine, [f1.object_key, f2.object_key, new.object_key]) == {
+    assert file_states(metadata_service.engine, [f1.object_key, f2.object_key, new.object_key]) == {
         f1.object_key: "live",
         f2.object_key: "deleting",
         new.object_key: "live",
@@ -642,13 +602,13 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
     with pytest.raises(ConflictError) as e:
         await md.replace_chunks(inputs, FileSpec("compacted/2", 200, 1), [out])
     assert e.value.error_code == 22
-    assert file_states(service.engine, ["compacted/2"]) == {}
+    assert file_states(metadata_service.engine, ["compacted/2"]) == {}
 
     # Compacting the compacted chunk again so that nothing at or after offset 7 remains in
     # it: find_chunks skips it for offset 7 and goes on to the next chunk.
     out2 = OutputChunk(tid, 0, 0, 70, 0, 7, 2, 1, 20, bitmaps.from_absolute(0, [1, 3]))
     await md.replace_chunks([c.chunk_id], FileSpec("compacted/3", 100, 2), [out2])
-    assert file_states(service.engine, ["compacted/1"]) == {"compacted/1": "deleting"}
+    assert file_states(metadata_service.engine, ["compacted/1"]) == {"compacted/1": "deleting"}
     (r7,) = await md.find_chunks([FetchQuery(tid, 0, 7, 1)])
     assert [x.base_offset for x in r7.chunks] == [8]
     (r4,) = await md.find_chunks([FetchQuery(tid, 0, 4, 1)])
@@ -659,7 +619,9 @@ async def test_replace_chunks(md: LocalMetadataClient, service: MetadataService)
     assert [(a.offset, a.timestamp) for a in lo] == [(9, 30), (1, 20)]
 
 
-async def test_replace_chunks_refuses_bad_outputs(md: LocalMetadataClient, service: MetadataService) -> None:
+async def test_replace_chunks_refuses_bad_outputs(
+    md: LocalMetadataClient, metadata_service: MetadataService
+) -> None:
     t = await md.create_topic("t", 2, {})
     tid = t.topic_id
     for _ in range(3):
@@ -684,18 +646,18 @@ async def test_replace_chunks_refuses_bad_outputs(md: LocalMetadataClient, servi
         ([a.chunk_id], [out(0, 3, n=1, bm=b"garbage")]),
         ([], [out(0, 3)]),
     ]
-    before = count_rows(service.engine)
+    before = count_rows(metadata_service.engine)
     for ids, outs in bad:
         with pytest.raises(MetadataError) as e:
             await md.replace_chunks(ids, FileSpec(f"c/{uuid.uuid4()}", 200, 1), outs)
         assert e.value.error_code == 42 and not isinstance(e.value, ConflictError), (ids, outs)
-    assert count_rows(service.engine) == before
+    assert count_rows(metadata_service.engine) == before
     with pytest.raises(ConflictError):
         await md.replace_chunks([a.chunk_id, 10**9], FileSpec("c/x", 100, 1), [out(0, 3)])
-    assert count_rows(service.engine) == before
+    assert count_rows(metadata_service.engine) == before
     # Dropping everything (e.g. all tombstones expired) is allowed: the new file is empty.
     await md.replace_chunks([a.chunk_id, b.chunk_id], FileSpec("c/empty", 0, 1), [])
-    assert file_states(service.engine, ["c/empty"]) == {"c/empty": "deleting"}
+    assert file_states(metadata_service.engine, ["c/empty"]) == {"c/empty": "deleting"}
     (info2,) = await md.find_chunks([FetchQuery(tid, 0, 0, 10**9)])
     assert [x.base_offset for x in info2.chunks] == [8]
 
@@ -762,16 +724,16 @@ async def test_agents_heartbeat_and_ttl(md: LocalMetadataClient, clock: FakeCloc
 # ------------------------------------------------------------------ schema
 
 
-def test_migrations_match_schema_and_rerun(service: MetadataService) -> None:
+def test_migrations_match_schema_and_rerun(metadata_service: MetadataService) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
     from metadata.db import current_revision, head_revision, upgrade_to_head
     from metadata.schema import metadata_obj
 
-    upgrade_to_head(service.engine)  # again: a no-op
-    assert current_revision(service.engine) == head_revision()
-    with service.engine.connect() as conn:
+    upgrade_to_head(metadata_service.engine)  # again: a no-op
+    assert current_revision(metadata_service.engine) == head_revision()
+    with metadata_service.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata_obj)
     assert diff == []
 
@@ -783,14 +745,14 @@ def test_migrations_match_schema_and_rerun(service: MetadataService) -> None:
     "key", ["../escape", "a/../b", "/abs", "a//b", "a/", ".hidden", "a\\b", "tab\there", "x" * 1025, ""]
 )
 async def test_object_keys_follow_the_store_rules(
-    md: LocalMetadataClient, service: MetadataService, key: str
+    md: LocalMetadataClient, metadata_service: MetadataService, key: str
 ) -> None:
     """An object key the object store would refuse is refused by commit_file and
     replace_chunks (INVALID_REQUEST, naming the rule), and nothing is recorded."""
     t = await md.create_topic("t", 1, {})
     await commit(md, [(t.topic_id, 0, [B(2)])])
     (info,) = await md.find_chunks([FetchQuery(t.topic_id, 0, 0, 10**6)])
-    before = count_rows(service.engine)
+    before = count_rows(metadata_service.engine)
     f, specs = layout([(t.topic_id, 0, [B(1)])])
     with pytest.raises(MetadataError) as e:
         await md.commit_file(FileSpec(key, f.size_bytes, 0), specs)
@@ -799,7 +761,7 @@ async def test_object_keys_follow_the_store_rules(
     with pytest.raises(MetadataError) as e:
         await md.replace_chunks([info.chunks[0].chunk_id], FileSpec(key, 70, 1), [out])
     assert e.value.error_code == 42 and re.search("object.key", e.value.message), e.value.message
-    assert count_rows(service.engine) == before
+    assert count_rows(metadata_service.engine) == before
 
 
 @pytest.mark.parametrize(
@@ -815,20 +777,20 @@ async def test_object_keys_follow_the_store_rules(
     ],
 )
 async def test_commit_counts_must_fit_the_bytes(
-    md: LocalMetadataClient, service: MetadataService, size_bytes: int, batch: BatchSpec, why: str
+    md: LocalMetadataClient, metadata_service: MetadataService, size_bytes: int, batch: BatchSpec, why: str
 ) -> None:
     """A commit whose counts the bytes cannot hold is refused whole (INVALID_REQUEST), so
     the partition keeps its high watermark and stays readable."""
     t = await md.create_topic("t", 1, {})
     await commit(md, [(t.topic_id, 0, [B(2)])])
-    before = count_rows(service.engine)
+    before = count_rows(metadata_service.engine)
     good = ChunkSpec(t.topic_id, 0, (BatchSpec(size_bytes, 70, 1, 1, 0),))  # refused with it: all or nothing
     with pytest.raises(MetadataError) as e:
         await md.commit_file(
             FileSpec(f"f/{uuid.uuid4().hex}", size_bytes + 70, 0), [ChunkSpec(t.topic_id, 0, (batch,)), good]
         )
     assert e.value.error_code == 42 and why in e.value.message, e.value.message
-    assert count_rows(service.engine) == before and await hwm(md, t.topic_id, 0) == 2
+    assert count_rows(metadata_service.engine) == before and await hwm(md, t.topic_id, 0) == 2
     # the partition still takes commits
     f, specs = layout([(t.topic_id, 0, [B(1)])])
     assert [b.error_code for b in (await md.commit_file(f, specs))[0].batches] == [0]

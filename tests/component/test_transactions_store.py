@@ -6,7 +6,6 @@ schema is the migration's."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,42 +13,29 @@ from metadata import txn_state as ts
 from metadata.service import MetadataService
 from metadata.txn_state import TxnState
 from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionFetchInfo
-
-
-class Clock:
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
+from tests.support.metadata_fixtures import FakeClock
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def metadata_service(metadata_service: MetadataService) -> MetadataService:
+    """The shared service with topic `t` (2 partitions)."""
+    metadata_service.create_topic("t", 2, {})
+    return metadata_service
 
 
-@pytest.fixture
-def svc(db_url: str, clock: Clock) -> Iterator[MetadataService]:
-    s = MetadataService.from_url(db_url, clock=clock)
-    s.create_topic("t", 2, {})
-    yield s
-    s.close()
-
-
-def _partitions(svc: MetadataService) -> list[tuple[str, int]]:
-    topic = svc.describe_topics(["t"])["t"]
+def _partitions(metadata_service: MetadataService) -> list[tuple[str, int]]:
+    topic = metadata_service.describe_topics(["t"])["t"]
     return [(str(topic.topic_id), 0), (str(topic.topic_id), 1)]
 
 
 def test_a_committed_transaction_end_to_end_and_restart(
-    svc: MetadataService, db_url: str, clock: Clock
+    metadata_service: MetadataService, db_url: str, clock: FakeClock
 ) -> None:
-    txns = svc.transactions
+    txns = metadata_service.transactions
     init = txns.init_producer_id("tx", 60_000)
     assert init.ok and init.producer_epoch == 0
     pid = init.producer_id
-    parts = _partitions(svc)
+    parts = _partitions(metadata_service)
     added = txns.add_partitions("tx", pid, 0, parts)
     assert set(added.errors.values()) == {0}
     assert txns.add_offsets("tx", pid, 0, "g") == 0
@@ -74,19 +60,19 @@ def test_a_committed_transaction_end_to_end_and_restart(
     assert retry.ok and not retry.write_markers
 
 
-def test_unknown_partition_fails_the_whole_request(svc: MetadataService) -> None:
-    init = svc.transactions.init_producer_id("tx", 60_000)
-    good = _partitions(svc)[0]
+def test_unknown_partition_fails_the_whole_request(metadata_service: MetadataService) -> None:
+    init = metadata_service.transactions.init_producer_id("tx", 60_000)
+    good = _partitions(metadata_service)[0]
     bad = (good[0], 7)
-    out = svc.transactions.add_partitions("tx", init.producer_id, 0, [good, bad])
+    out = metadata_service.transactions.add_partitions("tx", init.producer_id, 0, [good, bad])
     assert out.errors == {good: 55, bad: 3}
-    assert svc.transactions.describe(["tx"])["tx"].state is TxnState.EMPTY  # type: ignore[union-attr]
+    assert metadata_service.transactions.describe(["tx"])["tx"].state is TxnState.EMPTY  # type: ignore[union-attr]
 
 
-def test_new_instance_fences_the_old_and_aborts_its_transaction(svc: MetadataService) -> None:
-    txns = svc.transactions
+def test_new_instance_fences_the_old_and_aborts_its_transaction(metadata_service: MetadataService) -> None:
+    txns = metadata_service.transactions
     old = txns.init_producer_id("tx", 60_000)
-    txns.add_partitions("tx", old.producer_id, 0, _partitions(svc)[:1])
+    txns.add_partitions("tx", old.producer_id, 0, _partitions(metadata_service)[:1])
     new = txns.init_producer_id("tx", 60_000)
     assert new.error == ts.CONCURRENT_TRANSACTIONS and new.write_markers
     assert txns.end_txn("tx", old.producer_id, 0, commit=True).error == ts.PRODUCER_FENCED
@@ -96,11 +82,11 @@ def test_new_instance_fences_the_old_and_aborts_its_transaction(svc: MetadataSer
     assert after.ok and (after.producer_id, after.producer_epoch) == (old.producer_id, 2)
 
 
-def test_expiry_and_listing(svc: MetadataService, clock: Clock) -> None:
-    txns = svc.transactions
+def test_expiry_and_listing(metadata_service: MetadataService, clock: FakeClock) -> None:
+    txns = metadata_service.transactions
     a = txns.init_producer_id("a", 10_000)
     b = txns.init_producer_id("b", 60_000)
-    parts = _partitions(svc)
+    parts = _partitions(metadata_service)
     txns.add_partitions("a", a.producer_id, 0, parts[:1])
     txns.add_partitions("b", b.producer_id, 0, parts[1:])
     clock.now += 5_000
@@ -116,21 +102,21 @@ def test_expiry_and_listing(svc: MetadataService, clock: Clock) -> None:
     assert described["zzz"] is None and described["a"] is not None and described["a"].producer_epoch == 1
 
 
-def test_idle_ids_expire(svc: MetadataService, clock: Clock) -> None:
-    svc.transactions.init_producer_id("idle", 60_000)
+def test_idle_ids_expire(metadata_service: MetadataService, clock: FakeClock) -> None:
+    metadata_service.transactions.init_producer_id("idle", 60_000)
     clock.now += 1_000
-    svc.transactions.init_producer_id("busy", 60_000)
-    assert svc.transactions.delete_expired_ids(older_than_ms=clock.now) == 1
-    assert svc.transactions.describe(["idle", "busy"])["idle"] is None
+    metadata_service.transactions.init_producer_id("busy", 60_000)
+    assert metadata_service.transactions.delete_expired_ids(older_than_ms=clock.now) == 1
+    assert metadata_service.transactions.describe(["idle", "busy"])["idle"] is None
 
 
-def test_racing_first_inits_of_one_id_give_distinct_epochs(svc: MetadataService) -> None:
+def test_racing_first_inits_of_one_id_give_distinct_epochs(metadata_service: MetadataService) -> None:
     results: list[ts.Outcome] = []
     barrier = threading.Barrier(4)
 
     def run() -> None:
         barrier.wait()
-        results.append(svc.transactions.init_producer_id("race", 60_000))
+        results.append(metadata_service.transactions.init_producer_id("race", 60_000))
 
     threads = [threading.Thread(target=run) for _ in range(4)]
     for t in threads:
@@ -150,15 +136,17 @@ def _batch(
     )
 
 
-def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(svc: MetadataService) -> None:
-    topic = svc.describe_topics(["t"])["t"]
+def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(
+    metadata_service: MetadataService,
+) -> None:
+    topic = metadata_service.describe_topics(["t"])["t"]
     tid = topic.topic_id
-    txns = svc.transactions
+    txns = metadata_service.transactions
     init = txns.init_producer_id("tx", 60_000)
     pid = init.producer_id
     txns.add_partitions("tx", pid, 0, [(str(tid), 0), (str(tid), 1)])
     # p0: offsets 0-1 plain data, 2-3 the transaction's; p1: offset 0 the transaction's
-    svc.commit_file(
+    metadata_service.commit_file(
         FileSpec("f1", 1000),
         [
             ChunkSpec(tid, 0, (_batch(0, 2), _batch(100, 2, pid, 0, txn=True))),
@@ -167,19 +155,21 @@ def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(
     )
 
     def committed(partition: int, offset: int = 0) -> PartitionFetchInfo:
-        return svc.find_chunks([FetchQuery(tid, partition, offset, 1 << 20, isolation_level=1)])[0]
+        return metadata_service.find_chunks([FetchQuery(tid, partition, offset, 1 << 20, isolation_level=1)])[
+            0
+        ]
 
     p0 = committed(0)
     assert (p0.high_watermark, p0.last_stable_offset, p0.aborted) == (4, 2, ())
     assert all(c.base_offset < 2 for c in p0.chunks)
     assert committed(0, 2).chunks == ()  # at the LSO: nothing yet
-    plain = svc.find_chunks([FetchQuery(tid, 0, 0, 1 << 20)])[0]
+    plain = metadata_service.find_chunks([FetchQuery(tid, 0, 0, 1 << 20)])[0]
     assert plain.last_stable_offset == -1 and plain.chunks[-1].last_offset == 3
 
     end = txns.end_txn("tx", pid, 0, commit=False)
     assert end.write_markers
     # the markers file completes the transaction in the same database transaction
-    svc.commit_file(
+    metadata_service.commit_file(
         FileSpec("markers", 1000, completes=(("tx", pid, 0),)),
         [
             ChunkSpec(tid, 0, (_batch(0, 1, pid, txn=True, control=0),)),
@@ -196,10 +186,10 @@ def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(
 
     # a second transaction of another producer, left open, holds the LSO at its first offset
     other = txns.init_producer_id("tx2", 60_000)
-    svc.commit_file(
+    metadata_service.commit_file(
         FileSpec("f3", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, other.producer_id, 0, txn=True),))]
     )
-    svc.commit_file(FileSpec("f4", 1000), [ChunkSpec(tid, 0, (_batch(0, 1),))])
+    metadata_service.commit_file(FileSpec("f4", 1000), [ChunkSpec(tid, 0, (_batch(0, 1),))])
     p0 = committed(0)
     assert (p0.high_watermark, p0.last_stable_offset) == (7, 5)
     assert committed(0, 5).chunks == () and committed(0, 5).aborted == ()

@@ -4,14 +4,11 @@ transition is an answer with a Kafka code, and malformed input is INVALID_REQUES
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-
 import httpx
 import pytest
 
 from metadata.app import create_app
 from metadata.errors import INVALID_REQUEST, MetadataError
-from metadata.http_client import HttpMetadataClient
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.txn_state import (
@@ -22,6 +19,7 @@ from metadata.txn_state import (
     TxnState,
 )
 from metadata.types import GroupOffset
+from tests.support.metadata_fixtures import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -31,41 +29,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 5_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def metadata_service(metadata_service: MetadataService) -> MetadataService:
+    """The shared service with topic `t` (2 partitions)."""
+    metadata_service.create_topic("t", 2, {})
+    return metadata_service
 
 
-@pytest.fixture
-def service(db_url: str, clock: Clock) -> Iterator[MetadataService]:
-    svc = MetadataService.from_url(db_url, clock=clock)
-    svc.create_topic("t", 2, {})
-    yield svc
-    svc.close()
-
-
-@pytest.fixture(params=["local", "http"])
-async def md(request: pytest.FixtureRequest, service: MetadataService) -> AsyncIterator[LocalMetadataClient]:
-    client: LocalMetadataClient | HttpMetadataClient
-    if request.param == "local":
-        client = LocalMetadataClient(service)
-    else:
-        client = HttpMetadataClient(
-            "http://metadata.test", transport=httpx.ASGITransport(app=create_app(service))
-        )
-    yield client  # type: ignore[misc]
-    await client.close()
-
-
-async def test_a_transaction_through_the_client(md: LocalMetadataClient, clock: Clock) -> None:
+async def test_a_transaction_through_the_client(md: LocalMetadataClient, clock: FakeClock) -> None:
     topic = (await md.describe_topics(["t"]))["t"]
     parts = [(str(topic.topic_id), 0), (str(topic.topic_id), 1)]
     init = await md.init_txn_producer_id("tx", 60_000)
@@ -124,7 +95,7 @@ async def test_offsets_in_a_transaction_appear_on_commit_only(md: LocalMetadataC
     assert [r.error_code for r in fenced] == [PRODUCER_FENCED]
 
 
-async def test_fencing_and_expiry_through_the_client(md: LocalMetadataClient, clock: Clock) -> None:
+async def test_fencing_and_expiry_through_the_client(md: LocalMetadataClient, clock: FakeClock) -> None:
     topic = (await md.describe_topics(["t"]))["t"]
     part = [(str(topic.topic_id), 0)]
     first = await md.init_txn_producer_id("tx", 1_000)
@@ -157,8 +128,8 @@ async def test_unknown_partition_and_bad_input(md: LocalMetadataClient) -> None:
     assert e.value.error_code == INVALID_REQUEST
 
 
-async def test_malformed_txn_bodies_are_422_not_500(service: MetadataService) -> None:
-    transport = httpx.ASGITransport(app=create_app(service))
+async def test_malformed_txn_bodies_are_422_not_500(metadata_service: MetadataService) -> None:
+    transport = httpx.ASGITransport(app=create_app(metadata_service))
     async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
         for path, body in [
             ("/v1/txn/init-producer-id", {"transactional_id": "", "timeout_ms": 1}),
