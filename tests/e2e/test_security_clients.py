@@ -74,11 +74,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     args = ["playground", "--data-dir", str(tmp / "data"), "--port", str(ports["PLAINTEXT"])]
     args += ["--metadata-port", str(mport), "--compaction-interval-ms", "0"]
     proc = _spawn(args, ports["PLAINTEXT"], tmp / "playground.log", env)
-    url = f"http://127.0.0.1:{mport}"
-    done = _skiff("users", "create", USER, "--metadata", url, "--password", PASSWORD)
-    assert done.returncode == 0, done.stderr
-    yield Cluster(proc, pki, ports, url)
-    proc.kill(signal.SIGTERM)
+    try:
+        url = f"http://127.0.0.1:{mport}"
+        done = _skiff("users", "create", USER, "--metadata", url, "--password", PASSWORD)
+        assert done.returncode == 0, done.stderr
+        yield Cluster(proc, pki, ports, url)
+    finally:
+        proc.kill(signal.SIGTERM)
 
 
 def _sasl_conf(

@@ -82,7 +82,11 @@ def _spawn(args: list[str], port: int, log: Path, env: dict[str, str] | None = N
             skiff_command() + args, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=str(REPO)
         )
     p = SkiffProcess(proc, port, log, args, env or {})
-    wait_for_port(port, proc, log)
+    try:
+        wait_for_port(port, proc, log)
+    except BaseException:  # pytest.fail is one: the process must not outlive the failed set-up
+        p.kill()
+        raise
     return p
 
 
