@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from agent.handlers import ConnectionInfo
 from agent.listeners import Listener, tls_principal
-from agent.sasl import CredentialCache, SaslState
+from agent.sasl import CredentialCache, SaslCounts, SaslState
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,8 @@ class ListenerSecurity:
     credentials: CredentialCache | None = None
     reauth_ms: int = 0  # KIP-368 session lifetime (0: sessions never end)
     monotonic: Callable[[], float] = time.monotonic
-    tls_failures: int = 0
+    tls_failures: int = 0  # handshakes that failed or timed out (skiff_tls_handshake_failures_total)
+    sasl_counts: SaslCounts = field(default_factory=SaslCounts)  # this listener's SASL logins
     _last_info_s: float = field(default=-_LOG_INTERVAL_S, repr=False)
 
     async def secure(self, writer: asyncio.StreamWriter, info: ConnectionInfo) -> bool:
@@ -59,7 +60,11 @@ class ListenerSecurity:
         if self.listener.sasl:
             assert self.credentials is not None
             info.sasl = SaslState(
-                self.sasl_mechanisms, self.credentials, reauth_ms=self.reauth_ms, monotonic=self.monotonic
+                self.sasl_mechanisms,
+                self.credentials,
+                reauth_ms=self.reauth_ms,
+                monotonic=self.monotonic,
+                counts=self.sasl_counts,
             )
         return True
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from agent.health import Readiness
     from agent.runtime import RunningAgent
+    from agent.server import AgentServer
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,44 @@ class AgentCollector(Collector):
             "Answered long polls of metadata for other agents' commits",
             value=a.watch.long_polls,
         )
+        yield from security_metrics(a.servers or [a.server])
+
+
+def security_metrics(servers: Iterable[AgentServer]) -> Iterator[Metric]:
+    """Per listener, from each server's `ListenerSecurity` (PLAINTEXT servers have none):
+    `skiff_tls_handshake_failures_total{listener}` on TLS listeners (handshakes failed or
+    timed out: plaintext to a TLS port, a certificate the client or server refused), and on
+    SASL listeners `skiff_failed_authentication_total{listener,mechanism}` /
+    `skiff_successful_authentication_total{listener,mechanism}` (Kafka's
+    failed-/successful-authentication-total; every enabled mechanism is listed, from 0)."""
+    tls = CounterMetricFamily(
+        "skiff_tls_handshake_failures", "TLS handshakes that failed or timed out", labels=["listener"]
+    )
+    failed = CounterMetricFamily(
+        "skiff_failed_authentication",
+        "SASL authentications refused (wrong credentials, unknown user, malformed exchange)",
+        labels=["listener", "mechanism"],
+    )
+    succeeded = CounterMetricFamily(
+        "skiff_successful_authentication",
+        "SASL authentications completed (logins and re-authentications)",
+        labels=["listener", "mechanism"],
+    )
+    for server in servers:
+        sec = server.security
+        if sec is None:
+            continue
+        listener = sec.listener.name
+        if sec.ssl_context is not None:
+            tls.add_metric([listener], sec.tls_failures)
+        if sec.listener.sasl:
+            counts = sec.sasl_counts
+            for mech in sorted({*sec.sasl_mechanisms, *counts.failed, *counts.succeeded}):
+                failed.add_metric([listener, mech], counts.failed[mech])
+                succeeded.add_metric([listener, mech], counts.succeeded[mech])
+    yield tls
+    yield failed
+    yield succeeded
 
 
 MAX_HTTP_THREADS = 16  # probes and scrapes at once; more connections are closed at accept

@@ -29,6 +29,11 @@ random names costs one metadata read per name and TTL, in bounded memory).
 
 When metadata cannot be reached, the connection is closed without an answer (clients
 reconnect and retry) rather than failing the login (which clients treat as fatal).
+Each listener counts its exchanges by mechanism in one `SaslCounts` shared by its
+connections' `SaslState`s (exported as `skiff_successful_authentication_total` and
+`skiff_failed_authentication_total`, Kafka's successful-/failed-authentication-total): a
+login or re-authentication completed, or refused (wrong credentials, an unknown user, a
+malformed token, metadata refusing the read). Metadata out of reach counts as neither.
 KIP-368 re-authentication: with `connections_max_reauth_ms` > 0 (Kafka's
 connections.max.reauth.ms) SaslAuthenticate answers that session lifetime; the client must
 re-authenticate on the connection (same principal) before it ends, else its next request
@@ -40,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +136,15 @@ class AuthFailed(Exception):
 
 
 @dataclass
+class SaslCounts:
+    """One listener's SASL exchanges by mechanism: completed and refused (for metrics). The
+    keys are mechanisms a handshake accepted, so there are at most SUPPORTED_MECHANISMS."""
+
+    succeeded: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
 class SaslState:
     """One connection's SASL progress (ConnectionInfo.sasl on SASL listeners)."""
 
@@ -146,6 +160,7 @@ class SaslState:
     monotonic: Callable[[], float] = time.monotonic
     expires_s: float | None = None  # monotonic time the session ends (None: never)
     reauthenticating: bool = False
+    counts: SaslCounts | None = None  # the listener's, shared by its connections
     _scram: object | None = field(default=None, repr=False)
     _scram_step: int = 0
     _user: str = ""
@@ -179,7 +194,20 @@ class SaslState:
 
     async def authenticate(self, token: bytes) -> tuple[bytes, str | None]:
         """One SaslAuthenticate token -> (server token, principal once authenticated else
-        None). Raises AuthFailed on wrong credentials or a malformed exchange."""
+        None). Raises AuthFailed on wrong credentials or a malformed exchange. Counted in
+        `counts`: a principal returned is a success, AuthFailed or MetadataError a failure."""
+        mechanism = self.mechanism or "none"
+        try:
+            answer = await self._authenticate(token)
+        except (AuthFailed, MetadataError):
+            if self.counts is not None:
+                self.counts.failed[mechanism] += 1
+            raise
+        if answer[1] is not None and self.counts is not None:
+            self.counts.succeeded[mechanism] += 1
+        return answer
+
+    async def _authenticate(self, token: bytes) -> tuple[bytes, str | None]:
         if self.mechanism is None or (self.authenticated and not self.reauthenticating):
             raise AuthFailed("SaslAuthenticate without a SaslHandshake")
         if len(token) > MAX_TOKEN_BYTES:
