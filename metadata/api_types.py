@@ -185,7 +185,12 @@ class MetadataClient(Protocol):
         self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
     ) -> Outcome: ...
     async def add_partitions_to_txn(  # one error code per partition
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> dict[Partition, int]: ...
     async def verify_txn_partitions(  # AddPartitionsToTxn v4+ verify_only
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
@@ -200,7 +205,11 @@ class MetadataClient(Protocol):
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]: ...
+    async def unstable_txn_offsets(  # (topic, partition) with offsets staged by open transactions
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> set[tuple[str, int]]: ...
     async def end_txn(  # write_markers: the caller writes them, the markers file completes it
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> Outcome: ...

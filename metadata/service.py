@@ -403,10 +403,17 @@ class MetadataService:
         return self.transactions.init_producer_id(transactional_id, timeout_ms, expected)
 
     def add_partitions_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> dict[Partition, int]:
         _check_topic_ids(partitions)
-        return self.transactions.add_partitions(transactional_id, producer_id, epoch, partitions).errors
+        return self.transactions.add_partitions(
+            transactional_id, producer_id, epoch, partitions, max_partitions
+        ).errors
 
     def verify_txn_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
@@ -424,8 +431,14 @@ class MetadataService:
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]:
-        return self.transactions.txn_offset_commit(transactional_id, producer_id, epoch, group_id, offsets)
+        return self.transactions.txn_offset_commit(
+            transactional_id, producer_id, epoch, group_id, offsets, max_offsets
+        )
+
+    def unstable_txn_offsets(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
+        return self.transactions.unstable_offsets(group_id, topics)
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         return self.transactions.end_txn(transactional_id, producer_id, epoch, commit)

@@ -12,6 +12,14 @@ transaction that changes it, and a stale coordinator can only get an error.
 Partitions are stored as (topic id as text, partition); the agent resolves names. A
 partition that does not exist fails the whole AddPartitionsToTxn request, as in Kafka:
 UNKNOWN_TOPIC_OR_PARTITION for it, OPERATION_NOT_ATTEMPTED (55) for the others.
+
+Bounds (the agent's `transaction_max_partitions` / `transaction_max_offsets`, passed with
+each request): a transaction may hold at most `max_partitions` partitions; an
+AddPartitionsToTxn that would take it beyond changes nothing and answers POLICY_VIOLATION
+(44) for every partition asked for (Kafka has no such limit; its "request parameters do not
+satisfy the configured policy" is the closest code, and the Java producer makes it an
+abortable error: the application aborts and may retry smaller transactions). The staged
+offsets' bound is `metadata.txn_offsets`'s.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from metadata.types import GroupOffset, OffsetCommitResult
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 OPERATION_NOT_ATTEMPTED = 55
+POLICY_VIOLATION = 44
 
 _T = transactions.c
 
@@ -147,7 +156,12 @@ class Transactions:
         return out
 
     def add_partitions(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> PartitionsOutcome:
         with write_tx(self._db.engine) as conn:
             before = load(conn, transactional_id, for_update=True)
@@ -162,6 +176,12 @@ class Transactions:
             out = txn_state.add_partitions(
                 before, producer_id=producer_id, epoch=epoch, partitions=partitions, now_ms=self._db.clock()
             )
+            if (
+                out.record is not None
+                and max_partitions is not None
+                and len(out.record.partitions) > max_partitions
+            ):
+                return PartitionsOutcome(dict.fromkeys(partitions, POLICY_VIOLATION))
             if out.record is not None:
                 store(conn, before, out.record)
         return PartitionsOutcome(dict.fromkeys(partitions, out.error))
@@ -192,6 +212,7 @@ class Transactions:
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]:
         """TxnOffsetCommit: the offsets are staged until the transaction completes
         (metadata.txn_offsets)."""
@@ -208,7 +229,13 @@ class Transactions:
                 group_id=group_id,
                 offsets=offsets,
                 now_ms=self._db.clock(),
+                max_offsets=max_offsets,
             )
+
+    def unstable_offsets(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
+        """(topic name, partition) of `group_id` with offsets staged by unfinished transactions."""
+        with read_tx(self._db.engine) as conn:
+            return txn_offsets.unstable(conn, group_id, topics)
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         """EndTxn: on success with `write_markers`, the record is PREPARE_* and the caller

@@ -28,7 +28,11 @@ def txn_router(svc: MetadataService) -> APIRouter:
     @router.post("/add-partitions", response_model=list[ts.PartitionErrorM])
     def add_partitions(req: ts.AddPartitionsToTxnRequest) -> list[ts.PartitionErrorM]:
         errors = svc.add_partitions_to_txn(
-            req.transactional_id, req.producer_id, req.producer_epoch, [(t, p) for t, p in req.partitions]
+            req.transactional_id,
+            req.producer_id,
+            req.producer_epoch,
+            [(t, p) for t, p in req.partitions],
+            req.max_partitions,
         )
         return [ts.PartitionErrorM(topic_id=t, partition=p, error=e) for (t, p), e in errors.items()]
 
@@ -55,8 +59,16 @@ def txn_router(svc: MetadataService) -> APIRouter:
             req.producer_epoch,
             req.group_id,
             [s.t.GroupOffset(**o.__dict__) for o in req.offsets],
+            req.max_offsets,
         )
         return [s.OffsetCommitResultM.model_construct(**r.__dict__) for r in results]
+
+    @router.post("/unstable-offsets", response_model=list[ts.TopicPartitionM])
+    def unstable_offsets(req: ts.UnstableOffsetsRequest) -> list[ts.TopicPartitionM]:
+        """OffsetFetch require_stable (KIP-447): a group's partitions with offsets staged by
+        unfinished transactions."""
+        found = svc.unstable_txn_offsets(req.group_id, req.topics)
+        return [ts.TopicPartitionM(topic=t, partition=p) for t, p in sorted(found)]
 
     @router.post("/end", response_model=ts.OutcomeM)
     def end_txn(req: ts.EndTxnRequest) -> ts.OutcomeM:

@@ -283,11 +283,18 @@ class FlakyMetadataClient:
         )
 
     async def add_partitions_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> dict[Partition, int]:
         return await self._go(
             "add_partitions_to_txn",
-            lambda: self.inner.add_partitions_to_txn(transactional_id, producer_id, epoch, partitions),
+            lambda: self.inner.add_partitions_to_txn(
+                transactional_id, producer_id, epoch, partitions, max_partitions
+            ),
         )
 
     async def verify_txn_partitions(
@@ -313,10 +320,18 @@ class FlakyMetadataClient:
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]:
         return await self._go(
             "txn_offset_commit",
-            lambda: self.inner.txn_offset_commit(transactional_id, producer_id, epoch, group_id, offsets),
+            lambda: self.inner.txn_offset_commit(
+                transactional_id, producer_id, epoch, group_id, offsets, max_offsets
+            ),
+        )
+
+    async def unstable_txn_offsets(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
+        return await self._go(
+            "unstable_txn_offsets", lambda: self.inner.unstable_txn_offsets(group_id, topics)
         )
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
