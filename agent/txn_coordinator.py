@@ -139,9 +139,10 @@ class TxnCoordinator:
         self._agent_id = agent_id
         self._wall_ms = wall_ms
         self._on_committed = on_committed
-        self._scan_interval_s = scan_interval_ms / 1000.0
-        self._redrive_after_ms = redrive_after_ms
-        self._max_retry_delay_ms = max_retry_delay_ms
+        # the agent's transaction_* settings
+        self.scan_interval_ms = scan_interval_ms
+        self.redrive_after_ms = redrive_after_ms
+        self.max_retry_delay_ms = max_retry_delay_ms
         self._key_prefix = key_prefix
         self._task: asyncio.Task[None] | None = None
         # (id, producer id, epoch) -> (next attempt ms, delay ms): failed re-drives back off,
@@ -215,15 +216,15 @@ class TxnCoordinator:
         self._retry = {k: v for k, v in self._retry.items() if k in live}
         for record in prepared:
             key = (record.transactional_id, record.producer_id, record.producer_epoch)
-            if now - record.last_update_ms < self._redrive_after_ms or not self.coordinates(
+            if now - record.last_update_ms < self.redrive_after_ms or not self.coordinates(
                 record.transactional_id
             ):
                 continue
-            next_ms, delay_ms = self._retry.get(key, (0, self._redrive_after_ms))
+            next_ms, delay_ms = self._retry.get(key, (0, self.redrive_after_ms))
             if now < next_ms:
                 continue
             if not await self.finish(record) and len(self._retry) < _MAX_RETRY_ENTRIES:
-                self._retry[key] = (now + delay_ms, min(2 * delay_ms, self._max_retry_delay_ms))
+                self._retry[key] = (now + delay_ms, min(2 * delay_ms, self.max_retry_delay_ms))
 
     def start(self) -> None:
         if self._task is None:
@@ -231,7 +232,7 @@ class TxnCoordinator:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self._scan_interval_s)
+            await asyncio.sleep(self.scan_interval_ms / 1000.0)
             try:
                 await self.scan_once()
             except asyncio.CancelledError:

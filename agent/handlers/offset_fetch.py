@@ -155,7 +155,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                         committed_offset=p.committed_offset,
                         committed_leader_epoch=p.committed_leader_epoch,
                         metadata=p.metadata,
-                        error_code=p.error_code if request.api_version < 2 else ErrorCode.none,
+                        # v2+: a group's error is top-level only; partition errors stay
+                        error_code=p.error_code
+                        if request.api_version < 2 or g.error_code == ErrorCode.none
+                        else ErrorCode.none,
                     )
                     for p in t.partitions
                 ),
