@@ -1,8 +1,8 @@
-"""Offsets in transactions with a real client (confluent-kafka / librdkafka): a
-read_committed consumer's `committed()` sends OffsetFetch with require_stable, is answered
-UNSTABLE_OFFSET_COMMIT while a transactional producer's `send_offsets_to_transaction` is
-pending, retries, and returns the transaction's offset once it commits; a read_uncommitted
-consumer is answered the committed offset at once."""
+"""Offsets in transactions with real clients (confluent-kafka / librdkafka, and Kafka's Java
+consumer): a read_committed consumer's `committed()` sends OffsetFetch with require_stable,
+is answered UNSTABLE_OFFSET_COMMIT while a transaction's staged offsets are pending,
+retries, and returns the transaction's offset once it commits; a read_uncommitted consumer
+is answered the committed offset at once."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.component.fake_metadata import AgentHarness
+from tests.component.test_txn_offsets_stable import _add_offsets, _end, _init, _txn_commit
+from tests.support.java_client import JavaClient
 
 TIMEOUT_S = 30
 
@@ -39,6 +41,29 @@ def _consumer(h: AgentHarness, group: str, isolation: str) -> Consumer:
     )
 
 
+class UnstableSpy:
+    """Wraps the agent's metadata lookup of pending offsets: `answered` is set once the agent
+    has found `(topic, partition)` of `group` unstable (so answered UNSTABLE_OFFSET_COMMIT)."""
+
+    def __init__(self, h: AgentHarness, group: str, key: tuple[str, int]) -> None:
+        self.h, self.group, self.key = h, group, key
+        self.answered = threading.Event()
+        self.lookup = h.metadata.unstable_txn_offsets
+
+    async def __call__(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
+        found = await self.lookup(group_id, topics)
+        if group_id == self.group and self.key in found:
+            self.answered.set()
+        return found
+
+    def __enter__(self) -> UnstableSpy:
+        self.h.metadata.unstable_txn_offsets = self  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.h.metadata.unstable_txn_offsets
+
+
 def test_read_committed_committed_waits_for_the_transaction(harness: AgentHarness) -> None:
     h = harness
     topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
@@ -58,28 +83,35 @@ def test_read_committed_committed_waits_for_the_transaction(harness: AgentHarnes
         (got,) = plain.committed([tp], timeout=TIMEOUT_S)
         assert got.offset == 2 and got.error is None
 
-        # the agent tells us when it has answered UNSTABLE_OFFSET_COMMIT for the partition
-        answered_unstable = threading.Event()
-        lookup = h.metadata.unstable_txn_offsets
-
-        async def spy(group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
-            found = await lookup(group_id, topics)
-            if group_id == group and (topic, 0) in found:
-                answered_unstable.set()
-            return found
-
-        h.metadata.unstable_txn_offsets = spy  # type: ignore[method-assign]
-        try:
-            with ThreadPoolExecutor(1) as pool:
-                pending = pool.submit(waiting.committed, [tp], 60)
-                assert answered_unstable.wait(TIMEOUT_S)  # librdkafka asked with require_stable
-                producer.commit_transaction(TIMEOUT_S)
-                (got,) = pending.result(60)  # it retried until the transaction committed
-        finally:
-            del h.metadata.unstable_txn_offsets
+        with UnstableSpy(h, group, (topic, 0)) as spy, ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(waiting.committed, [tp], 60)
+            assert spy.answered.wait(TIMEOUT_S)  # librdkafka asked with require_stable
+            producer.commit_transaction(TIMEOUT_S)
+            (got,) = pending.result(60)  # it retried until the transaction committed
         assert got.offset == 5 and got.error is None
         (got,) = plain.committed([tp], timeout=TIMEOUT_S)
         assert got.offset == 5
     finally:
         plain.close()
         waiting.close()
+
+
+def test_java_read_committed_consumer_retries_unstable_offsets(
+    harness: AgentHarness, java_client: JavaClient
+) -> None:
+    h = harness
+    topic, group, txn = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}", f"tx-{uuid.uuid4().hex[:8]}"
+    h.call(h.metadata.create_topic(topic, 1, {}))
+    member = java_client.group_member(h.bootstrap, topic, group, props={"isolation.level": "read_committed"})
+    try:
+        pid, epoch = _init(h, txn)
+        _add_offsets(h, txn, pid, epoch, group)
+        assert set(_txn_commit(h, txn, pid, epoch, group, {(topic, 0): 7}).values()) == {0}
+        with UnstableSpy(h, group, (topic, 0)) as spy, ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(member.call, "committed")
+            assert spy.answered.wait(TIMEOUT_S)  # the Java consumer asked with require_stable
+            _end(h, txn, pid, epoch, True)
+            answer = pending.result(90)  # UnstableOffsetCommitException is retried inside
+        assert answer["offsets"] == {"0": 7}
+    finally:
+        member.close()
