@@ -104,6 +104,7 @@ def _txn_commit(
     generation: int = -1,
     member: str = "",
     instance: str | None = None,
+    bootstrap: str | None = None,
 ) -> dict[tuple[str, int], ErrorCode]:
     topics: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
     for (t, p), off in offsets.items():
@@ -116,7 +117,7 @@ def _txn_commit(
             )
         )
     resp = request_once(
-        h.bootstrap,
+        bootstrap or h.bootstrap,
         TxnOffsetCommitRequest(
             transactional_id=TransactionalId(txn_id),
             group_id=GroupId(group),
@@ -176,11 +177,15 @@ def _commit(h: AgentHarness, group: str, topic: str, partition: int, offset: int
 Fetched = dict[tuple[str, int], tuple[int, ErrorCode]]
 
 
-def _fetch_v7(h: AgentHarness, group: str, topic: str | None, stable: bool) -> tuple[ErrorCode, Fetched]:
+def _fetch_v7(
+    h: AgentHarness, group: str, topic: str | None, stable: bool, bootstrap: str | None = None
+) -> tuple[ErrorCode, Fetched]:
     topics = (
         None if topic is None else (FetchTopicV7(name=TopicName(topic), partition_indexes=(i32(0), i32(1))),)
     )
-    resp = request_once(h.bootstrap, FetchV7(group_id=GroupId(group), topics=topics, require_stable=stable))
+    resp = request_once(
+        bootstrap or h.bootstrap, FetchV7(group_id=GroupId(group), topics=topics, require_stable=stable)
+    )
     got = {
         (t.name, int(p.partition_index)): (int(p.committed_offset), p.error_code)
         for t in resp.topics
@@ -376,3 +381,28 @@ def test_a_transaction_holds_a_bounded_number_of_partitions_and_offsets(harness:
     _end(h, txn, pid, epoch, False)
     pid2, epoch2 = _init(h, txn)
     assert _add_partitions(h, txn, pid2, epoch2, topic, [3, 4]) == {ErrorCode.none}
+
+
+def test_txn_offset_commit_goes_to_the_group_coordinator(tmp_path_factory: pytest.TempPathFactory) -> None:
+    h = AgentHarness(tmp_path_factory.mktemp("txn-offsets-two")).start(agents=2)
+    try:
+        h.refresh_all()
+        topic, txn = _topic(h), f"tx-{uuid.uuid4().hex[:8]}"
+        first, second = h.agents
+        group = next(
+            g
+            for g in (f"g-{uuid.uuid4().hex[:8]}" for _ in range(64))
+            if first.ctx.agents.coordinator_for_group(g).node_id == second.node_id
+        )
+        pid, epoch = _init(h, txn)
+        _add_offsets(h, txn, pid, epoch, group)
+        key = (topic, 0)
+        # the producer asked the wrong agent: it looks the group coordinator up again
+        assert _txn_commit(h, txn, pid, epoch, group, {key: 4}) == {key: ErrorCode.not_coordinator}
+        assert _fetch_v7(h, group, topic, True, bootstrap=second.bootstrap)[1][key] == (-1, ErrorCode.none)
+        assert _txn_commit(h, txn, pid, epoch, group, {key: 4}, bootstrap=second.bootstrap) == {
+            key: ErrorCode.none
+        }
+        assert _fetch_v7(h, group, topic, True, bootstrap=second.bootstrap)[1][key] == (-1, UNSTABLE)
+    finally:
+        h.stop()
