@@ -2,7 +2,8 @@
 consumer): a read_committed consumer's `committed()` sends OffsetFetch with require_stable,
 is answered UNSTABLE_OFFSET_COMMIT while a transaction's staged offsets are pending,
 retries, and returns the transaction's offset once it commits; a read_uncommitted consumer
-is answered the committed offset at once."""
+is answered the committed offset at once. A transactional producer that sends the group
+metadata of a consumer that has left the group gets an abortable error (KIP-447)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.component.fake_metadata import AgentHarness
 from tests.component.test_txn_offsets_stable import _add_offsets, _end, _init, _txn_commit
@@ -115,3 +116,35 @@ def test_java_read_committed_consumer_retries_unstable_offsets(
         assert answer["offsets"] == {"0": 7}
     finally:
         member.close()
+
+
+def test_a_consumer_that_left_its_group_cannot_commit_offsets_in_a_transaction(harness: AgentHarness) -> None:
+    """KIP-447: the producer sends the consumer's group metadata (generation, member id) with
+    its offsets; once that consumer has left the group, the transaction can only abort."""
+    h = harness
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    h.call(h.metadata.create_topic(topic, 1, {}))
+    consumer = _consumer(h, group, "read_committed")
+    producer = Producer({"bootstrap.servers": h.bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
+    consumer.subscribe([topic])
+    while not consumer.assignment():  # joins the group: a real generation and member id
+        consumer.poll(0.2)
+    live = consumer.consumer_group_metadata()
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, 3)], live, TIMEOUT_S)
+    producer.commit_transaction(TIMEOUT_S)
+    consumer.close()  # leaves the group: its member id is gone
+
+    producer.begin_transaction()
+    with pytest.raises(KafkaException) as refused:
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 8)], live, TIMEOUT_S)
+    error = refused.value.args[0]
+    assert error.txn_requires_abort() and not error.fatal(), error
+    producer.abort_transaction(TIMEOUT_S)
+    reader = _consumer(h, group, "read_committed")
+    try:
+        (got,) = reader.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_S)
+        assert got.offset == 3  # the zombie's offsets never reached the group
+    finally:
+        reader.close()
