@@ -387,9 +387,11 @@ class AgentConfig:
     transaction_max_partitions: int = field(
         default=10_000,
         metadata={
-            "help": "partitions one transaction may hold, across its AddPartitionsToTxn requests; "
-            "beyond, AddPartitionsToTxn answers POLICY_VIOLATION and changes nothing (the Java "
-            "producer makes it an abortable error). Kafka has no such limit"
+            "help": "partitions one transaction may hold, across its AddPartitionsToTxn requests, each "
+            "consumer group added by AddOffsetsToTxn counting as one (Kafka adds the group's "
+            "__consumer_offsets partition); beyond, the request answers POLICY_VIOLATION and changes "
+            "nothing (the Java producer makes it an abortable error in AddPartitionsToTxn). Kafka "
+            "has no such limit"
         },
     )
     transaction_max_offsets: int = field(

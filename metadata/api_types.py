@@ -196,7 +196,12 @@ class MetadataClient(Protocol):
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
     ) -> int: ...
     async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
     ) -> int: ...
     async def txn_offset_commit(  # staged until the transaction completes; one answer per offset
         self,

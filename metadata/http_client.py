@@ -564,10 +564,17 @@ class HttpMetadataClient:
         return self._parse(_TXN_ERROR, data).error
 
     async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
     ) -> int:
         req = ts.AddOffsetsToTxnRequest.model_construct(
-            **self._producer(transactional_id, producer_id, epoch), group_id=group_id
+            **self._producer(transactional_id, producer_id, epoch),
+            group_id=group_id,
+            max_partitions=max_partitions,
         )
         data = await self._call("POST", "/v1/txn/add-offsets", req)
         return self._parse(_TXN_ERROR, data).error

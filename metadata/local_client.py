@@ -332,10 +332,15 @@ class LocalMetadataClient:
         )
 
     async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
     ) -> int:
         return await self._run(
-            self.service.add_offsets_to_txn, transactional_id, producer_id, epoch, group_id
+            self.service.add_offsets_to_txn, transactional_id, producer_id, epoch, group_id, max_partitions
         )
 
     async def txn_offset_commit(

@@ -421,8 +421,15 @@ class MetadataService:
         _check_topic_ids(partitions)
         return self.transactions.verify_partitions(transactional_id, producer_id, epoch, partitions)
 
-    def add_offsets_to_txn(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
-        return self.transactions.add_offsets(transactional_id, producer_id, epoch, group_id)
+    def add_offsets_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
+    ) -> int:
+        return self.transactions.add_offsets(transactional_id, producer_id, epoch, group_id, max_partitions)
 
     def txn_offset_commit(
         self,

@@ -14,12 +14,14 @@ partition that does not exist fails the whole AddPartitionsToTxn request, as in 
 UNKNOWN_TOPIC_OR_PARTITION for it, OPERATION_NOT_ATTEMPTED (55) for the others.
 
 Bounds (the agent's `transaction_max_partitions` / `transaction_max_offsets`, passed with
-each request): a transaction may hold at most `max_partitions` partitions; an
-AddPartitionsToTxn that would take it beyond changes nothing and answers POLICY_VIOLATION
-(44) for every partition asked for (Kafka has no such limit; its "request parameters do not
-satisfy the configured policy" is the closest code, and the Java producer makes it an
-abortable error: the application aborts and may retry smaller transactions). The staged
-offsets' bound is `metadata.txn_offsets`'s.
+each request): a transaction may hold at most `max_partitions` partitions, each group added
+by AddOffsetsToTxn counting as one (in Kafka it adds the group's __consumer_offsets
+partition); an AddPartitionsToTxn or AddOffsetsToTxn that would take it beyond changes
+nothing and answers POLICY_VIOLATION (44), for every partition asked for. Kafka has no such
+limit; "request parameters do not satisfy the configured policy" is its closest code. The
+Java producer makes it an abortable error in AddPartitionsToTxn (the application aborts and
+may retry smaller transactions), a fatal one in AddOffsetsToTxn (as any code it does not
+expect there). The staged offsets' bound is `metadata.txn_offsets`'s.
 """
 
 from __future__ import annotations
@@ -103,6 +105,12 @@ def store(conn: Connection, before: TxnRecord | None, after: TxnRecord) -> None:
         )
 
 
+def _beyond(record: TxnRecord, max_partitions: int | None) -> bool:
+    """Does the transaction hold more than `max_partitions` partitions? Each group added by
+    AddOffsetsToTxn counts as one: in Kafka it adds the group's __consumer_offsets partition."""
+    return max_partitions is not None and len(record.partitions) + len(record.groups) > max_partitions
+
+
 def _missing_partitions(conn: Connection, wanted: Iterable[Partition]) -> set[Partition]:
     wanted = set(wanted)
     found: set[Partition] = set()
@@ -176,11 +184,7 @@ class Transactions:
             out = txn_state.add_partitions(
                 before, producer_id=producer_id, epoch=epoch, partitions=partitions, now_ms=self._db.clock()
             )
-            if (
-                out.record is not None
-                and max_partitions is not None
-                and len(out.record.partitions) > max_partitions
-            ):
+            if out.record is not None and _beyond(out.record, max_partitions):
                 return PartitionsOutcome(dict.fromkeys(partitions, POLICY_VIOLATION))
             if out.record is not None:
                 store(conn, before, out.record)
@@ -195,12 +199,21 @@ class Transactions:
             record, producer_id=producer_id, epoch=epoch, partitions=partitions
         )
 
-    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
+    def add_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
+    ) -> int:
         with write_tx(self._db.engine) as conn:
             before = load(conn, transactional_id, for_update=True)
             out = txn_state.add_offsets(
                 before, producer_id=producer_id, epoch=epoch, group_id=group_id, now_ms=self._db.clock()
             )
+            if out.record is not None and _beyond(out.record, max_partitions):
+                return POLICY_VIOLATION
             if out.record is not None:
                 store(conn, before, out.record)
         return out.error

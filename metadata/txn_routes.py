@@ -46,7 +46,7 @@ def txn_router(svc: MetadataService) -> APIRouter:
     @router.post("/add-offsets", response_model=ts.ErrorResponse)
     def add_offsets(req: ts.AddOffsetsToTxnRequest) -> ts.ErrorResponse:
         error = svc.add_offsets_to_txn(
-            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
+            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, req.max_partitions
         )
         return ts.ErrorResponse(error=error)
 

@@ -73,6 +73,7 @@ class PartitionErrorM(_M):
 
 class AddOffsetsToTxnRequest(TxnProducerM):
     group_id: Name
+    max_partitions: NonNegInt32 | None = None  # the transaction's bound (POLICY_VIOLATION beyond)
 
 
 class EndTxnRequest(TxnProducerM):

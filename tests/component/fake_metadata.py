@@ -306,11 +306,18 @@ class FlakyMetadataClient:
         )
 
     async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
     ) -> int:
         return await self._go(
             "add_offsets_to_txn",
-            lambda: self.inner.add_offsets_to_txn(transactional_id, producer_id, epoch, group_id),
+            lambda: self.inner.add_offsets_to_txn(
+                transactional_id, producer_id, epoch, group_id, max_partitions
+            ),
         )
 
     async def txn_offset_commit(

@@ -67,7 +67,8 @@ async def test_bounds_travel_with_the_requests(md: LocalMetadataClient) -> None:
     refused = await md.add_partitions_to_txn("tx", pid, 0, parts[2:], max_partitions=2)
     assert refused == dict.fromkeys(parts[2:], POLICY_VIOLATION)
     assert set((await md.add_partitions_to_txn("tx", pid, 0, parts[2:])).values()) == {0}  # no bound
-    assert await md.add_offsets_to_txn("tx", pid, 0, "g") == 0
+    assert await md.add_offsets_to_txn("tx", pid, 0, "g", max_partitions=4) == POLICY_VIOLATION  # 4 + 1
+    assert await md.add_offsets_to_txn("tx", pid, 0, "g", max_partitions=5) == 0
     two = [GroupOffset("t", 0, 1), GroupOffset("t", 1, 1)]
     assert [r.error_code for r in await md.txn_offset_commit("tx", pid, 0, "g", two, max_offsets=2)] == [0, 0]
     three = [GroupOffset("t", 1, 2), GroupOffset("t", 2, 2)]

@@ -80,7 +80,9 @@ def _init(h: AgentHarness, txn_id: str) -> tuple[int, int]:
     return int(resp.producer_id), int(resp.producer_epoch)
 
 
-def _add_offsets(h: AgentHarness, txn_id: str, pid: int, epoch: int, group: str) -> None:
+def _add_offsets(
+    h: AgentHarness, txn_id: str, pid: int, epoch: int, group: str, expect: ErrorCode = ErrorCode.none
+) -> None:
     resp = request_once(
         h.bootstrap,
         AddOffsetsToTxnRequest(
@@ -90,7 +92,7 @@ def _add_offsets(h: AgentHarness, txn_id: str, pid: int, epoch: int, group: str)
             group_id=GroupId(group),
         ),
     )
-    assert resp.error_code == ErrorCode.none
+    assert resp.error_code == expect
 
 
 def _txn_commit(
@@ -363,15 +365,16 @@ def test_a_transaction_holds_a_bounded_number_of_partitions_and_offsets(harness:
     topic, group, txn = _topic(h, 5), f"g-{uuid.uuid4().hex[:8]}", f"tx-{uuid.uuid4().hex[:8]}"
     pid, epoch = _init(h, txn)
     assert _add_partitions(h, txn, pid, epoch, topic, [0, 1]) == {ErrorCode.none}
-    assert _add_partitions(h, txn, pid, epoch, topic, [1, 2]) == {ErrorCode.none}  # 3 in all
-    assert _add_partitions(h, txn, pid, epoch, topic, [2, 3]) == {ErrorCode.policy_violation}
+    assert _add_partitions(h, txn, pid, epoch, topic, [1]) == {ErrorCode.none}  # already held
+    _add_offsets(h, txn, pid, epoch, group)  # 3 in all: a group counts as its offsets partition
+    assert _add_partitions(h, txn, pid, epoch, topic, [1, 2]) == {ErrorCode.policy_violation}
+    _add_offsets(h, txn, pid, epoch, f"{group}-2", expect=ErrorCode.policy_violation)
     described = request_once(
         h.bootstrap, DescribeTransactionsRequest(transactional_ids=(TransactionalId(txn),))
     )
     held = {int(p) for t in described.transaction_states[0].topics for p in t.partitions}
-    assert held == {0, 1, 2}  # the refused request changed nothing
+    assert held == {0, 1}  # the refused requests changed nothing
 
-    _add_offsets(h, txn, pid, epoch, group)
     ok = ErrorCode.none
     assert set(_txn_commit(h, txn, pid, epoch, group, {(topic, 0): 1, (topic, 1): 1}).values()) == {ok}
     # staging a partition again does not count twice
@@ -379,8 +382,9 @@ def test_a_transaction_holds_a_bounded_number_of_partitions_and_offsets(harness:
     refused = _txn_commit(h, txn, pid, epoch, group, {(topic, 0): 7, (topic, 3): 7})
     assert refused == {(topic, 0): ErrorCode.policy_violation, (topic, 3): ErrorCode.policy_violation}
     _end(h, txn, pid, epoch, False)
-    pid2, epoch2 = _init(h, txn)
-    assert _add_partitions(h, txn, pid2, epoch2, topic, [3, 4]) == {ErrorCode.none}
+    # the bounds are per transaction: the next one starts from nothing
+    assert _add_partitions(h, txn, pid, epoch, topic, [2, 3, 4]) == {ErrorCode.none}
+    _end(h, txn, pid, epoch, False)
 
 
 def test_txn_offset_commit_goes_to_the_group_coordinator(tmp_path_factory: pytest.TempPathFactory) -> None:
