@@ -16,8 +16,9 @@ topic, partition) keys, across its TxnOffsetCommit requests; the agent's
 `transaction_max_offsets`). A request that would take it beyond is refused whole with
 POLICY_VIOLATION (44), staging nothing: Kafka has no such limit, so no code of its own;
 POLICY_VIOLATION is the one Kafka uses for "request parameters do not satisfy the configured
-policy", and no client retries it. Re-committing an already staged partition does not count
-again (the last offset wins).
+policy" (the Java producer makes it fatal in TxnOffsetCommit, as any code it does not expect
+there). Re-committing an already staged partition does not count again (the last offset
+wins).
 
 `unstable` answers OffsetFetch's `require_stable` (KIP-447): the partitions of a group that
 some unfinished transaction holds staged offsets for.
@@ -90,7 +91,9 @@ def stage_in(
     if (
         latest
         and max_offsets is not None
-        and _staged_after(conn, transactional_id, group_id, latest) > max_offsets
+        and (
+            len(latest) > max_offsets or _staged_after(conn, transactional_id, group_id, latest) > max_offsets
+        )
     ):
         return [OffsetCommitResult(POLICY_VIOLATION)] * len(offsets)
     if latest:
@@ -103,14 +106,11 @@ def stage_in(
 def _staged_after(
     conn: Connection, transactional_id: str, group_id: str, latest: dict[tuple[str, int], Any]
 ) -> int:
-    """How many offsets the transaction would hold once `latest` (of `group_id`) is staged."""
+    """How many offsets the transaction would hold once `latest` (of `group_id`) is staged.
+    Reads the keys the group has staged already: at most the bound, which is enforced."""
     mine = _O.transactional_id == transactional_id
     held = conn.execute(select(func.count()).select_from(txn_offsets).where(mine)).scalar_one()
-    already = conn.execute(
-        select(_O.topic, _O.partition).where(
-            mine, _O.group_id == group_id, _O.topic.in_(sorted({t for t, _ in latest}))
-        )
-    )
+    already = conn.execute(select(_O.topic, _O.partition).where(mine, _O.group_id == group_id))
     again = {(r.topic, int(r.partition)) for r in already} & latest.keys()
     return int(held) + len(latest) - len(again)
 
