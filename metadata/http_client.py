@@ -103,7 +103,7 @@ _OUTCOME = TypeAdapter(ts.OutcomeM)
 _OUTCOMES = TypeAdapter(list[ts.OutcomeM])
 _PARTITION_ERRORS = TypeAdapter(list[ts.PartitionErrorM])
 _TXN_ERROR = TypeAdapter(ts.ErrorResponse)
-_TOPIC_PARTITIONS = TypeAdapter(list[ts.TopicPartitionM])
+_STABLE_OFFSETS = TypeAdapter(ts.StableOffsetsResponse)
 _TXN_COMPLETE = TypeAdapter(ts.CompleteTxnResponse)
 _TXN_RECORDS = TypeAdapter(list[ts.TxnRecordM])
 _TXN_RECORD_MAP = TypeAdapter(dict[str, ts.TxnRecordM | None])
@@ -597,12 +597,17 @@ class HttpMetadataClient:
         data = await self._call("POST", "/v1/txn/offset-commit", req)
         return [OffsetCommitResult(r.error_code, r.error_message) for r in self._parse(_COMMIT_RESULTS, data)]
 
-    async def unstable_txn_offsets(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
-        req = ts.UnstableOffsetsRequest.model_construct(
+    async def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
+        req = s.FetchOffsetsRequest.model_construct(
             group_id=group_id, topics=None if topics is None else list(topics)
         )
-        data = await self._call("POST", "/v1/txn/unstable-offsets", req)
-        return {(tp.topic, tp.partition) for tp in self._parse(_TOPIC_PARTITIONS, data)}
+        answer = self._parse(_STABLE_OFFSETS, await self._call("POST", "/v1/txn/stable-offsets", req))
+        return (
+            [GroupOffset(**m.__dict__) for m in answer.offsets],
+            {(tp.topic, tp.partition) for tp in answer.unstable},
+        )
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         req = ts.EndTxnRequest.model_construct(

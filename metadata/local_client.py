@@ -362,9 +362,11 @@ class LocalMetadataClient:
             max_offsets,
         )
 
-    async def unstable_txn_offsets(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
+    async def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
         return await self._run(
-            self.service.unstable_txn_offsets, group_id, None if topics is None else list(topics)
+            self.service.fetch_stable_offsets, group_id, None if topics is None else list(topics)
         )
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:

@@ -444,8 +444,10 @@ class MetadataService:
             transactional_id, producer_id, epoch, group_id, offsets, max_offsets
         )
 
-    def unstable_txn_offsets(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
-        return self.transactions.unstable_offsets(group_id, topics)
+    def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
+        return self.transactions.fetch_stable_offsets(group_id, topics)
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         return self.transactions.end_txn(transactional_id, producer_id, epoch, commit)

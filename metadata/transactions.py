@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
-from metadata import txn_offsets, txn_state
+from metadata import groups, txn_offsets, txn_state
 from metadata.db import read_tx, write_tx
 from metadata.rows import IDS_PER_STATEMENT, Db, allocate_producer_id
 from metadata.schema import partitions as partitions_table
@@ -245,10 +245,15 @@ class Transactions:
                 max_offsets=max_offsets,
             )
 
-    def unstable_offsets(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
-        """(topic name, partition) of `group_id` with offsets staged by unfinished transactions."""
+    def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
+        """OffsetFetch with require_stable, in one read transaction: the group's committed
+        offsets, and the (topic, partition)s with offsets staged by unfinished transactions."""
         with read_tx(self._db.engine) as conn:
-            return txn_offsets.unstable(conn, group_id, topics)
+            return groups.fetch_offsets_in(conn, group_id, topics), txn_offsets.unstable(
+                conn, group_id, topics
+            )
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         """EndTxn: on success with `write_markers`, the record is PREPARE_* and the caller

@@ -63,12 +63,15 @@ def txn_router(svc: MetadataService) -> APIRouter:
         )
         return [s.OffsetCommitResultM.model_construct(**r.__dict__) for r in results]
 
-    @router.post("/unstable-offsets", response_model=list[ts.TopicPartitionM])
-    def unstable_offsets(req: ts.UnstableOffsetsRequest) -> list[ts.TopicPartitionM]:
-        """OffsetFetch require_stable (KIP-447): a group's partitions with offsets staged by
-        unfinished transactions."""
-        found = svc.unstable_txn_offsets(req.group_id, req.topics)
-        return [ts.TopicPartitionM(topic=t, partition=p) for t, p in sorted(found)]
+    @router.post("/stable-offsets", response_model=ts.StableOffsetsResponse)
+    def stable_offsets(req: s.FetchOffsetsRequest) -> ts.StableOffsetsResponse:
+        """OffsetFetch require_stable (KIP-447), one read transaction: a group's committed
+        offsets and its partitions with offsets staged by unfinished transactions."""
+        offsets, unstable = svc.fetch_stable_offsets(req.group_id, req.topics)
+        return ts.StableOffsetsResponse(
+            offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets],
+            unstable=[ts.TopicPartitionM(topic=t, partition=p) for t, p in sorted(unstable)],
+        )
 
     @router.post("/end", response_model=ts.OutcomeM)
     def end_txn(req: ts.EndTxnRequest) -> ts.OutcomeM:

@@ -86,14 +86,14 @@ class TxnOffsetCommitRequest(TxnProducerM):
     max_offsets: NonNegInt32 | None = None  # the transaction's bound (POLICY_VIOLATION beyond)
 
 
-class UnstableOffsetsRequest(_M):
-    group_id: Name
-    topics: Annotated[list[Name], Field(max_length=MAX_PARTITIONS)] | None = None
-
-
 class TopicPartitionM(_M):
     topic: Name
     partition: Int32
+
+
+class StableOffsetsResponse(_M):
+    offsets: list[GroupOffsetM]  # committed
+    unstable: list[TopicPartitionM]  # staged by unfinished transactions
 
 
 class ErrorResponse(_M):

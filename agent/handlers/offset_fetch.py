@@ -13,9 +13,10 @@ offsets staged by TxnOffsetCommit (`metadata.txn_offsets`) gets UNSTABLE_OFFSET_
 GroupMetadataManager.getOffsets and OffsetMetadataManager.fetchOffsets; the group's error
 stays NONE); clients retry until the transaction completes. With `topics` null only
 partitions with a committed offset are listed, as in Kafka. Without require_stable the
-staged offsets stay invisible: the committed offset is returned. The pending partitions
-are read before the committed offsets, so a transaction that commits between the two reads
-shows its new offsets, never the old ones as stable.
+staged offsets stay invisible: the committed offset is returned. With require_stable the
+committed offsets and the pending partitions come from one metadata call, read in one
+database transaction (`fetch_stable_offsets`): no extra round trip, and a transaction
+that completes meanwhile is seen either pending or committed, never half.
 
 Authorization (Kafka's ACLs): without READ on a group, that group gets
 GROUP_AUTHORIZATION_FAILED; as in Kafka, topics are checked for DESCRIBE (not READ): a
@@ -92,8 +93,10 @@ async def _fetch_group(
 
     names_asked = None if requested is None else [name for name, _ in requested]
     try:
-        unstable = await ctx.metadata.unstable_txn_offsets(group_id, names_asked) if require_stable else set()
-        found = await ctx.metadata.fetch_offsets(group_id, names_asked)
+        if require_stable:
+            found, unstable = await ctx.metadata.fetch_stable_offsets(group_id, names_asked)
+        else:
+            found, unstable = await ctx.metadata.fetch_offsets(group_id, names_asked), set()
     except Exception as e:
         return fail(error_of(e)[0])
     by_key: dict[tuple[str, int], GroupOffset] = {(o.topic, o.partition): o for o in found}

@@ -336,9 +336,11 @@ class FlakyMetadataClient:
             ),
         )
 
-    async def unstable_txn_offsets(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
+    async def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
         return await self._go(
-            "unstable_txn_offsets", lambda: self.inner.unstable_txn_offsets(group_id, topics)
+            "fetch_stable_offsets", lambda: self.inner.fetch_stable_offsets(group_id, topics)
         )
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:

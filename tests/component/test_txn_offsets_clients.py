@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from metadata.types import GroupOffset
 from tests.component.fake_metadata import AgentHarness
 from tests.component.test_txn_offsets_stable import _add_offsets, _end, _init, _txn_commit
 from tests.support.java_client import JavaClient
@@ -43,26 +44,28 @@ def _consumer(h: AgentHarness, group: str, isolation: str) -> Consumer:
 
 
 class UnstableSpy:
-    """Wraps the agent's metadata lookup of pending offsets: `answered` is set once the agent
-    has found `(topic, partition)` of `group` unstable (so answered UNSTABLE_OFFSET_COMMIT)."""
+    """Wraps the agent's metadata call for OffsetFetch with require_stable: `answered` is set
+    once it found `(topic, partition)` of `group` unstable (so answered UNSTABLE_OFFSET_COMMIT)."""
 
     def __init__(self, h: AgentHarness, group: str, key: tuple[str, int]) -> None:
         self.h, self.group, self.key = h, group, key
         self.answered = threading.Event()
-        self.lookup = h.metadata.unstable_txn_offsets
+        self.lookup = h.metadata.fetch_stable_offsets
 
-    async def __call__(self, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
+    async def __call__(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
         found = await self.lookup(group_id, topics)
-        if group_id == self.group and self.key in found:
+        if group_id == self.group and self.key in found[1]:
             self.answered.set()
         return found
 
     def __enter__(self) -> UnstableSpy:
-        self.h.metadata.unstable_txn_offsets = self  # type: ignore[method-assign]
+        self.h.metadata.fetch_stable_offsets = self  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        del self.h.metadata.unstable_txn_offsets
+        del self.h.metadata.fetch_stable_offsets
 
 
 def test_read_committed_committed_waits_for_the_transaction(harness: AgentHarness) -> None:

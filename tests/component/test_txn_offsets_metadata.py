@@ -1,6 +1,7 @@
 """Metadata's side of offsets in transactions through both clients (in-process, and HTTP
-over the real FastAPI app): the partitions with offsets staged by open transactions
-(OffsetFetch require_stable), and the per-transaction bounds carried by the requests."""
+over the real FastAPI app): a group's committed offsets with the partitions that open
+transactions have staged offsets for (OffsetFetch require_stable), and the
+per-transaction bounds carried by the requests."""
 
 from __future__ import annotations
 
@@ -51,12 +52,16 @@ async def test_unstable_offsets_follow_the_transaction(md: LocalMetadataClient) 
     assert await md.add_offsets_to_txn("tx", pid, 0, "g") == 0
     staged = [GroupOffset("t", 0, 5), GroupOffset("t", 2, 6), GroupOffset("u", 0, 1)]
     assert [r.error_code for r in await md.txn_offset_commit("tx", pid, 0, "g", staged)] == [0, 0, 0]
-    assert await md.unstable_txn_offsets("g", None) == {("t", 0), ("t", 2), ("u", 0)}
-    assert await md.unstable_txn_offsets("g", ["u"]) == {("u", 0)}
-    assert await md.unstable_txn_offsets("other", None) == set()
+    assert await md.commit_offsets("g", [GroupOffset("t", 0, 2, "m")]) is not None
+    committed = [GroupOffset("t", 0, 2, "m")]
+    assert await md.fetch_stable_offsets("g", None) == (committed, {("t", 0), ("t", 2), ("u", 0)})
+    assert await md.fetch_stable_offsets("g", ["u"]) == ([], {("u", 0)})
+    assert await md.fetch_stable_offsets("g", []) == ([], set())
+    assert await md.fetch_stable_offsets("other", None) == ([], set())
     assert (await md.end_txn("tx", pid, 0, True)).ok
     await md.complete_txn("tx", pid, 0)
-    assert await md.unstable_txn_offsets("g", None) == set()
+    after = [GroupOffset("t", 0, 5), GroupOffset("t", 2, 6), GroupOffset("u", 0, 1)]
+    assert await md.fetch_stable_offsets("g", None) == (after, set())
 
 
 async def test_bounds_travel_with_the_requests(md: LocalMetadataClient) -> None:
@@ -74,4 +79,4 @@ async def test_bounds_travel_with_the_requests(md: LocalMetadataClient) -> None:
     three = [GroupOffset("t", 1, 2), GroupOffset("t", 2, 2)]
     codes = [r.error_code for r in await md.txn_offset_commit("tx", pid, 0, "g", three, max_offsets=2)]
     assert codes == [POLICY_VIOLATION] * 2
-    assert await md.unstable_txn_offsets("g", None) == {("t", 0), ("t", 1)}  # nothing staged
+    assert (await md.fetch_stable_offsets("g", None))[1] == {("t", 0), ("t", 1)}  # nothing staged
