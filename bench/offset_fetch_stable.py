@@ -7,8 +7,9 @@ group has committed offsets for `--partitions` partitions of one topic. Over one
 connection, OffsetFetch v8 requests for every partition alternate between
 require_stable=false (read_uncommitted consumers) and require_stable=true (read_committed
 consumers: the Java consumer with isolation.level=read_committed, librdkafka by default),
-which makes the agent ask metadata for the partitions with offsets staged by open
-transactions before it asks for the committed offsets: one more metadata round trip.
+for which the agent asks metadata `fetch_stable_offsets` (committed offsets plus the
+partitions with offsets staged by open transactions, one call, one read transaction)
+instead of `fetch_offsets`.
 Reports per mode the latency p50 / p99 / mean and the ratio of the means (same run,
 interleaved, so machine load moves both alike).
 """
