@@ -383,6 +383,50 @@ class AgentConfig:
         },
     )
 
+    # --- transactions (agent.txn_coordinator, metadata.transactions) -------------------
+    transaction_max_partitions: int = field(
+        default=10_000,
+        metadata={
+            "help": "partitions one transaction may hold, across its AddPartitionsToTxn requests, each "
+            "consumer group added by AddOffsetsToTxn counting as one (Kafka adds the group's "
+            "__consumer_offsets partition); beyond, the request answers POLICY_VIOLATION and changes "
+            "nothing (the Java producer makes it an abortable error in AddPartitionsToTxn). Kafka "
+            "has no such limit"
+        },
+    )
+    transaction_max_offsets: int = field(
+        default=10_000,
+        metadata={
+            "help": "offsets (distinct group, topic, partition) one transaction may stage with "
+            "TxnOffsetCommit until it completes; beyond, the request answers POLICY_VIOLATION and "
+            "stages nothing. Kafka has no such limit"
+        },
+    )
+    transaction_scan_interval_ms: int = field(
+        default=1_000,
+        metadata={
+            "help": "how often the agent aborts transactions past their transaction.timeout.ms and "
+            "re-drives stalled commits (Kafka's transaction.abort.timed.out.transaction."
+            "cleanup.interval.ms, 10 s there): a timed-out transaction ends within this much"
+        },
+    )
+    transaction_redrive_after_ms: int = field(
+        default=5_000,
+        metadata={
+            "help": "a transaction this agent coordinates that stays PrepareCommit/PrepareAbort this "
+            "long (its coordinator died, or writing its markers failed) has its markers written again "
+            "by the background scan"
+        },
+    )
+    transaction_redrive_max_backoff_ms: int = field(
+        default=60_000,
+        metadata={
+            "help": "longest delay between re-drives of one transaction whose markers keep failing "
+            "(the delay starts at transaction_redrive_after_ms and doubles): bounds the files a "
+            "transaction that cannot complete costs"
+        },
+    )
+
     # --- connections and their bounds -------------------------------------------------
     connection_max_inflight_bytes: int = field(
         default=100 * MiB,
@@ -527,6 +571,19 @@ class AgentConfig:
             raise ValueError(f"group_lease_ttl_ms must be in [100, 600000], got {self.group_lease_ttl_ms}")
         positive("group_lease_renew_interval_ms")
         positive("acl_refresh_interval_ms")
+        for name, most in (
+            ("transaction_max_partitions", 1_000_000),
+            ("transaction_max_offsets", 1_000_000),
+            ("transaction_scan_interval_ms", 600_000),
+            ("transaction_redrive_after_ms", 3_600_000),
+            ("transaction_redrive_max_backoff_ms", 3_600_000),
+        ):
+            if not 1 <= getattr(self, name) <= most:
+                raise ValueError(f"{name} must be in [1, {most}], got {getattr(self, name)}")
+        if self.transaction_redrive_max_backoff_ms < self.transaction_redrive_after_ms:
+            raise ValueError(
+                "transaction_redrive_max_backoff_ms must be at least transaction_redrive_after_ms"
+            )
         if self.group_lease_renew_interval_ms * 2 > self.group_lease_ttl_ms * 3 // 4:
             raise ValueError(
                 "group_lease_renew_interval_ms must be at most 3/8 of group_lease_ttl_ms (two renewals "

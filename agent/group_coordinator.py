@@ -367,6 +367,27 @@ class GroupCoordinator(GroupPersistence):
         self._heartbeat(group, member)  # a commit is as good as a heartbeat, as in Kafka
         return ErrorCode.none
 
+    def validate_txn_commit(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        """May this TxnOffsetCommit (v3+, KIP-447) proceed? Kafka's validateOffsetCommit with
+        isTransactional: generation -1, no member id and no instance id skip the check (older
+        producers send none); otherwise FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID (a member id the
+        group does not know), ILLEGAL_GENERATION. No REBALANCE_IN_PROGRESS, no heartbeat. A
+        group not in memory is Kafka's new Empty group at generation 0."""
+        if generation_id < 0 and not member_id and group_instance_id is None:
+            return ErrorCode.none
+        group = self.groups.get(group_id)
+        if group is not None and group.state == GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if group is not None and self._fenced(group, member_id, group_instance_id):
+            return ErrorCode.fenced_instance_id
+        if member_id and (group is None or member_id not in group.members):
+            return ErrorCode.unknown_member_id
+        if generation_id != (0 if group is None else group.generation_id):
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
     def list_groups(self) -> list[Group]:
         """The groups in memory (the ListGroups handler adds those known only from metadata)."""
         return [g for g in self.groups.values() if g.state != GroupState.DEAD]

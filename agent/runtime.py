@@ -268,6 +268,9 @@ def build_agent_context(
         agent_id=config.agent_id,
         wall_ms=clock.wall_ms,
         on_committed=on_committed,
+        scan_interval_ms=config.transaction_scan_interval_ms,
+        redrive_after_ms=config.transaction_redrive_after_ms,
+        max_retry_delay_ms=config.transaction_redrive_max_backoff_ms,
     )
     return AgentContext(
         config=config,

@@ -22,13 +22,15 @@ Writing markers twice is harmless: the second file's markers find no open transa
 (so change no state, only add control batches consumers skip) and its completion is
 conditional on the record still being prepared with that producer id and epoch.
 
-Background (`run`/`scan_once`, every `scan_interval_ms`): `expire_txns()` aborts every
+Background (`run`/`scan_once`, every `scan_interval_ms`, the agent's
+`transaction_scan_interval_ms`): `expire_txns()` aborts every
 transaction past its `transaction.timeout.ms` (the row lock lets one agent win each) and
 this agent writes the markers of those it won; prepared transactions this agent
-coordinates that have not moved for `redrive_after_ms` (their coordinator died, or its
-PUT failed) are finished again; an attempt that fails is retried with a doubling delay
-(up to `MAX_RETRY_DELAY_MS`), so a transaction whose markers cannot commit (a topic deleted
-meanwhile) costs a file every minute at most, not every second.
+coordinates that have not moved for `redrive_after_ms` (`transaction_redrive_after_ms`:
+their coordinator died, or its PUT failed) are finished again; an attempt that fails is
+retried with a doubling delay (up to `max_retry_delay_ms`,
+`transaction_redrive_max_backoff_ms`), so a transaction whose markers cannot commit (a
+topic deleted meanwhile) costs a file every minute at most, not every second.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ DEFAULT_SCAN_INTERVAL_MS = (
     1_000  # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms is 10 s
 )
 DEFAULT_REDRIVE_AFTER_MS = 5_000
-MAX_RETRY_DELAY_MS = 60_000  # between attempts at a transaction whose markers keep failing
+DEFAULT_MAX_RETRY_DELAY_MS = 60_000  # between attempts at a transaction whose markers keep failing
 _MAX_RETRY_ENTRIES = 10_000  # bound of the retry table
 COORDINATOR_EPOCH = 0  # no coordinator epochs: the metadata row lock fences coordinators
 
@@ -128,6 +130,7 @@ class TxnCoordinator:
         on_committed: Callable[[CommittedFile], None] | None = None,
         scan_interval_ms: int = DEFAULT_SCAN_INTERVAL_MS,
         redrive_after_ms: int = DEFAULT_REDRIVE_AFTER_MS,
+        max_retry_delay_ms: int = DEFAULT_MAX_RETRY_DELAY_MS,
         key_prefix: str = "segments/",
     ) -> None:
         self._metadata = metadata
@@ -136,8 +139,10 @@ class TxnCoordinator:
         self._agent_id = agent_id
         self._wall_ms = wall_ms
         self._on_committed = on_committed
-        self._scan_interval_s = scan_interval_ms / 1000.0
-        self._redrive_after_ms = redrive_after_ms
+        # the agent's transaction_* settings
+        self.scan_interval_ms = scan_interval_ms
+        self.redrive_after_ms = redrive_after_ms
+        self.max_retry_delay_ms = max_retry_delay_ms
         self._key_prefix = key_prefix
         self._task: asyncio.Task[None] | None = None
         # (id, producer id, epoch) -> (next attempt ms, delay ms): failed re-drives back off,
@@ -211,15 +216,15 @@ class TxnCoordinator:
         self._retry = {k: v for k, v in self._retry.items() if k in live}
         for record in prepared:
             key = (record.transactional_id, record.producer_id, record.producer_epoch)
-            if now - record.last_update_ms < self._redrive_after_ms or not self.coordinates(
+            if now - record.last_update_ms < self.redrive_after_ms or not self.coordinates(
                 record.transactional_id
             ):
                 continue
-            next_ms, delay_ms = self._retry.get(key, (0, self._redrive_after_ms))
+            next_ms, delay_ms = self._retry.get(key, (0, self.redrive_after_ms))
             if now < next_ms:
                 continue
             if not await self.finish(record) and len(self._retry) < _MAX_RETRY_ENTRIES:
-                self._retry[key] = (now + delay_ms, min(2 * delay_ms, MAX_RETRY_DELAY_MS))
+                self._retry[key] = (now + delay_ms, min(2 * delay_ms, self.max_retry_delay_ms))
 
     def start(self) -> None:
         if self._task is None:
@@ -227,7 +232,7 @@ class TxnCoordinator:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self._scan_interval_s)
+            await asyncio.sleep(self.scan_interval_ms / 1000.0)
             try:
                 await self.scan_once()
             except asyncio.CancelledError:

@@ -185,13 +185,23 @@ class MetadataClient(Protocol):
         self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
     ) -> Outcome: ...
     async def add_partitions_to_txn(  # one error code per partition
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> dict[Partition, int]: ...
     async def verify_txn_partitions(  # AddPartitionsToTxn v4+ verify_only
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
     ) -> int: ...
     async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
     ) -> int: ...
     async def txn_offset_commit(  # staged until the transaction completes; one answer per offset
         self,
@@ -200,7 +210,11 @@ class MetadataClient(Protocol):
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]: ...
+    async def fetch_stable_offsets(  # committed offsets, and (topic, partition)s staged by open transactions
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]: ...
     async def end_txn(  # write_markers: the caller writes them, the markers file completes it
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> Outcome: ...

@@ -99,19 +99,8 @@ class GroupOffsets:
         )
 
     def fetch_offsets(self, group_id: str, topics_: Sequence[str] | None) -> list[GroupOffset]:
-        g = group_offsets.c
-        stmt = select(g.topic, g.partition, g.committed_offset, g.metadata, g.leader_epoch).where(
-            g.group_id == group_id
-        )
-        if topics_ is not None:
-            if not topics_:
-                return []
-            stmt = stmt.where(g.topic.in_(sorted(set(topics_))))
         with read_tx(self._db.engine) as conn:
-            rows = conn.execute(stmt.order_by(g.topic, g.partition)).all()
-        return [
-            GroupOffset(r.topic, r.partition, r.committed_offset, r.metadata, r.leader_epoch) for r in rows
-        ]
+            return fetch_offsets_in(conn, group_id, topics_)
 
     def delete_group_offsets(self, group_id: str) -> None:
         """Forget a group's committed offsets (DeleteGroups)."""
@@ -187,3 +176,17 @@ def _row(group_id: str, o: GroupOffset, now: int) -> dict[str, Any]:
         "leader_epoch": o.leader_epoch,
         "commit_time_ms": now,
     }
+
+
+def fetch_offsets_in(conn: Connection, group_id: str, topics_: Sequence[str] | None) -> list[GroupOffset]:
+    """A group's committed offsets (of `topics_`, or all), inside the caller's transaction."""
+    g = group_offsets.c
+    stmt = select(g.topic, g.partition, g.committed_offset, g.metadata, g.leader_epoch).where(
+        g.group_id == group_id
+    )
+    if topics_ is not None:
+        if not topics_:
+            return []
+        stmt = stmt.where(g.topic.in_(sorted(set(topics_))))
+    rows = conn.execute(stmt.order_by(g.topic, g.partition)).all()
+    return [GroupOffset(r.topic, r.partition, r.committed_offset, r.metadata, r.leader_epoch) for r in rows]

@@ -103,6 +103,7 @@ _OUTCOME = TypeAdapter(ts.OutcomeM)
 _OUTCOMES = TypeAdapter(list[ts.OutcomeM])
 _PARTITION_ERRORS = TypeAdapter(list[ts.PartitionErrorM])
 _TXN_ERROR = TypeAdapter(ts.ErrorResponse)
+_STABLE_OFFSETS = TypeAdapter(ts.StableOffsetsResponse)
 _TXN_COMPLETE = TypeAdapter(ts.CompleteTxnResponse)
 _TXN_RECORDS = TypeAdapter(list[ts.TxnRecordM])
 _TXN_RECORD_MAP = TypeAdapter(dict[str, ts.TxnRecordM | None])
@@ -536,10 +537,17 @@ class HttpMetadataClient:
         return {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch}
 
     async def add_partitions_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> dict[Partition, int]:
         req = ts.AddPartitionsToTxnRequest.model_construct(
-            **self._producer(transactional_id, producer_id, epoch), partitions=list(partitions)
+            **self._producer(transactional_id, producer_id, epoch),
+            partitions=list(partitions),
+            max_partitions=max_partitions,
         )
         data = await self._call("POST", "/v1/txn/add-partitions", req)
         return {(e.topic_id, e.partition): e.error for e in self._parse(_PARTITION_ERRORS, data)}
@@ -556,10 +564,17 @@ class HttpMetadataClient:
         return self._parse(_TXN_ERROR, data).error
 
     async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
     ) -> int:
         req = ts.AddOffsetsToTxnRequest.model_construct(
-            **self._producer(transactional_id, producer_id, epoch), group_id=group_id
+            **self._producer(transactional_id, producer_id, epoch),
+            group_id=group_id,
+            max_partitions=max_partitions,
         )
         data = await self._call("POST", "/v1/txn/add-offsets", req)
         return self._parse(_TXN_ERROR, data).error
@@ -571,14 +586,28 @@ class HttpMetadataClient:
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]:
         req = ts.TxnOffsetCommitRequest.model_construct(
             **self._producer(transactional_id, producer_id, epoch),
             group_id=group_id,
             offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets],
+            max_offsets=max_offsets,
         )
         data = await self._call("POST", "/v1/txn/offset-commit", req)
         return [OffsetCommitResult(r.error_code, r.error_message) for r in self._parse(_COMMIT_RESULTS, data)]
+
+    async def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
+        req = s.FetchOffsetsRequest.model_construct(
+            group_id=group_id, topics=None if topics is None else list(topics)
+        )
+        answer = self._parse(_STABLE_OFFSETS, await self._call("POST", "/v1/txn/stable-offsets", req))
+        return (
+            [GroupOffset(**m.__dict__) for m in answer.offsets],
+            {(tp.topic, tp.partition) for tp in answer.unstable},
+        )
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         req = ts.EndTxnRequest.model_construct(

@@ -308,10 +308,20 @@ class LocalMetadataClient:
         return await self._run(self.service.init_txn_producer_id, transactional_id, timeout_ms, expected)
 
     async def add_partitions_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> dict[Partition, int]:
         return await self._run(
-            self.service.add_partitions_to_txn, transactional_id, producer_id, epoch, list(partitions)
+            self.service.add_partitions_to_txn,
+            transactional_id,
+            producer_id,
+            epoch,
+            list(partitions),
+            max_partitions,
         )
 
     async def verify_txn_partitions(
@@ -322,10 +332,15 @@ class LocalMetadataClient:
         )
 
     async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
     ) -> int:
         return await self._run(
-            self.service.add_offsets_to_txn, transactional_id, producer_id, epoch, group_id
+            self.service.add_offsets_to_txn, transactional_id, producer_id, epoch, group_id, max_partitions
         )
 
     async def txn_offset_commit(
@@ -335,9 +350,23 @@ class LocalMetadataClient:
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]:
         return await self._run(
-            self.service.txn_offset_commit, transactional_id, producer_id, epoch, group_id, list(offsets)
+            self.service.txn_offset_commit,
+            transactional_id,
+            producer_id,
+            epoch,
+            group_id,
+            list(offsets),
+            max_offsets,
+        )
+
+    async def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
+        return await self._run(
+            self.service.fetch_stable_offsets, group_id, None if topics is None else list(topics)
         )
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:

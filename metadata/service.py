@@ -403,10 +403,17 @@ class MetadataService:
         return self.transactions.init_producer_id(transactional_id, timeout_ms, expected)
 
     def add_partitions_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> dict[Partition, int]:
         _check_topic_ids(partitions)
-        return self.transactions.add_partitions(transactional_id, producer_id, epoch, partitions).errors
+        return self.transactions.add_partitions(
+            transactional_id, producer_id, epoch, partitions, max_partitions
+        ).errors
 
     def verify_txn_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
@@ -414,8 +421,15 @@ class MetadataService:
         _check_topic_ids(partitions)
         return self.transactions.verify_partitions(transactional_id, producer_id, epoch, partitions)
 
-    def add_offsets_to_txn(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
-        return self.transactions.add_offsets(transactional_id, producer_id, epoch, group_id)
+    def add_offsets_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
+    ) -> int:
+        return self.transactions.add_offsets(transactional_id, producer_id, epoch, group_id, max_partitions)
 
     def txn_offset_commit(
         self,
@@ -424,8 +438,16 @@ class MetadataService:
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]:
-        return self.transactions.txn_offset_commit(transactional_id, producer_id, epoch, group_id, offsets)
+        return self.transactions.txn_offset_commit(
+            transactional_id, producer_id, epoch, group_id, offsets, max_offsets
+        )
+
+    def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
+        return self.transactions.fetch_stable_offsets(group_id, topics)
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
         return self.transactions.end_txn(transactional_id, producer_id, epoch, commit)

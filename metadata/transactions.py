@@ -12,6 +12,16 @@ transaction that changes it, and a stale coordinator can only get an error.
 Partitions are stored as (topic id as text, partition); the agent resolves names. A
 partition that does not exist fails the whole AddPartitionsToTxn request, as in Kafka:
 UNKNOWN_TOPIC_OR_PARTITION for it, OPERATION_NOT_ATTEMPTED (55) for the others.
+
+Bounds (the agent's `transaction_max_partitions` / `transaction_max_offsets`, passed with
+each request): a transaction may hold at most `max_partitions` partitions, each group added
+by AddOffsetsToTxn counting as one (in Kafka it adds the group's __consumer_offsets
+partition); an AddPartitionsToTxn or AddOffsetsToTxn that would take it beyond changes
+nothing and answers POLICY_VIOLATION (44), for every partition asked for. Kafka has no such
+limit; "request parameters do not satisfy the configured policy" is its closest code. The
+Java producer makes it an abortable error in AddPartitionsToTxn (the application aborts and
+may retry smaller transactions), a fatal one in AddOffsetsToTxn (as any code it does not
+expect there). The staged offsets' bound is `metadata.txn_offsets`'s.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
-from metadata import txn_offsets, txn_state
+from metadata import groups, txn_offsets, txn_state
 from metadata.db import read_tx, write_tx
 from metadata.rows import IDS_PER_STATEMENT, Db, allocate_producer_id
 from metadata.schema import partitions as partitions_table
@@ -34,6 +44,7 @@ from metadata.types import GroupOffset, OffsetCommitResult
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 OPERATION_NOT_ATTEMPTED = 55
+POLICY_VIOLATION = 44
 
 _T = transactions.c
 
@@ -94,6 +105,12 @@ def store(conn: Connection, before: TxnRecord | None, after: TxnRecord) -> None:
         )
 
 
+def _beyond(record: TxnRecord, max_partitions: int | None) -> bool:
+    """Does the transaction hold more than `max_partitions` partitions? Each group added by
+    AddOffsetsToTxn counts as one: in Kafka it adds the group's __consumer_offsets partition."""
+    return max_partitions is not None and len(record.partitions) + len(record.groups) > max_partitions
+
+
 def _missing_partitions(conn: Connection, wanted: Iterable[Partition]) -> set[Partition]:
     wanted = set(wanted)
     found: set[Partition] = set()
@@ -147,7 +164,12 @@ class Transactions:
         return out
 
     def add_partitions(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> PartitionsOutcome:
         with write_tx(self._db.engine) as conn:
             before = load(conn, transactional_id, for_update=True)
@@ -162,6 +184,8 @@ class Transactions:
             out = txn_state.add_partitions(
                 before, producer_id=producer_id, epoch=epoch, partitions=partitions, now_ms=self._db.clock()
             )
+            if out.record is not None and _beyond(out.record, max_partitions):
+                return PartitionsOutcome(dict.fromkeys(partitions, POLICY_VIOLATION))
             if out.record is not None:
                 store(conn, before, out.record)
         return PartitionsOutcome(dict.fromkeys(partitions, out.error))
@@ -175,12 +199,21 @@ class Transactions:
             record, producer_id=producer_id, epoch=epoch, partitions=partitions
         )
 
-    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
+    def add_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
+    ) -> int:
         with write_tx(self._db.engine) as conn:
             before = load(conn, transactional_id, for_update=True)
             out = txn_state.add_offsets(
                 before, producer_id=producer_id, epoch=epoch, group_id=group_id, now_ms=self._db.clock()
             )
+            if out.record is not None and _beyond(out.record, max_partitions):
+                return POLICY_VIOLATION
             if out.record is not None:
                 store(conn, before, out.record)
         return out.error
@@ -192,6 +225,7 @@ class Transactions:
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]:
         """TxnOffsetCommit: the offsets are staged until the transaction completes
         (metadata.txn_offsets)."""
@@ -208,6 +242,17 @@ class Transactions:
                 group_id=group_id,
                 offsets=offsets,
                 now_ms=self._db.clock(),
+                max_offsets=max_offsets,
+            )
+
+    def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
+        """OffsetFetch with require_stable, in one read transaction: the group's committed
+        offsets, and the (topic, partition)s with offsets staged by unfinished transactions."""
+        with read_tx(self._db.engine) as conn:
+            return groups.fetch_offsets_in(conn, group_id, topics), txn_offsets.unstable(
+                conn, group_id, topics
             )
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:

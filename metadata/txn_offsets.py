@@ -10,6 +10,18 @@ OffsetFetch until the transaction completes: `settle`, called by
 `metadata.transactions.complete_in` in the transaction that completes it, moves them into
 `group_offsets` on COMMIT (the last staged offset of a partition wins) and deletes them on
 ABORT.
+
+Bound: one transaction may hold at most `max_offsets` staged offsets (distinct (group,
+topic, partition) keys, across its TxnOffsetCommit requests; the agent's
+`transaction_max_offsets`). A request that would take it beyond is refused whole with
+POLICY_VIOLATION (44), staging nothing: Kafka has no such limit, so no code of its own;
+POLICY_VIOLATION is the one Kafka uses for "request parameters do not satisfy the configured
+policy" (the Java producer makes it fatal in TxnOffsetCommit, as any code it does not expect
+there). Re-committing an already staged partition does not count again (the last offset
+wins).
+
+`unstable` answers OffsetFetch's `require_stable` (KIP-447): the partitions of a group that
+some unfinished transaction holds staged offsets for.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from metadata import txn_state
@@ -27,6 +39,8 @@ from metadata.txn_state import TxnRecord
 from metadata.types import GroupOffset, OffsetCommitResult
 
 _O = txn_offsets.c
+
+POLICY_VIOLATION = 44
 
 
 def _upsert(conn: Connection, table: Any, keys: list[str], rows: list[dict[str, Any]]) -> None:
@@ -49,6 +63,7 @@ def stage_in(
     group_id: str,
     offsets: Sequence[GroupOffset],
     now_ms: int,
+    max_offsets: int | None = None,
 ) -> list[OffsetCommitResult]:
     """TxnOffsetCommit inside the caller's write transaction, `record` the transactional
     id's locked row: one answer per offset, same order (see the module docstring)."""
@@ -73,11 +88,31 @@ def stage_in(
                 "transactional_id": transactional_id,
                 **_row(group_id, o, now_ms),
             }
+    if (
+        latest
+        and max_offsets is not None
+        and (
+            len(latest) > max_offsets or _staged_after(conn, transactional_id, group_id, latest) > max_offsets
+        )
+    ):
+        return [OffsetCommitResult(POLICY_VIOLATION)] * len(offsets)
     if latest:
         _upsert(
             conn, txn_offsets, ["transactional_id", "group_id", "topic", "partition"], list(latest.values())
         )
     return results
+
+
+def _staged_after(
+    conn: Connection, transactional_id: str, group_id: str, latest: dict[tuple[str, int], Any]
+) -> int:
+    """How many offsets the transaction would hold once `latest` (of `group_id`) is staged.
+    Reads the keys the group has staged already: at most the bound, which is enforced."""
+    mine = _O.transactional_id == transactional_id
+    held = conn.execute(select(func.count()).select_from(txn_offsets).where(mine)).scalar_one()
+    already = conn.execute(select(_O.topic, _O.partition).where(mine, _O.group_id == group_id))
+    again = {(r.topic, int(r.partition)) for r in already} & latest.keys()
+    return int(held) + len(latest) - len(again)
 
 
 def settle(conn: Connection, transactional_id: str, *, commit: bool) -> None:
@@ -96,8 +131,10 @@ def settle(conn: Connection, transactional_id: str, *, commit: bool) -> None:
     conn.execute(delete(txn_offsets).where(where))
 
 
-def pending(conn: Connection, group_id: str) -> set[tuple[str, int]]:
-    """The partitions of a group with offsets staged in an unfinished transaction (what
-    OffsetFetch with require_stable would answer UNSTABLE_OFFSET_COMMIT for)."""
-    rows = conn.execute(select(_O.topic, _O.partition).where(_O.group_id == group_id))
-    return {(r.topic, int(r.partition)) for r in rows}
+def unstable(conn: Connection, group_id: str, topics: Sequence[str] | None) -> set[tuple[str, int]]:
+    """The partitions of a group (of `topics`, or all) with offsets staged by an unfinished
+    transaction: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them."""
+    stmt = select(_O.topic, _O.partition).where(_O.group_id == group_id)
+    if topics is not None:
+        stmt = stmt.where(_O.topic.in_(sorted(set(topics))))
+    return {(r.topic, int(r.partition)) for r in conn.execute(stmt)}

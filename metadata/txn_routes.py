@@ -28,7 +28,11 @@ def txn_router(svc: MetadataService) -> APIRouter:
     @router.post("/add-partitions", response_model=list[ts.PartitionErrorM])
     def add_partitions(req: ts.AddPartitionsToTxnRequest) -> list[ts.PartitionErrorM]:
         errors = svc.add_partitions_to_txn(
-            req.transactional_id, req.producer_id, req.producer_epoch, [(t, p) for t, p in req.partitions]
+            req.transactional_id,
+            req.producer_id,
+            req.producer_epoch,
+            [(t, p) for t, p in req.partitions],
+            req.max_partitions,
         )
         return [ts.PartitionErrorM(topic_id=t, partition=p, error=e) for (t, p), e in errors.items()]
 
@@ -42,7 +46,7 @@ def txn_router(svc: MetadataService) -> APIRouter:
     @router.post("/add-offsets", response_model=ts.ErrorResponse)
     def add_offsets(req: ts.AddOffsetsToTxnRequest) -> ts.ErrorResponse:
         error = svc.add_offsets_to_txn(
-            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
+            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, req.max_partitions
         )
         return ts.ErrorResponse(error=error)
 
@@ -55,8 +59,19 @@ def txn_router(svc: MetadataService) -> APIRouter:
             req.producer_epoch,
             req.group_id,
             [s.t.GroupOffset(**o.__dict__) for o in req.offsets],
+            req.max_offsets,
         )
         return [s.OffsetCommitResultM.model_construct(**r.__dict__) for r in results]
+
+    @router.post("/stable-offsets", response_model=ts.StableOffsetsResponse)
+    def stable_offsets(req: s.FetchOffsetsRequest) -> ts.StableOffsetsResponse:
+        """OffsetFetch require_stable (KIP-447), one read transaction: a group's committed
+        offsets and its partitions with offsets staged by unfinished transactions."""
+        offsets, unstable = svc.fetch_stable_offsets(req.group_id, req.topics)
+        return ts.StableOffsetsResponse(
+            offsets=[s.GroupOffsetM.model_construct(**o.__dict__) for o in offsets],
+            unstable=[ts.TopicPartitionM(topic=t, partition=p) for t, p in sorted(unstable)],
+        )
 
     @router.post("/end", response_model=ts.OutcomeM)
     def end_txn(req: ts.EndTxnRequest) -> ts.OutcomeM:

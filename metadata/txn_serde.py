@@ -13,7 +13,7 @@ from typing import Annotated
 from pydantic import Field
 
 from metadata import txn_state as ts
-from metadata.serde import _M, GroupOffsetM, Int32, Int64, Name
+from metadata.serde import _M, GroupOffsetM, Int32, Int64, Name, NonNegInt32
 
 TxnId = Annotated[str, Field(min_length=1, max_length=32767)]
 StateName = Annotated[str, Field(max_length=32)]
@@ -62,6 +62,7 @@ class TxnProducerM(_M):
 class AddPartitionsToTxnRequest(TxnProducerM):
     partitions: Annotated[list[PartitionW], Field(max_length=MAX_PARTITIONS)]
     verify_only: bool = False
+    max_partitions: NonNegInt32 | None = None  # the transaction's bound (POLICY_VIOLATION beyond)
 
 
 class PartitionErrorM(_M):
@@ -72,6 +73,7 @@ class PartitionErrorM(_M):
 
 class AddOffsetsToTxnRequest(TxnProducerM):
     group_id: Name
+    max_partitions: NonNegInt32 | None = None  # the transaction's bound (POLICY_VIOLATION beyond)
 
 
 class EndTxnRequest(TxnProducerM):
@@ -81,6 +83,17 @@ class EndTxnRequest(TxnProducerM):
 class TxnOffsetCommitRequest(TxnProducerM):
     group_id: Name
     offsets: Annotated[list[GroupOffsetM], Field(max_length=MAX_PARTITIONS)]
+    max_offsets: NonNegInt32 | None = None  # the transaction's bound (POLICY_VIOLATION beyond)
+
+
+class TopicPartitionM(_M):
+    topic: Name
+    partition: Int32
+
+
+class StableOffsetsResponse(_M):
+    offsets: list[GroupOffsetM]  # committed
+    unstable: list[TopicPartitionM]  # staged by unfinished transactions
 
 
 class ErrorResponse(_M):

@@ -2,7 +2,9 @@
 (`metadata.txn_state.add_offsets`, under the transactional id's row lock).
 
 The offsets themselves come next with TxnOffsetCommit (`agent.handlers.txn_offset_commit`),
-which refuses a group not added here.
+which refuses a group not added here. Each group counts as one of the transaction's
+`transaction_max_partitions` partitions (Kafka adds the group's __consumer_offsets
+partition): beyond, POLICY_VIOLATION and nothing changes (`metadata.transactions`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         )
     try:
         code = await ctx.metadata.add_offsets_to_txn(
-            body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id
+            body.transactional_id,
+            int(body.producer_id),
+            int(body.producer_epoch),
+            body.group_id,
+            max_partitions=ctx.config.transaction_max_partitions,
         )
     except Exception as exc:
         return AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=txn_exception_code(exc))

@@ -7,7 +7,9 @@ Topic names are resolved here; metadata checks the partitions exist and applies
 request naming an unknown topic or partition changes nothing: those partitions get
 UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED. ACLs: WRITE on the
 transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on each topic (else
-TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED).
+TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED). A transaction may hold at
+most `transaction_max_partitions` partitions: a request that would take it beyond changes
+nothing and gets POLICY_VIOLATION on every partition (see `metadata.transactions`).
 """
 
 from __future__ import annotations
@@ -84,7 +86,11 @@ async def _add(
             errors = dict.fromkeys(by_id, verified)
         else:
             errors = await ctx.metadata.add_partitions_to_txn(
-                transactional_id, producer_id, epoch, list(by_id)
+                transactional_id,
+                producer_id,
+                epoch,
+                list(by_id),
+                max_partitions=ctx.config.transaction_max_partitions,
             )
     except Exception as exc:
         code = txn_exception_code(exc)

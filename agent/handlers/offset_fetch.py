@@ -4,8 +4,19 @@ v1-v7 ask about one group; v8+ (KIP-709) about a batch of groups, answered per g
 `topics` null (v2+) means every partition the group has committed; a requested
 partition without a commit gets offset -1 and no error, as in Kafka. A group this agent
 does not coordinate gets NOT_COORDINATOR (top-level in v2+, per group in v8+, per
-partition in v1, which has no top-level error). `require_stable` changes nothing: Skiff
-has no transactional offset commits, so nothing is ever pending.
+partition in v1, which has no top-level error).
+
+`require_stable` (v7+, KIP-447; the Java consumer and librdkafka set it with
+isolation.level=read_committed): a partition for which an unfinished transaction holds
+offsets staged by TxnOffsetCommit (`metadata.txn_offsets`) gets UNSTABLE_OFFSET_COMMIT
+(88) with offset -1, at partition level only, in v8+ as in v7 (Kafka's
+GroupMetadataManager.getOffsets and OffsetMetadataManager.fetchOffsets; the group's error
+stays NONE); clients retry until the transaction completes. With `topics` null only
+partitions with a committed offset are listed, as in Kafka. Without require_stable the
+staged offsets stay invisible: the committed offset is returned. With require_stable the
+committed offsets and the pending partitions come from one metadata call, read in one
+database transaction (`fetch_stable_offsets`): no extra round trip, and a transaction
+that completes meanwhile is seen either pending or committed, never half.
 
 Authorization (Kafka's ACLs): without READ on a group, that group gets
 GROUP_AUTHORIZATION_FAILED; as in Kafka, topics are checked for DESCRIBE (not READ): a
@@ -61,7 +72,7 @@ def _partition(
 
 
 async def _fetch_group(
-    ctx: AgentContext, request: Request, group_id: str, requested: Requested
+    ctx: AgentContext, request: Request, group_id: str, requested: Requested, require_stable: bool
 ) -> OffsetFetchResponseGroup:
     def fail(code: ErrorCode) -> OffsetFetchResponseGroup:
         topics = tuple(
@@ -80,10 +91,12 @@ async def _fetch_group(
     def may_describe(topic: str) -> bool:
         return authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, topic)
 
+    names_asked = None if requested is None else [name for name, _ in requested]
     try:
-        found = await ctx.metadata.fetch_offsets(
-            group_id, None if requested is None else [name for name, _ in requested]
-        )
+        if require_stable:
+            found, unstable = await ctx.metadata.fetch_stable_offsets(group_id, names_asked)
+        else:
+            found, unstable = await ctx.metadata.fetch_offsets(group_id, names_asked), set()
     except Exception as e:
         return fail(error_of(e)[0])
     by_key: dict[tuple[str, int], GroupOffset] = {(o.topic, o.partition): o for o in found}
@@ -102,7 +115,12 @@ async def _fetch_group(
             continue
         for p in parts:
             c = by_key.get((name, p))
-            out.append(_partition(p) if c is None else _partition(p, c.offset, c.metadata, c.leader_epoch))
+            if (name, p) in unstable:
+                out.append(_partition(p, code=ErrorCode.unstable_offset_commit))
+            elif c is None:
+                out.append(_partition(p))
+            else:
+                out.append(_partition(p, c.offset, c.metadata, c.leader_epoch))
         topics.append(OffsetFetchResponseTopics(name=TopicName(name), partitions=tuple(out)))
     return OffsetFetchResponseGroup(
         group_id=GroupId(group_id), topics=tuple(topics), error_code=ErrorCode.none
@@ -119,14 +137,15 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 if g.topics is None
                 else [(t.name, [int(p) for p in t.partition_indexes]) for t in g.topics]
             )
-            groups.append(await _fetch_group(ctx, request, g.group_id, req))
+            groups.append(await _fetch_group(ctx, request, g.group_id, req, bool(body.require_stable)))
         return OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
     req1: Requested = (
         None
         if body.topics is None
         else [(t.name, [int(p) for p in t.partition_indexes]) for t in body.topics]
     )
-    g = await _fetch_group(ctx, request, body.group_id, req1)
+    stable = request.api_version >= 7 and bool(body.require_stable)
+    g = await _fetch_group(ctx, request, body.group_id, req1, stable)
     return OffsetFetchResponseV7(
         throttle_time=NO_THROTTLE,
         error_code=g.error_code,
@@ -139,7 +158,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                         committed_offset=p.committed_offset,
                         committed_leader_epoch=p.committed_leader_epoch,
                         metadata=p.metadata,
-                        error_code=p.error_code if request.api_version < 2 else ErrorCode.none,
+                        # v2+: a group's error is top-level only; partition errors stay
+                        error_code=p.error_code
+                        if request.api_version < 2 or g.error_code == ErrorCode.none
+                        else ErrorCode.none,
                     )
                     for p in t.partitions
                 ),

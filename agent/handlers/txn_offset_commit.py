@@ -8,8 +8,15 @@ the transactional id at its current epoch (PRODUCER_FENCED, or INVALID_PRODUCER_
 before v3) and the group must have been added with AddOffsetsToTxn (INVALID_TXN_STATE).
 Per offset: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE as OffsetCommit.
 
-Not checked (yet): v3's generation id / member id against the group (KIP-447's fencing of
-a consumer that left the group); Kafka checks them in the group coordinator.
+The request goes to the group's coordinator, as in Kafka: another agent gets
+NOT_COORDINATOR (the producer looks the group coordinator up again). v3+ (KIP-447) carries
+the consumer's generation id, member id and group instance id, checked against the group
+as Kafka's GroupCoordinator.handleTxnCommitOffsets does
+(`GroupCoordinator.validate_txn_commit`): FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID,
+ILLEGAL_GENERATION on every partition (the Java producer makes the last two an abortable
+CommitFailedException: a zombie consumer cannot commit offsets for partitions it lost);
+generation -1 with no member id skips the check. One transaction may stage at most
+`transaction_max_offsets` offsets: beyond, POLICY_VIOLATION (`metadata.txn_offsets`).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from kio.schema.txn_offset_commit.v3.response import (
 from kio.static.primitive import i32
 
 from agent.context import AgentContext
+from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from agent.handlers._txn import txn_error, txn_exception_code
 from metadata.types import GroupOffset
@@ -33,6 +41,18 @@ API_KEY = 28
 MIN_VERSION = 0
 MAX_VERSION = 3
 FENCED_SINCE_VERSION = 3
+GENERATION_SINCE_VERSION = 3
+
+
+async def _check_group(ctx: AgentContext, request: Request) -> ErrorCode:
+    """This agent coordinates the group, and (v3+) the consumer is a member of its generation."""
+    body = request.body
+    code = await ensure_coordinator(ctx, body.group_id)
+    if code != ErrorCode.none or request.api_version < GENERATION_SINCE_VERSION:
+        return code
+    return coordinator(ctx).validate_txn_commit(
+        body.group_id, int(body.generation_id), body.member_id, body.group_instance_id
+    )
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
@@ -65,10 +85,17 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             else ErrorCode.operation_not_attempted
             for o in offsets
         ]
+    elif (group_code := await _check_group(ctx, request)) != ErrorCode.none:
+        codes = [group_code] * len(offsets)
     else:
         try:
             results = await ctx.metadata.txn_offset_commit(
-                body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id, offsets
+                body.transactional_id,
+                int(body.producer_id),
+                int(body.producer_epoch),
+                body.group_id,
+                offsets,
+                max_offsets=ctx.config.transaction_max_offsets,
             )
             codes = [txn_error(r.error_code, v, FENCED_SINCE_VERSION) for r in results]
         except Exception as exc:

@@ -283,11 +283,18 @@ class FlakyMetadataClient:
         )
 
     async def add_partitions_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[Partition],
+        max_partitions: int | None = None,
     ) -> dict[Partition, int]:
         return await self._go(
             "add_partitions_to_txn",
-            lambda: self.inner.add_partitions_to_txn(transactional_id, producer_id, epoch, partitions),
+            lambda: self.inner.add_partitions_to_txn(
+                transactional_id, producer_id, epoch, partitions, max_partitions
+            ),
         )
 
     async def verify_txn_partitions(
@@ -299,11 +306,18 @@ class FlakyMetadataClient:
         )
 
     async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        max_partitions: int | None = None,
     ) -> int:
         return await self._go(
             "add_offsets_to_txn",
-            lambda: self.inner.add_offsets_to_txn(transactional_id, producer_id, epoch, group_id),
+            lambda: self.inner.add_offsets_to_txn(
+                transactional_id, producer_id, epoch, group_id, max_partitions
+            ),
         )
 
     async def txn_offset_commit(
@@ -313,10 +327,20 @@ class FlakyMetadataClient:
         epoch: int,
         group_id: str,
         offsets: Sequence[GroupOffset],
+        max_offsets: int | None = None,
     ) -> list[OffsetCommitResult]:
         return await self._go(
             "txn_offset_commit",
-            lambda: self.inner.txn_offset_commit(transactional_id, producer_id, epoch, group_id, offsets),
+            lambda: self.inner.txn_offset_commit(
+                transactional_id, producer_id, epoch, group_id, offsets, max_offsets
+            ),
+        )
+
+    async def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[str] | None
+    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
+        return await self._go(
+            "fetch_stable_offsets", lambda: self.inner.fetch_stable_offsets(group_id, topics)
         )
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
