@@ -58,6 +58,9 @@ class PartitionWork:
     # younger than min.compaction.lag.ms (or the end of the consumed log).
     cleanable_end_offset: int
     delete_retention_ms: int  # delete.retention.ms: tombstone lifetime after a clean keeps it
+    # Aborted transactions (producer id, first offset, ABORT marker offset) whose first
+    # offset is below the cleanable end, by first offset: their batches are dropped.
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ def build_plan(
                     first_dirty_offset=c.first_dirty_offset,
                     cleanable_end_offset=c.cleanable_end_offset,
                     delete_retention_ms=c.delete_retention_ms,
+                    aborted=c.aborted,
                 )
                 for c in candidates
             ),
