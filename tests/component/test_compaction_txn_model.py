@@ -111,6 +111,7 @@ class World:
     parts: dict[PartKey, MPart]
     pids: list[int]
     files: int = 0
+    roll_bytes: int = 1 << 20  # 1: every input chunk ends an output file (a swap each)
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -367,6 +368,7 @@ async def _compact(w: World) -> None:
     config = RunnerConfig(
         planner=PlannerConfig(holder="txn-model-test", clock_ms=w.clock),
         keymap_budget_bytes=w.keymap_budget_bytes,
+        roll_bytes=w.roll_bytes,
     )
     max_keys = KeyMap(w.keymap_budget_bytes).max_keys
     name = w.svc.topics_by_id([w.topic])[w.topic].name
@@ -424,7 +426,7 @@ def _check(w: World) -> None:
         want = sorted((off, k, v) for b in mp.batches for off, (k, v) in b.records.items())
         assert records == want, f"partition {p[1]}: records differ from Kafka's cleaner"
         assert markers == [(b.base, b.horizon) for b in mp.batches if b.control >= 0 and not b.empty]
-        with w.svc._db.engine.connect() as conn:
+        with w.svc.engine.connect() as conn:
             rows = conn.execute(
                 select(
                     txn_aborted.c.producer_id, txn_aborted.c.first_offset, txn_aborted.c.last_offset
@@ -442,12 +444,20 @@ def _check(w: World) -> None:
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(steps=st.lists(step_st, min_size=1, max_size=16), small_map=st.booleans())
+@given(
+    steps=st.lists(step_st, min_size=1, max_size=16),
+    small_map=st.booleans(),
+    roll_bytes=st.sampled_from([1, 1 << 20]),
+)
 def test_transactional_compaction_matches_kafkas_cleaner(
-    service: tuple[MetadataService, Clock], steps: list[Produce | Compact | Tick], small_map: bool
+    service: tuple[MetadataService, Clock],
+    steps: list[Produce | Compact | Tick],
+    small_map: bool,
+    roll_bytes: int,
 ) -> None:
     svc, clock = service
     w = _new_world(svc, clock, SLOT_BYTES * 8 if small_map else SLOT_BYTES * 4096)
+    w.roll_bytes = roll_bytes
     try:
         asyncio.run(_run(w, steps))
     finally:

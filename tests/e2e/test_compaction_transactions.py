@@ -98,7 +98,7 @@ def _read(bootstrap: str, isolation: str) -> tuple[list[Rec], int]:
 
 
 def _aborted_rows(svc: MetadataService) -> list[tuple[int, int, int]]:
-    with svc._db.engine.connect() as conn:
+    with svc.engine.connect() as conn:
         rows = conn.execute(
             select(txn_aborted.c.producer_id, txn_aborted.c.first_offset, txn_aborted.c.last_offset)
         )
