@@ -11,7 +11,7 @@ Pass 1 (Kafka's `buildOffsetMap`): for every keyed record of a data batch at an 
 offsets are noted in a bitmap. When the map is full (`compactor.keymap`) the pass stops
 at that record: the covered range is `[first_dirty, stop offset)` and the stop offset is
 the new checkpoint; otherwise the checkpoint is `cleanable_end_offset`. Pass 1 also notes
-each producer's last data batch (for RETAIN_EMPTY, see `compactor.rebuild`).
+each producer's last batch, data or marker (for RETAIN_EMPTY, see `compactor.rebuild`).
 
 Pass 2 (Kafka's `shouldRetainRecord`), for each record at offset `o`:
 - `o` at or past the covered end: kept (Kafka's `pastLatestOffset`), tombstones too;
@@ -47,7 +47,7 @@ NumPy paths above stay as they are for every other batch):
   transaction left (the last remnant) gets a delete horizon (`now +
   delete.retention.ms`, KIP-534, the batch rewritten as for tombstones) by the first
   clean that sees it so, and is removed by a clean at or past that horizon (kept empty
-  when it is its producer's last batch). So a marker outlives its transaction's data by
+  when it is its producer's last batch; such an empty marker goes once it is not). So a marker outlives its transaction's data by
   at least one clean and `delete.retention.ms`: a consumer reading the log then still
   meets the marker of every transaction whose data it read.
 """
@@ -286,8 +286,11 @@ class PartitionCleaner:
             return None
         met = pid in self._txn_met
         self._txn_met.discard(pid)
+        if h.records_count == 0 and pid >= 0 and self.producer_last.get(pid) != last:
+            stats.batches_dropped += 1  # an emptied marker (already cleaned) no longer its producer's last
+            return None
         horizon = h.delete_horizon_ms
-        if below and pid >= 0 and not met:  # the marker is all that is left of its transaction
+        if below and pid >= 0 and not met and h.records_count:  # all that is left of its transaction
             if horizon is not None and self.now_ms >= horizon:
                 stats.markers_dropped += 1
                 if self.producer_last.get(pid) == last:

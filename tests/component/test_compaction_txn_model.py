@@ -21,7 +21,7 @@ After every step each partition reads back (records with their offsets, markers 
 their delete horizons) exactly as the model says, the `txn_aborted` rows are the
 model's, and the cleaner checkpoint is the model's. At the end every transaction is
 closed and cleaning repeated past every horizon: no aborted record and no `txn_aborted`
-row remains.
+row remains; a last transaction of every producer then lets the emptied markers go.
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ from fileformat.records import ControlRecordType, Record, build_batch, build_con
 from fileformat.segment import ChunkInput, build_segment
 from metadata import bitmaps
 from metadata.local_client import LocalMetadataClient
-from metadata.schema import txn_aborted
+from metadata.rows import LOC_COLS, location_of
+from metadata.schema import chunks, files, txn_aborted
 from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey
+from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionKey
 
 T0 = 1_700_000_000_000
 DRT_MS = 1_000  # delete.retention.ms
@@ -336,6 +337,8 @@ def model_clean(mp: MPart, work: PartitionWork, consumed_end: int, max_keys: int
         if b.control >= 0:
             was_met = b.pid in met
             met.discard(b.pid)
+            if b.empty and not last_of_producer:
+                continue  # Kafka: an empty control batch was cleaned already; DELETE_EMPTY
             if below and not was_met and not b.empty:
                 if b.horizon is not None and now >= b.horizon:
                     if b.control == 0:
@@ -400,15 +403,28 @@ async def _compact(w: World) -> None:
 
 def _read(
     w: World, p: PartKey
-) -> tuple[list[tuple[int, bytes | None, bytes | None]], list[tuple[int, int | None]]]:
-    """(data records (offset, key, value), markers (offset, delete horizon)) as stored."""
-    (info,) = w.svc.find_chunks([FetchQuery(p[0], p[1], 0, 1 << 40)])
-    records, markers = [], []
-    for loc in info.chunks:
+) -> tuple[
+    list[tuple[int, bytes | None, bytes | None]], list[tuple[int, int | None]], list[tuple[int, bool]]
+]:
+    """(data records (offset, key, value), markers (offset, delete horizon), empty
+    batches (base offset, control?)) as stored."""
+    # every chunk row (a fetch skips rows without records: those holding only empty batches)
+    c = chunks.c
+    with w.svc.engine.connect() as conn:
+        rows = conn.execute(
+            select(*LOC_COLS)
+            .select_from(chunks.join(files, files.c.id == c.file_id))
+            .where(c.topic_id == p[0], c.partition == p[1])
+            .order_by(c.base_offset)
+        ).all()
+    records, markers, empties = [], [], []
+    for loc in map(location_of, rows):
         data = w.store.get_range(loc.object_key, loc.byte_position, loc.byte_length)
         present = bitmaps.present_set(loc)
         seen = []
         for cb in iter_chunk_batches(loc, data, verify_crc=True):
+            if cb.header.records_count == 0:
+                empties.append((cb.base_offset, cb.header.is_control))
             for r in decode_records(data, cb.position, header=cb.header):
                 off = cb.base_offset + r.offset_delta
                 seen.append(off - loc.base_offset)
@@ -417,15 +433,16 @@ def _read(
                 else:
                     records.append((off, r.key, r.value))
         assert sorted(present) == seen, "chunk bitmap differs from the records present"
-    return records, markers
+    return records, markers, empties
 
 
 def _check(w: World) -> None:
     for p, mp in w.parts.items():
-        records, markers = _read(w, p)
+        records, markers, empties = _read(w, p)
         want = sorted((off, k, v) for b in mp.batches for off, (k, v) in b.records.items())
         assert records == want, f"partition {p[1]}: records differ from Kafka's cleaner"
         assert markers == [(b.base, b.horizon) for b in mp.batches if b.control >= 0 and not b.empty]
+        assert empties == [(b.base, b.control >= 0) for b in mp.batches if b.empty], "RETAIN_EMPTY differs"
         with w.svc.engine.connect() as conn:
             rows = conn.execute(
                 select(
@@ -495,3 +512,13 @@ async def _run(w: World, steps: list[Produce | Compact | Tick]) -> None:
         pytest.fail("aborted transactions were not cleaned away")
     for mp in w.parts.values():
         assert not any(mp.is_aborted(b) and b.records for b in mp.batches)
+    # A new committed transaction of every producer: the emptied markers kept as their
+    # producer's last batch are no longer its last, and go at the next clean.
+    again = tuple(
+        (q, tuple(Op(kind, i, (KEYS,)) for i in range(PRODUCERS) for kind in ("txn", "commit")))
+        for q in range(PARTITIONS)
+    )
+    _produce(w, Produce(0, again))
+    w.clock.now += LAG_MS + 1
+    await _compact(w)
+    _check(w)
