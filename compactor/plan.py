@@ -83,5 +83,7 @@ class JobStats:
     records_in: int = 0
     records_out: int = 0
     tombstones_dropped: int = 0
+    aborted_batches_dropped: int = 0  # batches of aborted transactions removed
+    markers_dropped: int = 0  # transaction markers removed past their delete horizon
     gets_per_input_file: dict[str, int] = field(default_factory=dict)
     peak_keymap_bytes: int = 0

@@ -201,6 +201,7 @@ def describe_plan(plan: JobPlan) -> str:
                 if w.compact
                 else f"offsets [{w.first_dirty_offset}, {w.cleanable_end_offset})"
             )
+            + (f", {len(w.aborted)} aborted transaction(s)" if w.aborted else "")
         )
     for f in plan.files:
         lines.append(f"  file {f.object_key} ({_size(f.size_bytes)}): {len(f.chunks)} chunk(s) consumed")

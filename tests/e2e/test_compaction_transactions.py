@@ -176,6 +176,7 @@ def test_compaction_of_transactions_end_to_end(
 
     summary = _compact(moto_s3, metadata_url)
     assert summary["jobs"] == 1
+    assert summary["aborted_batches_dropped"] >= 1 and summary["markers_dropped"] == 0
     survivors = _latest(a + c + n8)  # k0..k4 from a (b aborted), k5..k7 from c, k8 n8, k9 a9
     got_committed, end = _read(bootstrap, "read_committed")
     assert (got_committed, end) == (survivors, lso)
@@ -187,12 +188,14 @@ def test_compaction_of_transactions_end_to_end(
     # data) leave one record per key, and the ABORT marker goes in the end.
     opener.commit_transaction(30)
     written = a + c + n8 + d + n2
+    markers_dropped = 0
     for i in range(4):
         written += send(plain, [("k9", f"n9-{i}")])
-        _compact(moto_s3, metadata_url)
+        markers_dropped += int(str(_compact(moto_s3, metadata_url)["markers_dropped"]))
         if not _aborted_rows(svc):
             break
     assert _aborted_rows(svc) == []
+    assert markers_dropped >= 1
     got_committed, _ = _read(bootstrap, "read_committed")
     assert got_committed == _latest(written)
     got_all, _ = _read(bootstrap, "read_uncommitted")
