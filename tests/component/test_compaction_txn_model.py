@@ -17,8 +17,8 @@ Hypothesis draws steps over one compacted topic (2 partitions):
   goes at a clean past it (kept empty when it is its producer's last batch);
 - tick: the clock moves.
 
-After every step each partition reads back (records with their offsets, markers with
-their delete horizons) exactly as the model says, the `txn_aborted` rows are the
+After every step each partition reads back from every chunk row (records with their
+offsets, markers with their delete horizons, empty batches) exactly as the model says, the `txn_aborted` rows are the
 model's, and the cleaner checkpoint is the model's. At the end every transaction is
 closed and cleaning repeated past every horizon: no aborted record and no `txn_aborted`
 row remains; a last transaction of every producer then lets the emptied markers go.
