@@ -11,7 +11,7 @@ Pass 1 (Kafka's `buildOffsetMap`): for every keyed record of a data batch at an 
 offsets are noted in a bitmap. When the map is full (`compactor.keymap`) the pass stops
 at that record: the covered range is `[first_dirty, stop offset)` and the stop offset is
 the new checkpoint; otherwise the checkpoint is `cleanable_end_offset`. Pass 1 also notes
-each producer's last data batch (for RETAIN_EMPTY, see `compactor.rebuild`).
+each producer's last batch, data or marker (for RETAIN_EMPTY, see `compactor.rebuild`).
 
 Pass 2 (Kafka's `shouldRetainRecord`), for each record at offset `o`:
 - `o` at or past the covered end: kept (Kafka's `pastLatestOffset`), tombstones too;
@@ -33,14 +33,29 @@ batch (`KeyMap.put_many`, `get_many`); pass 2 decides every record's fate as a b
 column and rebuilds a batch that loses records from the kept records' bytes, selected
 with one mask over the chunk.
 
-Control batches (transaction markers) are kept byte for byte: Skiff refuses
-transactional produce, so none occur; Kafka would drop a marker whose transaction has no
-data left once past its delete horizon.
+Transactions (Kafka's `CleanedTransactionMetadata`, batch-level decisions only, so the
+NumPy paths above stay as they are for every other batch):
+- the plan never reaches the last stable offset (the cleanable end is capped there);
+- a transactional data batch of an aborted transaction (producer id and offset within a
+  `PartitionWork.aborted` range) never enters the key map and is dropped in pass 2 when
+  it lies below the covered end (kept empty when it is its producer's last batch, as
+  RETAIN_EMPTY does); committed transactional records are deduplicated like any other;
+- control batches (COMMIT/ABORT markers) are never keyed. Pass 2 walks the log in
+  order and notes each producer whose transaction it met a data batch of (aborted or
+  not); its next marker closes that. A marker below the covered end whose transaction
+  had a data batch in this pass is kept byte for byte; one with no batch of its
+  transaction left (the last remnant) gets a delete horizon (`now +
+  delete.retention.ms`, KIP-534, the batch rewritten as for tombstones) by the first
+  clean that sees it so, and is removed by a clean at or past that horizon (kept empty
+  when it is its producer's last batch; such an empty marker goes once it is not). So a marker outlives its transaction's data by
+  at least one clean and `delete.retention.ms`: a consumer reading the log then still
+  meets the marker of every transaction whose data it read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,10 +65,10 @@ from pyroaring import BitMap
 from compactor.keymap import KeyMap
 from compactor.md5_vec import md5_halves
 from compactor.plan import PartitionWork
-from compactor.rebuild import empty_batch, rebuild_batch, rebuild_from_kept, scan_records
+from compactor.rebuild import empty_batch, rebuild_batch, rebuild_from_kept, records_payload, scan_records
 from compactor.record_scan import RecordColumns, scan_batches
 from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
-from fileformat.records import parse_header, patch_base_offset
+from fileformat.records import BatchHeader, parse_header, patch_base_offset
 
 BytesLike = bytes | bytearray | memoryview
 SCAN_GROUP_BYTES = 8 * 1024 * 1024  # batches scanned as one set of columns (see `_groups`)
@@ -79,6 +94,8 @@ class CleanStats:
     batches_copied: int = 0
     batches_rebuilt: int = 0
     batches_dropped: int = 0
+    aborted_batches_dropped: int = 0
+    markers_dropped: int = 0
 
 
 def location_present(loc: ChunkLocation) -> BitMap | None:
@@ -106,6 +123,29 @@ def verbatim(data: BytesLike, position: int, size: int, base_offset: int) -> byt
     return bytes(out)
 
 
+class AbortedIndex:
+    """Which transactional batches belong to an aborted transaction: per producer id its
+    aborted ranges [first offset, marker offset], sorted (a producer has one transaction
+    open per partition at a time, so the ranges of one producer do not overlap)."""
+
+    def __init__(self, aborted: Sequence[tuple[int, int, int]]) -> None:
+        by_pid: dict[int, list[tuple[int, int]]] = {}
+        for pid, first, last in aborted:
+            by_pid.setdefault(pid, []).append((first, last))
+        self._firsts = {pid: [f for f, _ in sorted(rs)] for pid, rs in by_pid.items()}
+        self._lasts = {pid: [la for _, la in sorted(rs)] for pid, rs in by_pid.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self._firsts)
+
+    def holds(self, producer_id: int, offset: int) -> bool:
+        firsts = self._firsts.get(producer_id)
+        if firsts is None:
+            return False
+        i = bisect.bisect_right(firsts, offset) - 1
+        return i >= 0 and offset <= self._lasts[producer_id][i]
+
+
 class PartitionCleaner:
     """Pass 1 and pass 2 of one compacted partition (see the module docstring)."""
 
@@ -124,6 +164,11 @@ class PartitionCleaner:
         self._latest = BitMap()
         self._latest_tombstones = BitMap()
         self._pass2 = False
+        self.aborted = AbortedIndex(work.aborted)
+        self._txn_met: set[int] = set()  # producers with a data batch of their open transaction met in pass 2
+
+    def _is_aborted(self, h: BatchHeader, base: int) -> bool:
+        return bool(self.aborted) and h.is_transactional and self.aborted.holds(h.producer_id, base)
 
     @property
     def checkpoint(self) -> int:
@@ -139,12 +184,12 @@ class PartitionCleaner:
         chosen: list[ChunkBatch] = []
         for cb in iter_chunk_batches(loc, data):
             h = cb.header
-            if h.is_control:
-                continue
             if h.producer_id >= 0:
                 producer_last[h.producer_id] = cb.last_offset
-            if self.full or cb.last_offset < fd or cb.base_offset >= end:
+            if h.is_control or self.full or cb.last_offset < fd or cb.base_offset >= end:
                 continue
+            if self._is_aborted(h, cb.base_offset):
+                continue  # aborted records never shadow anything
             chosen.append(cb)
         for group in _groups(chosen):
             if self.full:
@@ -198,20 +243,15 @@ class PartitionCleaner:
             base = cb.base_offset
             last = cb.last_offset
             stats.records_in += h.records_count
-            if h.is_control:
+            if h.is_control or (h.is_transactional and h.producer_id >= 0):
                 if not loaded:
                     loc_present, loaded = location_present(loc), True
-                stats.batches_copied += 1
-                run.append(
-                    OutBatch(
-                        verbatim(data, cb.position, h.size, base),
-                        base,
-                        last,
-                        batch_present(loc_present, loc.base_offset, base, last),
-                        h.records_count,
-                        h.max_timestamp,
-                    )
-                )
+                decided = self._txn_batch(data, cb, h, loc_present, loc.base_offset)
+            else:
+                decided = False
+            if decided is not False:
+                if decided is not None:
+                    run.append(decided)
             else:
                 out = self._fast_path(data, cb.position, h.size, base, last, h.records_count, h.max_timestamp)
                 if out is not None:
@@ -224,6 +264,68 @@ class PartitionCleaner:
                 yield from self._finish_run(data, run, scan)
                 run, scan, run_bytes = [], [], 0
         yield from self._finish_run(data, run, scan)
+
+    def _txn_batch(
+        self, data: BytesLike, cb: ChunkBatch, h: BatchHeader, loc_present: BitMap | None, loc_base: int
+    ) -> OutBatch | None | bool:
+        """Pass 2's transactional decisions (see the module docstring): a control batch
+        or an aborted data batch is decided here (its OutBatch, or None when dropped);
+        False: a committed transactional data batch, cleaned like any other."""
+        base, last, pid = cb.base_offset, cb.last_offset, h.producer_id
+        stats = self.stats
+        below = last < self.covered_end
+        if not h.is_control:
+            self._txn_met.add(pid)
+            if not (below and self._is_aborted(h, base)):
+                return False
+            stats.aborted_batches_dropped += 1
+            if self.producer_last.get(pid) == last:
+                stats.batches_rebuilt += 1
+                return OutBatch(empty_batch(h, base), base, last, BitMap(), 0, h.max_timestamp)
+            stats.batches_dropped += 1
+            return None
+        met = pid in self._txn_met
+        self._txn_met.discard(pid)
+        if h.records_count == 0 and pid >= 0 and self.producer_last.get(pid) != last:
+            stats.batches_dropped += 1  # an emptied marker (already cleaned) no longer its producer's last
+            return None
+        horizon = h.delete_horizon_ms
+        if below and pid >= 0 and not met and h.records_count:  # all that is left of its transaction
+            if horizon is not None and self.now_ms >= horizon:
+                stats.markers_dropped += 1
+                if self.producer_last.get(pid) == last:
+                    stats.batches_rebuilt += 1
+                    return OutBatch(empty_batch(h, base), base, last, BitMap(), 0, h.max_timestamp)
+                stats.batches_dropped += 1
+                return None
+            if horizon is None:
+                payload = records_payload(data, cb.position, h)
+                records = scan_records(payload, h.records_count, cb.position)
+                rebuilt = rebuild_batch(
+                    h,
+                    base,
+                    payload,
+                    records,
+                    new_delete_horizon_ms=self.now_ms + self.work.delete_retention_ms,
+                )
+                stats.batches_rebuilt += 1
+                return OutBatch(
+                    rebuilt,
+                    base,
+                    last,
+                    BitMap(r.offset_delta for r in records),
+                    h.records_count,
+                    parse_header(rebuilt).max_timestamp,
+                )
+        stats.batches_copied += 1
+        return OutBatch(
+            verbatim(data, cb.position, h.size, base),
+            base,
+            last,
+            batch_present(loc_present, loc_base, base, last),
+            h.records_count,
+            h.max_timestamp,
+        )
 
     def _finish_run(
         self, data: BytesLike, run: list[OutBatch | int], scan: list[ChunkBatch]
@@ -241,7 +343,7 @@ class PartitionCleaner:
         """A batch wholly in the covered dirty range whose records all survive and hold no
         tombstone: copied without decoding. None: decode it."""
         fd = self.first_dirty
-        if base < fd or last >= self.covered_end:
+        if base < fd or last >= self.covered_end or count == 0:
             return None
         lo, hi = base - fd, last - fd + 1
         if self._latest.range_cardinality(lo, hi) != count:
@@ -289,6 +391,7 @@ class PartitionCleaner:
         nb = len(batches)
         per_batch = np.repeat(np.arange(nb), np.diff(bf))
         kept_n = np.bincount(per_batch, weights=keep, minlength=nb).astype(np.int64).tolist()
+        # an empty batch (RETAIN_EMPTY before) stays only while it is its producer's last
         tomb_kept = np.bincount(per_batch, weights=keep & cols.tombstone, minlength=nb).tolist()
         dropped_n = np.bincount(per_batch, weights=dropped, minlength=nb).astype(np.int64).tolist()
         # the kept records' bytes of the whole run, selected by one byte mask
@@ -309,6 +412,14 @@ class PartitionCleaner:
                 if tomb_kept[i] and h.delete_horizon_ms is None
                 else None
             )
+            if n_kept == 0:
+                if h.producer_id >= 0 and self.producer_last.get(h.producer_id) == last:
+                    stats.batches_rebuilt += 1
+                    out.append(OutBatch(empty_batch(h, base), base, last, BitMap(), 0, h.max_timestamp))
+                else:
+                    stats.batches_dropped += 1
+                    out.append(None)
+                continue
             if n_kept == h.records_count and n_kept == b - a and new_horizon is None:
                 stats.batches_copied += 1
                 present = BitMap(cols.offset_delta[a:b].astype(np.uint32))
@@ -322,14 +433,6 @@ class PartitionCleaner:
                         h.max_timestamp,
                     )
                 )
-                continue
-            if n_kept == 0:
-                if h.producer_id >= 0 and self.producer_last.get(h.producer_id) == last:
-                    stats.batches_rebuilt += 1
-                    out.append(OutBatch(empty_batch(h, base), base, last, BitMap(), 0, h.max_timestamp))
-                else:
-                    stats.batches_dropped += 1
-                    out.append(None)
                 continue
             sel = np.flatnonzero(keep[a:b]) + a
             if new_horizon is None:

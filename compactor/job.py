@@ -253,6 +253,8 @@ def _clean_partition(
     stats.records_in += s.records_in
     stats.records_out += s.records_out
     stats.tombstones_dropped += s.tombstones_dropped
+    stats.aborted_batches_dropped += s.aborted_batches_dropped
+    stats.markers_dropped += s.markers_dropped
     return checkpoint
 
 

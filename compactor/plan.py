@@ -58,6 +58,9 @@ class PartitionWork:
     # younger than min.compaction.lag.ms (or the end of the consumed log).
     cleanable_end_offset: int
     delete_retention_ms: int  # delete.retention.ms: tombstone lifetime after a clean keeps it
+    # Aborted transactions (producer id, first offset, ABORT marker offset) whose first
+    # offset is below the cleanable end, by first offset: their batches are dropped.
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,5 +83,7 @@ class JobStats:
     records_in: int = 0
     records_out: int = 0
     tombstones_dropped: int = 0
+    aborted_batches_dropped: int = 0  # batches of aborted transactions removed
+    markers_dropped: int = 0  # transaction markers removed past their delete horizon
     gets_per_input_file: dict[str, int] = field(default_factory=dict)
     peak_keymap_bytes: int = 0

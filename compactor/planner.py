@@ -127,6 +127,7 @@ def build_plan(
                     first_dirty_offset=c.first_dirty_offset,
                     cleanable_end_offset=c.cleanable_end_offset,
                     delete_retention_ms=c.delete_retention_ms,
+                    aborted=c.aborted,
                 )
                 for c in candidates
             ),
@@ -200,6 +201,7 @@ def describe_plan(plan: JobPlan) -> str:
                 if w.compact
                 else f"offsets [{w.first_dirty_offset}, {w.cleanable_end_offset})"
             )
+            + (f", {len(w.aborted)} aborted transaction(s)" if w.aborted else "")
         )
     for f in plan.files:
         lines.append(f"  file {f.object_key} ({_size(f.size_bytes)}): {len(f.chunks)} chunk(s) consumed")

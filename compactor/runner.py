@@ -95,6 +95,8 @@ class PassSummary:
     records_in: int = 0
     records_out: int = 0
     tombstones_dropped: int = 0
+    aborted_batches_dropped: int = 0
+    markers_dropped: int = 0
     gets_per_input_file: dict[str, int] = field(default_factory=dict)
     bytes_read: int = 0  # what the jobs' streams consumed (A and B together)
     peak_keymap_bytes: int = 0
@@ -124,6 +126,8 @@ class PassSummary:
         self.records_in += stats.records_in
         self.records_out += stats.records_out
         self.tombstones_dropped += stats.tombstones_dropped
+        self.aborted_batches_dropped += stats.aborted_batches_dropped
+        self.markers_dropped += stats.markers_dropped
         for key, n in stats.gets_per_input_file.items():
             self.gets_per_input_file[key] = max(n, self.gets_per_input_file.get(key, 0))
         self.peak_keymap_bytes = max(self.peak_keymap_bytes, stats.peak_keymap_bytes)
@@ -140,6 +144,8 @@ class PassSummary:
             "records_in",
             "records_out",
             "tombstones_dropped",
+            "aborted_batches_dropped",
+            "markers_dropped",
             "bytes_read",
             "retention_chunks_deleted",
             "retention_bytes_deleted",
@@ -166,6 +172,8 @@ class PassSummary:
             "records_out": self.records_out,
             "records_removed": self.records_removed,
             "tombstones_dropped": self.tombstones_dropped,
+            "aborted_batches_dropped": self.aborted_batches_dropped,
+            "markers_dropped": self.markers_dropped,
             "max_gets_per_input_file": self.max_gets_per_input_file,
             "input_files_read": len(self.gets_per_input_file),
             "gets_per_input_file": dict(sorted(self.gets_per_input_file.items())),

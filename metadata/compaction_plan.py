@@ -6,7 +6,9 @@ its chunk rows joined with their files, the partition rows and the compaction st
 pure (`metadata.compaction_rules`: Kafka's cleaner for compacted topics, the level
 merge rules for the others), and the answer carries, per partition, the chunk rows a
 job consumes (a compacted partition's whole log up to the cleanable end; a merged
-partition's tail). Partitions under an unexpired lease are left out (another compactor
+partition's tail). A compacted partition's cleanable end stops at its last stable offset
+(txn_open), and its candidate carries the aborted transactions below that end
+(`metadata.txn_cleanup`). Partitions under an unexpired lease are left out (another compactor
 works on them). Compaction keeps chunk rows per partition few, so reading them is cheap;
 delete-policy topics only read partitions that have level-0 chunks.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import groupby
 from typing import Any
 
@@ -26,6 +29,7 @@ from metadata.compaction_types import CandidateChunk, CompactionCandidate, Merge
 from metadata.db import read_tx
 from metadata.rows import LOC_COLS, Db, location_of
 from metadata.schema import chunks, compaction_state, files, partitions, topics
+from metadata.txn_cleanup import aborted_ranges, last_stable_offsets
 from metadata.types import Topic
 
 
@@ -100,6 +104,7 @@ class CompactionPlanning:
         min_lag = configs.config_int(t.configs, configs.MIN_COMPACTION_LAG_MS)
         max_lag = configs.config_int(t.configs, configs.MAX_COMPACTION_LAG_MS)
         out = []
+        lso = last_stable_offsets(conn, t.topic_id)
         for part, group in groupby(
             self._rows(conn, t.topic_id, level0_only=False), key=lambda r: r.partition
         ):
@@ -115,6 +120,7 @@ class CompactionPlanning:
                 now_ms=now,
                 min_compaction_lag_ms=min_lag,
                 max_compaction_lag_ms=max_lag,
+                last_stable_offset=lso.get(part),
             )
             if not needs_cleaning(cl, min_ratio):
                 continue
@@ -127,6 +133,9 @@ class CompactionPlanning:
             out.append(
                 _candidate(t, part, head, rows=consumed, compact=True, reason=reason, **_clean_fields(cl))
             )
+        if out:  # the aborted transactions each clean drops (metadata.txn_cleanup)
+            ranges = aborted_ranges(conn, t.topic_id, {c.partition: c.cleanable_end_offset for c in out})
+            out = [replace(c, aborted=tuple(ranges.get(c.partition, ()))) for c in out]
         return out
 
     def _merges(self, conn: Connection, t: Topic, now: int, rules: MergeRules) -> list[CompactionCandidate]:

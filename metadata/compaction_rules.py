@@ -9,7 +9,9 @@ timestamp; Skiff has no active segment, the high watermark ends the log):
   watermark (an invalid checkpoint);
 - the cleanable end = the base offset of the first chunk at or after the first dirty
   offset whose largest timestamp is within `min.compaction.lag.ms` of now
-  (`max_timestamp > now - lag`; only when the lag is > 0), else the high watermark;
+  (`max_timestamp > now - lag`; only when the lag is > 0), else the high watermark; in
+  every case at most the last stable offset (the first offset of the oldest open
+  transaction: Kafka's firstUnstableOffset), so nothing at or above it is cleaned;
 - clean bytes = the chunks below the chunk holding the first dirty offset; cleanable
   bytes = the chunks from that one up to the cleanable end; ratio = cleanable / total;
 - a partition is cleanable when ratio > `min.cleanable.dirty.ratio`, or when the dirty
@@ -72,11 +74,14 @@ def cleanable_offsets(
     now_ms: int,
     min_compaction_lag_ms: int,
     max_compaction_lag_ms: int,
+    last_stable_offset: int | None = None,
 ) -> Cleanable:
-    """Kafka's cleanableOffsets and dirty-byte accounting over one partition's chunks."""
+    """Kafka's cleanableOffsets and dirty-byte accounting over one partition's chunks.
+    `last_stable_offset`: the first offset of the oldest open transaction (None: none
+    open); the cleanable end never passes it (Kafka's firstUnstableOffset)."""
     first_dirty = first_dirty_offset(checkpoint, log_start_offset, high_watermark)
     min_lag = max(min_compaction_lag_ms, 0)
-    end = high_watermark
+    end = high_watermark if last_stable_offset is None else min(high_watermark, last_stable_offset)
     clean_bytes = cleanable_bytes = dirty_chunks = 0
     earliest_dirty_ts: int | None = None
     for c in chunks:

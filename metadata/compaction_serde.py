@@ -61,6 +61,7 @@ class CompactionCandidateM(_M):
     forced: bool
     reason: str
     chunks: list[CandidateChunkM]
+    aborted: list[tuple[Int64, Int64, Int64]] = []  # (producer id, first offset, marker offset)
 
 
 class ClaimRequest(_M):
@@ -105,6 +106,7 @@ def candidate_to_m(x: ct.CompactionCandidate) -> CompactionCandidateM:
         )
         for c in x.chunks
     ]
+    d["aborted"] = [tuple(a) for a in x.aborted]
     return CompactionCandidateM.model_construct(**d)
 
 
@@ -113,6 +115,7 @@ def candidate_from_m(m: CompactionCandidateM) -> ct.CompactionCandidate:
     d["chunks"] = tuple(
         ct.CandidateChunk(location_from_m(c.location), c.file_size_bytes, c.file_level) for c in m.chunks
     )
+    d["aborted"] = tuple((int(a), int(b), int(c)) for a, b, c in m.aborted)
     return ct.CompactionCandidate(**d)
 
 

@@ -11,6 +11,10 @@ Optionally (the compactor's planner passes them; older callers need not), in the
 transaction: the job's lease token is checked on every input partition (a lost or
 expired lease refuses the swap) and cleaner checkpoints move (metadata.compaction_leases),
 so a refused swap leaves the checkpoint where it was.
+
+Also in the same transaction: the `txn_aborted` rows whose ABORT marker lay in the
+swapped range and is present in no chunk any more are deleted (the cleaner removed the
+marker, after every batch of its transaction; `metadata.txn_cleanup`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from metadata.dialect import Key
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError
 from metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting
 from metadata.schema import FILE_DELETING, FILE_LIVE, chunks, files
+from metadata.txn_cleanup import drop_aborted_without_marker
 from metadata.types import FileSpec, OutputChunk
 from metadata.validation import check_output_chunk, file_error
 
@@ -202,3 +207,5 @@ class CompactionSwap:
                 ],
             )
         mark_orphan_files_deleting(self._db, conn, {r.file_id for r in rows}, now)
+        # aborted transactions whose ABORT marker this swap removed (metadata.txn_cleanup)
+        drop_aborted_without_marker(conn, {k: (lo, hi) for k, (lo, hi, _) in spans.items()})

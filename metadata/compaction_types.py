@@ -74,6 +74,10 @@ class CompactionCandidate:
     forced: bool  # max.compaction.lag.ms passed on dirty data: cleaned whatever the ratio
     reason: str  # for operators (`skiff compact --dry-run`)
     chunks: tuple[CandidateChunk, ...]  # consumed chunk rows, offset order
+    # Compacted: the aborted transactions whose first offset lies below the cleanable end,
+    # (producer id, first offset, ABORT marker offset), by first offset: their batches are
+    # dropped (metadata.txn_cleanup). The cleanable end never passes the last stable offset.
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ watermark: a chunk ends below it, so the new log start is at most the high water
   topics without `delete` in `cleanup.policy`: POLICY_VIOLATION, as Kafka answers);
   chunks wholly below it are dropped at once, a chunk straddling it stays (fetch refuses
   offsets below the log start with OFFSET_OUT_OF_RANGE).
+- Both forget the partition's aborted transactions (`txn_aborted`) whose ABORT marker
+  lies below the new log start, in the same transaction (`metadata.txn_cleanup`).
 - Offset expiry (`expire_group_offsets`, Kafka's GroupMetadata.removeExpiredOffsets
   without per-commit expire timestamps): a group seen with members (group_activity,
   refreshed by its coordinator through `touch_groups`) loses all its committed offsets
@@ -41,6 +43,7 @@ from metadata.db import write_tx
 from metadata.errors import NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
 from metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting
 from metadata.schema import chunks, group_activity, group_offsets, partitions, topics
+from metadata.txn_cleanup import drop_aborted_below
 from metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery, RetentionResult
 
 POLICY_VIOLATION = 44  # Kafka's code for DeleteRecords on a compact-only topic
@@ -187,7 +190,9 @@ class Retention:
 
     def _drop_below(self, conn: Connection, tid: uuid.UUID, part: int, offset: int) -> tuple[int, int]:
         """Delete the partition's chunks wholly below `offset` (under its lock); their files
-        without chunks left become `deleting`. Returns (chunks, bytes) deleted."""
+        without chunks left become `deleting`, and its aborted transactions whose marker
+        lies below `offset` are forgotten. Returns (chunks, bytes) deleted."""
+        drop_aborted_below(conn, tid, part, offset)
         c = chunks.c
         below = (c.topic_id == tid, c.partition == part, c.last_offset < offset)
         rows = conn.execute(select(c.id, c.file_id, c.byte_length).where(*below)).all()

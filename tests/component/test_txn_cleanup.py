@@ -1,0 +1,86 @@
+"""`txn_aborted` rows go with the log they describe (metadata.txn_cleanup): DeleteRecords
+and retention delete the aborted transactions whose ABORT marker falls below the new log
+start, in the transaction that moves it; those at or above it stay. The real metadata
+service on SQLite and PostgreSQL, an injected clock; files are committed as agents
+commit them (the commit path writes `txn_open` / `txn_aborted`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select
+
+from metadata.schema import txn_aborted
+from metadata.service import MetadataService
+from metadata.types import BatchSpec, ChunkSpec, DeleteRecordsQuery, FileSpec
+
+T0 = 1_700_000_000_000
+PID = 4242
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[MetadataService, Clock]]:
+    clock = Clock()
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('txncleanup') / 'm.db'}"
+    else:
+        url = str(request.getfixturevalue("pg_module_url"))
+    svc = MetadataService.from_url(url, clock=clock)
+    yield svc, clock
+    svc.close()
+
+
+def _commit_aborted_txn(svc: MetadataService, topic_id: uuid.UUID, pid: int, seq: int, ts: int) -> None:
+    """One file: a transactional batch of 2 records, its ABORT marker, a plain record."""
+    batches = (
+        BatchSpec(0, 100, 2, 2, ts, pid, 0, seq, 0, True, -1),
+        BatchSpec(100, 80, 1, 1, ts, pid, 0, -1, 0, True, 0),
+        BatchSpec(180, 70, 1, 1, ts, -1),
+    )
+    (res,) = svc.commit_file(
+        FileSpec(f"agents/a/{uuid.uuid4().hex}", 250, 0, "a"), [ChunkSpec(topic_id, 0, batches)]
+    )
+    assert res.error_code == 0 and all(b.error_code == 0 for b in res.batches), res
+
+
+def _rows(svc: MetadataService, topic_id: uuid.UUID) -> list[tuple[int, int, int]]:
+    a = txn_aborted.c
+    with svc.engine.connect() as conn:
+        rows = conn.execute(
+            select(a.producer_id, a.first_offset, a.last_offset).where(a.topic_id == topic_id)
+        )
+        return sorted((int(p), int(f), int(la)) for p, f, la in rows)
+
+
+def test_delete_records_and_retention_forget_aborted_transactions_below_the_log_start(
+    service: tuple[MetadataService, Clock],
+) -> None:
+    svc, clock = service
+    name = f"tc-{uuid.uuid4().hex[:8]}"
+    t = svc.create_topic(name, 1, {"retention.ms": "10000"})
+    _commit_aborted_txn(svc, t.topic_id, PID, 0, clock.now - 60_000)  # offsets 0-1, marker 2, plain 3
+    _commit_aborted_txn(svc, t.topic_id, PID, 2, clock.now)  # offsets 4-5, marker 6, plain 7
+    _commit_aborted_txn(svc, t.topic_id, PID, 4, clock.now)  # offsets 8-9, marker 10, plain 11
+    assert _rows(svc, t.topic_id) == [(PID, 0, 2), (PID, 4, 6), (PID, 8, 10)]
+
+    # retention.ms drops the first (old) chunk: the log starts at 4
+    (r,) = svc.enforce_retention(name)
+    assert r.log_start_offset == 4
+    assert _rows(svc, t.topic_id) == [(PID, 4, 6), (PID, 8, 10)]
+
+    # DeleteRecords to 7: the marker at 6 is below it, the one at 10 is not
+    (answer,) = svc.delete_records([DeleteRecordsQuery(name, 0, 7)])
+    assert (answer.error_code, answer.low_watermark) == (0, 7)
+    assert _rows(svc, t.topic_id) == [(PID, 8, 10)]
