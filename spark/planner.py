@@ -40,7 +40,7 @@ from fileformat.chunk_reader import ChunkLocation, first_record_at_or_after
 from fileformat.objectstore import open_store
 from fileformat.objectstore.errors import StorageError
 from metadata.credentials import CredentialsError, resolve_credentials
-from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.errors import OFFSET_OUT_OF_RANGE, MetadataError, MetadataUnavailable
 from metadata.http_client import HttpMetadataClient
 from metadata.types import FetchQuery, OffsetQuery, PartitionKey, PartitionState, Topic
 from spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
@@ -172,22 +172,39 @@ async def _stable_bounds(
 ) -> list[tuple[int, int, int]]:
     """(log start, high watermark, last stable offset) per partition: find_chunks at the
     high watermark with isolation level 1 answers the LSO (and, the watermark being the
-    end, no chunks unless records arrived meanwhile; its max_bytes of 1 keeps that short)."""
-    infos = await client.find_chunks(
-        [
-            FetchQuery(topic.topic_id, p, state.high_watermark, 1, isolation_level=READ_COMMITTED_LEVEL)
-            for (topic, p), state in zip(wanted, states, strict=True)
-        ]
-    )
-    out = []
-    for (topic, p), info in zip(wanted, infos, strict=True):
-        if info.error_code or info.last_stable_offset < 0:
-            raise SkiffSourceError(
-                f"{topic.name}-{p}: metadata did not answer its last stable offset (Kafka error"
-                f" {info.error_code}; log start {info.log_start_offset}, latest {info.high_watermark})"
-            )
-        out.append((info.log_start_offset, info.high_watermark, info.last_stable_offset))
-    return out
+    end, no chunks unless records arrived meanwhile; its max_bytes of 1 keeps that short).
+    A log start that moved past that watermark in between (DeleteRecords) is answered
+    OFFSET_OUT_OF_RANGE with the new bounds: asked again once at the new watermark."""
+    at = [s.high_watermark for s in states]
+    out: list[tuple[int, int, int] | None] = [None] * len(wanted)
+    todo = list(range(len(wanted)))
+    for attempt in range(2):
+        infos = await client.find_chunks(
+            [
+                FetchQuery(
+                    wanted[i][0].topic_id, wanted[i][1], at[i], 1, isolation_level=READ_COMMITTED_LEVEL
+                )
+                for i in todo
+            ]
+        )
+        retry = []
+        for i, info in zip(todo, infos, strict=True):
+            if info.error_code == OFFSET_OUT_OF_RANGE and attempt == 0 and info.high_watermark >= 0:
+                at[i] = info.high_watermark
+                retry.append(i)
+            elif info.error_code or info.last_stable_offset < 0:
+                topic, p = wanted[i]
+                raise SkiffSourceError(
+                    f"{topic.name}-{p}: metadata did not answer its last stable offset (Kafka error"
+                    f" {info.error_code}; log start {info.log_start_offset}, latest {info.high_watermark})"
+                )
+            else:
+                out[i] = (info.log_start_offset, info.high_watermark, info.last_stable_offset)
+        todo = retry
+        if not todo:
+            break
+    assert all(b is not None for b in out)
+    return [b for b in out if b is not None]
 
 
 async def _timestamp_offsets(

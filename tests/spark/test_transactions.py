@@ -170,6 +170,35 @@ def test_read_committed_latest_is_the_lso(spark, cluster: Cluster, txn_data: Txn
     assert len(_rows(_load(spark, cluster, endingOffsets=above))) > len(txn_data.committed_below_lso())
 
 
+def test_plans_carry_the_aborted_transactions_and_end_at_the_lso(cluster: Cluster, txn_data: TxnData) -> None:
+    """The driver's side without Spark: tasks end at the LSO and carry the aborted
+    transactions of their ranges; the stream reader's latest offsets are the LSOs."""
+    from spark.options import parse_options
+    from spark.source import SkiffBatchReader
+    from spark.stream import SkiffStreamReader
+
+    base = {
+        "metadata.url": cluster.metadata_url,
+        "subscribe": TOPIC,
+        "kafka.isolation.level": "read_committed",
+    }
+    lso = txn_data.last_stable_offsets()
+    parts = SkiffBatchReader(parse_options({**base, "minPartitions": "6"})).partitions()
+    tasks = [part.task for part in parts]  # type: ignore[attr-defined]
+    assert {p: max(t.until_offset for t in tasks if t.partition == p) for p in range(PARTITIONS)} == lso
+    # b1, a2 and a3 were aborted, each on both partitions; every task knows those it overlaps
+    assert len({(t.partition, a) for t in tasks for a in t.aborted}) == 3 * PARTITIONS
+    for t in tasks:
+        assert all(first < t.until_offset for _, first in t.aborted)
+    uncommitted = SkiffBatchReader(parse_options({**base, "kafka.isolation.level": "read_uncommitted"}))
+    assert all(not part.task.aborted for part in uncommitted.partitions())  # type: ignore[attr-defined]
+
+    reader = SkiffStreamReader(parse_options({**base, "startingOffsets": "earliest"}, streaming=True))
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, None) == {TOPIC: {str(p): o for p, o in lso.items()}}
+    assert reader.reportLatestOffset() == {TOPIC: {str(p): o for p, o in lso.items()}}
+
+
 def _drain(spark, cluster: Cluster, checkpoint: Path, sink: Path) -> list[int]:  # type: ignore[no-untyped-def]
     stream = (
         spark.readStream.format("skiff")
