@@ -2,7 +2,10 @@
 
 Per chunk, `fileformat.chunk_reader.iter_chunk_batches` gives each RecordBatch with its
 absolute base offset (one Python object per *batch*); control batches (transaction
-markers) are skipped, and so are batches wholly outside the wanted offset range. Each
+markers) are skipped in every isolation level (Kafka consumers never return them), and so
+are batches wholly outside the wanted offset range and, under read_committed, the batches
+of the task's aborted transactions (`spark.aborted`: a batch-level NumPy mask by producer
+id and offset range, closed at each producer's ABORT marker). Each
 remaining batch's records are decompressed with the batch codec (`fileformat.codecs`,
 cramjam) and appended to one growing buffer. When the buffer holds `max_rows` records or
 `max_bytes` bytes, the compiled walk (`spark.decode_kernels`) finds every record's fields
@@ -28,7 +31,7 @@ timestamp[us, tz=UTC], timestampType int32, headers list<struct<key string, valu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,12 +39,14 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from fileformat import codecs
-from fileformat.chunk_reader import ChunkLocation, ChunkReadError, iter_chunk_batches
+from fileformat.chunk_reader import ChunkBatch, ChunkLocation, ChunkReadError, iter_chunk_batches
 from fileformat.records import BATCH_HEADER_SIZE
 from spark import decode_kernels as k
+from spark.aborted import AbortedTransactions
 
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_MASK = 0x08
+_TRANSACTIONAL_MASK = 0x10
 _CONTROL_MASK = 0x20
 # A batch's records never decompress to more than this (a guard against decompression bombs).
 MAX_DECOMPRESSED_BATCH_BYTES = 256 * 1024 * 1024
@@ -93,6 +98,7 @@ class RecordBatchBuilder:
         include_headers: bool = False,
         max_rows: int = 131072,
         max_bytes: int = 32 * 1024 * 1024,
+        aborted: Sequence[tuple[int, int]] = (),
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -106,6 +112,8 @@ class RecordBatchBuilder:
         self._size = 0
         self._pending: list[_Pending] = []
         self._rows = 0
+        # read_committed: the task's aborted transactions (None: nothing to drop)
+        self._aborted = AbortedTransactions(aborted) if aborted else None
 
     def add_chunk(self, loc: ChunkLocation, data: bytes | memoryview) -> Iterator[pa.RecordBatch]:
         """Feed one chunk's bytes; yields the record batches that became full."""
@@ -114,11 +122,17 @@ class RecordBatchBuilder:
             bitmap = BitMap.deserialize(loc.present_offsets)
             present = np.frombuffer(bitmap.to_array(), dtype=np.uint32).astype(np.int64) + loc.base_offset
         view = memoryview(data)
-        for batch in iter_chunk_batches(loc, view):
+        batches = [
+            b
+            for b in iter_chunk_batches(loc, view)
+            if b.last_offset >= self.start_offset and b.base_offset < self.end_offset
+        ]
+        aborted = self._aborted_batches(batches) if self._aborted is not None else None
+        for i, batch in enumerate(batches):
             header = batch.header
-            if batch.last_offset < self.start_offset or batch.base_offset >= self.end_offset:
-                continue
             if header.attributes & _CONTROL_MASK:
+                continue  # a transaction marker: never a row (Kafka consumers never return them)
+            if aborted is not None and aborted[i]:
                 continue
             pos = batch.position
             payload = view[pos + BATCH_HEADER_SIZE : pos + header.size]
@@ -153,6 +167,18 @@ class RecordBatchBuilder:
                 out = self.flush()
                 if out is not None:
                     yield out
+
+    def _aborted_batches(self, batches: list[ChunkBatch]) -> np.ndarray:
+        """Which of the chunk's batches (in range, in offset order) to drop as aborted."""
+        assert self._aborted is not None
+        n = len(batches)
+        attributes = np.fromiter((b.header.attributes for b in batches), np.int64, n)
+        return self._aborted.mask(
+            np.fromiter((b.header.producer_id for b in batches), np.int64, n),
+            np.fromiter((b.base_offset for b in batches), np.int64, n),
+            (attributes & _CONTROL_MASK) != 0,
+            (attributes & _TRANSACTIONAL_MASK) != 0,
+        )
 
     def flush(self) -> pa.RecordBatch | None:
         """The records buffered so far as one record batch (None if none survive)."""

@@ -4,7 +4,8 @@ No metadata access here: the task carries its chunk locations. Chunks are read w
 ranged GETs through the synchronous object store (`fileformat.objectstore`, boto3 for
 s3://), up to `prefetch` of them in flight on a small thread pool (bounded by
 `prefetch_bytes`) so the next chunk downloads while this one decodes, and decoded by
-`spark.decode.RecordBatchBuilder`.
+`spark.decode.RecordBatchBuilder`. Under read_committed the task also carries the aborted
+transactions of its range (planned by the driver), whose batches the builder drops.
 
 A chunk whose object is gone (compaction swapped it out and the collector deleted it, or
 retention removed it, after the plan was made) is data loss: with `failOnDataLoss` the
@@ -45,7 +46,12 @@ def read_task(
     store: ObjectStore | None = None,
 ) -> Iterator[pa.RecordBatch]:
     builder = RecordBatchBuilder(
-        task.topic, task.partition, task.from_offset, task.until_offset, include_headers=include_headers
+        task.topic,
+        task.partition,
+        task.from_offset,
+        task.until_offset,
+        include_headers=include_headers,
+        aborted=task.aborted,
     )
     store = store or open_store(bucket)
     chunks = list(task.chunks)

@@ -14,6 +14,10 @@ Names and semantics follow Spark's Kafka integration guide (keys are case-insens
   or after the timestamp;
 - `failOnDataLoss` (default true), `minPartitions`, `maxRecordsPerPartition`,
   `includeHeaders` (default false), `maxOffsetsPerTrigger` (streaming);
+- `kafka.isolation.level`: `read_uncommitted` (the default, as for Spark's Kafka source,
+  which leaves the Kafka consumer's default alone) or `read_committed` (case-insensitive,
+  as Kafka's consumer config): committed data only, up to the last stable offset (see
+  `spark.planner` and `spark.decode`). Transaction markers are never rows in either mode;
 - Skiff's own: `metadata.url` (required), `bucket` (the bucket URL: `s3://b/prefix`,
   `file:///path`; default: the one metadata serves; endpoint and credentials from the
   usual AWS settings); the metadata service's credentials `metadata.token` or
@@ -33,6 +37,8 @@ from dataclasses import dataclass, field
 
 EARLIEST = -2
 LATEST = -1
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
 
 
 class SkiffOptionError(ValueError):
@@ -64,9 +70,14 @@ class SourceOptions:
     max_records_per_partition: int | None
     include_headers: bool
     max_offsets_per_trigger: int | None
+    isolation_level: str = READ_UNCOMMITTED
     metadata_token: str | None = field(default=None, repr=False)
     metadata_token_file: str | None = None
     metadata_ca_file: str | None = None
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
@@ -180,6 +191,11 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceO
         raise SkiffOptionError(
             f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
         )
+    isolation = opts.get("kafka.isolation.level", READ_UNCOMMITTED).strip().lower()
+    if isolation not in (READ_UNCOMMITTED, READ_COMMITTED):
+        raise SkiffOptionError(
+            f"option kafka.isolation.level must be read_uncommitted or read_committed, got {isolation!r}"
+        )
     return SourceOptions(
         metadata_url=metadata_url,
         bucket=opts.get("bucket") or None,
@@ -194,6 +210,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceO
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
         include_headers=_bool(opts, "includeHeaders", False),
         max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
+        isolation_level=isolation,
         metadata_token=opts.get("metadata.token") or None,
         metadata_token_file=opts.get("metadata.tokenfile") or None,
         metadata_ca_file=opts.get("metadata.cafile") or None,

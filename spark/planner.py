@@ -6,15 +6,23 @@ bucket. The steps:
 
 1. topics and partitions: `subscribe` / `subscribePattern` (list_topics, whole-name
    regex match) / `assign`; an unknown topic or partition is an error;
-2. each partition's log start and high watermark (partition_states), then the start and
-   end offsets from the option specs: earliest = log start, latest = high watermark;
-   timestamps through list_offsets (metadata answers per chunk) refined inside the chunk
-   by `first_record_at_or_after`; JSON maps must name exactly the assigned partitions;
+2. each partition's log start, high watermark and *latest* offset (partition_states): the
+   high watermark, or with `kafka.isolation.level=read_committed` the last stable offset
+   (LSO: the first offset of the oldest open transaction, else the high watermark), which
+   one find_chunks call per partition at the high watermark with isolation level 1
+   answers. Then the start and end offsets from the option specs: earliest = log start,
+   latest = the latest offset; timestamps through list_offsets (metadata answers per
+   chunk) refined inside the chunk by `first_record_at_or_after`, and, as Kafka's
+   ListOffsets, an offset at or above the latest offset counts as no answer; JSON maps
+   must name exactly the assigned partitions;
 3. a start below the log start (retention, DeleteRecords) fails the query when
    `failOnDataLoss` is true, else the range starts at the log start; a start above the
-   end, or an end above the high watermark, is an error;
+   end, or an end above the latest offset, is an error;
 4. the ranges are split into tasks (`spark.ranges`), and each task gets the chunk
    locations covering its range (find_chunks, paged, so a long range costs a few calls).
+   Under read_committed find_chunks is asked with isolation level 1 and also answers the
+   aborted transactions overlapping each page, as (producer id, first offset) pairs: the
+   task carries those of its range to the executor (`spark.decode` drops their batches).
    The executors then read only the bucket.
 
 The bucket URL is the `bucket` option, else the one metadata serves (GET /v1/cluster).
@@ -32,14 +40,15 @@ from fileformat.chunk_reader import ChunkLocation, first_record_at_or_after
 from fileformat.objectstore import open_store
 from fileformat.objectstore.errors import StorageError
 from metadata.credentials import CredentialsError, resolve_credentials
-from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.errors import OFFSET_OUT_OF_RANGE, MetadataError, MetadataUnavailable
 from metadata.http_client import HttpMetadataClient
-from metadata.types import FetchQuery, OffsetQuery, PartitionKey, Topic
+from metadata.types import FetchQuery, OffsetQuery, PartitionKey, PartitionState, Topic
 from spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 from spark.ranges import OffsetRange, split_ranges
 
 # find_chunks answers chunks until their bytes add up to this; longer ranges page on.
 FIND_CHUNKS_PAGE_BYTES = 256 * 1024 * 1024
+READ_COMMITTED_LEVEL = 1  # Kafka's isolation level in FetchQuery
 
 
 class SkiffSourceError(RuntimeError):
@@ -62,6 +71,9 @@ class PartitionInfo:
     partition: int
     log_start: int
     high_watermark: int
+    # what "latest" means for the query: the high watermark, or under read_committed the
+    # last stable offset (never above the high watermark)
+    latest: int
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,9 @@ class PlannedRead:
     from_offset: int
     until_offset: int
     chunks: tuple[ChunkLocation, ...]
+    # read_committed only: (producer id, first offset) of the aborted transactions that
+    # overlap the range, sorted; empty under read_uncommitted
+    aborted: tuple[tuple[int, int], ...] = ()
 
 
 def metadata_client(opts: SourceOptions) -> HttpMetadataClient:
@@ -138,16 +153,58 @@ async def resolve_partitions(client: HttpMetadataClient, opts: SourceOptions) ->
                 )
             wanted.append((topic, partition))
     states = await client.partition_states([PartitionKey(t.topic_id, p) for t, p in wanted])
-    out = []
     for (topic, p), state in zip(wanted, states, strict=True):
         if state.error_code:
             raise SkiffSourceError(
                 f"partition {topic.name}-{p} is unknown to metadata (error {state.error_code})"
             )
-        out.append(
-            PartitionInfo(topic.name, str(topic.topic_id), p, state.log_start_offset, state.high_watermark)
+    bounds = [(s.log_start_offset, s.high_watermark, s.high_watermark) for s in states]
+    if opts.read_committed and wanted:
+        bounds = await _stable_bounds(client, wanted, states)
+    return [
+        PartitionInfo(topic.name, str(topic.topic_id), p, log_start, hwm, latest)
+        for (topic, p), (log_start, hwm, latest) in zip(wanted, bounds, strict=True)
+    ]
+
+
+async def _stable_bounds(
+    client: HttpMetadataClient, wanted: list[tuple[Topic, int]], states: Sequence[PartitionState]
+) -> list[tuple[int, int, int]]:
+    """(log start, high watermark, last stable offset) per partition: find_chunks at the
+    high watermark with isolation level 1 answers the LSO (and, the watermark being the
+    end, no chunks unless records arrived meanwhile; its max_bytes of 1 keeps that short).
+    A log start that moved past that watermark in between (DeleteRecords) is answered
+    OFFSET_OUT_OF_RANGE with the new bounds: asked again once at the new watermark."""
+    at = [s.high_watermark for s in states]
+    out: list[tuple[int, int, int] | None] = [None] * len(wanted)
+    todo = list(range(len(wanted)))
+    for attempt in range(2):
+        infos = await client.find_chunks(
+            [
+                FetchQuery(
+                    wanted[i][0].topic_id, wanted[i][1], at[i], 1, isolation_level=READ_COMMITTED_LEVEL
+                )
+                for i in todo
+            ]
         )
-    return out
+        retry = []
+        for i, info in zip(todo, infos, strict=True):
+            if info.error_code == OFFSET_OUT_OF_RANGE and attempt == 0 and info.high_watermark >= 0:
+                at[i] = info.high_watermark
+                retry.append(i)
+            elif info.error_code or info.last_stable_offset < 0:
+                topic, p = wanted[i]
+                raise SkiffSourceError(
+                    f"{topic.name}-{p}: metadata did not answer its last stable offset (Kafka error"
+                    f" {info.error_code}; log start {info.log_start_offset}, latest {info.high_watermark})"
+                )
+            else:
+                out[i] = (info.log_start_offset, info.high_watermark, info.last_stable_offset)
+        todo = retry
+        if not todo:
+            break
+    assert all(b is not None for b in out)
+    return [b for b in out if b is not None]
 
 
 async def _timestamp_offsets(
@@ -171,6 +228,8 @@ async def _timestamp_offsets(
     store = None
     for p, ts, ans in zip(parts, timestamps_ms, answers, strict=True):
         offset = ans.offset if ans.error_code == 0 else -1
+        if offset >= p.latest:  # Kafka answers no offset at or above the last fetchable one
+            offset = -1
         if offset >= 0:
             # metadata narrows it to a chunk; the exact record is found inside the chunk
             info = (await client.find_chunks([FetchQuery(uuid.UUID(p.topic_id), p.partition, offset, 1)]))[0]
@@ -187,9 +246,11 @@ async def _timestamp_offsets(
                     raise bucket_read_error(opts.bucket, loc.object_key, exc) from exc
                 hit = first_record_at_or_after(loc, data, ts, min_offset=max(offset, p.log_start))
                 offset = hit[0] if hit is not None else offset
+                if offset >= p.latest:
+                    offset = -1
         if offset < 0:
             if opts.timestamp_strategy == "latest" or edge == "ending":
-                offset = p.high_watermark
+                offset = p.latest
             else:
                 raise SkiffSourceError(
                     f"no record at or after timestamp {ts} in {p.topic}-{p.partition}"
@@ -205,7 +266,7 @@ async def resolve_offsets(
     if spec.kind == "earliest":
         return [p.log_start for p in parts]
     if spec.kind == "latest":
-        return [p.high_watermark for p in parts]
+        return [p.latest for p in parts]
     if spec.kind == "timestamp":
         assert spec.timestamp_ms is not None
         return await _timestamp_offsets(client, parts, [spec.timestamp_ms] * len(parts), opts, edge)
@@ -227,7 +288,7 @@ async def resolve_offsets(
         if v == EARLIEST:
             out.append(p.log_start)
         elif v == LATEST:
-            out.append(p.high_watermark)
+            out.append(p.latest)
         elif v < 0:
             raise SkiffSourceError(
                 f"{edge}Offsets for {p.topic}-{p.partition} is {v}: use -2, -1 or an offset"
@@ -251,7 +312,13 @@ async def plan_batch(client: HttpMetadataClient, opts: SourceOptions) -> list[Pl
                     " failOnDataLoss=false to read from the log start instead."
                 )
             start = p.log_start
-        if end > p.high_watermark:
+        if end > p.latest:
+            if opts.read_committed:
+                raise SkiffSourceError(
+                    f"{p.topic}-{p.partition}: ending offset {end} is above the last stable offset"
+                    f" {p.latest} (kafka.isolation.level=read_committed reads only up to it: offsets"
+                    f" from {p.latest} belong to a transaction still open, or follow one)"
+                )
             raise SkiffSourceError(
                 f"{p.topic}-{p.partition}: ending offset {end} is above the latest offset {p.high_watermark}"
             )
@@ -274,7 +341,7 @@ async def plan_tasks(
     tasks = split_ranges(
         ranges, min_partitions=opts.min_partitions, max_records_per_partition=opts.max_records_per_partition
     )
-    return await attach_chunks(client, tasks, topic_ids)
+    return await attach_chunks(client, tasks, topic_ids, read_committed=opts.read_committed)
 
 
 async def resolve_bucket(client: HttpMetadataClient, opts: SourceOptions) -> str:
@@ -292,12 +359,19 @@ async def resolve_bucket(client: HttpMetadataClient, opts: SourceOptions) -> str
 
 
 async def attach_chunks(
-    client: HttpMetadataClient, tasks: list[OffsetRange], topic_ids: dict[tuple[str, int], str]
+    client: HttpMetadataClient,
+    tasks: list[OffsetRange],
+    topic_ids: dict[tuple[str, int], str],
+    *,
+    read_committed: bool = False,
 ) -> list[PlannedRead]:
-    """Each task with the chunks that hold its offsets (find_chunks pages, all tasks at once)."""
+    """Each task with the chunks that hold its offsets (find_chunks pages, all tasks at once)
+    and, under read_committed, the aborted transactions overlapping its range."""
     import uuid
 
+    level = READ_COMMITTED_LEVEL if read_committed else 0
     found: list[list[ChunkLocation]] = [[] for _ in tasks]
+    aborted: list[set[tuple[int, int]]] = [set() for _ in tasks]
     cursor = [t.from_offset for t in tasks]
     todo = [i for i, t in enumerate(tasks) if t.size > 0]
     while todo:
@@ -307,6 +381,7 @@ async def attach_chunks(
                 tasks[i].partition,
                 cursor[i],
                 FIND_CHUNKS_PAGE_BYTES,
+                isolation_level=level,
             )
             for i in todo
         ]
@@ -322,6 +397,7 @@ async def attach_chunks(
                 )
             useful = [c for c in info.chunks if c.base_offset < t.until_offset]
             found[i].extend(useful)
+            aborted[i].update((pid, first) for pid, first in info.aborted if first < t.until_offset)
             if not info.chunks or len(useful) < len(info.chunks):
                 continue
             cursor[i] = info.chunks[-1].last_offset + 1
@@ -329,6 +405,8 @@ async def attach_chunks(
                 next_todo.append(i)
         todo = next_todo
     return [
-        PlannedRead(t.topic, t.partition, t.from_offset, t.until_offset, tuple(chunks))
-        for t, chunks in zip(tasks, found, strict=True)
+        PlannedRead(
+            t.topic, t.partition, t.from_offset, t.until_offset, tuple(chunks), tuple(sorted(aborted[i]))
+        )
+        for i, (t, chunks) in enumerate(zip(tasks, found, strict=True))
     ]

@@ -10,7 +10,8 @@ metadata for the offsets and chunks (`spark.planner`) and hands Spark one
 `SkiffInputPartition` per task; `read()` runs on executors and yields
 `pyarrow.RecordBatch`es (`spark.executor`), with no metadata access. `streamReader()`
 gives the Structured Streaming reader (`spark.stream`). Without the `bucket` option the
-bucket URL comes from metadata.
+bucket URL comes from metadata. With `kafka.isolation.level=read_committed` each task
+carries the aborted transactions of its range, so executors still need no metadata.
 """
 
 from __future__ import annotations

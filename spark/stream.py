@@ -5,22 +5,24 @@ Offsets are Spark's Kafka source offsets: JSON of the next offset to read per pa
 `{"orders": {"0": 23, "1": 40}}`. Each micro-batch:
 
 1. `latestOffset(start, limit)` asks metadata once for the selected partitions and their
-   log start and high watermark (`planner.resolve_partitions`: topic lookups and one
-   partition_states call; never a bucket LIST). The end is each partition's high
-   watermark, capped by the Trigger.AvailableNow target if one was taken, then cut by
+   log start and latest offset (`planner.resolve_partitions`: topic lookups and one
+   partition_states call, plus one find_chunks call under read_committed; never a bucket
+   LIST). The end is each partition's latest offset (the high watermark, or with
+   `kafka.isolation.level=read_committed` the last stable offset, so a micro-batch never
+   reaches into an open transaction), capped by the Trigger.AvailableNow target if one was taken, then cut by
    the read limit: `ReadMaxRows(maxOffsetsPerTrigger)` is prorated over the partitions
    exactly as Spark's `KafkaMicroBatchStream.rateLimit` does (a partition's share is
    floored, or ceiled when below 1, so small partitions are not starved).
 2. `partitions(start, end)` turns the offset pairs into ranges (a partition missing from
    `start` is new and starts at its log start, i.e. earliest), applies `failOnDataLoss`
    to starts below the log start, and plans tasks with the batch planner (split as
-   Spark's Kafka source, chunks attached by find_chunks). Executors read them with the
-   batch executor.
+   Spark's Kafka source, chunks attached by find_chunks, with the aborted transactions
+   under read_committed). Executors read them with the batch executor.
 
 The plan depends only on the two offsets, so a batch Spark replays after a restart from
 its checkpoint reads exactly the same records: nothing lost, nothing twice.
 
-Trigger.AvailableNow: `prepareForTriggerAvailableNow` takes the high watermarks of that
+Trigger.AvailableNow: `prepareForTriggerAvailableNow` takes the latest offsets of that
 moment as the target; later micro-batches never go past them (partitions created after
 it wait for the next run). Spark before 4.2 calls `latestOffset()` without a start or a
 limit: the reader then starts from the last offsets it planned or committed and applies
@@ -132,7 +134,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if ReadAllAvailable is not None else None
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._available_now = {k: p.high_watermark for k, p in self._poll().items()}
+        self._available_now = {k: p.latest for k, p in self._poll().items()}
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         max_rows: int | None
@@ -151,7 +153,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for key, p in self._poll().items():
             if key not in begin:  # a new partition: from the earliest offset
                 begin[key] = p.log_start
-            end = p.high_watermark
+            end = p.latest
             if self._available_now is not None:
                 end = min(end, self._available_now.get(key, begin[key]))
             until[key] = max(end, begin[key])  # offsets never move back
@@ -163,7 +165,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict | None:
         if not self._parts:
             return None
-        return offsets_json({k: p.high_watermark for k, p in self._parts.items()})
+        return offsets_json({k: p.latest for k, p in self._parts.items()})
 
     # ------------------------------------------------------------------ planning and reading
 
