@@ -20,7 +20,7 @@
 //             (an interactive group consumer: one command per stdin line, one JSON answer per line;
 //             see groupMember below)
 //   txn-transform --bootstrap H:P --input T --output U --group G --transactional-id X
-//             [--abort-every N] [--max-records N] [--batch N] [--assign] [--pause-before-commit R]
+//             [--abort-every N] [--max-records N] [--batch N] [--assign] [--until-end] [--pause-before-commit R]
 //             [--timeout-ms MS] [--prop [consumer.|producer.]k=v ...]
 //             (exactly-once consume-transform-produce; see txnTransform below)
 //
@@ -577,8 +577,9 @@ public final class SkiffJavaClient {
      * the consumer seeks back to where that round began, so the next round processes the same
      * records again. With --pause-before-commit R, round R prints {"type":"paused"} once its
      * records are written (flushed) and its offsets sent, and waits for one line on stdin before it commits (to let a second
-     * instance fence this one). Stops once --max-records records are committed (or fails after
-     * --timeout-ms). JSON lines on stdout:
+     * instance fence this one). Stops once --max-records records are committed, or with
+     * --until-end at the first empty poll once every assigned partition's position is at its end
+     * offset (or fails after --timeout-ms). JSON lines on stdout:
      *
      *   {"type":"ready","transactional_id"}              after initTransactions
      *   {"type":"round","round","outcome":"committed"|"aborted","count","committed_total",
@@ -598,6 +599,7 @@ public final class SkiffJavaClient {
         int batch = args.intValue("--batch", 50);
         int pauseBeforeCommit = args.intValue("--pause-before-commit", -1);
         boolean assign = args.flag("--assign");
+        boolean untilEnd = args.flag("--until-end");
         long timeoutMs = Long.parseLong(args.value("--timeout-ms", "120000"));
         args.checkNoPositionals();
 
@@ -659,6 +661,9 @@ public final class SkiffJavaClient {
                 }
                 ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(200));
                 if (recs.isEmpty()) {
+                    if (untilEnd && caughtUp(consumer)) {
+                        break;
+                    }
                     continue;
                 }
                 round++;
@@ -720,6 +725,21 @@ public final class SkiffJavaClient {
         }
         emit(obj("type", "summary", "committed_total", committedTotal, "rounds", round,
                 "aborted_rounds", abortedRounds));
+    }
+
+    /** Every assigned partition's position is at its end offset (the LSO: read_committed). */
+    static boolean caughtUp(KafkaConsumer<byte[], byte[]> consumer) {
+        Set<TopicPartition> tps = consumer.assignment();
+        if (tps.isEmpty()) {
+            return false;
+        }
+        Map<TopicPartition, Long> ends = consumer.endOffsets(tps);
+        for (TopicPartition tp : tps) {
+            if (consumer.position(tp) < ends.get(tp)) {
+                return false;
+            }
+        }
+        return true;
     }
 
     // ------------------------------------------------------------------ admin
@@ -1153,7 +1173,7 @@ public final class SkiffJavaClient {
         private final Map<String, List<String>> options = new LinkedHashMap<>();
         private final Set<String> flags = new TreeSet<>();
         private final List<String> positionals = new ArrayList<>();
-        private static final Set<String> FLAGS = Set.of("--headers", "--from-committed", "--commit", "--show", "--assign");
+        private static final Set<String> FLAGS = Set.of("--headers", "--from-committed", "--commit", "--show", "--assign", "--until-end");
 
         Args(String[] argv) {
             for (int i = 0; i < argv.length; i++) {

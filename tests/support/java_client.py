@@ -298,6 +298,7 @@ class JavaClient:
         max_records: int | None = None,
         batch: int | None = None,
         assign: bool = False,
+        until_end: bool = False,
         pause_before_commit: int | None = None,
         timeout_ms: int | None = None,
         props: dict[str, str] | None = None,
@@ -317,6 +318,8 @@ class JavaClient:
                 args += [name, value]
         if assign:
             args.append("--assign")
+        if until_end:
+            args.append("--until-end")
         return args + _props(props)
 
 
