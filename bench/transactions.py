@@ -20,13 +20,16 @@ Reported per cell: records/s (wall time including commits), and for transactions
 of flush and of commit_transaction, and per commit: metadata HTTP requests (all routes; the
 busiest ones named), Kafka requests the agent read (from its /metrics, `skiff_requests`) and
 object PUTs (`skiff_object_store_requests{kind="put"}`). The background rate of metadata
-requests (heartbeats and scans, measured while idle before the cells) is printed so it can
-be subtracted; per-commit counts include it.
+requests (heartbeats and the transaction coordinator's scans, measured while idle before the
+cells) is printed so it can be subtracted; per-commit counts include it. Every route's
+per-commit count follows the table. Counters are read after each producer's warm-up (one
+record per partition, in a transaction for the transactional cells), not counted.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import os
 import re
@@ -38,6 +41,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -132,6 +136,14 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
+def take_snapshot(
+    metrics_port: int, proxy: CountingProxy, metrics: dict[str, float], md: Counter[str]
+) -> None:
+    """The agent's metrics and the proxy's counts, into `metrics` and `md`."""
+    metrics.update(scrape(metrics_port))
+    md.update(proxy.snapshot())
+
+
 def spawn(args: list[str], port: int, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -169,9 +181,16 @@ def drop_db(admin_url: str, name: str) -> None:
 
 
 def run_cell(
-    bootstrap: str, topic: str, partitions: int, records: int, value: bytes, commit_every: int | None
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    value: bytes,
+    commit_every: int | None,
+    warmed_up: Callable[[], None],
 ) -> dict[str, object]:
-    """One producer; `commit_every` None: idempotent, else transactional."""
+    """One producer; `commit_every` None: idempotent, else transactional. `warmed_up` is
+    called once the unmeasured warm-up is done (to take the counters' first snapshot)."""
     config: dict[str, object] = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
     if commit_every is not None:
         config["transactional.id"] = f"bench-{uuid.uuid4()}"
@@ -193,6 +212,7 @@ def run_cell(
         p.commit_transaction(60)
     else:
         p.flush(60)
+    warmed_up()
     flush_s: list[float] = []
     commit_s: list[float] = []
     t0 = time.perf_counter()
@@ -280,10 +300,13 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|---|---|---|")
         base_rate = None
+        routes: list[str] = []
         for name, n in [("idempotent", None), *((f"txn {n}", n) for n in commit_every)]:
             records = args.records if n is None else min(args.records, n * args.max_txns)
-            m0, c0 = scrape(metrics_port), proxy.snapshot()
-            r = run_cell(bootstrap, topics[name], args.partitions, records, value, n)
+            m0: dict[str, float] = {}
+            c0: Counter[str] = Counter()
+            snapshot = functools.partial(take_snapshot, metrics_port, proxy, m0, c0)
+            r = run_cell(bootstrap, topics[name], args.partitions, records, value, n, snapshot)
             m1, c1 = scrape(metrics_port), proxy.snapshot()
             rate = records / float(r["elapsed_s"])  # type: ignore[arg-type]
             base_rate = base_rate or rate
@@ -309,6 +332,11 @@ def main() -> None:
             )
             if r["errors"]:
                 print(f"  ({r['errors']} delivery errors)")
+            routes.append(
+                f"- {name}: " + ", ".join(f"{route} {k / commits:.2f}" for route, k in md.most_common())
+            )
+        print("\nEvery metadata route per commit (background requests included):\n")
+        print("\n".join(routes))
     finally:
         for p in reversed(procs):
             p.terminate()

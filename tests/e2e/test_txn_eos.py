@@ -1,8 +1,9 @@
 """An exactly-once pipeline survives SIGKILLed workers: two agents (`skiff metadata` on
-PostgreSQL, a moto S3 bucket), an input topic of N keyed records, and a worker process (the
-Java client's `txn-transform`: read_committed consumer with its partitions assigned by hand,
-transactional producer, offsets sent to each transaction) that turns each input record into
-one output record.
+PostgreSQL, a moto S3 bucket), an input topic of N keyed records, and a worker process that turns each input record into one
+output record: the Java client's `txn-transform` (kafka-clients 4.3), or its confluent-kafka
+twin tests/e2e/txn_worker.py (librdkafka); either has a read_committed consumer with its
+partitions assigned by hand, a transactional producer, and sends the consumed offsets to
+each transaction with the consumer's group metadata.
 
 1. Worker 1 commits two rounds; round 3's records are written (flushed) and its offsets sent
    but not committed when it is SIGKILLed (it says "paused" at that point: the kill always
@@ -22,9 +23,11 @@ input's end offsets. Synchronisation is on the workers' progress lines, never on
 from __future__ import annotations
 
 import signal
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -58,7 +61,9 @@ def _produce_inputs(bootstrap: str, topic: str) -> dict[str, int]:
     return where
 
 
+@pytest.mark.parametrize("worker_kind", ["java", "python"])
 def test_killed_workers_leave_every_record_exactly_once(
+    worker_kind: str,
     java_client: JavaClient,
     spawn_skiff: Callable[..., SkiffProcess],
     moto_s3: S3Bucket,
@@ -92,7 +97,11 @@ def test_killed_workers_leave_every_record_exactly_once(
             pause_before_commit=pause_before_commit,
             until_end=until_end,
         )
-        w = java_client.start(*args)
+        if worker_kind == "python":  # the same options (it always assigns), the same JSON lines
+            options = [str(a) for a in args[1:] if a != "--assign"]
+            w = JavaStream([sys.executable, str(Path(__file__).with_name("txn_worker.py")), *options])
+        else:
+            w = java_client.start(*args)
         request.addfinalizer(w.close)
         return w
 
@@ -114,7 +123,8 @@ def test_killed_workers_leave_every_record_exactly_once(
     assert summary["aborted_rounds"] == 0
     # What the killed workers reported committed plus what worker 3 did is the input, short of at
     # most one round worker 2 committed but was killed before reporting.
-    w1.finish(), w2.finish()
+    w1.finish()
+    w2.finish()
     reported = [max((r["committed_total"] for r in w.of_type("round")), default=0) for w in (w1, w2)]
     assert reported[0] > 0 and reported[1] > 0, reported
     assert 0 <= RECORDS - (sum(reported) + summary["committed_total"]) <= BATCH, (reported, summary)
