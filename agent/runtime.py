@@ -243,7 +243,8 @@ def build_agent_context(
             runs = result.locations  # the chunk rows metadata recorded, as find_chunks returns them
             if runs:
                 key = (spec.topic_id, spec.partition)
-                locations.add_committed(key, runs, runs[-1].last_offset + 1)
+                plain = not any(b.is_transactional or b.control_type >= 0 for b in spec.batches)
+                locations.add_committed(key, runs, runs[-1].last_offset + 1, plain=plain)
                 watch.committed(key, runs[-1].last_offset + 1)
 
     buffer = ProduceBuffer(

@@ -6,6 +6,12 @@ unique per partition). find_chunks reads the index in pages: the first page is s
 (most fetches need one or two chunks), later pages grow; the total read is bounded by
 the fetch size. Compacted chunks carry a bitmap of the offsets still present
 (metadata.bitmaps); a chunk with nothing left at or after the fetch offset is skipped.
+
+read_committed queries stop at the last stable offset (LSO) and also answer, for the
+agent's cache, every aborted transaction overlapping [fetch offset, LSO) with its last
+offset (`aborted_ranges`, complete up to `aborted_until`), when there are at most
+`MAX_CACHEABLE_ABORTED` of them (one indexed query with a LIMIT); past that only the
+aborted transactions of the returned range are answered, as before.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ from metadata import bitmaps, transactions
 from metadata.db import read_tx
 from metadata.errors import INVALID_REQUEST, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
 from metadata.rows import LOC_COLS, Db, location_of
-from metadata.schema import chunks, files, topics
+from metadata.schema import chunks, files, topics, txn_aborted
 from metadata.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_CACHEABLE_ABORTED,
     MAX_TIMESTAMP,
     ChunkLocation,
     FetchQuery,
@@ -101,12 +108,24 @@ class Reads:
                 # aborted transactions of the range returned.
                 lso = min(hwm, open_from.get((q.topic_id, q.partition), hwm))
                 if q.offset >= lso:
-                    out.append(PartitionFetchInfo(NONE, log_start, hwm, last_stable_offset=lso))
+                    out.append(
+                        PartitionFetchInfo(NONE, log_start, hwm, last_stable_offset=lso, aborted_until=lso)
+                    )
                     continue
                 locs = self._chunks_from(conn, q.topic_id, q.partition, q.offset, lso, q.max_bytes)
                 upper = min(lso, max((c.last_offset for c in locs), default=q.offset) + 1)
-                aborted = transactions.aborted_in(conn, q.topic_id, q.partition, q.offset, upper)
-                out.append(PartitionFetchInfo(NONE, log_start, hwm, tuple(locs), lso, tuple(aborted)))
+                ranges = _aborted_ranges(conn, q.topic_id, q.partition, q.offset, lso)
+                if ranges is None:  # too many to cache: only what this read needs
+                    aborted = transactions.aborted_in(conn, q.topic_id, q.partition, q.offset, upper)
+                    ranges, until = (), -1
+                else:
+                    aborted = [(pid, first) for pid, first, _ in ranges if first < upper]
+                    until = lso
+                out.append(
+                    PartitionFetchInfo(
+                        NONE, log_start, hwm, tuple(locs), lso, tuple(aborted), tuple(ranges), until
+                    )
+                )
         return out
 
     def _chunks_from(
@@ -207,3 +226,29 @@ class Reads:
             if first is not None:
                 return OffsetAnswer(NONE, first, loc.max_timestamp)
         return OffsetAnswer(NONE, -1, -1)
+
+
+def _aborted_ranges(
+    conn: Connection, topic_id: uuid.UUID, partition: int, from_offset: int, below_offset: int
+) -> tuple[tuple[int, int, int], ...] | None:
+    """(producer id, first offset, last offset) of every aborted transaction overlapping
+    [from_offset, below_offset), or None if there are more than MAX_CACHEABLE_ABORTED
+    (one indexed query, at most that many rows plus one)."""
+    rows = conn.execute(
+        select(txn_aborted.c.producer_id, txn_aborted.c.first_offset, txn_aborted.c.last_offset)
+        .where(
+            txn_aborted.c.topic_id == topic_id,
+            txn_aborted.c.partition == partition,
+            txn_aborted.c.last_offset >= from_offset,
+            txn_aborted.c.first_offset < below_offset,
+        )
+        .order_by(txn_aborted.c.last_offset)
+        .limit(MAX_CACHEABLE_ABORTED + 1)
+    ).all()
+    if len(rows) > MAX_CACHEABLE_ABORTED:
+        return None
+    return tuple(
+        sorted(
+            ((int(r.producer_id), int(r.first_offset), int(r.last_offset)) for r in rows), key=lambda a: a[1]
+        )
+    )

@@ -117,6 +117,8 @@ class PartitionFetchInfoM(_M):
     chunks: list[ChunkLocationM] = []
     last_stable_offset: Int64 = -1
     aborted: list[tuple[Int64, Int64]] = []
+    aborted_ranges: list[tuple[Int64, Int64, Int64]] = []
+    aborted_until: Int64 = -1
 
 
 class PartitionStateM(_M):
@@ -507,6 +509,8 @@ def fetch_info_to_m(x: t.PartitionFetchInfo) -> PartitionFetchInfoM:
         chunks=[location_to_m(c) for c in x.chunks],
         last_stable_offset=x.last_stable_offset,
         aborted=[list(a) for a in x.aborted],
+        aborted_ranges=[list(a) for a in x.aborted_ranges],
+        aborted_until=x.aborted_until,
     )
 
 
@@ -518,6 +522,8 @@ def fetch_info_from_m(m: PartitionFetchInfoM) -> t.PartitionFetchInfo:
         chunks=tuple(location_from_m(c) for c in m.chunks),
         last_stable_offset=m.last_stable_offset,
         aborted=tuple((int(a), int(b)) for a, b in m.aborted),
+        aborted_ranges=tuple((int(a), int(b), int(c)) for a, b, c in m.aborted_ranges),
+        aborted_until=m.aborted_until,
     )
 
 

@@ -26,6 +26,10 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
+# At most this many aborted transactions are answered in `PartitionFetchInfo.aborted_ranges`
+# (the agent's cache of a partition's aborted ranges holds about as many).
+MAX_CACHEABLE_ABORTED = 64
+
 
 @dataclass(frozen=True)
 class Topic:
@@ -136,6 +140,11 @@ class PartitionFetchInfo:
     last_stable_offset: int = -1  # read_committed queries only (-1: not asked)
     # read_committed: (producer id, first offset) of the aborted transactions in the range
     aborted: tuple[tuple[int, int], ...] = ()
+    # read_committed, for the agent's cache: (producer id, first offset, last offset) of
+    # every aborted transaction overlapping [query offset, aborted_until) (-1: not given).
+    # Complete for that span, and at most `MAX_CACHEABLE_ABORTED` entries.
+    aborted_ranges: tuple[tuple[int, int, int], ...] = ()
+    aborted_until: int = -1
 
 
 @dataclass(frozen=True)
