@@ -165,12 +165,24 @@ class ChunkLocationCache:
         `max_age_ms` or `confirms(high watermark)` says the commit watch follows it (then
         any commit, the one of the markers that moves the LSO included, wakes the fetch)."""
         entry = self._entries.get(key)
-        if entry is None or offset != entry.lso or entry.lso_hwm != entry.hwm:
+        if entry is None or offset != entry.lso:
             return None
-        fresh = self._now() - entry.tail_stamp <= max_age_ms / 1000.0
-        if not fresh and not (confirms is not None and confirms(entry.hwm)):
+        fresh = entry.lso_hwm == entry.hwm and self._now() - entry.tail_stamp <= max_age_ms / 1000.0
+        if not fresh and not (
+            confirms is not None and entry.hwm <= entry.lso_hwm and confirms(entry.lso_hwm)
+        ):
             return None
-        return PartitionFetchInfo(0, entry.log_start, entry.hwm, (), entry.lso, (), (), entry.lso)
+        return PartitionFetchInfo(0, entry.log_start, entry.lso_hwm, (), entry.lso, (), (), entry.lso)
+
+    def saw_stable(self, key: Key, high_watermark: int, last_stable_offset: int) -> None:
+        """The commit watch heard that at `high_watermark` the LSO is `last_stable_offset`."""
+        entry = self._entries.get(key)
+        if entry is None or not 0 <= last_stable_offset <= high_watermark:
+            return
+        if last_stable_offset > entry.lso or (
+            last_stable_offset == entry.lso and high_watermark > entry.lso_hwm
+        ):
+            entry.lso, entry.lso_hwm = last_stable_offset, high_watermark
 
     def saw_high_watermark(self, key: Key, high_watermark: int) -> None:
         """Someone (the commit watch) saw this watermark: if it is news, stop trusting the tail."""
@@ -194,14 +206,22 @@ class ChunkLocationCache:
             self._learn_aborted(key, entry, fetch_offset, info.aborted_until, info.aborted_ranges)
 
     def add_committed(
-        self, key: Key, chunks: Sequence[ChunkLocation], high_watermark: int, *, plain: bool = False
+        self,
+        key: Key,
+        chunks: Sequence[ChunkLocation],
+        high_watermark: int,
+        *,
+        plain: bool = False,
+        markers: bool = True,
     ) -> None:
         """Learn from this agent's own commit: new chunks and the new high watermark.
 
         Only extends an entry that exists and ends exactly where the new chunks begin (so
         no other agent's commit can have slipped in between unseen); otherwise nothing is
         learnt and the next fetch asks metadata. `plain`: the commit held no transactional
-        and no control batch, so if the LSO was the high watermark it still is.
+        and no control batch, so if the LSO was the high watermark it still is. Without
+        `markers` (no control batch) no transaction closed: an LSO held below the old high
+        watermark by an open transaction stays where it is.
         """
         entry = self._entries.get(key)
         if entry is None or not chunks or chunks[0].base_offset != entry.hwm:
@@ -210,12 +230,19 @@ class ChunkLocationCache:
                 self._drop(key)
             return
         stable = plain and entry.lso == entry.hwm == entry.lso_hwm
+        held = not markers and entry.lso_hwm == entry.hwm and 0 <= entry.lso < entry.hwm
         old_hwm = entry.hwm
         entry = self._merge(key, entry.log_start, high_watermark, chunks, refresh=False)
-        if stable and entry.hwm == high_watermark:
+        if entry.hwm != high_watermark:
+            return
+        if stable:
             entry.lso = entry.lso_hwm = high_watermark
-            if entry.ab_hi == old_hwm:
-                entry.ab_hi = high_watermark  # nothing was aborted in what was just added
+        elif held:
+            entry.lso_hwm = high_watermark
+        if plain and entry.ab_hi == old_hwm and entry.lso >= high_watermark:
+            # no marker in what was just added, and no transaction left open below it
+            # (the LSO is past it): no aborted range overlaps it
+            entry.ab_hi = high_watermark
 
     def invalidate(self, key: Key) -> None:
         self._drop(key)

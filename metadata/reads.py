@@ -53,12 +53,20 @@ class Reads:
         self._db = db
 
     def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
+        """Log start, high watermark and last stable offset of each partition (what the
+        commit feed's long poll answers with)."""
+        pairs = [(k.topic_id, k.partition) for k in keys]
         with read_tx(self._db.engine) as conn:
-            states = self._db.dialect.read_partitions(conn, [(k.topic_id, k.partition) for k in keys])
+            states = self._db.dialect.read_partitions(conn, pairs)
+            open_from = transactions.stable_state(conn, pairs) if pairs else {}
         out = []
         for k in keys:
             s = states.get((k.topic_id, k.partition))
-            out.append(PartitionState(NONE, s[0], s[1]) if s else PartitionState(UNKNOWN_TOPIC_OR_PARTITION))
+            if s is None:
+                out.append(PartitionState(UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            lso = min(s[1], open_from.get((k.topic_id, k.partition), s[1]))
+            out.append(PartitionState(NONE, s[0], s[1], lso))
         return out
 
     def file_chunks(self, object_key: str) -> FileChunks:

@@ -125,6 +125,7 @@ class PartitionStateM(_M):
     error_code: Int32
     log_start_offset: Int64 = -1
     high_watermark: Int64 = -1
+    last_stable_offset: Int64 = -1
 
 
 class OffsetQueryM(_M):
@@ -270,6 +271,7 @@ class PartitionWatermarkM(_M):
     partition: Int32
     high_watermark: Int64
     error_code: Int32 = 0
+    last_stable_offset: Int64 = -1
 
 
 class WaitForCommitsRequest(_M):

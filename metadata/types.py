@@ -118,6 +118,8 @@ class PartitionWatermark:
     partition: int
     high_watermark: int
     error_code: int = 0
+    # In answers: the partition's last stable offset at that high watermark (-1: unknown).
+    last_stable_offset: int = -1
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,8 @@ class PartitionState:
     error_code: int
     log_start_offset: int = -1
     high_watermark: int = -1
+    # The first offset of the oldest open transaction, else the high watermark (-1: unknown).
+    last_stable_offset: int = -1
 
 
 @dataclass(frozen=True)

@@ -252,3 +252,28 @@ def test_fetch_parked_at_an_open_transaction_is_woken_by_its_commit(harness: Age
     # records: it was woken (a fetch that times out answers its first, empty, read)
     assert _values(bytes(out[0].records)) == [b"x0", b"x1"]
     assert int(out[0].last_stable_offset) == int(out[0].high_watermark) == 4  # 1 + 2 + the marker
+
+
+def test_open_transaction_writing_through_this_agent_costs_no_metadata_reads_at_the_lso(
+    harness: AgentHarness,
+) -> None:
+    topic = _topic(harness)
+    _produce(harness, topic, [b"plain"])
+    p = _txn_producer(harness.bootstrap)
+    p.begin_transaction()
+    p.produce(topic, value=b"y0", partition=0)
+    assert p.flush(30) == 0
+    assert int(_fetch(harness, topic, 0, isolation=1).last_stable_offset) == 1
+    assert _values(bytes(_fetch(harness, topic, 1, isolation=1, wait_ms=50).records)) == []
+    before = _finds(harness)
+    for i in range(1, 6):  # the open transaction writes on: the LSO stays, the watermark moves
+        p.produce(topic, value=f"y{i}".encode(), partition=0)
+        assert p.flush(30) == 0
+        held = _fetch(harness, topic, 1, isolation=1)
+        assert (int(held.last_stable_offset), int(held.high_watermark)) == (1, 2 + i)
+        assert _values(bytes(held.records)) == []
+    assert _finds(harness) == before
+    p.commit_transaction(30)
+    assert _values(bytes(_fetch(harness, topic, 1, isolation=1).records)) == [
+        f"y{i}".encode() for i in range(6)
+    ]

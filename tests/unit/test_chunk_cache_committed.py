@@ -79,6 +79,7 @@ def test_the_tail_waits_only_at_the_lso_of_the_confirmed_watermark() -> None:
     assert c.known_tail_committed(K, 20, 100, confirms=lambda hwm: hwm == 30) is not None
     # a read_uncommitted answer moves the watermark: the LSO of the new one is unknown
     c.store(K, PartitionFetchInfo(0, 0, 40, (loc(30, 39),)))
+    assert c.known_tail_committed(K, 20, 100, confirms=lambda hwm: hwm == 40) is None
     assert c.known_tail_committed(K, 20, 100, confirms=lambda hwm: True) is None
 
 
@@ -92,11 +93,11 @@ def test_own_plain_commit_moves_the_lso_and_the_clean_span() -> None:
     # a transactional (or marker) commit: the LSO may have stopped; metadata must say
     c.add_committed(K, (loc(20, 29),), 30, plain=False)
     assert c.lookup_committed(K, 20, 100) is None
-    assert c.known_tail_committed(K, 20, 10_000, confirms=lambda hwm: True) is None
-    assert c.known_tail_committed(K, 30, 10_000, confirms=lambda hwm: True) is None
+    assert c.known_tail_committed(K, 20, 10_000, confirms=lambda hwm: hwm == 30) is None
+    assert c.known_tail_committed(K, 30, 10_000, confirms=lambda hwm: hwm == 30) is None
     # and a plain commit after it does not move it either
     c.add_committed(K, (loc(30, 39),), 40, plain=True)
-    assert c.known_tail_committed(K, 40, 10_000, confirms=lambda hwm: True) is None
+    assert c.known_tail_committed(K, 40, 10_000, confirms=lambda hwm: hwm == 40) is None
     assert c.lookup(K, 30, 100) is not None  # read_uncommitted is served as before
 
 
@@ -121,3 +122,31 @@ def test_aborted_ranges_are_bounded() -> None:
     assert c.lookup_committed(other, 0, 100) is None and c.aborted_total == 3  # past the total
     c.invalidate(K)
     assert c.aborted_total == 0
+
+
+def test_own_transactional_data_keeps_an_lso_held_by_an_open_transaction() -> None:
+    c = ChunkLocationCache(monotonic=Clock())
+    c.store(K, committed_answer(10, 5, (loc(0, 4), loc(5, 9))), fetch_offset=0)
+    c.add_committed(K, (loc(10, 19),), 20, plain=False, markers=False)  # more of the open txn
+    tail = c.known_tail_committed(K, 5, 10_000)
+    assert tail is not None and (tail.last_stable_offset, tail.high_watermark) == (5, 20)
+    c.add_committed(K, (loc(20, 20),), 21, plain=False, markers=True)  # its marker: ask metadata
+    assert c.known_tail_committed(K, 5, 10_000, confirms=lambda hwm: hwm == 21) is None
+
+
+def test_what_the_commit_watch_hears_of_the_lso() -> None:
+    clock = Clock()
+    c = ChunkLocationCache(monotonic=clock)
+    c.store(K, committed_answer(10, 5, (loc(0, 4), loc(5, 9))), fetch_offset=0)
+    clock.t = 10.0
+    # another agent committed more of the open transaction: the LSO stays at 5 at watermark 12
+    c.saw_high_watermark(K, 12)
+    c.saw_stable(K, 12, 5)
+    tail = c.known_tail_committed(K, 5, 100, confirms=lambda hwm: hwm == 12)
+    assert tail is not None and (tail.last_stable_offset, tail.high_watermark) == (5, 12)
+    # then its markers: the LSO moved, the records below it are not cached: metadata
+    c.saw_stable(K, 14, 14)
+    assert c.known_tail_committed(K, 5, 100, confirms=lambda hwm: hwm == 14) is None
+    assert c.lookup_committed(K, 5, 1000) is None
+    c.saw_stable(K, 13, 12)  # older news changes nothing
+    assert c.known_tail_committed(K, 14, 100, confirms=lambda hwm: hwm == 14) is not None
