@@ -174,6 +174,13 @@ class ChunkLocationCache:
             return None
         return PartitionFetchInfo(0, entry.log_start, entry.lso_hwm, (), entry.lso, (), (), entry.lso)
 
+    def lso_at(self, key: Key, high_watermark: int) -> int | None:
+        """The LSO when the partition's high watermark is `high_watermark`, if known."""
+        entry = self._entries.get(key)
+        if entry is None or entry.lso < 0 or entry.lso_hwm != high_watermark:
+            return None
+        return entry.lso
+
     def saw_stable(self, key: Key, high_watermark: int, last_stable_offset: int) -> None:
         """The commit watch heard that at `high_watermark` the LSO is `last_stable_offset`."""
         entry = self._entries.get(key)

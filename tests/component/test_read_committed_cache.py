@@ -12,6 +12,7 @@ fetch parked at the LSO of an open transaction is woken by the transaction's com
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import threading
 import time
 import uuid
@@ -20,7 +21,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from kio.static.primitive import i8
+from kio.schema.list_offsets.v10.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from fileformat.records import Record, build_batch, iter_batches, iter_records
 from metadata.types import FetchQuery
@@ -273,7 +276,29 @@ def test_open_transaction_writing_through_this_agent_costs_no_metadata_reads_at_
         assert (int(held.last_stable_offset), int(held.high_watermark)) == (1, 2 + i)
         assert _values(bytes(held.records)) == []
     assert _finds(harness) == before
+    assert _latest(harness, topic, 1) == 1  # ListOffsets: the LSO from the cache too
+    assert _finds(harness) == before
     p.commit_transaction(30)
     assert _values(bytes(_fetch(harness, topic, 1, isolation=1).records)) == [
         f"y{i}".encode() for i in range(6)
     ]
+
+
+def _latest(h: AgentHarness, topic: str, isolation: int) -> int:
+    resp = request_once(
+        h.bootstrap,
+        ListOffsetsRequest(
+            replica_id=BrokerId(-1),
+            isolation_level=i8(isolation),
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+            topics=(
+                ListOffsetsTopic(
+                    name=TopicName(topic),
+                    partitions=(ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),),
+                ),
+            ),
+        ),
+    )
+    (p,) = resp.topics[0].partitions
+    assert int(p.error_code) == 0
+    return int(p.offset)
