@@ -7,7 +7,7 @@ with it bypassed for read_committed as before issue 13's fix ("before"), in one 
 Starts `skiff metadata` (SQLite file by default, or the PostgreSQL URL given) as a
 subprocess; one agent runs in this process on a background event loop, over the HTTP
 metadata client wrapped to count calls, and a file:// bucket. Three modes, each on its own
-one-partition topic without transactions, interleaved round by round:
+one-partition topic without transactions, interleaved (the order rotating) round by round:
 - read_uncommitted;
 - read_committed (this branch: `lookup_committed` / `known_tail_committed`);
 - read_committed, before: the cache's read_committed answers switched off (every
@@ -186,7 +186,7 @@ def main() -> None:
         rows: dict[tuple[str, str], list[tuple[int, int, float]]] = {}
         try:
             for rnd in range(args.rounds):
-                for mode in MODES:
+                for mode in MODES[rnd % 3 :] + MODES[: rnd % 3]:  # the order rotates by round
                     isolation = 0 if mode == "read_uncommitted" else 1
                     bypass(mode.endswith("(before)"))
                     topic = f"rc-{rnd}-{uuid.uuid4().hex[:6]}"
