@@ -25,13 +25,16 @@ overlap one offset span [ab_lo, ab_hi), complete for that span. All three are sa
 keep: the LSO never moves back, and whatever lies below it is decided for good (a later
 transaction starts at or above the high watermark of its time, so no aborted range below
 a known LSO can appear later). They are learnt from metadata's read_committed answers
-(`aborted_ranges` up to `aborted_until`) and from this agent's own commits: a commit of
-plain (non-transactional, non-control) batches right at the known tail of a partition
-whose LSO was the high watermark moves the LSO, and the span with no aborted ranges,
-to the new high watermark. A fetch below the LSO whose chunks are cached and whose span
-[offset, min(LSO, end of chunks)) lies inside [ab_lo, ab_hi) is answered from memory
-(records are cut at the LSO by the caller); a fetch at the LSO waits like one at the tail
-when the LSO is known for the current high watermark and that watermark is confirmed.
+(`aborted_ranges` up to `aborted_until`), from the commit watch's long-poll answers
+(`saw_stable`: the LSO at a new high watermark) and from this agent's own commits: a
+commit of plain (non-transactional, non-control) batches right at the known tail of a
+partition whose LSO was the high watermark moves the LSO, and the span with no aborted
+ranges, to the new high watermark; one without markers keeps an LSO held by an open
+transaction where it is (now true at the new watermark). A fetch below the LSO whose
+chunks are cached and whose span [offset, min(LSO, end of chunks)) lies inside
+[ab_lo, ab_hi) is answered from memory (records are cut at the LSO by the caller); a
+fetch at the LSO waits like one at the tail when the LSO is known for a high watermark
+that is confirmed current (recently, or by the commit watch following the partition).
 Bounds: at most `max_aborted_per_partition` ranges per partition (past it the span is
 forgotten and fetches ask metadata) and `max_aborted_total` in the whole cache.
 """
