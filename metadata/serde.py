@@ -510,8 +510,8 @@ def fetch_info_to_m(x: t.PartitionFetchInfo) -> PartitionFetchInfoM:
         high_watermark=x.high_watermark,
         chunks=[location_to_m(c) for c in x.chunks],
         last_stable_offset=x.last_stable_offset,
-        aborted=[list(a) for a in x.aborted],
-        aborted_ranges=[list(a) for a in x.aborted_ranges],
+        aborted=list(x.aborted),
+        aborted_ranges=list(x.aborted_ranges),
         aborted_until=x.aborted_until,
     )
 
