@@ -13,7 +13,10 @@ News of commits comes from two places:
   `wait_for_commits` (metadata.commit_feed) with the partitions this agent follows and
   the watermarks it knows. Metadata answers as soon as a commit moves one of them, so
   the latency this adds is about one metadata round trip (measured in
-  bench/cross_agent_wakeup.py), not a poll interval.
+  bench/cross_agent_wakeup.py), not a poll interval. Each answer also carries the
+  partition's last stable offset at the new watermark, handed to `on_stable` (the chunk
+  cache) before waiters are woken: a read_committed fetch parked at an LSO that did not
+  move (an open transaction still writing) parks again without a metadata call.
 
 Following: a partition is followed from the first fetch that waits on it until no fetch
 has waited on it for `follow_linger_ms`, so a consumer at the tail, whose fetches come
@@ -97,6 +100,7 @@ class CommitWatch:
         long_poll_ms: int = 10_000,
         follow_linger_ms: int = 60_000,
         on_high_watermark: Callable[[Key, int], None] | None = None,
+        on_stable: Callable[[Key, int, int], None] | None = None,
         timer: SystemTimer | None = None,
     ) -> None:
         if retry_interval_ms <= 0 or long_poll_ms <= 0 or follow_linger_ms <= 0:
@@ -106,6 +110,7 @@ class CommitWatch:
         self._long_poll_ms = long_poll_ms
         self._linger_s = follow_linger_ms / 1000.0
         self._on_hwm = on_high_watermark
+        self._on_stable = on_stable
         self.purgatory: DelayedOperationPurgatory[DelayedFetch] = DelayedOperationPurgatory(
             "fetch", timer=timer
         )
@@ -253,6 +258,9 @@ class CommitWatch:
                 loop = asyncio.get_running_loop()
                 for m in moved:
                     key = (m.topic_id, m.partition)
+                    if not m.error_code and m.last_stable_offset >= 0 and self._on_stable is not None:
+                        # before any waiter is woken: its re-read must see this LSO
+                        self._on_stable(key, m.high_watermark, m.last_stable_offset)
                     if m.error_code:
                         self._fail(key)
                     elif key in self._known and self.local_commit_pending(key):

@@ -234,6 +234,7 @@ def build_agent_context(
         long_poll_ms=max(1, min(10_000, config.metadata_timeout_ms)),
         follow_linger_ms=max(60_000, 2 * config.fetch_max_wait_ms_cap),
         on_high_watermark=locations.saw_high_watermark,
+        on_stable=locations.saw_stable,
     )
 
     def on_committed(committed: CommittedFile) -> None:
@@ -243,7 +244,9 @@ def build_agent_context(
             runs = result.locations  # the chunk rows metadata recorded, as find_chunks returns them
             if runs:
                 key = (spec.topic_id, spec.partition)
-                locations.add_committed(key, runs, runs[-1].last_offset + 1)
+                plain = not any(b.is_transactional or b.control_type >= 0 for b in spec.batches)
+                markers = any(b.control_type >= 0 for b in spec.batches)
+                locations.add_committed(key, runs, runs[-1].last_offset + 1, plain=plain, markers=markers)
                 watch.committed(key, runs[-1].last_offset + 1)
 
     buffer = ProduceBuffer(

@@ -23,7 +23,11 @@ Pieces:
   current watermarks (so a commit between the caller's last look and the subscription is
   not missed), return the partitions whose watermark passed the caller's `known` value (or
   that no longer exist) at once; otherwise wait for a publication of one of the keys or
-  the timeout, read again and return what moved (possibly nothing).
+  the timeout, read again and return what moved (possibly nothing). Each answer carries
+  the partition's last stable offset at that high watermark (the LSO moves only with a
+  commit, of markers or of transactional data, so with the high watermark): agents keep
+  it beside the watermark, and a read_committed fetch parked at an LSO that did not move
+  waits on without asking metadata where records are.
 
 Limits: `MAX_WATCHED_PARTITIONS` keys per wait, `MAX_WAIT_MS` per wait and
 `MAX_SUBSCRIPTIONS` concurrent waits per process (past it, `wait_for_commits` answers at
@@ -144,7 +148,11 @@ def _moved(known: Sequence[PartitionWatermark], states: Sequence[PartitionState]
     out = []
     for k, s in zip(known, states, strict=True):
         if s.error_code or s.high_watermark > k.high_watermark:
-            out.append(PartitionWatermark(k.topic_id, k.partition, s.high_watermark, s.error_code))
+            out.append(
+                PartitionWatermark(
+                    k.topic_id, k.partition, s.high_watermark, s.error_code, s.last_stable_offset
+                )
+            )
     return out
 
 

@@ -6,6 +6,12 @@ unique per partition). find_chunks reads the index in pages: the first page is s
 (most fetches need one or two chunks), later pages grow; the total read is bounded by
 the fetch size. Compacted chunks carry a bitmap of the offsets still present
 (metadata.bitmaps); a chunk with nothing left at or after the fetch offset is skipped.
+
+read_committed queries stop at the last stable offset (LSO) and also answer, for the
+agent's cache, every aborted transaction overlapping [fetch offset, LSO) with its last
+offset (`aborted_ranges`, complete up to `aborted_until`), when there are at most
+`MAX_CACHEABLE_ABORTED` of them (one indexed query with a LIMIT); past that only the
+aborted transactions of the returned range are answered, as before.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ from metadata import bitmaps, transactions
 from metadata.db import read_tx
 from metadata.errors import INVALID_REQUEST, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
 from metadata.rows import LOC_COLS, Db, location_of
-from metadata.schema import chunks, files, topics
+from metadata.schema import chunks, files, topics, txn_aborted
 from metadata.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_CACHEABLE_ABORTED,
     MAX_TIMESTAMP,
     ChunkLocation,
     FetchQuery,
@@ -37,6 +44,7 @@ from metadata.types import (
 )
 
 _FIND_FIRST_PAGE = 4
+_STABLE_READS = 3
 READ_COMMITTED = 1
 _FIND_MAX_PAGE = 256
 
@@ -46,13 +54,55 @@ class Reads:
         self._db = db
 
     def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
+        """Log start, high watermark and last stable offset of each partition (what the
+        commit feed's long poll answers with)."""
+        pairs = [(k.topic_id, k.partition) for k in keys]
         with read_tx(self._db.engine) as conn:
-            states = self._db.dialect.read_partitions(conn, [(k.topic_id, k.partition) for k in keys])
+            states, open_from, unsure = self._stable_states(conn, pairs, pairs)
         out = []
         for k in keys:
             s = states.get((k.topic_id, k.partition))
-            out.append(PartitionState(NONE, s[0], s[1]) if s else PartitionState(UNKNOWN_TOPIC_OR_PARTITION))
+            if s is None:
+                out.append(PartitionState(UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            lso = min(s[1], open_from.get((k.topic_id, k.partition), s[1]))
+            out.append(PartitionState(NONE, s[0], s[1], -1 if (k.topic_id, k.partition) in unsure else lso))
         return out
+
+    def _stable_states(
+        self, conn: Connection, pairs: list[tuple[uuid.UUID, int]], stable: list[tuple[uuid.UUID, int]]
+    ) -> tuple[dict[tuple[uuid.UUID, int], tuple[int, int]], dict[tuple[uuid.UUID, int], int], set[Any]]:
+        """(log start, high watermark) of `pairs`, the first offset of the oldest open
+        transaction of the `stable` ones that have one, and the partitions whose two reads
+        could not be matched. Each statement may see its own snapshot (PostgreSQL's READ
+        COMMITTED): a commit of markers between the two reads would show a last stable offset
+        past a transaction that the watermark read still has open. So the watermarks are
+        read again after the open transactions; a partition whose watermark moved in between
+        (every commit that changes its open transactions moves it) is read again, at most
+        `_STABLE_READS` times, then reported unsure (its LSO computed from the watermark
+        read before the open transactions, as this code did before)."""
+        states = self._db.dialect.read_partitions(conn, pairs)
+        open_from: dict[tuple[uuid.UUID, int], int] = {}
+        todo = sorted({k for k in stable if k in states})
+        for attempt in range(_STABLE_READS):
+            if not todo:
+                break
+            last = attempt == _STABLE_READS - 1
+            found = transactions.stable_state(conn, todo)
+            after = self._db.dialect.read_partitions(conn, todo)
+            moved = []
+            for k in todo:
+                if k in found:
+                    open_from[k] = found[k]
+                else:
+                    open_from.pop(k, None)
+                now = after.get(k)
+                if now is not None and now[1] != states[k][1]:
+                    moved.append(k)
+                    if not last:  # else the first read stays, with the transactions read after it
+                        states[k] = now
+            todo = moved
+        return states, open_from, set(todo)
 
     def file_chunks(self, object_key: str) -> FileChunks:
         """The chunk rows that point into one object, by (topic, partition, offset): what an
@@ -81,9 +131,11 @@ class Reads:
         query, however far behind the reader is."""
         out: list[PartitionFetchInfo] = []
         with read_tx(self._db.engine) as conn:
-            states = self._db.dialect.read_partitions(conn, [(q.topic_id, q.partition) for q in queries])
             committed = [(q.topic_id, q.partition) for q in queries if q.isolation_level == READ_COMMITTED]
-            open_from = transactions.stable_state(conn, committed) if committed else {}
+            # (a partition whose reads could not be matched keeps the answer this code gave before)
+            states, open_from, _ = self._stable_states(
+                conn, [(q.topic_id, q.partition) for q in queries], committed
+            )
             for q in queries:
                 s = states.get((q.topic_id, q.partition))
                 if s is None:
@@ -101,12 +153,24 @@ class Reads:
                 # aborted transactions of the range returned.
                 lso = min(hwm, open_from.get((q.topic_id, q.partition), hwm))
                 if q.offset >= lso:
-                    out.append(PartitionFetchInfo(NONE, log_start, hwm, last_stable_offset=lso))
+                    out.append(
+                        PartitionFetchInfo(NONE, log_start, hwm, last_stable_offset=lso, aborted_until=lso)
+                    )
                     continue
                 locs = self._chunks_from(conn, q.topic_id, q.partition, q.offset, lso, q.max_bytes)
                 upper = min(lso, max((c.last_offset for c in locs), default=q.offset) + 1)
-                aborted = transactions.aborted_in(conn, q.topic_id, q.partition, q.offset, upper)
-                out.append(PartitionFetchInfo(NONE, log_start, hwm, tuple(locs), lso, tuple(aborted)))
+                ranges = _aborted_ranges(conn, q.topic_id, q.partition, q.offset, lso)
+                if ranges is None:  # too many to cache: only what this read needs
+                    aborted = transactions.aborted_in(conn, q.topic_id, q.partition, q.offset, upper)
+                    ranges, until = (), -1
+                else:
+                    aborted = [(pid, first) for pid, first, _ in ranges if first < upper]
+                    until = lso
+                out.append(
+                    PartitionFetchInfo(
+                        NONE, log_start, hwm, tuple(locs), lso, tuple(aborted), tuple(ranges), until
+                    )
+                )
         return out
 
     def _chunks_from(
@@ -207,3 +271,29 @@ class Reads:
             if first is not None:
                 return OffsetAnswer(NONE, first, loc.max_timestamp)
         return OffsetAnswer(NONE, -1, -1)
+
+
+def _aborted_ranges(
+    conn: Connection, topic_id: uuid.UUID, partition: int, from_offset: int, below_offset: int
+) -> tuple[tuple[int, int, int], ...] | None:
+    """(producer id, first offset, last offset) of every aborted transaction overlapping
+    [from_offset, below_offset), or None if there are more than MAX_CACHEABLE_ABORTED
+    (one indexed query, at most that many rows plus one)."""
+    rows = conn.execute(
+        select(txn_aborted.c.producer_id, txn_aborted.c.first_offset, txn_aborted.c.last_offset)
+        .where(
+            txn_aborted.c.topic_id == topic_id,
+            txn_aborted.c.partition == partition,
+            txn_aborted.c.last_offset >= from_offset,
+            txn_aborted.c.first_offset < below_offset,
+        )
+        .order_by(txn_aborted.c.last_offset)
+        .limit(MAX_CACHEABLE_ABORTED + 1)
+    ).all()
+    if len(rows) > MAX_CACHEABLE_ABORTED:
+        return None
+    return tuple(
+        sorted(
+            ((int(r.producer_id), int(r.first_offset), int(r.last_offset)) for r in rows), key=lambda a: a[1]
+        )
+    )

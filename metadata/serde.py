@@ -117,12 +117,15 @@ class PartitionFetchInfoM(_M):
     chunks: list[ChunkLocationM] = []
     last_stable_offset: Int64 = -1
     aborted: list[tuple[Int64, Int64]] = []
+    aborted_ranges: list[tuple[Int64, Int64, Int64]] = []
+    aborted_until: Int64 = -1
 
 
 class PartitionStateM(_M):
     error_code: Int32
     log_start_offset: Int64 = -1
     high_watermark: Int64 = -1
+    last_stable_offset: Int64 = -1
 
 
 class OffsetQueryM(_M):
@@ -268,6 +271,7 @@ class PartitionWatermarkM(_M):
     partition: Int32
     high_watermark: Int64
     error_code: Int32 = 0
+    last_stable_offset: Int64 = -1
 
 
 class WaitForCommitsRequest(_M):
@@ -506,7 +510,9 @@ def fetch_info_to_m(x: t.PartitionFetchInfo) -> PartitionFetchInfoM:
         high_watermark=x.high_watermark,
         chunks=[location_to_m(c) for c in x.chunks],
         last_stable_offset=x.last_stable_offset,
-        aborted=[list(a) for a in x.aborted],
+        aborted=list(x.aborted),
+        aborted_ranges=list(x.aborted_ranges),
+        aborted_until=x.aborted_until,
     )
 
 
@@ -518,6 +524,8 @@ def fetch_info_from_m(m: PartitionFetchInfoM) -> t.PartitionFetchInfo:
         chunks=tuple(location_from_m(c) for c in m.chunks),
         last_stable_offset=m.last_stable_offset,
         aborted=tuple((int(a), int(b)) for a, b in m.aborted),
+        aborted_ranges=tuple((int(a), int(b), int(c)) for a, b, c in m.aborted_ranges),
+        aborted_until=m.aborted_until,
     )
 
 

@@ -26,6 +26,10 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
+# At most this many aborted transactions are answered in `PartitionFetchInfo.aborted_ranges`
+# (the agent's cache of a partition's aborted ranges holds about as many).
+MAX_CACHEABLE_ABORTED = 64
+
 
 @dataclass(frozen=True)
 class Topic:
@@ -114,6 +118,8 @@ class PartitionWatermark:
     partition: int
     high_watermark: int
     error_code: int = 0
+    # In answers: the partition's last stable offset at that high watermark (-1: unknown).
+    last_stable_offset: int = -1
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,11 @@ class PartitionFetchInfo:
     last_stable_offset: int = -1  # read_committed queries only (-1: not asked)
     # read_committed: (producer id, first offset) of the aborted transactions in the range
     aborted: tuple[tuple[int, int], ...] = ()
+    # read_committed, for the agent's cache: (producer id, first offset, last offset) of
+    # every aborted transaction overlapping [query offset, aborted_until) (-1: not given).
+    # Complete for that span, and at most `MAX_CACHEABLE_ABORTED` entries.
+    aborted_ranges: tuple[tuple[int, int, int], ...] = ()
+    aborted_until: int = -1
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,8 @@ class PartitionState:
     error_code: int
     log_start_offset: int = -1
     high_watermark: int = -1
+    # The first offset of the oldest open transaction, else the high watermark (-1: unknown).
+    last_stable_offset: int = -1
 
 
 @dataclass(frozen=True)

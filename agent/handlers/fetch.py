@@ -32,21 +32,27 @@ Per request:
    commits, about one metadata round trip for other agents'), then reads again, and
    waits again for the rest of `max_wait_ms` while it still has fewer than `min_bytes`.
    Partitions answered with an error are not waited on.
-5. `isolation_level` read_committed (1): the chunk locations come from metadata
-   (`find_chunks` with isolation_level 1; the agent's chunk-location cache knows the high
-   watermark only), which stops at the partition's last stable offset (LSO: the first
-   offset of its oldest open transaction, else the high watermark) and answers the aborted
-   transactions (producer id, first offset) of the range; the records served are cut
+5. `isolation_level` read_committed (1): the partition's last stable offset (LSO: the
+   first offset of its oldest open transaction, else the high watermark) bounds what is
+   served. The chunk-location cache answers like for read_uncommitted when it can
+   (`lookup_committed`: the chunks below its known LSO and the aborted transactions of
+   their span, which it keeps per partition, bounded; `known_tail_committed`: a fetch at
+   the LSO of the confirmed high watermark waits at once), so a consumer of a partition
+   without transactions costs no more metadata calls than a read_uncommitted one. Else
+   one `find_chunks` with isolation_level 1 answers: chunks up to the LSO, the aborted
+   transactions (producer id, first offset) of the range, and, for the cache, every
+   aborted range up to the LSO when there are few. The records served are cut
    before the first batch at or above the LSO (`trim_below`: a chunk may straddle it), and
    the response carries `last_stable_offset` and `aborted_transactions`, with which
    clients drop aborted records and skip the markers. A read_committed fetch at the LSO
-   waits like one at the high watermark: the commit of the markers that move the LSO
-   moves the high watermark too, which wakes it.
+   waits like one at the high watermark: the LSO only moves with a commit (of the markers,
+   or a file holding them) that moves the high watermark too, which wakes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 import uuid
@@ -146,8 +152,16 @@ async def _read_once(
     watch = ctx.parts.commit_watch
     trust_ms = ctx.config.fetch_poll_interval_ms
     infos: list[PartitionFetchInfo | None] = [
-        None
-        if committed  # the cache knows high watermarks, not last stable offsets: ask metadata
+        (
+            locations.lookup_committed((q.topic_id, q.partition), q.offset, q.max_bytes)
+            or locations.known_tail_committed(
+                (q.topic_id, q.partition),
+                q.offset,
+                trust_ms,
+                confirms=functools.partial(watch.confirms_tail, (q.topic_id, q.partition)),
+            )
+        )
+        if committed
         else locations.lookup((q.topic_id, q.partition), q.offset, q.max_bytes)
         or locations.known_tail(
             (q.topic_id, q.partition),
@@ -164,8 +178,7 @@ async def _read_once(
             answered = await ctx.metadata.find_chunks([queries[i] for i in misses])
             for i, info in zip(misses, answered, strict=True):
                 infos[i] = info
-                if not committed:
-                    locations.store((queries[i].topic_id, queries[i].partition), info)
+                locations.store((queries[i].topic_id, queries[i].partition), info, queries[i].offset)
         except Exception as exc:
             batch_error = error_of(exc)
             if batch_error[0] == ErrorCode.unknown_server_error:

@@ -17,8 +17,10 @@ store and cache): for a time, the first record at or after the metadata answer w
 timestamp is >= the time; for MAX_TIMESTAMP, the earliest record with the largest
 timestamp at or after the log start. Both report that record's own timestamp. With
 isolation level read_committed (1), LATEST answers the last stable offset (the first
-offset of the partition's oldest open transaction, else the high watermark), from one
-more `find_chunks` call at the high watermark with isolation level 1; timestamp queries
+offset of the partition's oldest open transaction, else the high watermark): the fetch
+path's chunk-location cache answers it when it knows the LSO of exactly the high
+watermark metadata answered, else one more `find_chunks` call at the high watermark
+with isolation level 1 does; timestamp queries
 are not limited to the LSO. `replica_id`, `current_leader_epoch` and `timeout` (v10) are ignored;
 leader epochs are reported as -1, as in Metadata. Errors per partition: a topic the principal may not DESCRIBE ->
 TOPIC_AUTHORIZATION_FAILED (Kafka's ACLs); unknown topic
@@ -158,9 +160,15 @@ async def _stable(
         for i, (q, a) in enumerate(zip(queries, answers, strict=True))
         if q.timestamp == LATEST_TIMESTAMP and not a.error_code and a.offset >= 0
     ]
-    if not todo:
-        return answers
     out = list(answers)
+    known = ctx.parts.chunk_locations
+    for i in list(todo):  # the fetch cache may know the LSO of exactly that high watermark
+        lso = known.lso_at((queries[i].topic_id, queries[i].partition), answers[i].offset)
+        if lso is not None:
+            out[i] = dataclasses.replace(out[i], offset=lso)
+            todo.remove(i)
+    if not todo:
+        return out
     try:
         # at the high watermark: no chunks, only the partition's last stable offset
         infos = await ctx.metadata.find_chunks(

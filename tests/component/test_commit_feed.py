@@ -45,7 +45,7 @@ async def test_answers_at_once_when_already_moved(sqlite_service: MetadataServic
     try:
         known = [PartitionWatermark(t.topic_id, 0, 0), PartitionWatermark(t.topic_id, 1, 0)]
         moved = await asyncio.wait_for(md.wait_for_commits(known, WAIT_MS), 10)
-        assert moved == [PartitionWatermark(t.topic_id, 1, 3)]
+        assert moved == [PartitionWatermark(t.topic_id, 1, 3, last_stable_offset=3)]
     finally:
         await md.close()
 
@@ -61,7 +61,7 @@ async def test_woken_by_a_commit_not_by_the_timeout(sqlite_service: MetadataServ
         assert sqlite_service.commit_feed.subscriptions == 1
         await asyncio.to_thread(commit, sqlite_service, t.topic_id, 0)
         moved = await asyncio.wait_for(waiting, 10)
-        assert moved == [PartitionWatermark(t.topic_id, 0, 3)]
+        assert moved == [PartitionWatermark(t.topic_id, 0, 3, last_stable_offset=3)]
         assert sqlite_service.commit_feed.subscriptions == 0
     finally:
         await md.close()
@@ -112,7 +112,9 @@ async def test_over_http(sqlite_service: MetadataService) -> None:
             await asyncio.sleep(0.5)
             assert not waiting.done()
             await asyncio.to_thread(commit, sqlite_service, t.topic_id, 0)
-            assert await asyncio.wait_for(waiting, 10) == [PartitionWatermark(t.topic_id, 0, 3)]
+            assert await asyncio.wait_for(waiting, 10) == [
+                PartitionWatermark(t.topic_id, 0, 3, last_stable_offset=3)
+            ]
             assert await md.wait_for_commits([PartitionWatermark(t.topic_id, 0, 3)], 6_000) == []
         finally:
             await md.close()
@@ -132,7 +134,9 @@ async def test_commits_through_another_replica_wake_waiters(pg_url: str) -> None
         await asyncio.sleep(0.3)
         assert not waiting.done()
         await asyncio.to_thread(commit, a, t.topic_id, 0)
-        assert await asyncio.wait_for(waiting, 10) == [PartitionWatermark(t.topic_id, 0, 3)]
+        assert await asyncio.wait_for(waiting, 10) == [
+            PartitionWatermark(t.topic_id, 0, 3, last_stable_offset=3)
+        ]
     finally:
         await md.close()
         b.close()
