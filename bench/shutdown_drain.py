@@ -15,7 +15,9 @@ metadata API in one process) with SKIFF_METRICS_PORT set, creates a 4-partition 
 
 When the producer has had `--rate` acks (about a second of load) and /metrics shows a
 parked fetch (`skiff_purgatory_delayed` >= 1), SIGTERM is sent. Measured from the signal:
-the process's exit (Popen.wait) and the last successful delivery report. The producer goes
+the process's exit (Popen.wait), the agent's "stopped cleanly" log line (its
+timestamp, ms; the rest of the exit is the playground stopping its metadata API and the
+interpreter's exit) and the last successful delivery report. The producer goes
 on producing until the process has exited, then flushes; records the agent never read
 fail after `--message-timeout-ms` with a client-side error (no agent to retry on here).
 
@@ -36,6 +38,8 @@ the produce buffer to the file bucket and a commit.
 from __future__ import annotations
 
 import argparse
+import datetime
+import logging
 import os
 import re
 import signal
@@ -49,6 +53,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -61,6 +66,9 @@ from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa
 PARTITIONS = 4
 VALUE = b"v" * 200
 TICK_S = 0.010
+QUIET = logging.getLogger("bench.shutdown_drain.librdkafka")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
 
 
 def loadavg() -> str:
@@ -135,7 +143,10 @@ class SteadyProducer(threading.Thread):
             "acks": "all",
             "linger.ms": 5,
             "message.timeout.ms": message_timeout_ms,
-            "log_level": 0,  # the agent going away is expected; failures are counted instead
+            # the agent going away is expected: librdkafka's log of each refused reconnect
+            # goes to a silenced logger; failures are counted from the delivery reports
+            "logger": QUIET,
+            "error_cb": lambda _err: None,
         }
 
     def run(self) -> None:
@@ -167,7 +178,8 @@ class IdleConsumer(threading.Thread):
             "group.id": "drain-idle",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": fetch_wait_ms,
-            "log_level": 0,  # the agent going away is expected
+            "logger": QUIET,
+            "error_cb": lambda _err: None,
         }
 
     def run(self) -> None:
@@ -184,6 +196,15 @@ def wait_until(what: str, cond: Callable[[], bool], timeout_s: float = 60.0) -> 
         if time.monotonic() > deadline:
             raise TimeoutError(what)
         time.sleep(0.01)
+
+
+def logged_at(log: Path, text: str) -> float:
+    """Epoch seconds of the first log line containing `text` (the CLI's asctime, ms)."""
+    for line in log.read_text().splitlines():
+        if text in line:
+            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            return stamp.timestamp()
+    return float("nan")
 
 
 def log_check(pg: Playground, acked: list[tuple[float, int, int]]) -> tuple[int, list[str]]:
@@ -208,7 +229,8 @@ def log_check(pg: Playground, acked: list[tuple[float, int, int]]) -> tuple[int,
 def one_run(root: Path, args: argparse.Namespace) -> dict:
     data, log = root / "data", root / "playground.log"
     pg = start_playground(data, log, args.flush_interval_ms)
-    admin = AdminClient({"bootstrap.servers": pg.bootstrap})
+    quiet: dict[str, Any] = {"logger": QUIET, "error_cb": lambda _err: None}
+    admin = AdminClient({"bootstrap.servers": pg.bootstrap, **quiet})
     for f in admin.create_topics([NewTopic("load", PARTITIONS, 1), NewTopic("idle", 1, 1)]).values():
         f.result(timeout=30)
     producer = SteadyProducer(pg.bootstrap, args.rate, args.message_timeout_ms)
@@ -219,7 +241,7 @@ def one_run(root: Path, args: argparse.Namespace) -> dict:
         if not producer.deliveries.warm.wait(60):
             raise TimeoutError("producer warm-up")
         wait_until("a parked fetch", lambda: pg.metric('skiff_purgatory_delayed{purgatory="fetch"}') >= 1)
-        t_signal = time.monotonic()
+        t_signal, wall_signal = time.monotonic(), time.time()
         pg.proc.send_signal(signal.SIGTERM)
         code = pg.proc.wait(timeout=120)
         t_exit = time.monotonic()
@@ -242,6 +264,7 @@ def one_run(root: Path, args: argparse.Namespace) -> dict:
         fails.append(f"{len(broker_errors)} produces answered with an error, e.g. {broker_errors[:3]}")
     if producer.unflushed != 0:
         fails.append(f"{producer.unflushed} records left unflushed")
+    stopped_s = logged_at(log, "stopped cleanly") - wall_signal
     local = sorted({e.name() for e in d.errors if e.code() < 0})
     acked_after = [t for t, _, _ in d.acked if t >= t_signal]
     last_ack = max(t for t, _, _ in d.acked)
@@ -254,6 +277,7 @@ def one_run(root: Path, args: argparse.Namespace) -> dict:
     fails += log_fails
     return {
         "exit_s": t_exit - t_signal,
+        "stopped_s": stopped_s,
         "last_ack_s": last_ack - t_signal,
         "sent": producer.sent,
         "acked": len(d.acked),
@@ -278,7 +302,7 @@ def main() -> None:
         f"rate {args.rate}/s, fetch.wait.max.ms {args.fetch_wait_ms}, flush_interval_ms {args.flush_interval_ms}"
     )
     print(
-        f"{'run':>3} {'exit s':>7} {'last ack s':>10} {'sent':>6} {'acked':>6} {'acked after':>11} "
+        f"{'run':>3} {'exit s':>7} {'stopped s':>9} {'last ack s':>10} {'sent':>6} {'acked':>6} {'acked after':>11} "
         f"{'unacked':>7} {'in log':>6}  checks"
     )
     results = []
@@ -289,13 +313,15 @@ def main() -> None:
         checks = "; ".join(r["fails"]) or "ok"
         kinds = f" ({', '.join(r['unacked_kinds'])})" if r["unacked_kinds"] else ""
         print(
-            f"{i + 1:>3} {r['exit_s']:>7.3f} {r['last_ack_s']:>10.3f} {r['sent']:>6} {r['acked']:>6} "
+            f"{i + 1:>3} {r['exit_s']:>7.3f} {r['stopped_s']:>9.3f} {r['last_ack_s']:>10.3f} {r['sent']:>6} {r['acked']:>6} "
             f"{r['acked_after_signal']:>11} {r['unacked']:>7} {r['in_log']:>6}  {checks}{kinds}"
         )
     exits = [r["exit_s"] for r in results]
     acks = [r["last_ack_s"] for r in results]
+    stops = [r["stopped_s"] for r in results]
     print(
         f"signal -> exit: median {statistics.median(exits):.3f} s, max {max(exits):.3f} s; "
+        f"signal -> 'stopped cleanly' logged: median {statistics.median(stops):.3f} s, max {max(stops):.3f} s; "
         f"signal -> last ack: median {statistics.median(acks):.3f} s, max {max(acks):.3f} s; "
         f"load average {loadavg()}"
     )
