@@ -17,7 +17,11 @@ When the producer has had `--rate` acks (about a second of load) and /metrics sh
 parked fetch (`skiff_purgatory_delayed` >= 1), SIGTERM is sent. With `--no-metrics-port`
 the playground serves no /metrics (the agent's `close()` stops that HTTP server with
 `http.server`'s `shutdown()`, which waits for its `serve_forever` poll of 0.5 s) and the
-signal goes after the consumer's third 100 ms poll instead. Measured from the signal:
+signal goes after the consumer's third 100 ms poll instead. `--random-phase` pauses a random
+0..fetch-wait before the signal, so it lands at a random phase of the consumer's fetch (and
+of the metrics server's poll), as a SIGTERM from Kubernetes would; without it the bench
+signals right after a fetch is seen parked (and after a /metrics request), near the worst
+case for both. Measured from the signal:
 the process's exit (Popen.wait), the agent's "stopped cleanly" log line (its
 timestamp, ms; the rest of the exit is the playground stopping its metadata API and the
 interpreter's exit) and the last successful delivery report. The producer goes
@@ -44,6 +48,7 @@ import argparse
 import datetime
 import logging
 import os
+import random
 import re
 import signal
 import statistics
@@ -251,6 +256,8 @@ def one_run(root: Path, args: argparse.Namespace) -> dict:
                 raise TimeoutError("consumer polling")
         else:
             wait_until("a parked fetch", lambda: pg.metric('skiff_purgatory_delayed{purgatory="fetch"}') >= 1)
+        if args.random_phase:
+            time.sleep(random.uniform(0, args.fetch_wait_ms / 1000))
         t_signal, wall_signal = time.monotonic(), time.time()
         pg.proc.send_signal(signal.SIGTERM)
         code = pg.proc.wait(timeout=120)
@@ -312,11 +319,17 @@ def main() -> None:
         help="no SKIFF_METRICS_PORT (its HTTP server's shutdown takes up to 0.5 s); "
         "SIGTERM after the consumer's 3rd poll instead of on a parked fetch",
     )
+    ap.add_argument(
+        "--random-phase",
+        action="store_true",
+        help="pause a random 0..fetch-wait before the signal (a random phase against the "
+        "consumer's fetch and the metrics server's poll)",
+    )
     args = ap.parse_args()
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {loadavg()}; "
         f"rate {args.rate}/s, fetch.wait.max.ms {args.fetch_wait_ms}, flush_interval_ms {args.flush_interval_ms}, "
-        f"metrics port {'off' if args.no_metrics_port else 'on'}"
+        f"metrics port {'off' if args.no_metrics_port else 'on'}, random phase {'on' if args.random_phase else 'off'}"
     )
     print(
         f"{'run':>3} {'exit s':>7} {'stopped s':>9} {'last ack s':>10} {'sent':>6} {'acked':>6} {'acked after':>11} "
