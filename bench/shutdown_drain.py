@@ -16,7 +16,8 @@ metadata API in one process) with SKIFF_METRICS_PORT set, creates a 4-partition 
 When the producer has had `--rate` acks (about a second of load) and /metrics shows a
 parked fetch (`skiff_purgatory_delayed` >= 1), SIGTERM is sent. With `--no-metrics-port`
 the playground serves no /metrics (the agent's `close()` stops that HTTP server with
-`http.server`'s `shutdown()`, which waits for its `serve_forever` poll of 0.5 s) and the
+`http.server`'s `shutdown()`, which waits for its `serve_forever` poll: 0.5 s before
+the agent set it to 50 ms) and the
 signal goes after the consumer's third 100 ms poll instead. `--random-phase` pauses a random
 0..fetch-wait before the signal, so it lands at a random phase of the consumer's fetch (and
 of the metrics server's poll), as a SIGTERM from Kubernetes would; without it the bench
