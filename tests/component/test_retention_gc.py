@@ -18,13 +18,12 @@ from metadata.schema import FILE_DELETING, files
 from metadata.service import MetadataService
 from metadata.types import DeleteRecordsQuery, GroupOffset
 from tests.component import test_metadata_service as _ms
-from tests.component.test_metadata_service import B, FakeClock, commit, layout
+from tests.component.test_metadata_service import B, commit, layout
+from tests.support.metadata_fixtures import FakeClock
 
-# The metadata service fixtures (both backends, local and HTTP clients, injected clock).
+# The metadata service fixtures (`metadata_service`, `md` on both backends with local and
+# HTTP clients, the injected `clock`) come from tests/support/metadata_fixtures.py.
 anyio_backend = _ms.anyio_backend
-clock = _ms.clock
-service = _ms.service
-md = _ms.md
 
 pytestmark = pytest.mark.anyio
 
@@ -37,8 +36,8 @@ async def _log_start(md: LocalMetadataClient, topic: str) -> int:
     return a.offset
 
 
-def _file_states(service: MetadataService) -> dict[str, str]:
-    with service.engine.connect() as conn:
+def _file_states(metadata_service: MetadataService) -> dict[str, str]:
+    with metadata_service.engine.connect() as conn:
         return {r.object_key: r.state for r in conn.execute(select(files.c.object_key, files.c.state))}
 
 
@@ -59,7 +58,7 @@ async def test_retention_by_time(md: LocalMetadataClient, clock: FakeClock) -> N
 
 
 async def test_retention_by_size_and_compact_only_untouched(
-    md: LocalMetadataClient, clock: FakeClock, service: MetadataService
+    md: LocalMetadataClient, clock: FakeClock, metadata_service: MetadataService
 ) -> None:
     t = await md.create_topic("rt-size", 1, {"retention.bytes": "150", "retention.ms": "-1"})
     c = await md.create_topic("rt-compact", 1, {"cleanup.policy": "compact", "retention.bytes": "1"})
@@ -71,7 +70,7 @@ async def test_retention_by_size_and_compact_only_untouched(
     assert (r.log_start_offset, r.chunks_deleted, r.bytes_deleted) == (1, 1, 70)
     assert await md.enforce_retention("rt-compact") == []
     # Files keep the compacted topic's chunks: none became deleting.
-    assert FILE_DELETING not in _file_states(service).values()
+    assert FILE_DELETING not in _file_states(metadata_service).values()
     # Once the other topic's chunks are gone too, the files become deleting.
     (d,) = await md.delete_records([DeleteRecordsQuery("rt-compact", 0, 0)])
     assert d.error_code == 44  # POLICY_VIOLATION: compact-only
@@ -81,7 +80,7 @@ async def test_retention_by_size_and_compact_only_untouched(
     (r,) = await md.enforce_retention("rt-compact")
     assert r.chunks_deleted == 3  # diff = 279: three chunks of 70 fit, a fourth does not
     # Only the first file lost the chunks of both topics.
-    assert sum(s == FILE_DELETING for s in _file_states(service).values()) == 1
+    assert sum(s == FILE_DELETING for s in _file_states(metadata_service).values()) == 1
 
 
 async def test_compactor_driver_covers_all_topics(md: LocalMetadataClient, clock: FakeClock) -> None:
@@ -154,7 +153,7 @@ async def _no_sleep(_s: float) -> None:
 
 
 async def test_gc_deletes_only_unreferenced_files_after_grace(
-    md: LocalMetadataClient, clock: FakeClock, service: MetadataService
+    md: LocalMetadataClient, clock: FakeClock, metadata_service: MetadataService
 ) -> None:
     store = _MemStoreClock(open_store(f"memory://gc-{uuid.uuid4().hex}"), datetime.now(UTC))
     t = await md.create_topic("gc", 1, {})
@@ -187,7 +186,7 @@ async def test_gc_deletes_only_unreferenced_files_after_grace(
     assert await g1.collect_once() == 0  # its own claim is taken only once... and nothing else left
     await md.forget_files(g1.token, [c.file_id for c in claimed])
     assert sorted(store.deleted) == sorted([k for k in keys[:2] if k != claimed[0].object_key])
-    states = _file_states(service)
+    states = _file_states(metadata_service)
     assert keys[2] in states and states[keys[2]] == "live"  # the referenced file stays
     assert keys[2] not in store.deleted
     # An expired claim is taken over by another collector.
