@@ -189,6 +189,26 @@ class ProduceBuffer:
                 self._space_waiters -= 1
         else:
             self._buffered_bytes += size
+        return self._add(topic_id, partition, batches, size)
+
+    def has_room(self, size: int) -> bool:
+        """True when `size` more bytes can be appended now without waiting (and the buffer
+        is open): the Produce handler's synchronous path then calls `append_now`."""
+        return not self._closed and not self._space_waiters and self._fits(size)
+
+    def append_now(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
+    ) -> list[asyncio.Future[BatchResult]]:
+        """`append_nowait` without the wait: the caller has checked `has_room` for these
+        batches (and, in the same synchronous step, for everything it appends with them)."""
+        size = sum(len(b.data) for b in batches)
+        self._buffered_bytes += size
+        return self._add(topic_id, partition, batches, size)
+
+    def _add(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch], size: int
+    ) -> list[asyncio.Future[BatchResult]]:
+        """Put batches (their bytes already counted as buffered) into the open file."""
         loop = asyncio.get_running_loop()
         open_file = self._open
         if open_file is None:

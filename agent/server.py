@@ -60,6 +60,7 @@ import itertools
 import logging
 import socket
 from collections import Counter
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -73,7 +74,15 @@ from agent.connection_limits import (
 )
 from agent.connection_security import ListenerSecurity
 from agent.context import AgentContext
-from agent.handlers import ConnectionInfo, HandlerRegistry, HandlerSpec, Request, default_registry, error_of
+from agent.handlers import (
+    ConnectionInfo,
+    HandlerRegistry,
+    HandlerSpec,
+    Request,
+    default_registry,
+    error_of,
+    produce,
+)
 from agent.handlers.api_versions import unsupported_version_response
 from agent.protocol import (
     API_VERSIONS_KEY,
@@ -88,6 +97,7 @@ from agent.protocol import (
     peek_header_prefix,
     response_schema,
 )
+from agent.protocol.produce_request import decode_produce_request
 from agent.protocol.produce_response import encode_produce_response
 from agent.read_deadline import ReadDeadline
 from agent.response_slots import CLOSE as _CLOSE
@@ -467,7 +477,10 @@ class _Connection:
             return self._done(self._unsupported_version(spec, api_version, corr)), 0
         try:
             header, offset = parse_request_header(frame)
-            body = decode_request_body(header, frame, offset)
+            if spec.handler is produce.handle:  # the hot path: one walk, no kio entities
+                body = decode_produce_request(frame, offset, api_version)
+            else:
+                body = decode_request_body(header, frame, offset)
         except MalformedRequest as e:
             self._protocol_error(f"malformed {spec.name} v{api_version} request (correlation id {corr}): {e}")
             return self._done(_CLOSE), 0
@@ -494,6 +507,14 @@ class _Connection:
             await asyncio.wait(list(self.tasks))
         if sasl is not None and (not sasl.authenticated or api_key in PRE_AUTH_KEYS):
             task = asyncio.create_task(self._run_sasl(spec, request))
+        elif spec.handler is produce.handle:
+            # The hot path: most produce requests are handled without a task (see there).
+            inline = produce.start_inline(self.ctx, request, _Outcome, _CLOSE)
+            if inline is not None:
+                return inline, reserve
+            coro, ticket = produce.begin(self.ctx, request)  # the append order is taken now
+            task = asyncio.create_task(self._run_handler(spec, request, coro))
+            task.add_done_callback(lambda _: _end_ticket(ticket, coro))
         else:
             task = asyncio.create_task(self._run_handler(spec, request))
         self.tasks.add(task)
@@ -532,10 +553,13 @@ class _Connection:
         self.closing = True
         self.writer.close()
 
-    async def _run_handler(self, spec: HandlerSpec, request: Request) -> _Outcome:
+    async def _run_handler(
+        self, spec: HandlerSpec, request: Request, started: Awaitable[Any] | None = None
+    ) -> _Outcome:
+        """Run the handler (or await `started`, its coroutine already made) and encode its answer."""
         key, version, corr = request.api_key, request.api_version, request.correlation_id
         try:
-            result = await spec.handler(self.ctx, request)
+            result = await (spec.handler(self.ctx, request) if started is None else started)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -631,6 +655,13 @@ class _Connection:
                 self.writer.close()
                 for t in list(self.tasks):
                     t.cancel()
+
+
+def _end_ticket(ticket: produce.Ticket, coro: Coroutine[Any, Any, Any]) -> None:
+    """A produce task is done: its ticket released and its coroutine closed, also when the
+    task was cancelled before it ran (the coroutine would otherwise never be awaited)."""
+    ticket.release()
+    coro.close()
 
 
 async def start_agent_server(

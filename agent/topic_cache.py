@@ -72,6 +72,15 @@ class TopicCache:
             out.update(await _single_flight(missing, self._name_loads, self._load_names, self))
         return out
 
+    def fresh(self, name: str) -> Topic | None:
+        """The cached topic if its entry is fresh, else None (no load): what `get_by_name`
+        would answer without awaiting (the Produce handler's synchronous path)."""
+        entry = self._by_name.get(name)
+        if entry is not None and self._fresh(entry[0]):
+            self.hits += 1
+            return entry[1]
+        return None
+
     async def _load_names(self, names: list[str]) -> dict[str, Topic]:
         gen = self._generation
         found = await self._metadata.describe_topics(names)
