@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from fileformat.segment import ChunkInput, ChunkPlacement, build_segment
 from metadata.api_types import MetadataClient
@@ -59,9 +59,9 @@ UNKNOWN_SERVER_ERROR = -1
 _RESOLVE_CHUNK = 64  # appends resolved per event-loop iteration after a commit (see _resolve)
 
 
-@dataclass(frozen=True)
-class PendingBatch:
-    """One validated RecordBatch and what metadata needs to know about it."""
+class PendingBatch(NamedTuple):
+    """One validated RecordBatch and what metadata needs to know about it (a NamedTuple:
+    one is built per produced batch, ~5x cheaper than a frozen dataclass)."""
 
     data: bytes
     offset_count: int  # last_offset_delta + 1
