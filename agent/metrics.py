@@ -15,6 +15,9 @@ plain integer counters and pay nothing per request for metrics:
 - `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the range cache (`fileformat.objectstore.range_cache`);
 - `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
 - `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
+  `skiff_produce_requests_inline_total`: the produce requests among them handled on the
+  synchronous path (the others waited for a topic load, a transaction check, buffer room or
+  an earlier request of their connection);
 - the protocol server's bounds (`agent.connection_limits`): `skiff_connections_refused_total{reason}`
   (`max_connections`, `max_connections_per_ip`), `skiff_request_read_timeouts_total` (requests
   whose body did not arrive within `request_read_timeout_ms`), `skiff_connections_muted`
@@ -108,6 +111,11 @@ class AgentCollector(Collector):
         for api, n in sorted(dict(a.server.requests).items()):
             served.add_metric([api], n)
         yield served
+        yield CounterMetricFamily(
+            "skiff_produce_requests_inline",
+            "Produce requests handled without a task (agent.handlers.produce.start_inline)",
+            value=a.server.produce_inline,
+        )
         refused = CounterMetricFamily(
             "skiff_connections_refused",
             "Connections closed at accept because a cap was reached",

@@ -143,6 +143,7 @@ class AgentServer:
         self.protocol_errors = 0
         self.connections_total = 0
         self.request_read_timeouts = 0
+        self.produce_inline = 0  # produce requests handled without a task
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -285,11 +286,12 @@ class _Connection:
         self.budget = ByteBudget(self.config.connection_max_inflight_bytes)
         self.slots: set[_Slot] = set()  # read and not yet released
         self.muted = False
-        self.last_activity = asyncio.get_running_loop().time()
+        self.loop = asyncio.get_running_loop()
+        self.last_activity = self.loop.time()
         self.tasks: set[asyncio.Task[_Outcome]] = set()
         self.barrier: asyncio.Task[_Outcome] | None = None  # the running exclusive request
         self.closing = False
-        self.deadline = ReadDeadline(asyncio.get_running_loop())  # the reader's read deadlines
+        self.deadline = ReadDeadline(self.loop)  # the reader's read deadlines
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
@@ -448,7 +450,7 @@ class _Connection:
     # --- dispatch ---------------------------------------------------------------------------
 
     def _done(self, outcome: _Outcome) -> asyncio.Future[_Outcome]:
-        fut: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[_Outcome] = self.loop.create_future()
         fut.set_result(outcome)
         return fut
 
@@ -511,6 +513,7 @@ class _Connection:
             # The hot path: most produce requests are handled without a task (see there).
             inline = produce.start_inline(self.ctx, request, _Outcome, _CLOSE)
             if inline is not None:
+                self.server.produce_inline += 1
                 return inline, reserve
             coro, ticket = produce.begin(self.ctx, request)  # the append order is taken now
             task = asyncio.create_task(self._run_handler(spec, request, coro))
@@ -591,7 +594,7 @@ class _Connection:
     # --- writing ----------------------------------------------------------------------------
 
     def _release(self, slot: _Slot) -> None:
-        self.last_activity = asyncio.get_running_loop().time()
+        self.last_activity = self.loop.time()
         slot.release()
         self.slots.discard(slot)
         self.permits.release()

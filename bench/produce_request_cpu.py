@@ -39,7 +39,7 @@ from kio.schema.types import TopicName  # noqa: E402
 from kio.static.primitive import i16, i32, i32Timedelta  # noqa: E402
 
 from agent.protocol import encode_request  # noqa: E402
-from bench.produce_consume import Agent, proc_cpu_s  # noqa: E402
+from bench.produce_consume import Agent, proc_cpu_s, scrape  # noqa: E402
 from fileformat.records import Record, build_batch  # noqa: E402
 
 
@@ -142,6 +142,11 @@ def main() -> None:
             for name in sorted(threads1)
             if threads1[name] - threads0.get(name, 0.0) > 0
         }
+        served = scrape(agent.metrics_port)
+        inline = served.get("skiff_produce_requests_inline", 0.0) / max(
+            served.get("skiff_requests:produce", 1.0), 1.0
+        )
+        print(f"produce requests on the synchronous path: {inline:.1%} (all requests, warm-up included)")
         print("agent CPU us/request by thread:", ", ".join(f"{k} {v:.0f}" for k, v in per_thread.items()))
     finally:
         agent.stop()

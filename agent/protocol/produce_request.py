@@ -41,6 +41,7 @@ MAX_VERSION = 9
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_I32_PAIR = struct.Struct(">ii")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
 
@@ -152,82 +153,109 @@ def decode_produce_request(buf: bytes, pos: int, version: int) -> ProduceRequest
     """The Produce request body at `pos` of `buf` (a whole request frame, without its size prefix)."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise MalformedRequest(f"Produce v{version} is not decoded here")
+    try:
+        if version >= 9:
+            return _decode_flexible(buf, pos, version)
+        return _decode_classic(buf, pos, version)
+    except (IndexError, struct.error):  # a fixed-size field or a varint's first byte past the end
+        raise MalformedRequest("truncated ProduceRequest") from None
+
+
+def _decode_classic(buf: bytes, pos: int, version: int) -> ProduceRequestData:
+    """v3-v8: int16 string lengths, int32 byte and array lengths, -1 for null."""
     end = len(buf)
-    flexible = version >= 9
     txn: str | None = None
-    if flexible:
-        n, pos = _uvarint(buf, pos, end)
-        if n:
-            txn = _text(buf, pos, n - 1, end)
-            pos += n - 1
-    else:
-        if pos + 2 > end:
-            raise MalformedRequest("truncated transactional_id length")
-        (n,) = _I16.unpack_from(buf, pos)
-        pos += 2
-        if n >= 0:
-            txn = _text(buf, pos, n, end)
-            pos += n
-        elif n != -1:
-            raise MalformedRequest(f"negative length {n}")
-    if pos + 6 > end:
-        raise MalformedRequest("truncated acks and timeout_ms")
+    (n,) = _I16.unpack_from(buf, pos)
+    pos += 2
+    if n >= 0:
+        txn = _text(buf, pos, n, end)
+        pos += n
+    elif n != -1:
+        raise MalformedRequest(f"negative length {n}")
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
     pos += 6
-    # smallest topic: name and partition array (+ tagged fields); partition: index, records (+ tags)
-    topic_min, partition_min = (3, 6) if flexible else (6, 8)
-    topic_count, pos = _count(buf, pos, end, flexible, "ProduceRequest.topic_data", topic_min)
+    # the smallest topic: name length and partition count; partition: index and records length
+    topic_count, pos = _count(buf, pos, end, False, "ProduceRequest.topic_data", 6)
     topics = []
     for _ in range(topic_count):
-        if flexible:
-            n, pos = _uvarint(buf, pos, end)
-            if n == 0:
-                raise _null("TopicProduceData.name")
-            n -= 1
-        else:
-            if pos + 2 > end:
-                raise MalformedRequest("truncated topic name length")
-            (n,) = _I16.unpack_from(buf, pos)
-            pos += 2
-            if n == -1:
-                raise _null("TopicProduceData.name")
-            if n < -1:
-                raise MalformedRequest(f"negative length {n}")
+        (n,) = _I16.unpack_from(buf, pos)
+        pos += 2
+        if n < 0:
+            raise _null("TopicProduceData.name") if n == -1 else MalformedRequest(f"negative length {n}")
         name = _text(buf, pos, n, end)
         pos += n
-        part_count, pos = _count(buf, pos, end, flexible, "TopicProduceData.partition_data", partition_min)
+        part_count, pos = _count(buf, pos, end, False, "TopicProduceData.partition_data", 8)
         partitions = []
         for _ in range(part_count):
-            if pos + 4 > end:
-                raise MalformedRequest("truncated partition index")
+            index, n = _I32_PAIR.unpack_from(buf, pos)
+            pos += 8
+            records: bytes | None = None
+            if n >= 0:
+                if pos + n > end:
+                    raise MalformedRequest(f"records of {n} bytes exceed the {end - pos} bytes left")
+                records = buf[pos : pos + n]
+                pos += n
+            elif n != -1:
+                raise MalformedRequest(f"negative length {n}")
+            partitions.append(PartitionData(index, records))
+        topics.append(TopicData(name, tuple(partitions)))
+    return ProduceRequestData(version, txn, acks, timeout_ms, tuple(topics))
+
+
+def _decode_flexible(buf: bytes, pos: int, version: int) -> ProduceRequestData:
+    """v9: compact lengths (unsigned varint + 1, 0 for null) and empty tagged-field sections.
+    Varints are read inline in their one-byte form (every length below 127)."""
+    end = len(buf)
+    txn: str | None = None
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _uvarint(buf, pos, end)
+    if n:
+        txn = _text(buf, pos, n - 1, end)
+        pos += n - 1
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
+    pos += 6
+    # the smallest topic: name, partition array, tags; partition: index, records, tags
+    topic_count, pos = _count(buf, pos, end, True, "ProduceRequest.topic_data", 3)
+    topics = []
+    for _ in range(topic_count):
+        n = buf[pos]
+        if n < 0x80:
+            pos += 1
+        else:
+            n, pos = _uvarint(buf, pos, end)
+        if n == 0:
+            raise _null("TopicProduceData.name")
+        name = _text(buf, pos, n - 1, end)
+        pos += n - 1
+        part_count, pos = _count(buf, pos, end, True, "TopicProduceData.partition_data", 6)
+        partitions = []
+        for _ in range(part_count):
             (index,) = _I32.unpack_from(buf, pos)
             pos += 4
-            records: bytes | None = None
-            if flexible:
+            n = buf[pos]
+            if n < 0x80:
+                pos += 1
+            else:
                 n, pos = _uvarint(buf, pos, end)
-                if n:
-                    n -= 1
-                    if pos + n > end:
-                        raise MalformedRequest(f"records of {n} bytes exceed the {end - pos} bytes left")
-                    records = buf[pos : pos + n]
-                    pos += n
+            records: bytes | None = None
+            if n:
+                n -= 1
+                if pos + n > end:
+                    raise MalformedRequest(f"records of {n} bytes exceed the {end - pos} bytes left")
+                records = buf[pos : pos + n]
+                pos += n
+            if buf[pos]:
                 pos = _skip_tagged(buf, pos, end)
             else:
-                if pos + 4 > end:
-                    raise MalformedRequest("truncated records length")
-                (n,) = _I32.unpack_from(buf, pos)
-                pos += 4
-                if n >= 0:
-                    if pos + n > end:
-                        raise MalformedRequest(f"records of {n} bytes exceed the {end - pos} bytes left")
-                    records = buf[pos : pos + n]
-                    pos += n
-                elif n != -1:
-                    raise MalformedRequest(f"negative length {n}")
+                pos += 1
             partitions.append(PartitionData(index, records))
-        if flexible:
+        if buf[pos]:
             pos = _skip_tagged(buf, pos, end)
+        else:
+            pos += 1
         topics.append(TopicData(name, tuple(partitions)))
-    if flexible:
-        _skip_tagged(buf, pos, end)
+    _skip_tagged(buf, pos, end)
     return ProduceRequestData(version, txn, acks, timeout_ms, tuple(topics))
