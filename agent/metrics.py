@@ -11,7 +11,9 @@ plain integer counters and pay nothing per request for metrics:
 - `skiff_object_store_requests_total{kind}` / `..._errors_total{kind}` / `..._bytes_total{direction}`
   / `..._retries_total`: from the object store's own request accounting;
 - `skiff_produce_files_total`, `skiff_produce_file_bytes_total`, `skiff_produce_flush_failures_total`,
-  `skiff_produce_buffered_bytes`: the produce buffer;
+  `skiff_produce_buffered_bytes`: the produce buffer; `skiff_produce_stage_seconds_total{stage}`
+  and `skiff_produce_stage_max_seconds{stage}`: where its files' time goes (open, queued,
+  put, ordered, commit, resolve: `agent.produce_buffer`);
 - `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the range cache (`fileformat.objectstore.range_cache`);
 - `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
 - `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
@@ -111,6 +113,19 @@ class AgentCollector(Collector):
         for api, n in sorted(dict(a.server.requests).items()):
             served.add_metric([api], n)
         yield served
+        stages = CounterMetricFamily(
+            "skiff_produce_stage_seconds",
+            "Seconds the produce buffer's files spent in each stage, summed over files",
+            labels=["stage"],
+        )
+        longest = GaugeMetricFamily(
+            "skiff_produce_stage_max_seconds", "The longest one file spent in each stage", labels=["stage"]
+        )
+        for stage, seconds in a.buffer.stage_seconds.items():
+            stages.add_metric([stage], seconds)
+            longest.add_metric([stage], a.buffer.stage_max_seconds[stage])
+        yield stages
+        yield longest
         yield CounterMetricFamily(
             "skiff_produce_requests_inline",
             "Produce requests handled without a task (agent.handlers.produce.start_inline)",

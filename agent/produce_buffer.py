@@ -56,6 +56,7 @@ REQUEST_TIMED_OUT = 7
 KAFKA_STORAGE_ERROR = 56
 UNKNOWN_SERVER_ERROR = -1
 
+_STAGES = ("open", "queued", "put", "ordered", "commit", "resolve")
 _RESOLVE_CHUNK = 64  # appends resolved per event-loop iteration after a commit (see _resolve)
 
 
@@ -96,6 +97,8 @@ class _OpenFile:
     arrivals: list[asyncio.Future[BatchResult]] = field(default_factory=list)
     size_bytes: int = 0
     timer: asyncio.TimerHandle | None = None
+    opened_s: float = 0.0  # loop time of the first append
+    sealed_s: float = 0.0
 
 
 class ObjectPutter(Protocol):
@@ -154,6 +157,12 @@ class ProduceBuffer:
         self.bytes_flushed = 0
         self.flush_failures = 0
         self.commit_retries = 0
+        # Where a file's time goes (loop seconds, summed over files, and the largest):
+        # open (first append to seal), queued (seal to PUT start: in-flight flushes),
+        # put, ordered (waiting for the previous file's commit), commit, resolve (commit
+        # done to the last append resolved). See `stage_seconds`.
+        self.stage_seconds: dict[str, float] = dict.fromkeys(_STAGES, 0.0)
+        self.stage_max_seconds: dict[str, float] = dict.fromkeys(_STAGES, 0.0)
 
     @property
     def buffered_bytes(self) -> int:
@@ -212,7 +221,7 @@ class ProduceBuffer:
         loop = asyncio.get_running_loop()
         open_file = self._open
         if open_file is None:
-            open_file = self._open = _OpenFile(seq=self._next_seq)
+            open_file = self._open = _OpenFile(seq=self._next_seq, opened_s=loop.time())
             self._next_seq += 1
             # Draining: no batching wait, the file is sealed once this loop iteration's appends are in.
             delay_s = 0.0 if self._draining else self._flush_interval_s
@@ -247,6 +256,8 @@ class ProduceBuffer:
         if open_file.timer is not None:
             open_file.timer.cancel()
         loop = asyncio.get_running_loop()
+        open_file.sealed_s = loop.time()
+        self._stage("open", open_file.sealed_s - open_file.opened_s)
         previous = self._last_commit_done
         done: asyncio.Future[None] = loop.create_future()
         self._last_commit_done = done
@@ -273,6 +284,11 @@ class ProduceBuffer:
         await self.flush()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _stage(self, stage: str, seconds: float) -> None:
+        self.stage_seconds[stage] += seconds
+        if seconds > self.stage_max_seconds[stage]:
+            self.stage_max_seconds[stage] = seconds
 
     def _object_key(self) -> str:
         return f"{self._key_prefix}{self._wall_clock_ms():013d}-{self._agent_id}-{uuid.uuid4().hex[:16]}.seg"
@@ -316,6 +332,9 @@ class ProduceBuffer:
             )
         data, placements = build_segment(inputs)
         key = self._object_key()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        self._stage("queued", t0 - open_file.sealed_s)
         try:
             await self._store.put(key, data)
         except Exception as exc:
@@ -350,8 +369,12 @@ class ProduceBuffer:
                     ),
                 )
             )
+        t1 = loop.time()
+        self._stage("put", t1 - t0)
         if previous is not None:
             await asyncio.shield(previous)  # commit strictly in seal order
+        t2 = loop.time()
+        self._stage("ordered", t2 - t1)
         file_spec = FileSpec(object_key=key, size_bytes=len(data), level=0, writer=self._agent_id)
         for k in keys:
             self._committing[k] = self._committing.get(k, 0) + 1
@@ -376,6 +399,8 @@ class ProduceBuffer:
                 else:
                     del self._committing[k]
             commit_done.set_result(None)
+        t3 = loop.time()
+        self._stage("commit", t3 - t2)
         if len(results) != len(chunk_specs):
             raise RuntimeError("metadata returned a result count that does not match the chunks")
         self.files_flushed += 1
@@ -399,6 +424,7 @@ class ProduceBuffer:
             except Exception:
                 log.exception("on_committed observer failed")
         await self._resolve(open_file.arrivals, outcomes)
+        self._stage("resolve", loop.time() - t3)
 
     async def _resolve(
         self,
