@@ -299,11 +299,23 @@ class _Connection:
         try:
             while not self.closing:
                 await self.permits.acquire()
-                frame = await self._read_frame()
-                if frame is None:
+                read = await self._read_frame()
+                if read is None:
                     self.permits.release()
                     break
-                slot = await self._dispatch(frame)
+                # Start the request: parsed, then its handler started at once when nothing
+                # must be waited for (no coroutine), else by `_start`.
+                frame, charge = read
+                try:
+                    prepared = self._prepare(frame)
+                    if isinstance(prepared, asyncio.Future):
+                        started: tuple[asyncio.Future[_Outcome], int] = (prepared, 0)
+                    else:
+                        started = self._start_now(*prepared) or await self._start(*prepared, charge)
+                except BaseException:  # cancelled while waiting: give the agent's bytes back
+                    self.server.request_budget.give(len(frame))
+                    raise
+                slot = _Slot(self, started[0], len(frame), charge + started[1])
                 self.slots.add(slot)
                 self.queue.put_nowait(slot)
                 if slot.future.done() and not slot.future.cancelled() and slot.future.result().close:
@@ -330,6 +342,12 @@ class _Connection:
             self.deadline.close()
 
     # --- reading ----------------------------------------------------------------------------
+
+    def _room(self, n: int, request_bytes: int, own: int = 0) -> bool:
+        """Whether `n` more bytes fit the connection's budget and `request_bytes` the agent's."""
+        return self.budget.fits(n, own) and (
+            not request_bytes or self.server.request_budget.fits(request_bytes)
+        )
 
     async def _wait_room(self, n: int, request_bytes: int, own: int = 0) -> None:
         """Mute until `n` more bytes fit the connection's budget and `request_bytes` the agent's."""
@@ -376,7 +394,8 @@ class _Connection:
             if size < MIN_REQUEST_HEADER_BYTES:
                 self._protocol_error(f"request size {size} is smaller than a request header")
                 return None
-            await self._wait_room(size + REQUEST_OVERHEAD_BYTES, size)
+            if not self._room(size + REQUEST_OVERHEAD_BYTES, size):
+                await self._wait_room(size + REQUEST_OVERHEAD_BYTES, size)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             return None
         charge = size + REQUEST_OVERHEAD_BYTES
@@ -454,29 +473,21 @@ class _Connection:
         fut.set_result(outcome)
         return fut
 
-    async def _dispatch(self, read: tuple[bytes, int]) -> _Slot:
-        frame, charge = read
-        try:
-            fut, reserved = await self._start(frame, charge)
-        except BaseException:  # cancelled while waiting: give the agent's bytes back
-            self.server.request_budget.give(len(frame))
-            raise
-        return _Slot(self, fut, len(frame), charge + reserved)
-
-    async def _start(self, frame: bytes, charge: int) -> tuple[asyncio.Future[_Outcome], int]:
-        """Start the request's handler (or answer it at once): (its outcome, bytes reserved)."""
+    def _prepare(self, frame: bytes) -> asyncio.Future[_Outcome] | tuple[HandlerSpec, Request]:
+        """Parse the request: its handler and the request, or its outcome when it is answered
+        (or the connection closed) without a handler."""
         try:
             api_key, api_version, corr = peek_header_prefix(frame)
         except MalformedRequest as e:
             self._protocol_error(str(e))
-            return self._done(_CLOSE), 0
+            return self._done(_CLOSE)
         spec = self.server.registry.get(api_key)
         if spec is None:
             self._protocol_error(f"unknown or unsupported api key {api_key} ({api_name(api_key) or '?'})")
-            return self._done(_CLOSE), 0
+            return self._done(_CLOSE)
         self.server.requests[spec.name] += 1
         if not spec.supports(api_version):
-            return self._done(self._unsupported_version(spec, api_version, corr)), 0
+            return self._done(self._unsupported_version(spec, api_version, corr))
         try:
             header, offset = parse_request_header(frame)
             if spec.handler is produce.handle:  # the hot path: one walk, no kio entities
@@ -485,12 +496,32 @@ class _Connection:
                 body = decode_request_body(header, frame, offset)
         except MalformedRequest as e:
             self._protocol_error(f"malformed {spec.name} v{api_version} request (correlation id {corr}): {e}")
-            return self._done(_CLOSE), 0
-        request = Request(header, body, self.info, self.server.registry)
+            return self._done(_CLOSE)
+        return spec, Request(header, body, self.info, self.server.registry)
 
+    def _start_now(self, spec: HandlerSpec, request: Request) -> tuple[asyncio.Future[_Outcome], int] | None:
+        """`_start` when nothing must be waited for (the common case; no coroutine), else
+        None with nothing done."""
+        if response_reserve_bytes(spec.api_key, request.body) or self.info.sasl is not None:
+            return None
+        barrier = self.barrier
+        if barrier is not None:
+            if not barrier.done():
+                return None
+            self.barrier = None
+        alone = runs_alone(spec.api_key, spec.exclusive)
+        if alone and self.tasks:
+            return None
+        return self._launch(spec, request, alone), 0
+
+    async def _start(
+        self, spec: HandlerSpec, request: Request, charge: int
+    ) -> tuple[asyncio.Future[_Outcome], int]:
+        """Start the request's handler once it may start: (its outcome, bytes reserved)."""
+        api_key = spec.api_key
         # The response bytes this request asks for, reserved before its handler starts (one
         # larger than the whole budget waits until it runs alone on the connection).
-        reserve = min(response_reserve_bytes(api_key, body), self.budget.limit)
+        reserve = min(response_reserve_bytes(api_key, request.body), self.budget.limit)
         if reserve:
             await self._wait_room(reserve, 0, own=charge)
             self.budget.take(reserve)
@@ -509,22 +540,31 @@ class _Connection:
             await asyncio.wait(list(self.tasks))
         if sasl is not None and (not sasl.authenticated or api_key in PRE_AUTH_KEYS):
             task = asyncio.create_task(self._run_sasl(spec, request))
-        elif spec.handler is produce.handle:
+            self._track(task, alone)
+            return task, reserve
+        return self._launch(spec, request, alone), reserve
+
+    def _launch(self, spec: HandlerSpec, request: Request, alone: bool) -> asyncio.Future[_Outcome]:
+        """Run the handler: a task (the barrier if `alone`), or produce's synchronous path."""
+        if spec.handler is produce.handle:
             # The hot path: most produce requests are handled without a task (see there).
             inline = produce.start_inline(self.ctx, request, _Outcome, _CLOSE)
             if inline is not None:
                 self.server.produce_inline += 1
-                return inline, reserve
+                return inline
             coro, ticket = produce.begin(self.ctx, request)  # the append order is taken now
             task = asyncio.create_task(self._run_handler(spec, request, coro))
             task.add_done_callback(lambda _: _end_ticket(ticket, coro))
         else:
             task = asyncio.create_task(self._run_handler(spec, request))
+        self._track(task, alone)
+        return task
+
+    def _track(self, task: asyncio.Task[_Outcome], alone: bool) -> None:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         if alone:
             self.barrier = task
-        return task, reserve
 
     def _unsupported_version(self, spec: HandlerSpec, version: int, corr: int) -> _Outcome:
         if spec.api_key == API_VERSIONS_KEY:
