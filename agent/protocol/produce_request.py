@@ -131,7 +131,11 @@ def _skip_tagged(buf: bytes, pos: int, end: int) -> int:
 def _count(buf: bytes, pos: int, end: int, flexible: bool, name: str, item_min: int) -> tuple[int, int]:
     """An array's item count (refusing null, negative and impossible counts) and the position after it."""
     if flexible:
-        v, pos = _uvarint(buf, pos, end)
+        v = buf[pos] if pos < end else 0x80  # 0x80: the slow form raises "truncated varint"
+        if v < 0x80:
+            pos += 1
+        else:
+            v, pos = _uvarint(buf, pos, end)
         if v == 0:
             raise _null(name)
         count = v - 1
@@ -257,5 +261,6 @@ def _decode_flexible(buf: bytes, pos: int, version: int) -> ProduceRequestData:
         else:
             pos += 1
         topics.append(TopicData(name, tuple(partitions)))
-    _skip_tagged(buf, pos, end)
+    if buf[pos]:
+        _skip_tagged(buf, pos, end)
     return ProduceRequestData(version, txn, acks, timeout_ms, tuple(topics))
