@@ -8,7 +8,10 @@ librdkafka merges them into bigger batches) rather than in megabytes of kernel b
 
 Per connection there are two tasks:
 
-- the *reader* reads frames (`int32 size` + payload). A negative size, or one above
+- the *reader* reads frames (`int32 size` + payload). It takes what the stream holds (up
+  to 64 KiB, `_READ_AHEAD_BYTES`) when it needs more bytes, and cuts size prefixes and
+  whole requests from that read-ahead without an await each; only the rest of a body
+  that is not there yet is awaited (with its deadline). A negative size, or one above
   `max_request_bytes`, closes the connection at once without reading the body (so a
   bogus size costs no memory). Before reading a body it waits for room for it in the
   connection's byte budget and in the agent's (see `agent.connection_limits`: requests
@@ -111,7 +114,10 @@ PRODUCE_KEY = 0
 
 _STREAM_LIMIT = 256 * 1024  # StreamReader pauses the socket beyond twice this
 _COALESCE_BYTES = 64 * 1024  # ready responses written in one call, up to about this much
-_READ_BURST_REQUESTS = 32  # requests one reader dispatches before it yields to the loop
+_READ_BURST_REQUESTS = 32
+# One read from the stream takes at most this much ahead of the request being read: the
+# bytes were already in the StreamReader's buffer (a muted connection reads no further).
+_READ_AHEAD_BYTES = 64 * 1024  # requests one reader dispatches before it yields to the loop
 
 
 class AgentServer:
@@ -292,6 +298,10 @@ class _Connection:
         self.barrier: asyncio.Task[_Outcome] | None = None  # the running exclusive request
         self.closing = False
         self.deadline = ReadDeadline(self.loop)  # the reader's read deadlines
+        # Bytes taken off the stream and not yet consumed (`_take`): size prefixes and whole
+        # small requests are cut from it without an await per read.
+        self._ahead = b""
+        self._ahead_pos = 0
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
@@ -403,7 +413,12 @@ class _Connection:
         self.server.request_budget.take(size)
         read = False
         try:
-            frame = await self._read_within(size, self.config.request_read_timeout_ms / 1000.0)
+            frame = self._take(size)
+            if frame is None:  # the rest of the body is not here yet: read it (with its deadline)
+                have = self._ahead[self._ahead_pos :]
+                self._ahead, self._ahead_pos = b"", 0
+                timeout_s = self.config.request_read_timeout_ms / 1000.0
+                frame = have + await self._read_within(size - len(have), timeout_s)
             read = True
             return frame, charge
         except TimeoutError:
@@ -431,20 +446,56 @@ class _Connection:
 
         Idle means: nothing read and nothing in flight for `connections_max_idle_ms`.
         """
-        idle_s = self.config.connections_max_idle_ms / 1000.0
         if self.closing:
             return None
+        head = self._take(4)
+        if head is not None:  # the common case under load: already read ahead
+            return head
+        idle_s = self.config.connections_max_idle_ms / 1000.0
         if not idle_s:  # no idle timeout; still a deadline, so that stop_reading can end the wait
-            return await self._read_within(4, 365 * 86_400.0)
-        loop = asyncio.get_running_loop()
+            while head is None:
+                await self._read_ahead(365 * 86_400.0)
+                head = self._take(4)
+            return head
+        loop = self.loop
         while True:
-            # Cancelling readexactly loses nothing: it takes bytes off the buffer only once
-            # all 4 are in.
+            # Cancelling a read loses nothing: it takes bytes off the stream only when it returns.
             try:
-                return await self._read_within(4, idle_s)
+                await self._read_ahead(idle_s)
             except TimeoutError:
                 if self.closing or not self.slots and loop.time() - self.last_activity >= idle_s:
                     return None
+                continue
+            head = self._take(4)
+            if head is not None:
+                return head
+
+    def _take(self, n: int) -> bytes | None:
+        """The next `n` bytes if the read-ahead holds them (no await), else None."""
+        pos = self._ahead_pos
+        end = pos + n
+        if end > len(self._ahead):
+            return None
+        self._ahead_pos = end
+        return self._ahead[pos:end]
+
+    async def _read_ahead(self, timeout_s: float) -> None:
+        """Add what the stream holds (at least one byte, at most `_READ_AHEAD_BYTES`) to the
+        read-ahead, or TimeoutError after `timeout_s`; IncompleteReadError at end of stream."""
+        deadline = self.deadline
+        deadline.arm(timeout_s)
+        try:
+            data = await self.reader.read(_READ_AHEAD_BYTES)
+        except asyncio.CancelledError:
+            if deadline.disarm():
+                raise TimeoutError from None
+            raise
+        finally:
+            deadline.disarm()
+        left = self._ahead[self._ahead_pos :]
+        if not data:
+            raise asyncio.IncompleteReadError(left, None)
+        self._ahead, self._ahead_pos = left + data, 0
 
     async def _read_within(self, n: int, timeout_s: float) -> bytes:
         """`readexactly(n)`, or TimeoutError after `timeout_s`. This runs twice per request:
