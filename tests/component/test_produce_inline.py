@@ -114,3 +114,19 @@ async def test_a_request_never_overtakes_an_earlier_one_still_waiting(agent):
     assert correlation_ids == [1, 2]
     assert agent.server.produce_inline == inline_before  # the second one waited for the first
     assert await asyncio.to_thread(_values, bootstrap, "warm") == [b"first", b"one", b"two", b"two"]
+
+
+def _acks0_then_acked(bootstrap: str) -> int:
+    with KafkaWire(bootstrap, timeout_s=30) as wire:
+        wire.send_only(produce_request("warm", {0: _batch(b"unacked")}, acks=0))
+        answer = wire.request(produce_request("warm", {0: _batch(b"acked")})).parse()
+        return int(answer.responses[0].partition_responses[0].base_offset)
+
+
+async def test_acks_0_is_stored_unanswered_on_the_synchronous_path(agent):
+    bootstrap = f"127.0.0.1:{agent.port}"
+    await asyncio.to_thread(send_request, bootstrap, produce_request("warm", {0: _batch(b"first")}))
+    before = agent.server.produce_inline
+    assert await asyncio.to_thread(_acks0_then_acked, bootstrap) == 2
+    assert agent.server.produce_inline == before + 2
+    assert await asyncio.to_thread(_values, bootstrap, "warm") == [b"first", b"unacked", b"acked"]
