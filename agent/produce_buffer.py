@@ -90,22 +90,15 @@ class CommittedFile:
 @dataclass
 class _OpenFile:
     seq: int
-    entries: dict[tuple[uuid.UUID, int], list[tuple[PendingBatch, BatchWaiter]]] = field(default_factory=dict)
+    entries: dict[tuple[uuid.UUID, int], list[tuple[PendingBatch, asyncio.Future[BatchResult]]]] = field(
+        default_factory=dict
+    )
     # every append's futures in arrival order: acks go out oldest first (see _resolve)
-    arrivals: list[BatchWaiter] = field(default_factory=list)
+    arrivals: list[asyncio.Future[BatchResult]] = field(default_factory=list)
     size_bytes: int = 0
     timer: asyncio.TimerHandle | None = None
     opened_s: float = 0.0  # loop time of the first append
     sealed_s: float = 0.0
-
-
-class BatchWaiter(Protocol):
-    """What an append is resolved through: an asyncio future, or (`append_now`) an object
-    whose `set_result` acts at once, without a loop iteration per batch."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: BatchResult, /) -> None: ...
 
 
 class ObjectPutter(Protocol):
@@ -205,9 +198,7 @@ class ProduceBuffer:
                 self._space_waiters -= 1
         else:
             self._buffered_bytes += size
-        futures = [asyncio.get_running_loop().create_future() for _ in batches]
-        self._add(topic_id, partition, batches, size, futures)
-        return futures
+        return self._add(topic_id, partition, batches, size)
 
     def has_room(self, size: int) -> bool:
         """True when `size` more bytes can be appended now without waiting (and the buffer
@@ -215,27 +206,17 @@ class ProduceBuffer:
         return not self._closed and not self._space_waiters and self._fits(size)
 
     def append_now(
-        self,
-        topic_id: uuid.UUID,
-        partition: int,
-        batches: Sequence[PendingBatch],
-        waiters: Sequence[BatchWaiter],
-    ) -> None:
-        """`append_nowait` without the wait, resolved through `waiters` (one per batch): the
-        caller has checked `has_room` for these batches (and, in the same synchronous step,
-        for everything it appends with them)."""
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
+    ) -> list[asyncio.Future[BatchResult]]:
+        """`append_nowait` without the wait: the caller has checked `has_room` for these
+        batches (and, in the same synchronous step, for everything it appends with them)."""
         size = sum(len(b.data) for b in batches)
         self._buffered_bytes += size
-        self._add(topic_id, partition, batches, size, waiters)
+        return self._add(topic_id, partition, batches, size)
 
     def _add(
-        self,
-        topic_id: uuid.UUID,
-        partition: int,
-        batches: Sequence[PendingBatch],
-        size: int,
-        waiters: Sequence[BatchWaiter],
-    ) -> None:
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch], size: int
+    ) -> list[asyncio.Future[BatchResult]]:
         """Put batches (their bytes already counted as buffered) into the open file."""
         loop = asyncio.get_running_loop()
         open_file = self._open
@@ -245,14 +226,20 @@ class ProduceBuffer:
             # Draining: no batching wait, the file is sealed once this loop iteration's appends are in.
             delay_s = 0.0 if self._draining else self._flush_interval_s
             open_file.timer = loop.call_later(delay_s, self._seal_if_open, open_file.seq)
-        open_file.entries.setdefault((topic_id, partition), []).extend(zip(batches, waiters, strict=True))
-        open_file.arrivals += waiters
+        futures: list[asyncio.Future[BatchResult]] = []
+        entry = open_file.entries.setdefault((topic_id, partition), [])
+        for b in batches:
+            fut: asyncio.Future[BatchResult] = loop.create_future()
+            entry.append((b, fut))
+            futures.append(fut)
+        open_file.arrivals += futures
         open_file.size_bytes += size
         if (
             open_file.size_bytes >= self._flush_max_bytes
             or len(open_file.arrivals) >= self._flush_max_batches
         ):
             self._seal()
+        return futures
 
     def _fits(self, size: int) -> bool:
         return self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
@@ -418,7 +405,7 @@ class ProduceBuffer:
             raise RuntimeError("metadata returned a result count that does not match the chunks")
         self.files_flushed += 1
         self.bytes_flushed += len(data)
-        outcomes: dict[BatchWaiter, BatchResult] = {}
+        outcomes: dict[asyncio.Future[BatchResult], BatchResult] = {}
         for (topic_id, partition), result in zip(keys, results, strict=True):
             pending = open_file.entries[(topic_id, partition)]
             for i, (_, fut) in enumerate(pending):
@@ -441,8 +428,8 @@ class ProduceBuffer:
 
     async def _resolve(
         self,
-        arrivals: list[BatchWaiter],
-        outcomes: dict[BatchWaiter, BatchResult],
+        arrivals: list[asyncio.Future[BatchResult]],
+        outcomes: dict[asyncio.Future[BatchResult], BatchResult],
     ) -> None:
         """Resolve a committed file's appends oldest first, `_RESOLVE_CHUNK` per loop iteration.
 

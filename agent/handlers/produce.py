@@ -452,56 +452,21 @@ def start_inline(
     except Exception:
         return None  # the awaiting path answers (and logs) whatever went wrong
     done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    pending = [
+        (key, buffer.append_now(topic.topic_id, partition, batches), append_time)
+        for key, topic, partition, batches, append_time in validated
+    ]
     if int(body.acks) == 0:
-        for _, topic, partition, batches, _ in validated:
-            buffer.append_now(topic.topic_id, partition, batches, [_NoAck() for _ in batches])
         done.set_result(outcome(None))
         return done
-    ack = _InlineAck(request, answers, done, outcome, failed)
-    ack.remaining = sum(len(v[3]) for v in validated)  # counted before any can resolve
-    for key, topic, partition, batches, append_time in validated:
-        waiters = [_BatchAck(ack) for _ in batches]
-        ack.pending.append((key, waiters, append_time))
-        buffer.append_now(topic.topic_id, partition, batches, waiters)
+    ack = _InlineAck(request, answers, pending, done, outcome, failed)
     if ack.remaining == 0:
         ack.finish()
+    else:
+        for _, futures, _ in pending:
+            for fut in futures:
+                fut.add_done_callback(ack.one_done)
     return done
-
-
-class _NoAck:
-    """An acks=0 batch's waiter: nobody is told."""
-
-    __slots__ = ("_done",)
-
-    def __init__(self) -> None:
-        self._done = False
-
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, result: BatchResult, /) -> None:
-        self._done = True
-
-
-class _BatchAck:
-    """A batch's waiter on the synchronous path: its result counts towards its request's
-    answer at once (no future, no loop iteration per batch)."""
-
-    __slots__ = ("ack", "result")
-
-    def __init__(self, ack: _InlineAck) -> None:
-        self.ack = ack
-        self.result: BatchResult | None = None
-
-    def done(self) -> bool:
-        return self.result is not None
-
-    def set_result(self, result: BatchResult, /) -> None:
-        self.result = result
-        ack = self.ack
-        ack.remaining -= 1
-        if ack.remaining == 0:
-            ack.finish()
 
 
 class _InlineAck:
@@ -513,17 +478,23 @@ class _InlineAck:
         self,
         request: Request,
         answers: dict[tuple[int, int], Answer],
+        pending: list[tuple[tuple[int, int], list[asyncio.Future[BatchResult]], int | None]],
         done: asyncio.Future[Any],
         outcome: Callable[[bytearray | None], Any],
         failed: Any,
     ) -> None:
         self.request = request
         self.answers = answers
-        self.pending: list[tuple[tuple[int, int], list[_BatchAck], int | None]] = []
+        self.pending = pending
         self.done = done
         self.outcome = outcome
         self.failed = failed
-        self.remaining = 0
+        self.remaining = sum(len(futures) for _, futures, _ in pending)
+
+    def one_done(self, _: asyncio.Future[BatchResult]) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.finish()
 
     def finish(self) -> None:
         if self.done.done():  # cancelled: the connection is gone
@@ -532,9 +503,9 @@ class _InlineAck:
         body = request.body
         answers = self.answers
         try:
-            for key, waiters, append_time in self.pending:
+            for key, futures, append_time in self.pending:
                 index = body.topic_data[key[0]].partition_data[key[1]].index
-                answers[key] = _combine(index, [cast(BatchResult, w.result) for w in waiters], append_time)
+                answers[key] = _combine(index, [f.result() for f in futures], append_time)
             frame = encode_produce_answers(
                 request.correlation_id,
                 request.api_version,
