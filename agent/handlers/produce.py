@@ -489,7 +489,7 @@ class _InlineAck:
         self.done = done
         self.outcome = outcome
         self.failed = failed
-        self.remaining = sum(len(futures) for _, futures, _ in pending)
+        self.remaining = len(pending[0][1]) if len(pending) == 1 else sum(len(p[1]) for p in pending)
 
     def one_done(self, _: asyncio.Future[BatchResult]) -> None:
         self.remaining -= 1
@@ -503,17 +503,19 @@ class _InlineAck:
         body = request.body
         answers = self.answers
         try:
+            topic_data = body.topic_data
             for key, futures, append_time in self.pending:
-                index = body.topic_data[key[0]].partition_data[key[1]].index
-                answers[key] = _combine(index, [f.result() for f in futures], append_time)
-            frame = encode_produce_answers(
-                request.correlation_id,
-                request.api_version,
-                [
+                index = topic_data[key[0]].partition_data[key[1]].index
+                results = [futures[0].result()] if len(futures) == 1 else [f.result() for f in futures]
+                answers[key] = _combine(index, results, append_time)
+            if len(topic_data) == 1 and len(topic_data[0].partition_data) == 1:  # the usual request
+                topics = [(topic_data[0].name, [answers[(0, 0)]])]
+            else:
+                topics = [
                     (t.name, [answers[(ti, pi)] for pi in range(len(t.partition_data))])
-                    for ti, t in enumerate(body.topic_data)
-                ],
-            )
+                    for ti, t in enumerate(topic_data)
+                ]
+            frame = encode_produce_answers(request.correlation_id, request.api_version, topics)
         except Exception:
             log.exception(
                 "cannot encode the Produce v%d response (correlation id %d)",
