@@ -11,10 +11,15 @@ plain integer counters and pay nothing per request for metrics:
 - `skiff_object_store_requests_total{kind}` / `..._errors_total{kind}` / `..._bytes_total{direction}`
   / `..._retries_total`: from the object store's own request accounting;
 - `skiff_produce_files_total`, `skiff_produce_file_bytes_total`, `skiff_produce_flush_failures_total`,
-  `skiff_produce_buffered_bytes`: the produce buffer;
+  `skiff_produce_buffered_bytes`: the produce buffer; `skiff_produce_stage_seconds_total{stage}`
+  and `skiff_produce_stage_max_seconds{stage}`: where its files' time goes (open, queued,
+  put, ordered, commit, resolve: `agent.produce_buffer`);
 - `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the range cache (`fileformat.objectstore.range_cache`);
 - `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
 - `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
+  `skiff_produce_requests_inline_total`: the produce requests among them handled on the
+  synchronous path (the others waited for a topic load, a transaction check, buffer room or
+  an earlier request of their connection);
 - the protocol server's bounds (`agent.connection_limits`): `skiff_connections_refused_total{reason}`
   (`max_connections`, `max_connections_per_ip`), `skiff_request_read_timeouts_total` (requests
   whose body did not arrive within `request_read_timeout_ms`), `skiff_connections_muted`
@@ -109,6 +114,24 @@ class AgentCollector(Collector):
         for api, n in sorted(dict(a.server.requests).items()):
             served.add_metric([api], n)
         yield served
+        stages = CounterMetricFamily(
+            "skiff_produce_stage_seconds",
+            "Seconds the produce buffer's files spent in each stage, summed over files",
+            labels=["stage"],
+        )
+        longest = GaugeMetricFamily(
+            "skiff_produce_stage_max_seconds", "The longest one file spent in each stage", labels=["stage"]
+        )
+        for stage, seconds in a.buffer.stage_seconds.items():
+            stages.add_metric([stage], seconds)
+            longest.add_metric([stage], a.buffer.stage_max_seconds[stage])
+        yield stages
+        yield longest
+        yield CounterMetricFamily(
+            "skiff_produce_requests_inline",
+            "Produce requests handled without a task (agent.handlers.produce.start_inline)",
+            value=a.server.produce_inline,
+        )
         refused = CounterMetricFamily(
             "skiff_connections_refused",
             "Connections closed at accept because a cap was reached",

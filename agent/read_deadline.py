@@ -32,7 +32,7 @@ class ReadDeadline:
 
     def arm(self, timeout_s: float) -> None:
         """Cancel the current task if it is still armed `timeout_s` from now."""
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop)  # with the loop: no get_running_loop() call
         assert task is not None, "arm() runs inside a task"
         self._task = task
         self._cancelling = task.cancelling()

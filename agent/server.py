@@ -8,7 +8,10 @@ librdkafka merges them into bigger batches) rather than in megabytes of kernel b
 
 Per connection there are two tasks:
 
-- the *reader* reads frames (`int32 size` + payload). A negative size, or one above
+- the *reader* reads frames (`int32 size` + payload). It takes what the stream holds (up
+  to 64 KiB, `_READ_AHEAD_BYTES`) when it needs more bytes, and cuts size prefixes and
+  whole requests from that read-ahead without an await each; only the rest of a body
+  that is not there yet is awaited (with its deadline). A negative size, or one above
   `max_request_bytes`, closes the connection at once without reading the body (so a
   bogus size costs no memory). Before reading a body it waits for room for it in the
   connection's byte budget and in the agent's (see `agent.connection_limits`: requests
@@ -60,6 +63,7 @@ import itertools
 import logging
 import socket
 from collections import Counter
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -73,7 +77,15 @@ from agent.connection_limits import (
 )
 from agent.connection_security import ListenerSecurity
 from agent.context import AgentContext
-from agent.handlers import ConnectionInfo, HandlerRegistry, HandlerSpec, Request, default_registry, error_of
+from agent.handlers import (
+    ConnectionInfo,
+    HandlerRegistry,
+    HandlerSpec,
+    Request,
+    default_registry,
+    error_of,
+    produce,
+)
 from agent.handlers.api_versions import unsupported_version_response
 from agent.protocol import (
     API_VERSIONS_KEY,
@@ -88,6 +100,7 @@ from agent.protocol import (
     peek_header_prefix,
     response_schema,
 )
+from agent.protocol.produce_request import decode_produce_request
 from agent.protocol.produce_response import encode_produce_response
 from agent.read_deadline import ReadDeadline
 from agent.response_slots import CLOSE as _CLOSE
@@ -101,7 +114,10 @@ PRODUCE_KEY = 0
 
 _STREAM_LIMIT = 256 * 1024  # StreamReader pauses the socket beyond twice this
 _COALESCE_BYTES = 64 * 1024  # ready responses written in one call, up to about this much
-_READ_BURST_REQUESTS = 32  # requests one reader dispatches before it yields to the loop
+_READ_BURST_REQUESTS = 32
+# One read from the stream takes at most this much ahead of the request being read: the
+# bytes were already in the StreamReader's buffer (a muted connection reads no further).
+_READ_AHEAD_BYTES = 64 * 1024  # requests one reader dispatches before it yields to the loop
 
 
 class AgentServer:
@@ -133,6 +149,7 @@ class AgentServer:
         self.protocol_errors = 0
         self.connections_total = 0
         self.request_read_timeouts = 0
+        self.produce_inline = 0  # produce requests handled without a task
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -275,11 +292,16 @@ class _Connection:
         self.budget = ByteBudget(self.config.connection_max_inflight_bytes)
         self.slots: set[_Slot] = set()  # read and not yet released
         self.muted = False
-        self.last_activity = asyncio.get_running_loop().time()
+        self.loop = asyncio.get_running_loop()
+        self.last_activity = self.loop.time()
         self.tasks: set[asyncio.Task[_Outcome]] = set()
         self.barrier: asyncio.Task[_Outcome] | None = None  # the running exclusive request
         self.closing = False
-        self.deadline = ReadDeadline(asyncio.get_running_loop())  # the reader's read deadlines
+        self.deadline = ReadDeadline(self.loop)  # the reader's read deadlines
+        # Bytes taken off the stream and not yet consumed (`_take`): size prefixes and whole
+        # small requests are cut from it without an await per read.
+        self._ahead = b""
+        self._ahead_pos = 0
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
@@ -287,11 +309,23 @@ class _Connection:
         try:
             while not self.closing:
                 await self.permits.acquire()
-                frame = await self._read_frame()
-                if frame is None:
+                read = await self._read_frame()
+                if read is None:
                     self.permits.release()
                     break
-                slot = await self._dispatch(frame)
+                # Start the request: parsed, then its handler started at once when nothing
+                # must be waited for (no coroutine), else by `_start`.
+                frame, charge = read
+                try:
+                    prepared = self._prepare(frame)
+                    if isinstance(prepared, asyncio.Future):
+                        started: tuple[asyncio.Future[_Outcome], int] = (prepared, 0)
+                    else:
+                        started = self._start_now(*prepared) or await self._start(*prepared, charge)
+                except BaseException:  # cancelled while waiting: give the agent's bytes back
+                    self.server.request_budget.give(len(frame))
+                    raise
+                slot = _Slot(self, started[0], len(frame), charge + started[1])
                 self.slots.add(slot)
                 self.queue.put_nowait(slot)
                 if slot.future.done() and not slot.future.cancelled() and slot.future.result().close:
@@ -318,6 +352,12 @@ class _Connection:
             self.deadline.close()
 
     # --- reading ----------------------------------------------------------------------------
+
+    def _room(self, n: int, request_bytes: int, own: int = 0) -> bool:
+        """Whether `n` more bytes fit the connection's budget and `request_bytes` the agent's."""
+        return self.budget.fits(n, own) and (
+            not request_bytes or self.server.request_budget.fits(request_bytes)
+        )
 
     async def _wait_room(self, n: int, request_bytes: int, own: int = 0) -> None:
         """Mute until `n` more bytes fit the connection's budget and `request_bytes` the agent's."""
@@ -364,7 +404,8 @@ class _Connection:
             if size < MIN_REQUEST_HEADER_BYTES:
                 self._protocol_error(f"request size {size} is smaller than a request header")
                 return None
-            await self._wait_room(size + REQUEST_OVERHEAD_BYTES, size)
+            if not self._room(size + REQUEST_OVERHEAD_BYTES, size):
+                await self._wait_room(size + REQUEST_OVERHEAD_BYTES, size)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             return None
         charge = size + REQUEST_OVERHEAD_BYTES
@@ -372,7 +413,12 @@ class _Connection:
         self.server.request_budget.take(size)
         read = False
         try:
-            frame = await self._read_within(size, self.config.request_read_timeout_ms / 1000.0)
+            frame = self._take(size)
+            if frame is None:  # the rest of the body is not here yet: read it (with its deadline)
+                have = self._ahead[self._ahead_pos :]
+                self._ahead, self._ahead_pos = b"", 0
+                timeout_s = self.config.request_read_timeout_ms / 1000.0
+                frame = have + await self._read_within(size - len(have), timeout_s)
             read = True
             return frame, charge
         except TimeoutError:
@@ -400,20 +446,56 @@ class _Connection:
 
         Idle means: nothing read and nothing in flight for `connections_max_idle_ms`.
         """
-        idle_s = self.config.connections_max_idle_ms / 1000.0
         if self.closing:
             return None
+        head = self._take(4)
+        if head is not None:  # the common case under load: already read ahead
+            return head
+        idle_s = self.config.connections_max_idle_ms / 1000.0
         if not idle_s:  # no idle timeout; still a deadline, so that stop_reading can end the wait
-            return await self._read_within(4, 365 * 86_400.0)
-        loop = asyncio.get_running_loop()
+            while head is None:
+                await self._read_ahead(365 * 86_400.0)
+                head = self._take(4)
+            return head
+        loop = self.loop
         while True:
-            # Cancelling readexactly loses nothing: it takes bytes off the buffer only once
-            # all 4 are in.
+            # Cancelling a read loses nothing: it takes bytes off the stream only when it returns.
             try:
-                return await self._read_within(4, idle_s)
+                await self._read_ahead(idle_s)
             except TimeoutError:
                 if self.closing or not self.slots and loop.time() - self.last_activity >= idle_s:
                     return None
+                continue
+            head = self._take(4)
+            if head is not None:
+                return head
+
+    def _take(self, n: int) -> bytes | None:
+        """The next `n` bytes if the read-ahead holds them (no await), else None."""
+        pos = self._ahead_pos
+        end = pos + n
+        if end > len(self._ahead):
+            return None
+        self._ahead_pos = end
+        return self._ahead[pos:end]
+
+    async def _read_ahead(self, timeout_s: float) -> None:
+        """Add what the stream holds (at least one byte, at most `_READ_AHEAD_BYTES`) to the
+        read-ahead, or TimeoutError after `timeout_s`; IncompleteReadError at end of stream."""
+        deadline = self.deadline
+        deadline.arm(timeout_s)
+        try:
+            data = await self.reader.read(_READ_AHEAD_BYTES)
+        except asyncio.CancelledError:
+            if deadline.disarm():
+                raise TimeoutError from None
+            raise
+        finally:
+            deadline.disarm()
+        left = self._ahead[self._ahead_pos :]
+        if not data:
+            raise asyncio.IncompleteReadError(left, None)
+        self._ahead, self._ahead_pos = left + data, 0
 
     async def _read_within(self, n: int, timeout_s: float) -> bytes:
         """`readexactly(n)`, or TimeoutError after `timeout_s`. This runs twice per request:
@@ -438,44 +520,59 @@ class _Connection:
     # --- dispatch ---------------------------------------------------------------------------
 
     def _done(self, outcome: _Outcome) -> asyncio.Future[_Outcome]:
-        fut: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[_Outcome] = self.loop.create_future()
         fut.set_result(outcome)
         return fut
 
-    async def _dispatch(self, read: tuple[bytes, int]) -> _Slot:
-        frame, charge = read
-        try:
-            fut, reserved = await self._start(frame, charge)
-        except BaseException:  # cancelled while waiting: give the agent's bytes back
-            self.server.request_budget.give(len(frame))
-            raise
-        return _Slot(self, fut, len(frame), charge + reserved)
-
-    async def _start(self, frame: bytes, charge: int) -> tuple[asyncio.Future[_Outcome], int]:
-        """Start the request's handler (or answer it at once): (its outcome, bytes reserved)."""
+    def _prepare(self, frame: bytes) -> asyncio.Future[_Outcome] | tuple[HandlerSpec, Request]:
+        """Parse the request: its handler and the request, or its outcome when it is answered
+        (or the connection closed) without a handler."""
         try:
             api_key, api_version, corr = peek_header_prefix(frame)
         except MalformedRequest as e:
             self._protocol_error(str(e))
-            return self._done(_CLOSE), 0
+            return self._done(_CLOSE)
         spec = self.server.registry.get(api_key)
         if spec is None:
             self._protocol_error(f"unknown or unsupported api key {api_key} ({api_name(api_key) or '?'})")
-            return self._done(_CLOSE), 0
+            return self._done(_CLOSE)
         self.server.requests[spec.name] += 1
         if not spec.supports(api_version):
-            return self._done(self._unsupported_version(spec, api_version, corr)), 0
+            return self._done(self._unsupported_version(spec, api_version, corr))
         try:
             header, offset = parse_request_header(frame)
-            body = decode_request_body(header, frame, offset)
+            if spec.handler is produce.handle:  # the hot path: one walk, no kio entities
+                body = decode_produce_request(frame, offset, api_version)
+            else:
+                body = decode_request_body(header, frame, offset)
         except MalformedRequest as e:
             self._protocol_error(f"malformed {spec.name} v{api_version} request (correlation id {corr}): {e}")
-            return self._done(_CLOSE), 0
-        request = Request(header, body, self.info, self.server.registry)
+            return self._done(_CLOSE)
+        return spec, Request(header, body, self.info, self.server.registry)
 
+    def _start_now(self, spec: HandlerSpec, request: Request) -> tuple[asyncio.Future[_Outcome], int] | None:
+        """`_start` when nothing must be waited for (the common case; no coroutine), else
+        None with nothing done."""
+        if response_reserve_bytes(spec.api_key, request.body) or self.info.sasl is not None:
+            return None
+        barrier = self.barrier
+        if barrier is not None:
+            if not barrier.done():
+                return None
+            self.barrier = None
+        alone = runs_alone(spec.api_key, spec.exclusive)
+        if alone and self.tasks:
+            return None
+        return self._launch(spec, request, alone), 0
+
+    async def _start(
+        self, spec: HandlerSpec, request: Request, charge: int
+    ) -> tuple[asyncio.Future[_Outcome], int]:
+        """Start the request's handler once it may start: (its outcome, bytes reserved)."""
+        api_key = spec.api_key
         # The response bytes this request asks for, reserved before its handler starts (one
         # larger than the whole budget waits until it runs alone on the connection).
-        reserve = min(response_reserve_bytes(api_key, body), self.budget.limit)
+        reserve = min(response_reserve_bytes(api_key, request.body), self.budget.limit)
         if reserve:
             await self._wait_room(reserve, 0, own=charge)
             self.budget.take(reserve)
@@ -494,13 +591,31 @@ class _Connection:
             await asyncio.wait(list(self.tasks))
         if sasl is not None and (not sasl.authenticated or api_key in PRE_AUTH_KEYS):
             task = asyncio.create_task(self._run_sasl(spec, request))
+            self._track(task, alone)
+            return task, reserve
+        return self._launch(spec, request, alone), reserve
+
+    def _launch(self, spec: HandlerSpec, request: Request, alone: bool) -> asyncio.Future[_Outcome]:
+        """Run the handler: a task (the barrier if `alone`), or produce's synchronous path."""
+        if spec.handler is produce.handle:
+            # The hot path: most produce requests are handled without a task (see there).
+            inline = produce.start_inline(self.ctx, request, _Outcome, _CLOSE)
+            if inline is not None:
+                self.server.produce_inline += 1
+                return inline
+            coro, ticket = produce.begin(self.ctx, request)  # the append order is taken now
+            task = asyncio.create_task(self._run_handler(spec, request, coro))
+            task.add_done_callback(lambda _: _end_ticket(ticket, coro))
         else:
             task = asyncio.create_task(self._run_handler(spec, request))
+        self._track(task, alone)
+        return task
+
+    def _track(self, task: asyncio.Task[_Outcome], alone: bool) -> None:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         if alone:
             self.barrier = task
-        return task, reserve
 
     def _unsupported_version(self, spec: HandlerSpec, version: int, corr: int) -> _Outcome:
         if spec.api_key == API_VERSIONS_KEY:
@@ -532,10 +647,13 @@ class _Connection:
         self.closing = True
         self.writer.close()
 
-    async def _run_handler(self, spec: HandlerSpec, request: Request) -> _Outcome:
+    async def _run_handler(
+        self, spec: HandlerSpec, request: Request, started: Awaitable[Any] | None = None
+    ) -> _Outcome:
+        """Run the handler (or await `started`, its coroutine already made) and encode its answer."""
         key, version, corr = request.api_key, request.api_version, request.correlation_id
         try:
-            result = await spec.handler(self.ctx, request)
+            result = await (spec.handler(self.ctx, request) if started is None else started)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -567,7 +685,7 @@ class _Connection:
     # --- writing ----------------------------------------------------------------------------
 
     def _release(self, slot: _Slot) -> None:
-        self.last_activity = asyncio.get_running_loop().time()
+        self.last_activity = self.loop.time()
         slot.release()
         self.slots.discard(slot)
         self.permits.release()
@@ -631,6 +749,13 @@ class _Connection:
                 self.writer.close()
                 for t in list(self.tasks):
                     t.cancel()
+
+
+def _end_ticket(ticket: produce.Ticket, coro: Coroutine[Any, Any, Any]) -> None:
+    """A produce task is done: its ticket released and its coroutine closed, also when the
+    task was cancelled before it ran (the coroutine would otherwise never be awaited)."""
+    ticket.release()
+    coro.close()
 
 
 async def start_agent_server(

@@ -80,7 +80,7 @@ def scrape(port: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
         m = re.match(
-            r'^(skiff_\w+?)(?:_total)?(?:\{(?:kind|api)="(\w+)"\})?(?:\{direction="(\w+)"\})? ([0-9.e+]+)$',
+            r'^(skiff_\w+?)(?:_total)?(?:\{(?:kind|api|stage)="(\w+)"\})?(?:\{direction="(\w+)"\})? ([0-9.e+]+)$',
             line,
         )
         if m:
@@ -390,6 +390,7 @@ def run_sweep(
             " requests/s | errors |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|")
+        stage_rows = []
         for n in partition_counts:
             for rate in rates:
                 cpu0, m0, t0 = proc_cpu_s(agent.proc.pid), scrape(agent.metrics_port), time.perf_counter()  # type: ignore[union-attr]
@@ -404,10 +405,46 @@ def run_sweep(
                     f" {ok} | {(cpu1 - cpu0) / (t1 - t0):.0%} | {own:.0%} | {produces / (t1 - t0):,.0f} | {r['errors']} |",
                     flush=True,
                 )
+                stage_rows.append((rate, n, _stage_means_ms(m0, m1)))
+        print(
+            "\nWhere a file's time went (mean ms per file, agent.produce_buffer stages: open = first"
+            " append to seal, queued = seal to PUT, put, ordered = waiting for the previous commit,"
+            " commit, resolve = commit to the last ack resolved):\n"
+        )
+        print("| records/s | partitions | files/s | " + " | ".join(_STAGES) + " |")
+        print("|---|---|---|" + "---|" * len(_STAGES))
+        for rate, n, (files, means) in stage_rows:
+            print(
+                f"| {rate:,} | {n} | {files / seconds:.1f} | "
+                + " | ".join(f"{means[st]:.1f}" for st in _STAGES)
+                + " |"
+            )
+        last = scrape(agent.metrics_port)
+        print(
+            "\nlongest file per stage over the run (ms): "
+            + ", ".join(
+                f"{st} {last.get(f'skiff_produce_stage_max_seconds:{st}', 0) * 1000:.1f}" for st in _STAGES
+            )
+        )
     finally:
         agent.stop()
         if server:
             server.process.stop(grace=3)
+
+
+_STAGES = ("open", "queued", "put", "ordered", "commit", "resolve")
+
+
+def _stage_means_ms(m0: dict[str, float], m1: dict[str, float]) -> tuple[float, dict[str, float]]:
+    """Files committed between two scrapes, and each stage's mean milliseconds per file."""
+    files = m1.get("skiff_produce_files", 0) - m0.get("skiff_produce_files", 0)
+    means = {
+        st: (m1.get(f"skiff_produce_stage_seconds:{st}", 0) - m0.get(f"skiff_produce_stage_seconds:{st}", 0))
+        * 1000
+        / max(files, 1)
+        for st in _STAGES
+    }
+    return files, means
 
 
 def run_store(

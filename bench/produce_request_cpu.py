@@ -1,6 +1,7 @@
 """Agent CPU per small Produce request, and requests/s at the agent's CPU ceiling.
 
     python bench/produce_request_cpu.py [--requests 60000] [--partitions 100] [--window 2000]
+                                        [--profile agent.prof]
 
 Starts one `skiff agent` process (file:// bucket, embedded SQLite) and one topic, then
 sends ProduceRequests (v9, acks=all) the way librdkafka does at 10,000 records/s over 100
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import socket
 import struct
 import sys
@@ -37,8 +39,27 @@ from kio.schema.types import TopicName  # noqa: E402
 from kio.static.primitive import i16, i32, i32Timedelta  # noqa: E402
 
 from agent.protocol import encode_request  # noqa: E402
-from bench.produce_consume import Agent, proc_cpu_s  # noqa: E402
+from bench.produce_consume import Agent, proc_cpu_s, scrape  # noqa: E402
 from fileformat.records import Record, build_batch  # noqa: E402
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name of process `pid` (the event loop is the main thread,
+    named after the process; SQLite commits run in `skiff-metadata_*`)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = (
+            "loop"
+            if task.name == str(pid)
+            else stat[stat.index("(") + 1 : stat.rindex(")")].rstrip("_0123456789")
+        )
+        fields = stat.rsplit(")", 1)[1].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def frames(topic: str, partitions: int, count: int) -> list[bytes]:
@@ -87,10 +108,13 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=60_000)
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--window", type=int, default=2000)
+    ap.add_argument("--profile", default="", help="write the agent's cProfile output here (slows it)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="skiff-reqcpu-"))
     (work / "bucket").mkdir()
-    agent = Agent(f"file://{work / 'bucket'}", f"sqlite:///{work / 'metadata.db'}", {}, work)
+    agent = Agent(
+        f"file://{work / 'bucket'}", f"sqlite:///{work / 'metadata.db'}", {}, work, profile_path=args.profile
+    )
     agent.start()
     try:
         admin = AdminClient({"bootstrap.servers": agent.bootstrap})
@@ -103,9 +127,9 @@ def main() -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             run(sock, warm, args.window)
             pid = agent.proc.pid  # type: ignore[union-attr]
-            cpu0, t0 = proc_cpu_s(pid), time.perf_counter()
+            cpu0, threads0, t0 = proc_cpu_s(pid), thread_cpu_s(pid), time.perf_counter()
             run(sock, reqs, args.window)
-            cpu1, t1 = proc_cpu_s(pid), time.perf_counter()
+            cpu1, threads1, t1 = proc_cpu_s(pid), thread_cpu_s(pid), time.perf_counter()
         cpu, wall = cpu1 - cpu0, t1 - t0
         print("| requests | partitions | agent CPU us/request | requests/s | agent CPU |")
         print("|---|---|---|---|---|")
@@ -113,6 +137,17 @@ def main() -> None:
             f"| {args.requests:,} | {args.partitions} | {cpu / args.requests * 1e6:.0f} |"
             f" {args.requests / wall:,.0f} | {cpu / wall:.0%} |"
         )
+        per_thread = {
+            name: (threads1[name] - threads0.get(name, 0.0)) / args.requests * 1e6
+            for name in sorted(threads1)
+            if threads1[name] - threads0.get(name, 0.0) > 0
+        }
+        served = scrape(agent.metrics_port)
+        inline = served.get("skiff_produce_requests_inline", 0.0) / max(
+            served.get("skiff_requests:produce", 1.0), 1.0
+        )
+        print(f"produce requests on the synchronous path: {inline:.1%} (all requests, warm-up included)")
+        print("agent CPU us/request by thread:", ", ".join(f"{k} {v:.0f}" for k, v in per_thread.items()))
     finally:
         agent.stop()
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -171,9 +170,11 @@ class CorruptBatchError(RecordBatchError):
     """CRC mismatch or a batch whose contents contradict its header."""
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The fixed 61-byte header of a RecordBatch v2, as parsed (see the module docstring)."""
+class BatchHeader(NamedTuple):
+    """The fixed 61-byte header of a RecordBatch v2, as parsed (see the module docstring).
+
+    A NamedTuple (built from `struct.unpack_from` in one call, ~4x cheaper than a frozen
+    dataclass: a header is parsed for every produced batch)."""
 
     base_offset: int
     batch_length: int
@@ -299,7 +300,7 @@ def _parse_header(buf: bytes | bytearray | memoryview, pos: int, end: int) -> Ba
             f"truncated record batch at byte {pos}: {avail} bytes left, a batch header needs {BATCH_HEADER_SIZE}",
             pos,
         )
-    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+    return BatchHeader._make(_HEADER.unpack_from(buf, pos))
 
 
 def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
@@ -349,6 +350,42 @@ def iter_batches(
         pos += size
 
 
+def single_batch_header(buf: bytes | bytearray | memoryview) -> BatchHeader | None:
+    """The header of `buf` when it is exactly one batch of magic 2 whose batchLength is
+    at least a header's and spans the buffer, else None (walk it with `iter_batches` for
+    the precise error). The produce path's common case, with one header parse."""
+    if len(buf) < BATCH_HEADER_SIZE or buf[MAGIC_OFFSET] != MAGIC:
+        return None
+    header = BatchHeader._make(_HEADER.unpack_from(buf, 0))
+    length = header.batch_length
+    if length < _MIN_BATCH_LENGTH or length + LOG_OVERHEAD != len(buf):
+        return None
+    return header
+
+
+def check_crc(buf: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> None:
+    """The CRC-32C check of `validate_batch`, for a batch whose lengths are known to be
+    inside `buf` (CorruptBatchError)."""
+    computed = _crc32c.crc32c(
+        _buffer_view(buf)[position + ATTRIBUTES_OFFSET : position + header.batch_length + LOG_OVERHEAD]
+    )
+    if computed != header.crc:
+        raise CorruptBatchError(
+            f"record batch at byte {position} fails its CRC-32C check (stored {header.crc:#010x},"
+            f" computed {computed:#010x})",
+            position,
+        )
+
+
+def check_codec(position: int, header: BatchHeader) -> None:
+    """The codec id check of `validate_batch` (CorruptBatchError for ids 5-7)."""
+    if header.attributes & _COMPRESSION_MASK > Compression.ZSTD:
+        raise CorruptBatchError(
+            f"record batch at byte {position} uses unknown compression codec id {header.compression_id}",
+            position,
+        )
+
+
 def validate_batch(
     buf: bytes | bytearray | memoryview,
     position: int = 0,
@@ -373,14 +410,8 @@ def validate_batch(
     """
     end = len(buf) if end is None else min(end, len(buf))
     header = _parse_header(buf, position, end)
-    size = _check_length(header, position, end, max_batch_bytes)
-    computed = _crc32c.crc32c(_buffer_view(buf)[position + ATTRIBUTES_OFFSET : position + size])
-    if computed != header.crc:
-        raise CorruptBatchError(
-            f"record batch at byte {position} fails its CRC-32C check (stored {header.crc:#010x},"
-            f" computed {computed:#010x})",
-            position,
-        )
+    _check_length(header, position, end, max_batch_bytes)
+    check_crc(buf, position, header)
     count = header.records_count
     if counts:
         if count < 0:
@@ -391,11 +422,7 @@ def validate_batch(
                 f" for {count} records",
                 position,
             )
-    if header.compression_id > Compression.ZSTD:
-        raise CorruptBatchError(
-            f"record batch at byte {position} uses unknown compression codec id {header.compression_id}",
-            position,
-        )
+    check_codec(position, header)
     if decode or contiguous:
         records = decode_records(
             buf, position, end=end, header=header, max_decompressed_bytes=max_decompressed_bytes

@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import struct
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar, cast
 
 import crc32c
 from kio.schema.errors import ErrorCode
@@ -53,9 +54,19 @@ from kio.schema.produce.v9.response import (
 from kio.static.primitive import TZAware, i32, i64
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
-from agent.produce_buffer import PendingBatch, ProduceBuffer
+from agent.handlers import (
+    NO_THROTTLE,
+    ConnectionInfo,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    error_of,
+)
+from agent.produce_buffer import PendingBatch
 from agent.protocol import to_error_code
+from agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
 from fileformat.log_validator import (
     UNBOUNDED_MS,
     CorruptRecordsError,
@@ -68,13 +79,19 @@ from fileformat.log_validator import (
 from fileformat.records import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
+    LOG_OVERHEAD,
+    BatchHeader,
     RecordBatchError,
     UnsupportedMagicError,
+    check_codec,
+    check_crc,
     iter_batches,
-    validate_batch,
+    single_batch_header,
 )
 from metadata.configs import config_int, config_value, is_compacted
 from metadata.types import BatchResult, Topic
+
+log = logging.getLogger(__name__)
 
 API_KEY = 0
 MIN_VERSION = 3
@@ -109,28 +126,20 @@ def validate_batches(
     """Check a partition's record bytes and describe the batch for the buffer (see module doc)."""
     if not records:
         raise BatchRejected(ErrorCode.invalid_record, "produce request carries no records")
-    try:
-        positions = list(iter_batches(records))
-    except UnsupportedMagicError as exc:
-        raise BatchRejected(
-            ErrorCode.unsupported_for_message_format, f"only RecordBatch v2 (magic 2) is accepted: {exc}"
-        ) from None
-    except RecordBatchError as exc:  # truncated, bad lengths
-        raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
-    if len(positions) != 1:
-        raise BatchRejected(
-            ErrorCode.invalid_record,
-            f"a produce request carries one record batch per partition, this one {len(positions)}",
-        )
-    pos, header = positions[0]
-    size = header.size
+    header = single_batch_header(records)  # the common case: one batch, one header parse
+    if header is not None:
+        pos = 0
+    else:
+        pos, header = _one_batch(records)
+    size = header.batch_length + LOG_OVERHEAD
     if size > max_message_bytes:
         raise BatchRejected(
             ErrorCode.message_too_large,
             f"batch of {size} bytes exceeds the topic's max.message.bytes {max_message_bytes}",
         )
     try:
-        validate_batch(records, pos, max_batch_bytes=max(size, 1), counts=False)
+        check_crc(records, pos, header)
+        check_codec(pos, header)
     except RecordBatchError as exc:
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
     try:
@@ -150,7 +159,7 @@ def validate_batches(
         raise BatchRejected(ErrorCode.invalid_timestamp, str(exc), exc.record_errors) from None
     except CorruptRecordsError as exc:
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
-    ts_type = int(header.timestamp_type)
+    ts_type = 1 if header.attributes & _TIMESTAMP_TYPE_BIT else 0
     data = records
     if log_append_time_ms is not None:
         data = _with_max_timestamp(records, pos, size, log_append_time_ms, log_append=True)
@@ -174,6 +183,25 @@ def validate_batches(
             is_transactional=header.is_transactional,
         )
     ]
+
+
+def _one_batch(records: bytes) -> tuple[int, BatchHeader]:
+    """The position and header of the only batch in `records`, which `single_batch_header`
+    did not accept: walked batch by batch for the precise refusal."""
+    try:
+        positions = list(iter_batches(records))
+    except UnsupportedMagicError as exc:
+        raise BatchRejected(
+            ErrorCode.unsupported_for_message_format, f"only RecordBatch v2 (magic 2) is accepted: {exc}"
+        ) from None
+    except RecordBatchError as exc:  # truncated, bad lengths
+        raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
+    if len(positions) != 1:
+        raise BatchRejected(
+            ErrorCode.invalid_record,
+            f"a produce request carries one record batch per partition, this one {len(positions)}",
+        )
+    return positions[0]
 
 
 def _with_max_timestamp(records: bytes, pos: int, size: int, max_ts: int, *, log_append: bool) -> bytes:
@@ -221,16 +249,20 @@ def _topic_rules(topic: Topic, now_ms: int) -> dict[str, Any]:
     return {**rules, "log_append_time_ms": now_ms} if log_append else rules
 
 
-def _partition_response(
-    index: int,
-    code: ErrorCode,
-    *,
-    base_offset: int = -1,
-    log_start_offset: int = -1,
-    log_append_time_ms: int = -1,
-    message: str | None = None,
-    record_errors: RecordErrors = (),
-) -> PartitionProduceResponse:
+# One partition's answer (agent.protocol.produce_response.PartitionAnswer): (index, error
+# code, base_offset, log_append_time_ms, log_start_offset, error_message, record_errors).
+Answer = PartitionAnswer
+
+
+def _answer(
+    index: int, code: ErrorCode, message: str | None = None, record_errors: RecordErrors = ()
+) -> Answer:
+    return (index, code.value, -1, -1, -1, message, tuple(record_errors))
+
+
+def _partition_response(answer: Answer) -> PartitionProduceResponse:
+    """An answer as kio's entity (the handler's awaiting path returns a kio response)."""
+    index, code, base_offset, log_append_time_ms, log_start_offset, message, record_errors = answer
     # kio's TZAware.parse refuses any datetime with a sub-second part (its predicate wants
     # microsecond == 0, not millisecond precision), so nearly every LogAppendTime would
     # raise; its writer encodes round(timestamp * 1000), exact for a whole-ms datetime.
@@ -247,7 +279,7 @@ def _partition_response(
     # i32()/i64(), whose range checks cost ~1.5 us of this response's ~3 us.
     return PartitionProduceResponse(
         index=cast(i32, index),
-        error_code=code,
+        error_code=ErrorCode(code),
         base_offset=cast(i64, base_offset),
         log_append_time=append_time,
         log_start_offset=cast(i64, log_start_offset),
@@ -261,20 +293,20 @@ def _partition_response(
     )
 
 
-def _combine(
-    index: int, results: Sequence[BatchResult], append_time_ms: int | None
-) -> PartitionProduceResponse:
+def _combine(index: int, results: Sequence[BatchResult], append_time_ms: int | None) -> Answer:
     """One partition's answer from its batches' results: the first error, else the first offset."""
     for r in results:
         if r.error_code:
-            return _partition_response(index, ErrorCode(r.error_code), message=r.error_message)
+            return (index, r.error_code, -1, -1, -1, r.error_message, ())
     first = results[0]
-    return _partition_response(
+    return (
         index,
-        ErrorCode.none,
-        base_offset=first.base_offset,
-        log_start_offset=first.log_start_offset,
-        log_append_time_ms=append_time_ms if append_time_ms is not None else -1,
+        0,
+        first.base_offset,
+        append_time_ms if append_time_ms is not None else -1,
+        first.log_start_offset,
+        None,
+        (),
     )
 
 
@@ -288,7 +320,7 @@ async def _verify_transactional(
     ctx: AgentContext,
     body: Any,
     validated: Validated,
-    answers: dict[tuple[int, int], PartitionProduceResponse],
+    answers: dict[tuple[int, int], Answer],
 ) -> Validated:
     """KIP-890 part 1: a transactional batch is stored only if its partition is in its
     producer's ongoing transaction at its current epoch (one metadata read per request), so
@@ -325,53 +357,26 @@ async def _verify_transactional(
                 refused[i] = (error, "the partition is not in this producer's ongoing transaction")
     for i, (code, message) in refused.items():
         key, _, partition, _, _ = validated[i]
-        answers[key] = _partition_response(partition, code, message=message)
+        answers[key] = _answer(partition, code, message)
     return [v for i, v in enumerate(validated) if i not in refused]
 
 
-async def handle(ctx: AgentContext, request: Request) -> Any:
-    body = request.body
-    buffer = ctx.parts.produce_buffer
-    # Take this connection's ordering ticket before the first await (see module doc).
-    conn = request.connection
-    previous = conn.produce_tail
-    mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    conn.produce_tail = mine
-    try:
-        return await _produce(ctx, request, body, buffer, previous, mine)
-    finally:
-        if not mine.done():
-            mine.set_result(None)
-        if conn.produce_tail is mine:
-            conn.produce_tail = None
-
-
-async def _produce(
+def _check_partitions(
     ctx: AgentContext,
     request: Request,
-    body: Any,
-    buffer: ProduceBuffer,
-    previous: asyncio.Future[None] | None,
-    mine: asyncio.Future[None],
-) -> Any:
-    acks = int(body.acks)
-    names = [t.name for t in body.topic_data]
-    topics: dict[str, Topic] = {}
-    lookup_error: tuple[ErrorCode, str] | None = None
-    try:
-        topics = await ctx.topics.get_by_name(names)
-    except Exception as exc:
-        lookup_error = error_of(exc)
-    now_ms = ctx.clock.wall_ms()
+    topics: dict[str, Topic],
+    lookup_error: tuple[ErrorCode, str] | None,
+    now_ms: int,
+) -> tuple[dict[tuple[int, int], Answer], Validated]:
+    """Steps 0-3 of the module doc for every partition: the answers of refused partitions,
+    by (topic index, partition index), and the validated batches of the others."""
+    body = request.body
     # Kafka's ACLs: a transactional produce needs WRITE on its transactional id
     request_txn_id = getattr(body, "transactional_id", None)
     txn_allowed = not request_txn_id or authorized(
         ctx, request, Op.WRITE, Resource.TRANSACTIONAL_ID, request_txn_id
     )
-
-    # (topic index, partition index) -> a ready answer, or pending futures
-    answers: dict[tuple[int, int], PartitionProduceResponse] = {}
-    pending: dict[tuple[int, int], tuple[list[asyncio.Future[BatchResult]], int | None]] = {}
+    answers: dict[tuple[int, int], Answer] = {}
     validated: Validated = []
     for ti, t in enumerate(body.topic_data):
         topic = topics.get(t.name)
@@ -380,34 +385,212 @@ async def _produce(
         for pi, p in enumerate(t.partition_data):
             key = (ti, pi)
             if not txn_allowed:
-                answers[key] = _partition_response(p.index, ErrorCode.transactional_id_authorization_failed)
+                answers[key] = _answer(p.index, ErrorCode.transactional_id_authorization_failed)
                 continue
             if not allowed:
-                answers[key] = _partition_response(p.index, ErrorCode.topic_authorization_failed)
+                answers[key] = _answer(p.index, ErrorCode.topic_authorization_failed)
                 continue
             if lookup_error is not None:
-                answers[key] = _partition_response(p.index, lookup_error[0], message=lookup_error[1])
+                answers[key] = _answer(p.index, lookup_error[0], lookup_error[1])
                 continue
             if topic is None or not 0 <= p.index < topic.partition_count:
-                answers[key] = _partition_response(p.index, ErrorCode.unknown_topic_or_partition)
+                answers[key] = _answer(p.index, ErrorCode.unknown_topic_or_partition)
                 continue
             try:
                 batches = validate_batches(p.records or b"", now_ms=now_ms, **rules)
             except BatchRejected as exc:
-                answers[key] = _partition_response(
-                    p.index, exc.code, message=exc.message, record_errors=exc.record_errors
-                )
+                answers[key] = _answer(p.index, exc.code, exc.message, exc.record_errors)
                 continue
             validated.append((key, topic, p.index, batches, rules["log_append_time_ms"]))
+    return answers, validated
+
+
+# --- the synchronous path ---------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def start_inline(
+    ctx: AgentContext, request: Request, outcome: Callable[[bytearray | None], T], failed: T
+) -> asyncio.Future[T] | None:
+    """Handle a Produce request without a task when nothing in it needs to wait, or None
+    (nothing done: the caller runs `begin` instead).
+
+    The common request (topics in the topic cache, no transaction, room in the produce
+    buffer, no earlier Produce of the connection still waiting to append) is checked and
+    appended here, synchronously, so it reaches the buffer in request order without a
+    ticket; the returned future gets `outcome(frame)` (the encoded response at the
+    request's version, or None for acks=0) once every batch is committed, from the
+    batches' done callbacks: no task, coroutine or kio response entity per request.
+    `failed` is the result if the response cannot be encoded. The checks, the answers
+    and the bytes are the awaiting path's (`_check_partitions`, `_combine`, the same
+    encoder).
+    """
+    tail = request.connection.produce_tail
+    if tail is not None and not tail.done():
+        return None
+    body = request.body
+    if getattr(body, "transactional_id", None):
+        return None  # verified against metadata (an await): the awaiting path
+    buffer = ctx.parts.produce_buffer
+    try:
+        topics: dict[str, Topic] = {}
+        for t in body.topic_data:
+            topic = ctx.topics.fresh(t.name)
+            if topic is None:
+                return None  # a load (or an unknown topic): the awaiting path
+            topics[t.name] = topic
+        answers, validated = _check_partitions(ctx, request, topics, None, ctx.clock.wall_ms())
+        size = 0
+        for v in validated:
+            for b in v[3]:
+                if b.is_transactional:
+                    return None
+                size += len(b.data)
+        if validated and not buffer.has_room(size):
+            return None
+    except Exception:
+        return None  # the awaiting path answers (and logs) whatever went wrong
+    done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    pending = [
+        (key, buffer.append_now(topic.topic_id, partition, batches), append_time)
+        for key, topic, partition, batches, append_time in validated
+    ]
+    if int(body.acks) == 0:
+        done.set_result(outcome(None))
+        return done
+    ack = _InlineAck(request, answers, pending, done, outcome, failed)
+    if ack.remaining == 0:
+        ack.finish()
+    else:
+        for _, futures, _ in pending:
+            for fut in futures:
+                fut.add_done_callback(ack.one_done)
+    return done
+
+
+class _InlineAck:
+    """The answer of a `start_inline` request, encoded once its last batch is resolved."""
+
+    __slots__ = ("request", "answers", "pending", "done", "outcome", "failed", "remaining")
+
+    def __init__(
+        self,
+        request: Request,
+        answers: dict[tuple[int, int], Answer],
+        pending: list[tuple[tuple[int, int], list[asyncio.Future[BatchResult]], int | None]],
+        done: asyncio.Future[Any],
+        outcome: Callable[[bytearray | None], Any],
+        failed: Any,
+    ) -> None:
+        self.request = request
+        self.answers = answers
+        self.pending = pending
+        self.done = done
+        self.outcome = outcome
+        self.failed = failed
+        self.remaining = len(pending[0][1]) if len(pending) == 1 else sum(len(p[1]) for p in pending)
+
+    def one_done(self, _: asyncio.Future[BatchResult]) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.finish()
+
+    def finish(self) -> None:
+        if self.done.done():  # cancelled: the connection is gone
+            return
+        request = self.request
+        body = request.body
+        answers = self.answers
+        try:
+            topic_data = body.topic_data
+            for key, futures, append_time in self.pending:
+                index = topic_data[key[0]].partition_data[key[1]].index
+                results = [futures[0].result()] if len(futures) == 1 else [f.result() for f in futures]
+                answers[key] = _combine(index, results, append_time)
+            if len(topic_data) == 1 and len(topic_data[0].partition_data) == 1:  # the usual request
+                topics = [(topic_data[0].name, [answers[(0, 0)]])]
+            else:
+                topics = [
+                    (t.name, [answers[(ti, pi)] for pi in range(len(t.partition_data))])
+                    for ti, t in enumerate(topic_data)
+                ]
+            frame = encode_produce_answers(request.correlation_id, request.api_version, topics)
+        except Exception:
+            log.exception(
+                "cannot encode the Produce v%d response (correlation id %d)",
+                request.api_version,
+                request.correlation_id,
+            )
+            self.done.set_result(self.failed)
+            return
+        self.done.set_result(self.outcome(frame))
+
+
+# --- the awaiting path ------------------------------------------------------------------
+
+
+class Ticket:
+    """A request's place in its connection's append order (see the module doc)."""
+
+    __slots__ = ("conn", "previous", "mine")
+
+    def __init__(self, conn: ConnectionInfo) -> None:
+        self.conn = conn
+        self.previous = conn.produce_tail
+        self.mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        conn.produce_tail = self.mine
+
+    def release(self) -> None:
+        """Let later requests append (idempotent; also for a handler cancelled before it ran)."""
+        if not self.mine.done():
+            self.mine.set_result(None)
+        if self.conn.produce_tail is self.mine:
+            self.conn.produce_tail = None
+
+
+def begin(ctx: AgentContext, request: Request) -> tuple[Coroutine[Any, Any, Any], Ticket]:
+    """Take the request's ordering ticket now and return the handler's coroutine (run it as a
+    task; call `ticket.release()` when the task is done, in case it never ran)."""
+    ticket = Ticket(request.connection)
+    return _ticketed(ctx, request, ticket), ticket
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    # Take this connection's ordering ticket before the first await (see module doc).
+    coro, _ = begin(ctx, request)
+    return await coro
+
+
+async def _ticketed(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
+    try:
+        return await _produce(ctx, request, ticket)
+    finally:
+        ticket.release()
+
+
+async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
+    body = request.body
+    buffer = ctx.parts.produce_buffer
+    acks = int(body.acks)
+    names = [t.name for t in body.topic_data]
+    topics: dict[str, Topic] = {}
+    lookup_error: tuple[ErrorCode, str] | None = None
+    try:
+        topics = await ctx.topics.get_by_name(names)
+    except Exception as exc:
+        lookup_error = error_of(exc)
+    answers, validated = _check_partitions(ctx, request, topics, lookup_error, ctx.clock.wall_ms())
 
     if any(b[3][0].is_transactional for b in validated):
         validated = await _verify_transactional(ctx, body, validated, answers)
-    if previous is not None:
-        await previous
+    if ticket.previous is not None:
+        await ticket.previous
+    pending: dict[tuple[int, int], tuple[list[asyncio.Future[BatchResult]], int | None]] = {}
     for key, topic, partition, batches, append_time in validated:
         futures = await buffer.append_nowait(topic.topic_id, partition, batches)
         pending[key] = (futures, append_time)
-    mine.set_result(None)  # later requests of this connection may append now
+    ticket.mine.set_result(None)  # later requests of this connection may append now
 
     if acks == 0:
         return None
@@ -419,7 +602,9 @@ async def _produce(
         responses=tuple(
             TopicProduceResponse(
                 name=t.name,
-                partition_responses=tuple(answers[(ti, pi)] for pi in range(len(t.partition_data))),
+                partition_responses=tuple(
+                    _partition_response(answers[(ti, pi)]) for pi in range(len(t.partition_data))
+                ),
             )
             for ti, t in enumerate(body.topic_data)
         ),

@@ -213,7 +213,10 @@ def parse_request_header(frame: bytes | bytearray | memoryview) -> tuple[Request
         elif n != -1:
             raise MalformedRequest(f"negative client_id length {n}")
     if hv >= 2:
-        pos = skip_tagged_fields(frame, pos)
+        if pos < len(frame) and frame[pos] == 0:  # no tagged fields (what clients send)
+            pos += 1
+        else:
+            pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, hv), pos
 
 

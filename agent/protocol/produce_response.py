@@ -69,35 +69,74 @@ def _ms(value: Any) -> int:
     return -1 if value is None else round(value.timestamp() * 1000)
 
 
+# One partition's answer, as `encode_produce_answers` takes it: (index, error code,
+# base_offset, log_append_time_ms, log_start_offset, error_message, record_errors), the
+# record errors being (batch index, message) pairs.
+PartitionAnswer = tuple[int, int, int, int, int, "str | None", "tuple[tuple[int, str | None], ...]"]
+
+
 def encode_produce_response(correlation_id: int, version: int, response: Any) -> bytearray:
     """The complete frame (size prefix, header, body) of a v9 `ProduceResponse` at `version`."""
+    return encode_produce_answers(
+        correlation_id,
+        version,
+        [
+            (
+                topic.name,
+                [
+                    (
+                        p.index,
+                        p.error_code.value,
+                        p.base_offset,
+                        _ms(p.log_append_time),
+                        p.log_start_offset,
+                        p.error_message,
+                        tuple((e.batch_index, e.batch_index_error_message) for e in p.record_errors),
+                    )
+                    for p in topic.partition_responses
+                ],
+            )
+            for topic in response.responses
+        ],
+        round(response.throttle_time.total_seconds() * 1000),
+    )
+
+
+def encode_produce_answers(
+    correlation_id: int,
+    version: int,
+    topics: list[tuple[str, list[PartitionAnswer]]],
+    throttle_time_ms: int = 0,
+) -> bytearray:
+    """The complete frame of a Produce response at `version` from plain values (the
+    handler's fast path answers without building kio entities)."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Produce response v{version} is not encoded here")
     flexible = version >= 9
     out = bytearray(_FRAME_HEAD.pack(0, correlation_id))
     if flexible:
         out.append(0)  # response header v1: no tagged fields
-    _array_length(out, len(response.responses), flexible)
-    for topic in response.responses:
-        _string(out, topic.name, flexible, nullable=False)
-        _array_length(out, len(topic.partition_responses), flexible)
-        for p in topic.partition_responses:
-            out += _PARTITION_HEAD.pack(p.index, p.error_code.value, p.base_offset, _ms(p.log_append_time))
+    _array_length(out, len(topics), flexible)
+    for name, partitions in topics:
+        _string(out, name, flexible, nullable=False)
+        _array_length(out, len(partitions), flexible)
+        for index, code, base_offset, append_ms, start_offset, message, record_errors in partitions:
+            out += _PARTITION_HEAD.pack(index, code, base_offset, append_ms)
             if version >= 5:
-                out += _I64.pack(p.log_start_offset)
+                out += _I64.pack(start_offset)
             if version >= 8:
-                _array_length(out, len(p.record_errors), flexible)
-                for e in p.record_errors:
-                    out += _I32.pack(e.batch_index)
-                    _string(out, e.batch_index_error_message, flexible, nullable=True)
+                _array_length(out, len(record_errors), flexible)
+                for batch_index, batch_message in record_errors:
+                    out += _I32.pack(batch_index)
+                    _string(out, batch_message, flexible, nullable=True)
                     if flexible:
                         out.append(0)
-                _string(out, p.error_message, flexible, nullable=True)
+                _string(out, message, flexible, nullable=True)
             if flexible:
                 out.append(0)
         if flexible:
             out.append(0)
-    out += _I32.pack(round(response.throttle_time.total_seconds() * 1000))
+    out += _I32.pack(throttle_time_ms)
     if flexible:
         out.append(0)
     _I32.pack_into(out, 0, len(out) - 4)

@@ -20,11 +20,13 @@ from agent.protocol.produce_response import encode_produce_response
 
 
 def _responses() -> list[ProduceResponse]:
-    ok = _partition_response(7, ErrorCode.none, base_offset=123_456_789_012, log_start_offset=5)
-    appended = _partition_response(
-        0, ErrorCode.none, base_offset=0, log_start_offset=0, log_append_time_ms=1_795_505_728_233
+    # the handler's answers (index, code, base_offset, log_append_time_ms, log_start_offset,
+    # message, record_errors) as the kio entities its awaiting path returns
+    ok = _partition_response((7, 0, 123_456_789_012, -1, 5, None, ()))
+    appended = _partition_response((0, 0, 0, 1_795_505_728_233, 0, None, ()))
+    failed = _partition_response(
+        (3, ErrorCode.corrupt_message.value, -1, -1, -1, "fails its CRC-32C check: é", ())
     )
-    failed = _partition_response(3, ErrorCode.corrupt_message, message="fails its CRC-32C check: é")
     with_record_errors = PartitionProduceResponse(
         index=i32(1),
         error_code=ErrorCode.invalid_record,
