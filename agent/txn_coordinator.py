@@ -29,8 +29,10 @@ this agent writes the markers of those it won; prepared transactions this agent
 coordinates that have not moved for `redrive_after_ms` (`transaction_redrive_after_ms`:
 their coordinator died, or its PUT failed) are finished again; an attempt that fails is
 retried with a doubling delay (up to `max_retry_delay_ms`,
-`transaction_redrive_max_backoff_ms`), so a transaction whose markers cannot commit (a
-topic deleted meanwhile) costs a file every minute at most, not every second.
+`transaction_redrive_max_backoff_ms`), so a transaction whose markers cannot commit (the
+bucket refusing PUTs) costs a file every minute at most, not every second. A topic deleted
+meanwhile does not block it: the commit refuses that topic's markers only
+(UNKNOWN_TOPIC_OR_PARTITION per chunk) and still completes the transaction.
 """
 
 from __future__ import annotations

@@ -5,6 +5,15 @@ A topic row holds its name, id, partition count and the configs set explicitly o
 holding its log start offset and high watermark. Deleting a topic locks its partitions
 (as every operation that changes chunks does), deletes its chunks, producer state,
 partitions and group offsets, and marks the files left without chunks `deleting`.
+
+Deleting a topic also deletes, in the same transaction, its partitions' transaction rows:
+`txn_open` (which held their last stable offset), `txn_aborted`, and the offsets staged
+for it by unfinished transactions (`txn_offsets`, by topic name), so that a topic
+re-created with that name (a new topic id) inherits none of them. A transaction that
+included the deleted topic still completes: its `transactions` row keeps naming the old
+topic id, and the markers for those partitions are refused by the commit path
+(UNKNOWN_TOPIC_OR_PARTITION for those chunks only) while the file's other markers are
+stored and its `completes` applied.
 """
 
 from __future__ import annotations
@@ -26,7 +35,17 @@ from metadata.errors import (
     MetadataError,
 )
 from metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting, topic_from_row
-from metadata.schema import chunks, compaction_state, group_offsets, partitions, producer_state, topics
+from metadata.schema import (
+    chunks,
+    compaction_state,
+    group_offsets,
+    partitions,
+    producer_state,
+    topics,
+    txn_aborted,
+    txn_offsets,
+    txn_open,
+)
 from metadata.types import Topic
 
 # Kafka has no limit; creating a topic inserts one row per partition, so we keep one.
@@ -108,6 +127,9 @@ class TopicAdmin:
             conn.execute(delete(partitions).where(partitions.c.topic_id == tid))
             conn.execute(delete(topics).where(topics.c.topic_id == tid))
             conn.execute(delete(group_offsets).where(group_offsets.c.topic == name))
+            conn.execute(delete(txn_open).where(txn_open.c.topic_id == tid))
+            conn.execute(delete(txn_aborted).where(txn_aborted.c.topic_id == tid))
+            conn.execute(delete(txn_offsets).where(txn_offsets.c.topic == name))
 
     def list_topics(self) -> list[Topic]:
         with read_tx(self._db.engine) as conn:

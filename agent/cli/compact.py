@@ -229,6 +229,10 @@ def print_summary(summary: PassSummary, console: Console) -> None:
     t.add_row("records in / out", f"{summary.records_in} / {summary.records_out}")
     t.add_row("records removed", str(summary.records_removed))
     t.add_row("tombstones dropped", str(summary.tombstones_dropped))
+    t.add_row(
+        "aborted txn batches / markers dropped",
+        f"{summary.aborted_batches_dropped} / {summary.markers_dropped}",
+    )
     t.add_row("bytes streamed (A+B)", _size(summary.bytes_read))
     t.add_row("GETs per input file", _gets_histogram(summary.gets_per_input_file))
     t.add_row("peak key-map memory", _size(summary.peak_keymap_bytes))
