@@ -31,6 +31,10 @@ their coordinator died, or its PUT failed) are finished again; an attempt that f
 retried with a doubling delay (up to `max_retry_delay_ms`,
 `transaction_redrive_max_backoff_ms`), so a transaction whose markers cannot commit (a
 topic deleted meanwhile) costs a file every minute at most, not every second.
+
+Test hook: `SKIFF_TXN_PAUSE_BEFORE_MARKERS` (agent.txn_pause_hook, environment only, never
+for production) makes `finish` stop before it writes the markers, so a test can kill the
+coordinator between EndTxn's durable PREPARE_* and the markers.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from typing import TYPE_CHECKING
 
 from agent import routing
 from agent.produce_buffer import CommittedFile, ObjectPutter
+from agent.txn_pause_hook import TxnPauseHook
 from fileformat.records import ControlRecordType, build_control_batch
 from fileformat.segment import ChunkInput, build_segment
 from metadata.api_types import MetadataClient
@@ -149,6 +154,7 @@ class TxnCoordinator:
         # so a transaction whose markers cannot commit does not PUT a file every second.
         self._retry: dict[tuple[str, int, int], tuple[int, int]] = {}
         self.markers_written = 0  # files, for tests and metrics
+        self.pause_hook = TxnPauseHook.from_env()  # a test hook, None in production
 
     def coordinator_for(self, transactional_id: str) -> Broker:
         """The agent FindCoordinator names for a transactional id."""
@@ -166,6 +172,8 @@ class TxnCoordinator:
     async def finish(self, record: TxnRecord) -> bool:
         """Write the markers of a prepared transaction and complete it. False (logged) if
         that failed: the record stays prepared and the background scan tries again."""
+        if self.pause_hook is not None:
+            await self.pause_hook.before_markers(record)
         try:
             if not record.partitions:
                 await self._metadata.complete_txn(
