@@ -11,9 +11,10 @@ partitions and calls commit_transaction() / abort_transaction() in a thread; onc
 in the coordinator's log, read_committed consumers are still held at the open transaction
 (no marker was written), and the test SIGKILLs the coordinator. Then:
 
-- librdkafka retries EndTxn against the new coordinator (CONCURRENT_TRANSACTIONS until the
-  survivors' re-drive scan has written the markers, then success for the completed one):
-  commit_transaction() / abort_transaction() returns without an error;
+- the killed agent never answers EndTxn; librdkafka retries it against the new coordinator
+  (CONCURRENT_TRANSACTIONS while the transaction is prepared, success once the survivors'
+  re-drive scan has completed it): commit_transaction() / abort_transaction() returns
+  without an error;
 - a read_committed consumer on the survivors sees every record of the committed transaction
   once (and none of the aborted one), up to the high watermark;
 - DescribeTransactions on a survivor answers CompleteCommit / CompleteAbort;
