@@ -16,8 +16,10 @@ to stderr and then waits, without writing any marker, until `resume()` is called
 process dies. The wait is an `asyncio.Event`: it blocks only that request (the EndTxn's
 connection gets no answer), not the event loop, so the agent goes on heartbeating and
 serving other requests and stays the transaction's coordinator until it is killed, as an
-agent that crashes inside the handler would. It pauses once per process; later
-transactions go through.
+agent that crashes inside the handler would. It stops one transaction per process (the
+first that matches): every later `finish` of that same transaction (the coordinator's own
+re-drive scan after `transaction_redrive_after_ms`) waits too, so the paused agent never
+writes its markers; other transactions go through.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class TxnPauseHook:
         self.transactional_id = transactional_id
         self._resume = asyncio.Event()
         self.paused = asyncio.Event()  # set once the marker line is written (in-process tests)
-        self._used = False
+        self._held: tuple[str, int, int] | None = None  # (id, producer id, epoch) stopped
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> TxnPauseHook | None:
@@ -58,20 +60,25 @@ class TxnPauseHook:
         )
         return cls(raw.strip())
 
-    def matches(self, transactional_id: str) -> bool:
-        return not self._used and self.transactional_id in (ANY, transactional_id)
+    def matches(self, record: TxnRecord) -> bool:
+        if self._resume.is_set():
+            return False
+        if self._held is not None:
+            return self._held == (record.transactional_id, record.producer_id, record.producer_epoch)
+        return self.transactional_id in (ANY, record.transactional_id)
 
     async def before_markers(self, record: TxnRecord) -> None:
         """Called by `TxnCoordinator.finish` before it writes anything."""
-        if not self.matches(record.transactional_id):
+        if not self.matches(record):
             return
-        self._used = True
-        sys.stderr.write(
-            f"{MARKER}, transactional id {record.transactional_id}, producer {record.producer_id}"
-            f" epoch {record.producer_epoch}, {record.state.value}\n"
-        )
-        sys.stderr.flush()
-        self.paused.set()
+        if self._held is None:
+            self._held = (record.transactional_id, record.producer_id, record.producer_epoch)
+            sys.stderr.write(
+                f"{MARKER}, transactional id {record.transactional_id}, producer {record.producer_id}"
+                f" epoch {record.producer_epoch}, {record.state.value}\n"
+            )
+            sys.stderr.flush()
+            self.paused.set()
         await self._resume.wait()
 
     def resume(self) -> None:
