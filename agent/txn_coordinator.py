@@ -33,6 +33,10 @@ retried with a doubling delay (up to `max_retry_delay_ms`,
 bucket refusing PUTs) costs a file every minute at most, not every second. A topic deleted
 meanwhile does not block it: the commit refuses that topic's markers only
 (UNKNOWN_TOPIC_OR_PARTITION per chunk) and still completes the transaction.
+
+Test hook: `SKIFF_TXN_PAUSE_BEFORE_MARKERS` (agent.txn_pause_hook, environment only, never
+for production) makes `finish` stop before it writes the markers, so a test can kill the
+coordinator between EndTxn's durable PREPARE_* and the markers.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from typing import TYPE_CHECKING
 
 from agent import routing
 from agent.produce_buffer import CommittedFile, ObjectPutter
+from agent.txn_pause_hook import TxnPauseHook
 from fileformat.records import ControlRecordType, build_control_batch
 from fileformat.segment import ChunkInput, build_segment
 from metadata.api_types import MetadataClient
@@ -151,6 +156,7 @@ class TxnCoordinator:
         # so a transaction whose markers cannot commit does not PUT a file every second.
         self._retry: dict[tuple[str, int, int], tuple[int, int]] = {}
         self.markers_written = 0  # files, for tests and metrics
+        self.pause_hook = TxnPauseHook.from_env()  # a test hook, None in production
 
     def coordinator_for(self, transactional_id: str) -> Broker:
         """The agent FindCoordinator names for a transactional id."""
@@ -168,6 +174,8 @@ class TxnCoordinator:
     async def finish(self, record: TxnRecord) -> bool:
         """Write the markers of a prepared transaction and complete it. False (logged) if
         that failed: the record stays prepared and the background scan tries again."""
+        if self.pause_hook is not None:
+            await self.pause_hook.before_markers(record)
         try:
             if not record.partitions:
                 await self._metadata.complete_txn(
