@@ -447,7 +447,7 @@ def file_to_m(x: t.FileSpec) -> FileSpecM:
         size_bytes=x.size_bytes,
         level=x.level,
         writer=x.writer,
-        completes=[list(c) for c in x.completes],
+        completes=[tuple(c) for c in x.completes],
     )
 
 
