@@ -238,12 +238,17 @@ def map_in_arrow_frame(spark, options: dict[str, str]):  # type: ignore[no-untyp
 
 def interleaved_best_times(queries, repeat: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Best seconds per query over `repeat` rounds, each round running every query once
-    (after one warm-up each), so load from other work on the machine hits all alike."""
+    (after one warm-up each) in a rotated order, so load from other work on the machine
+    and the state one query leaves in the JVM hit all alike."""
     for fn in queries.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in queries}
-    for _ in range(repeat):
-        for name, fn in queries.items():
+    names = list(queries)
+    for r in range(repeat):
+        # each round starts one query later, so no query always follows the same one (a
+        # query may pay for what the one before it left behind: garbage, evicted caches)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = queries[name]
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
