@@ -35,7 +35,7 @@ Two more rows locate the cost (the profile in docs/benchmarks.md):
   Python sources row by row (an UnsafeProjection of every column, no column pruning, no
   columnar path), so this bounds what any Python source can reach.
 
-    python bench/spark_read.py --records 10000000 --partitions 4 --repeat 3 --values random
+    python bench/spark_read.py --records 10000000 --partitions 4 --repeat 4 --values random
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=4_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batch-records", type=int, default=4096)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=4)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument(
         "--values",
