@@ -15,6 +15,16 @@ Each query runs once to warm up, then `--repeat` rounds run every query once eac
 (interleaved, so load from other work hits all alike); the best time counts. Rows/s and
 MiB/s of record payload (key + value bytes) are printed, and the ratio.
 
+`--values` chooses the records' values: `repeating` (the default; one of 26 letters
+repeated 100 times, 4 distinct batches) lets Spark's Parquet writer dictionary-encode and
+snappy-compress them to a few percent of their size, which flatters Parquet's rate;
+`random` (random bytes, 64 distinct batches) gives Parquet plain-encoded, incompressible
+columns, as real payloads mostly are. The Parquet files' size is printed.
+
+One more row compares routes: `arrow` is the same read through `DataFrame.mapInArrow`
+(the source's planned tasks as the rows of a small DataFrame, each read by the same
+executor code), instead of the data source API.
+
 Two more rows locate the cost (the profile in docs/benchmarks.md):
 
 - `decode`: the executors' work alone, outside Spark: every planned task read from the
@@ -25,7 +35,7 @@ Two more rows locate the cost (the profile in docs/benchmarks.md):
   Python sources row by row (an UnsafeProjection of every column, no column pruning, no
   columnar path), so this bounds what any Python source can reach.
 
-    python bench/spark_read.py --records 4000000 --partitions 4
+    python bench/spark_read.py --records 10000000 --partitions 4 --repeat 4 --values random
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -55,20 +66,39 @@ from tests.support.s3servers import free_port  # noqa: E402
 T0 = 1_700_000_000_000
 
 
-async def load(metadata_url: str, bucket: str, records: int, partitions: int, per_batch: int) -> int:
+def template_batches(values: str, per_batch: int) -> list[bytes]:
+    """The batches the load repeats. `repeating`: 4 batches whose values are one of 26
+    letters repeated 100 times (Parquet dictionary-encodes and snappy-compresses them to
+    almost nothing); `random`: 64 batches of random 100-byte values and distinct keys
+    (262,144 distinct values per 4096-record batch size: Parquet's dictionary overflows and
+    falls back to plain encoding, and snappy finds nothing to compress, as with real data)."""
+    if values == "repeating":
+        return [
+            build_batch(
+                [
+                    (i, T0 + i, f"key-{t:04d}-{i:07d}"[:16].encode(), bytes([65 + (i + t) % 26]) * 100, [])
+                    for i in range(per_batch)
+                ]
+            )
+            for t in range(4)
+        ]
+    rng = random.Random(7)
+    return [
+        build_batch(
+            [(i, T0 + i, f"k{t:05d}-{i:09d}"[:16].encode(), rng.randbytes(100), []) for i in range(per_batch)]
+        )
+        for t in range(64)
+    ]
+
+
+async def load(
+    metadata_url: str, bucket: str, records: int, partitions: int, per_batch: int, values: str = "repeating"
+) -> int:
     """Commit `records` records to topic `bench`; returns the payload bytes."""
     client = HttpMetadataClient(metadata_url)
     store = open_store(bucket, fsync=False)
     topic = await client.create_topic("bench", partitions, {})
-    templates = [
-        build_batch(
-            [
-                (i, T0 + i, f"key-{t:04d}-{i:07d}"[:16].encode(), bytes([65 + (i + t) % 26]) * 100, [])
-                for i in range(per_batch)
-            ]
-        )
-        for t in range(4)
-    ]
+    templates = template_batches(values, per_batch)
     batch_bytes = len(templates[0])
     batches_per_chunk = max(1, (8 * 1024 * 1024 // partitions) // batch_bytes)
     total_batches = records // per_batch
@@ -80,7 +110,7 @@ async def load(metadata_url: str, bucket: str, records: int, partitions: int, pe
             k = min(batches_per_chunk, (total_batches - done + partitions - 1 - p) // partitions)
             if k <= 0:
                 continue
-            bs = [templates[(n + j) % 4] for j in range(k)]
+            bs = [templates[(n + j) % len(templates)] for j in range(k)]
             chunks.append(ChunkInput(topic.topic_id, p, bs, k, k * per_batch))
             done += k
         data, placements = build_segment(chunks)
@@ -178,14 +208,48 @@ def floor_source(rows: int, tasks: int, batch_rows: int):  # type: ignore[no-unt
     return FloorSource
 
 
+def map_in_arrow_frame(spark, options: dict[str, str]):  # type: ignore[no-untyped-def]
+    """The same read through `DataFrame.mapInArrow` instead of the data source API: the
+    source's planned tasks, one per row of a small DataFrame (one row per Spark partition,
+    no shuffle), each read and decoded by the same executor code, yielding the same Arrow
+    batches. Spark runs both routes with the same operator (`MapInBatchEvaluatorFactory`:
+    Python data source scans are built on it), so this measures whether skipping the data
+    source layer gains anything. The tasks are planned once, here, when the frame is built:
+    the timed queries do not include planning, while the source plans on every query."""
+    import pickle
+
+    from spark.options import parse_options
+    from spark.source import SkiffBatchReader, schema_ddl
+
+    tasks = SkiffBatchReader(parse_options(options)).partitions()
+    rows = [(i, pickle.dumps(t)) for i, t in enumerate(tasks)]
+    plan = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), "i int, task binary")
+
+    def read(batches):  # type: ignore[no-untyped-def]
+        import pickle
+
+        from spark.source import read_partition
+
+        for b in batches:
+            for blob in b.column(1).to_pylist():
+                yield from read_partition(pickle.loads(blob))
+
+    return plan.mapInArrow(read, schema_ddl(False))
+
+
 def interleaved_best_times(queries, repeat: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Best seconds per query over `repeat` rounds, each round running every query once
-    (after one warm-up each), so load from other work on the machine hits all alike."""
+    (after one warm-up each) in a rotated order, so load from other work on the machine
+    and the state one query leaves in the JVM hit all alike."""
     for fn in queries.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in queries}
-    for _ in range(repeat):
-        for name, fn in queries.items():
+    names = list(queries)
+    for r in range(repeat):
+        # each round starts one query later, so no query always follows the same one (a
+        # query may pay for what the one before it left behind: garbage, evicted caches)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = queries[name]
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
@@ -207,8 +271,16 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=4_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batch-records", type=int, default=4096)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=4)
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument(
+        "--values",
+        choices=["repeating", "random"],
+        default="repeating",
+        help="record values: 26 distinct letters repeated (Parquet-friendly) or random bytes",
+    )
+    ap.add_argument("--min-partitions", type=int, help="the skiff source's minPartitions option")
+    ap.add_argument("--no-map-in-arrow", action="store_true", help="skip the mapInArrow row")
     ap.add_argument("--conf", action="append", default=[], help="extra Spark setting KEY=VALUE")
     ap.add_argument("--no-profile", action="store_true", help="skip the decode-only and floor rows")
     args = ap.parse_args()
@@ -226,7 +298,9 @@ def main() -> None:
         wait_for_port(port, proc, log)  # type: ignore[arg-type]
         url, bucket = f"http://127.0.0.1:{port}", f"file://{work}/bucket"
         t = time.perf_counter()
-        payload = asyncio.run(load(url, bucket, args.records, args.partitions, args.batch_records))
+        payload = asyncio.run(
+            load(url, bucket, args.records, args.partitions, args.batch_records, args.values)
+        )
         rows = args.records // args.batch_records * args.batch_records
         print(f"loaded {rows} records ({payload / 2**20:.0f} MiB payload) in {time.perf_counter() - t:.1f}s")
 
@@ -250,22 +324,23 @@ def main() -> None:
             "max(offset) o",
             "max(timestamp) ts",
         ]
-        skiff_df = (
-            spark.read.format("skiff")
-            .option("metadata.url", url)
-            .option("bucket", bucket)
-            .option("subscribe", "bench")
-            .load()
-        )
+        options = {"metadata.url": url, "bucket": bucket, "subscribe": "bench"}
+        if args.min_partitions:
+            options["minPartitions"] = str(args.min_partitions)
+        skiff_df = spark.read.format("skiff").options(**options).load()
         check = skiff_df.selectExpr(*agg).collect()[0]
         assert check.n == rows, check
         skiff_df.write.parquet(str(work / "parquet"))
         parquet_df = spark.read.parquet(str(work / "parquet"))
+        parquet_mib = sum(f.stat().st_size for f in (work / "parquet").rglob("*.parquet")) / 2**20
         assert parquet_df.selectExpr(*agg).collect()[0] == check
         frames = {"skiff": skiff_df, "parquet": parquet_df}
+        if not args.no_map_in_arrow:
+            frames["arrow"] = map_in_arrow_frame(spark, options)
+            assert frames["arrow"].selectExpr(*agg).collect()[0] == check
+        tasks_n = skiff_df.rdd.getNumPartitions()
         if not args.no_profile:
-            tasks = skiff_df.rdd.getNumPartitions()
-            spark.dataSource.register(floor_source(rows, tasks, 131072))
+            spark.dataSource.register(floor_source(rows, tasks_n, 131072))
             frames["floor"] = spark.read.format("skiff_floor").load()
             assert frames["floor"].selectExpr("count(*) n").collect()[0].n == rows
         best = interleaved_best_times(
@@ -276,10 +351,18 @@ def main() -> None:
         if decode_s is not None:
             results.append(("decode", decode_s))
         mib = payload / 2**20
+        print(f"Parquet files: {parquet_mib:.0f} MiB for {mib:.0f} MiB of key + value bytes")
+        print(
+            f"values {args.values}, {tasks_n} tasks, load average {Path('/proc/loadavg').read_text().strip()}"
+        )
         print(f"{'source':<8} {'seconds':>8} {'rows/s':>12} {'MiB/s':>8}")
         for name, s in results:
             print(f"{name:<8} {s:>8.2f} {rows / s:>12,.0f} {mib / s:>8.1f}")
         print(f"skiff / parquet rate: {parquet_s / skiff_s:.2f}")
+        if "arrow" in best:
+            print(
+                f"mapInArrow / parquet rate: {parquet_s / best['arrow']:.2f} (same decode, mapInArrow route)"
+            )
         if not args.no_profile:
             print(f"floor / parquet rate: {parquet_s / best['floor']:.2f} (any Python data source, no work)")
             print("decode: one core, no Spark (the executors' read + decode alone)")
