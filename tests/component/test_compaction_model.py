@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor.keymap import SLOT_BYTES, KeyMap
@@ -50,6 +50,7 @@ from tests.support.compaction_model import (
     T0,
     Clock,
     compacted_config,
+    model_settings,
     put_segment,
     read_chunk,
 )
@@ -274,13 +275,7 @@ def _check(w: World) -> None:
     assert got_logged == sorted(w.logged_records)
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    # no shrinking: through real metadata it takes minutes; a failure prints its example whole
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@model_settings(max_examples=40)
 @given(
     steps=st.lists(step_st, min_size=1, max_size=14),
     small_map=st.booleans(),

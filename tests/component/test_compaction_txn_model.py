@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import select
 
@@ -54,6 +54,7 @@ from tests.support.compaction_model import (
     T0,
     Clock,
     compacted_config,
+    model_settings,
     put_segment,
     read_chunk,
 )
@@ -424,12 +425,7 @@ def _check(w: World) -> None:
         assert (cp or 0) == w.parts[(k.topic_id, k.partition)].first_dirty
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@model_settings(max_examples=30)
 @given(
     steps=st.lists(step_st, min_size=1, max_size=16),
     small_map=st.booleans(),

@@ -5,6 +5,7 @@
 - `service`: a module-scoped fixture, parametrized over SQLite and PostgreSQL (one database
   per backend for all of a module's examples: migrations are slow), giving the real
   `MetadataService` on that clock. Import it into a test module to use it.
+- `model_settings`: the Hypothesis settings of the model tests.
 - `compacted_config()`: the topic config of a compacted topic the models clean
   (`delete.retention.ms` `DRT_MS`, `min.compaction.lag.ms` `LAG_MS`, any dirty ratio).
 - `put_segment`: builds one agent segment file from chunk inputs and puts it in the bucket.
@@ -18,6 +19,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 
 import pytest
+from hypothesis import HealthCheck, Phase, settings
 
 from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
 from fileformat.objectstore.memory import MemoryStore
@@ -29,6 +31,18 @@ from metadata.service import MetadataService
 T0 = 1_700_000_000_000
 DRT_MS = 1_000  # delete.retention.ms
 LAG_MS = 300  # min.compaction.lag.ms
+
+
+def model_settings(max_examples: int) -> settings:
+    """Hypothesis settings of the model tests: no deadline, no shrinking (through real
+    metadata it takes minutes; a failure prints its example whole), the service fixture
+    shared across examples."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 class Clock:
