@@ -27,42 +27,40 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor.keymap import SLOT_BYTES, KeyMap
 from compactor.planner import PlannerConfig, claim_jobs
 from compactor.runner import RunnerConfig, run_leased_job
-from fileformat.chunk_reader import iter_chunk_batches
 from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
-from fileformat.records import Compression, Record, build_batch, decode_records
-from fileformat.segment import ChunkInput, build_segment
-from metadata import bitmaps
+from fileformat.records import Compression, Record, build_batch
+from fileformat.segment import ChunkInput
 from metadata.compaction_types import MergeRules
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey
+from tests.support import compaction_model
+from tests.support.compaction_model import (
+    DRT_MS,
+    LAG_MS,
+    T0,
+    Clock,
+    compacted_config,
+    model_settings,
+    put_segment,
+    read_chunk,
+)
 from tests.unit.test_dedup import Model, MRecord, model_clean
 
-T0 = 1_700_000_000_000
-DRT_MS = 1_000  # delete.retention.ms
-LAG_MS = 300  # min.compaction.lag.ms
 PARTITIONS = 3
 KEYS = 12
 
+service = compaction_model.service  # the fixture: SQLite and PostgreSQL, an injected clock
 PartKey = tuple[uuid.UUID, int]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @dataclass
@@ -83,34 +81,13 @@ class World:
         return [(self.compacted, p) for p in range(PARTITIONS)]
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def service(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[MetadataService, Clock]]:
-    """One database per backend for all examples (migrations are slow); each example its
-    own topics. PostgreSQL claims leases with FOR UPDATE SKIP LOCKED, SQLite without."""
-    clock = Clock()
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('model') / 'm.db'}"
-    else:
-        url = str(request.getfixturevalue("pg_module_url"))
-    svc = MetadataService.from_url(url, clock=clock)
-    yield svc, clock
-    svc.close()
-
-
 def _new_world(svc: MetadataService, clock: Clock, keymap_budget_bytes: int) -> World:
     clock.now = max(clock.now, T0)
     tag = uuid.uuid4().hex[:8]
     compacted = svc.create_topic(
         f"c-{tag}",
         PARTITIONS,
-        {
-            "cleanup.policy": "compact",
-            "delete.retention.ms": str(DRT_MS),
-            "min.compaction.lag.ms": str(LAG_MS),
-            "min.cleanable.dirty.ratio": "0.01",
-        },
+        compacted_config(),
     )
     logged = svc.create_topic(f"d-{tag}", 1, {})
     store = MemoryStore(f"model-{tag}")
@@ -204,11 +181,8 @@ def _produce(w: World, step: Produce) -> None:
             )
         )
         contents.append((w.logged, 0, [recs]))
-    data, placements = build_segment(chunk_inputs)
-    key = f"agents/a{step.agent}/{uuid.uuid4().hex}.seg"
-    w.store.put(key, data)
+    key, data, by_part = put_segment(w.store, step.agent, chunk_inputs)
     w.files += 1
-    by_part = {(pl.topic_id, pl.partition): pl for pl in placements}
     specs = []
     for ci, (tid, partition, recs_of) in zip(chunk_inputs, contents, strict=True):
         pl = by_part[(tid, partition)]
@@ -278,15 +252,8 @@ def _read(w: World, p: PartKey) -> list[tuple[int, bytes | None, bytes | None, i
     (info,) = w.svc.find_chunks([FetchQuery(p[0], p[1], 0, 1 << 40)])
     out = []
     for loc in info.chunks:
-        data = w.store.get_range(loc.object_key, loc.byte_position, loc.byte_length)
-        present = bitmaps.present_set(loc)
-        seen = []
-        for cb in iter_chunk_batches(loc, data, verify_crc=True):
-            for r in decode_records(data, cb.position, header=cb.header):
-                off = cb.base_offset + r.offset_delta
-                seen.append(off - loc.base_offset)
-                out.append((off, r.key, r.value, cb.header.delete_horizon_ms))
-        assert sorted(present) == seen, "chunk bitmap differs from the records present"
+        for cb, records in read_chunk(w.store, loc):
+            out += [(off, r.key, r.value, cb.header.delete_horizon_ms) for off, r in records]
     return out
 
 
@@ -308,13 +275,7 @@ def _check(w: World) -> None:
     assert got_logged == sorted(w.logged_records)
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    # no shrinking: through real metadata it takes minutes; a failure prints its example whole
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@model_settings(max_examples=40)
 @given(
     steps=st.lists(step_st, min_size=1, max_size=14),
     small_map=st.booleans(),

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import select
 
@@ -40,33 +39,32 @@ from compactor.keymap import SLOT_BYTES, KeyMap
 from compactor.plan import PartitionWork
 from compactor.planner import PlannerConfig, claim_jobs
 from compactor.runner import RunnerConfig, run_leased_job
-from fileformat.chunk_reader import iter_chunk_batches
 from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
-from fileformat.records import ControlRecordType, Record, build_batch, build_control_batch, decode_records
-from fileformat.segment import ChunkInput, build_segment
-from metadata import bitmaps
+from fileformat.records import ControlRecordType, Record, build_batch, build_control_batch
+from fileformat.segment import ChunkInput
 from metadata.local_client import LocalMetadataClient
 from metadata.rows import LOC_COLS, location_of
 from metadata.schema import chunks, files, txn_aborted
 from metadata.service import MetadataService
 from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionKey
+from tests.support import compaction_model
+from tests.support.compaction_model import (
+    DRT_MS,
+    LAG_MS,
+    T0,
+    Clock,
+    compacted_config,
+    model_settings,
+    put_segment,
+    read_chunk,
+)
 
-T0 = 1_700_000_000_000
-DRT_MS = 1_000  # delete.retention.ms
-LAG_MS = 300  # min.compaction.lag.ms
 PARTITIONS = 2
 KEYS = 6
 PRODUCERS = 3
 
+service = compaction_model.service  # the fixture: SQLite and PostgreSQL, an injected clock
 PartKey = tuple[uuid.UUID, int]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @dataclass
@@ -115,32 +113,13 @@ class World:
     roll_bytes: int = 1 << 20  # 1: every input chunk ends an output file (a swap each)
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def service(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[MetadataService, Clock]]:
-    clock = Clock()
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('txnmodel') / 'm.db'}"
-    else:
-        url = str(request.getfixturevalue("pg_module_url"))
-    svc = MetadataService.from_url(url, clock=clock)
-    yield svc, clock
-    svc.close()
-
-
 def _new_world(svc: MetadataService, clock: Clock, keymap_budget_bytes: int) -> World:
     clock.now = max(clock.now, T0)
     tag = uuid.uuid4().hex[:8]
     t = svc.create_topic(
         f"t-{tag}",
         PARTITIONS,
-        {
-            "cleanup.policy": "compact",
-            "delete.retention.ms": str(DRT_MS),
-            "min.compaction.lag.ms": str(LAG_MS),
-            "min.cleanable.dirty.ratio": "0.01",
-        },
+        compacted_config(),
     )
     base_pid = int(uuid.uuid4().int % (1 << 40)) * 8
     return World(
@@ -257,11 +236,8 @@ def _produce(w: World, step: Produce) -> None:
         opening[p] = is_open
     if not chunk_inputs:
         return
-    data, placements = build_segment(chunk_inputs)
-    key = f"agents/a{step.agent}/{uuid.uuid4().hex}.seg"
-    w.store.put(key, data)
+    key, data, by_part = put_segment(w.store, step.agent, chunk_inputs)
     w.files += 1
-    by_part = {(pl.topic_id, pl.partition): pl for pl in placements}
     specs = []
     for p, items in planned:
         pl = by_part[p]
@@ -419,20 +395,14 @@ def _read(
         ).all()
     records, markers, empties = [], [], []
     for loc in map(location_of, rows):
-        data = w.store.get_range(loc.object_key, loc.byte_position, loc.byte_length)
-        present = bitmaps.present_set(loc)
-        seen = []
-        for cb in iter_chunk_batches(loc, data, verify_crc=True):
+        for cb, decoded in read_chunk(w.store, loc):
             if cb.header.records_count == 0:
                 empties.append((cb.base_offset, cb.header.is_control))
-            for r in decode_records(data, cb.position, header=cb.header):
-                off = cb.base_offset + r.offset_delta
-                seen.append(off - loc.base_offset)
+            for off, r in decoded:
                 if cb.header.is_control:
                     markers.append((off, cb.header.delete_horizon_ms))
                 else:
                     records.append((off, r.key, r.value))
-        assert sorted(present) == seen, "chunk bitmap differs from the records present"
     return records, markers, empties
 
 
@@ -455,12 +425,7 @@ def _check(w: World) -> None:
         assert (cp or 0) == w.parts[(k.topic_id, k.partition)].first_dirty
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@model_settings(max_examples=30)
 @given(
     steps=st.lists(step_st, min_size=1, max_size=16),
     small_map=st.booleans(),

@@ -7,39 +7,17 @@ commit them (the commit path writes `txn_open` / `txn_aborted`)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
-import pytest
 from sqlalchemy import select
 
 from metadata.schema import txn_aborted
 from metadata.service import MetadataService
 from metadata.types import BatchSpec, ChunkSpec, DeleteRecordsQuery, FileSpec
+from tests.support import compaction_model
+from tests.support.compaction_model import Clock
 
-T0 = 1_700_000_000_000
+service = compaction_model.service  # the fixture: SQLite and PostgreSQL, an injected clock
 PID = 4242
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
-
-
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def service(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[MetadataService, Clock]]:
-    clock = Clock()
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('txncleanup') / 'm.db'}"
-    else:
-        url = str(request.getfixturevalue("pg_module_url"))
-    svc = MetadataService.from_url(url, clock=clock)
-    yield svc, clock
-    svc.close()
 
 
 def _commit_aborted_txn(svc: MetadataService, topic_id: uuid.UUID, pid: int, seq: int, ts: int) -> None:

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import select
 
@@ -38,6 +37,7 @@ from metadata.service import MetadataService
 from tests.e2e.test_compaction_cli import ShiftedClock, _env, metadata_server  # noqa: F401 (fixture)
 from tests.support.agents import SkiffProcess, skiff_command
 from tests.support.s3servers import S3Bucket
+from tests.support.txn_clients import read_to_end
 
 pytestmark = [pytest.mark.s3]
 
@@ -71,31 +71,8 @@ def _compact(bucket: S3Bucket, metadata_url: str) -> dict[str, object]:
 def _read(bootstrap: str, isolation: str) -> tuple[list[Rec], int]:
     """Every record of partition 0 from offset 0 to its end (the LSO for read_committed),
     and the offset where the consumer reached the end."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    c.assign([TopicPartition(TOPIC, 0, 0)])
-    out: list[Rec] = []
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while True:
-            assert time.monotonic() < deadline, f"no end of log: {out}"
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                return out, m.offset()
-            out.append((m.offset(), m.key(), m.value()))
-    finally:
-        c.close()
+    messages, ends = read_to_end(bootstrap, TOPIC, isolation, 1, DEADLINE_S)
+    return [(m.offset(), m.key(), m.value()) for m in messages], ends[0]
 
 
 def _aborted_rows(svc: MetadataService) -> list[tuple[int, int, int]]:

@@ -21,56 +21,20 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
-from kio.static.primitive import i8
 
 from tests.e2e.test_clients_roundtrip import create_topic
 from tests.e2e.test_cluster import start_cluster, wait_for_brokers
 from tests.support.agents import SkiffProcess
-from tests.support.kafka_wire import send_request
 from tests.support.s3servers import S3Bucket
+from tests.support.txn_clients import read_values, txn_coordinator_port, txn_producer
 
 PARTITIONS = 3
 DEADLINE_S = 120.0
 
 
-def _txn_coordinator_port(bootstrap: str, txn_id: str) -> int:
-    resp = send_request(bootstrap, FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(txn_id,))).parse()
-    (c,) = resp.coordinators
-    assert c.error_code == 0, c
-    return int(c.port)
-
-
 def _read_committed(bootstrap: str, topic: str) -> tuple[list[str], dict[int, int]]:
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    values: list[str] = []
-    ends: dict[int, int] = {}
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while len(ends) < PARTITIONS:
-            assert time.monotonic() < deadline, (ends, values)
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                ends[m.partition()] = m.offset()
-                continue
-            values.append(m.value().decode())
-    finally:
-        c.close()
-    return values, ends
+    """Every record a read_committed consumer gets up to the end of each partition."""
+    return read_values(bootstrap, topic, "read_committed", PARTITIONS, DEADLINE_S)
 
 
 def test_the_next_coordinator_finishes_a_prepared_transaction(
@@ -87,12 +51,12 @@ def test_the_next_coordinator_finishes_a_prepared_transaction(
     topic = f"txfo-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, PARTITIONS)
     txn_id = f"tx-{uuid.uuid4()}"
-    port = _txn_coordinator_port(cluster.agents[0].bootstrap, txn_id)
-    assert {_txn_coordinator_port(a.bootstrap, txn_id) for a in cluster.agents} == {port}
+    port = txn_coordinator_port(cluster.agents[0].bootstrap, txn_id)
+    assert {txn_coordinator_port(a.bootstrap, txn_id) for a in cluster.agents} == {port}
     (victim,) = [a for a in cluster.agents if a.port == port]
     survivors = [a for a in cluster.agents if a is not victim]
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5})
+    p = txn_producer(bootstrap, txn_id)
     p.init_transactions(60)
     p.begin_transaction()
     first = [f"v{i}" for i in range(9)]
@@ -125,10 +89,10 @@ def test_the_next_coordinator_finishes_a_prepared_transaction(
         assert sorted(got) == sorted(first)
         state = http.post("/v1/txn/describe", json={"transactional_ids": [txn_id]}).json()[txn_id]
         assert state["state"] == "CompleteCommit"
-    assert _txn_coordinator_port(survivors[0].bootstrap, txn_id) != victim.port
+    assert txn_coordinator_port(survivors[0].bootstrap, txn_id) != victim.port
 
     # A new instance of the producer goes on through the new coordinator.
-    q = Producer({"bootstrap.servers": survivors_bootstrap, "transactional.id": txn_id, "linger.ms": 5})
+    q = txn_producer(survivors_bootstrap, txn_id)
     q.init_transactions(60)
     q.begin_transaction()
     q.produce(topic, value=b"after", partition=0)

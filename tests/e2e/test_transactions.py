@@ -21,6 +21,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.txn_clients import read_values, txn_producer
+
 PARTITIONS = 2
 DEADLINE_S = 60.0
 
@@ -32,10 +34,6 @@ def _topic(bootstrap: str) -> str:
     return name
 
 
-def _producer(bootstrap: str, txn_id: str, **extra: object) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5, **extra})
-
-
 def _send(p: Producer, topic: str, values: list[str]) -> None:
     for i, v in enumerate(values):
         p.produce(topic, value=v.encode(), partition=i % PARTITIONS)
@@ -45,34 +43,7 @@ def _send(p: Producer, topic: str, values: list[str]) -> None:
 def _read_to_end(bootstrap: str, topic: str, isolation: str) -> tuple[list[str], dict[int, int]]:
     """Every value from offset 0 to the end of each partition (the LSO for read_committed),
     and the end offsets where the consumer stopped."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    values: list[str] = []
-    ends: dict[int, int] = {}
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while len(ends) < PARTITIONS:
-            assert time.monotonic() < deadline, f"no end of log on every partition: {ends}, {values}"
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                ends[m.partition()] = m.offset()
-                continue
-            values.append(m.value().decode())
-    finally:
-        c.close()
-    return values, ends
+    return read_values(bootstrap, topic, isolation, PARTITIONS, DEADLINE_S)
 
 
 def _high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
@@ -87,7 +58,7 @@ def _high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
 
 def test_commit_and_abort_across_partitions(playground: str) -> None:
     topic = _topic(playground)
-    p = _producer(playground, f"tx-{uuid.uuid4()}")
+    p = txn_producer(playground, f"tx-{uuid.uuid4()}")
     p.init_transactions(30)
     committed = [f"a{i}" for i in range(6)]
     aborted = [f"b{i}" for i in range(6)]
@@ -113,7 +84,7 @@ def test_commit_and_abort_across_partitions(playground: str) -> None:
 
 def test_open_transaction_holds_back_read_committed(playground: str) -> None:
     topic = _topic(playground)
-    p = _producer(playground, f"tx-{uuid.uuid4()}")
+    p = txn_producer(playground, f"tx-{uuid.uuid4()}")
     p.init_transactions(30)
     p.begin_transaction()
     _send(p, topic, ["x0", "x1"])
@@ -129,11 +100,11 @@ def test_open_transaction_holds_back_read_committed(playground: str) -> None:
 def test_a_new_instance_fences_the_old_one(playground: str) -> None:
     topic = _topic(playground)
     txn_id = f"tx-{uuid.uuid4()}"
-    old = _producer(playground, txn_id)
+    old = txn_producer(playground, txn_id)
     old.init_transactions(30)
     old.begin_transaction()
     _send(old, topic, ["zombie0", "zombie1"])
-    new = _producer(playground, txn_id)
+    new = txn_producer(playground, txn_id)
     new.init_transactions(30)  # aborts the old instance's open transaction
     with pytest.raises(KafkaException) as e:
         old.commit_transaction(30)
@@ -153,7 +124,7 @@ def test_a_new_instance_fences_the_old_one(playground: str) -> None:
 
 def test_transaction_timeout_aborts(playground: str) -> None:
     topic = _topic(playground)
-    p = _producer(
+    p = txn_producer(
         playground, f"tx-{uuid.uuid4()}", **{"transaction.timeout.ms": 2000, "socket.timeout.ms": 1000}
     )
     p.init_transactions(30)
@@ -179,7 +150,7 @@ def test_offsets_sent_to_a_transaction_commit_with_it(playground: str) -> None:
     group = f"g-{uuid.uuid4()}"
     consumer = Consumer({"bootstrap.servers": playground, "group.id": group, "enable.auto.commit": False})
     try:
-        p = _producer(playground, f"tx-{uuid.uuid4()}")
+        p = txn_producer(playground, f"tx-{uuid.uuid4()}")
         p.init_transactions(30)
         p.begin_transaction()
         _send(p, topic, ["out0"])

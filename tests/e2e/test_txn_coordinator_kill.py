@@ -31,11 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.types import TransactionalId
-from kio.static.primitive import i8
 
 from agent import routing
 from agent.txn_coordinator import txn_key
@@ -46,6 +43,7 @@ from tests.e2e.test_cluster import wait_for_brokers
 from tests.support.agents import SkiffProcess
 from tests.support.kafka_wire import send_request
 from tests.support.s3servers import S3Bucket
+from tests.support.txn_clients import read_values, txn_coordinator_port, txn_producer
 
 PARTITIONS = 3
 RECORDS = 9
@@ -58,13 +56,6 @@ def _txn_id_coordinated_by(agent_id: str) -> str:
         txn_id = f"tx-{uuid.uuid4()}"
         if routing.rendezvous_owner(txn_key(txn_id), AGENT_IDS) == agent_id:
             return txn_id
-
-
-def _txn_coordinator_port(bootstrap: str, txn_id: str) -> int:
-    resp = send_request(bootstrap, FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(txn_id,))).parse()
-    (c,) = resp.coordinators
-    assert c.error_code == 0, c
-    return int(c.port)
 
 
 def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
@@ -96,34 +87,7 @@ def _describe_state(bootstrap: str, txn_id: str) -> str:
 
 def _read_committed(bootstrap: str, topic: str) -> tuple[list[str], dict[int, int]]:
     """Every record a read_committed consumer gets up to the end of each partition."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    values: list[str] = []
-    ends: dict[int, int] = {}
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while len(ends) < PARTITIONS:
-            assert time.monotonic() < deadline, (ends, values)
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                ends[m.partition()] = m.offset()
-                continue
-            values.append(m.value().decode())
-    finally:
-        c.close()
-    return values, ends
+    return read_values(bootstrap, topic, "read_committed", PARTITIONS, DEADLINE_S)
 
 
 def _wait_for_line(proc: SkiffProcess, line: str, worker: threading.Thread) -> None:
@@ -142,11 +106,11 @@ def _kill_inside_end_txn(
     paused before the markers; returns the topic and the values produced."""
     bootstrap = ",".join(a.bootstrap for a in [victim, *survivors])
     survivors_bootstrap = ",".join(a.bootstrap for a in survivors)
-    assert {_txn_coordinator_port(a.bootstrap, txn_id) for a in [victim, *survivors]} == {victim.port}
+    assert {txn_coordinator_port(a.bootstrap, txn_id) for a in [victim, *survivors]} == {victim.port}
     topic = f"txkill-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, PARTITIONS)
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5})
+    p = txn_producer(bootstrap, txn_id)
     p.init_transactions(60)
     p.begin_transaction()
     values = [f"{'c' if commit else 'a'}{i}" for i in range(RECORDS)]
@@ -190,7 +154,7 @@ def _read_until_markers(bootstrap: str, topic: str) -> list[str]:
 
 
 def _new_instance_commits(bootstrap: str, txn_id: str, topic: str, value: str) -> None:
-    q = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5})
+    q = txn_producer(bootstrap, txn_id)
     q.init_transactions(60)
     q.begin_transaction()
     q.produce(topic, value=value.encode(), partition=0)
@@ -241,7 +205,7 @@ def test_coordinator_killed_between_end_txn_and_markers(
     got = _read_until_markers(survivors, topic)
     assert sorted(got) == sorted(values)  # every record, once
     assert _describe_state(a1.bootstrap, commit_id) == "CompleteCommit"
-    assert _txn_coordinator_port(a2.bootstrap, commit_id) != a0.port
+    assert txn_coordinator_port(a2.bootstrap, commit_id) != a0.port
     _new_instance_commits(survivors, commit_id, topic, "after")
     got, _ = _read_committed(survivors, topic)
     assert sorted(got) == sorted([*values, "after"])

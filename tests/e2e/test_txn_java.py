@@ -21,15 +21,15 @@ on a clock; deadlines only bound a failing test.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.java_client import JavaClient
+from tests.support.txn_clients import read_to_end as read_to_end_messages
 
 pytestmark = pytest.mark.slow
 
@@ -50,35 +50,12 @@ def read_to_end(
 ) -> list[tuple[str, str, tuple[int, int]]]:
     """Every (key, value, (src-partition, src-offset)) from offset 0 to the end of each
     partition (the last stable offset for read_committed)."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    messages, _ends = read_to_end_messages(bootstrap, topic, isolation, partitions, DEADLINE_S)
     out: list[tuple[str, str, tuple[int, int]]] = []
-    ends: set[int] = set()
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while len(ends) < partitions:
-            assert time.monotonic() < deadline, f"no end of log on every partition: {ends}"
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                ends.add(m.partition())
-                continue
-            hs = {k: (v or b"").decode() for k, v in (m.headers() or [])}
-            src = (int(hs["src-partition"]), int(hs["src-offset"]))
-            out.append((m.key().decode(), m.value().decode(), src))
-    finally:
-        c.close()
+    for m in messages:
+        hs = {k: (v or b"").decode() for k, v in (m.headers() or [])}
+        src = (int(hs["src-partition"]), int(hs["src-offset"]))
+        out.append((m.key().decode(), m.value().decode(), src))
     return out
 
 

@@ -1,0 +1,107 @@
+"""The harness the component-level compaction model tests share
+(tests/component/test_compaction_model.py, test_compaction_txn_model.py, test_txn_cleanup.py).
+
+- `Clock`: an injected clock in milliseconds, starting at `T0`, moved by the test.
+- `service`: a module-scoped fixture, parametrized over SQLite and PostgreSQL (one database
+  per backend for all of a module's examples: migrations are slow), giving the real
+  `MetadataService` on that clock. Import it into a test module to use it.
+- `model_settings`: the Hypothesis settings of the model tests.
+- `compacted_config()`: the topic config of a compacted topic the models clean
+  (`delete.retention.ms` `DRT_MS`, `min.compaction.lag.ms` `LAG_MS`, any dirty ratio).
+- `put_segment`: builds one agent segment file from chunk inputs and puts it in the bucket.
+- `read_chunk`: every batch of one stored chunk with its records, checking that the chunk's
+  offset bitmap names exactly the records present.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
+from fileformat.objectstore.memory import MemoryStore
+from fileformat.records import Record, decode_records
+from fileformat.segment import ChunkInput, ChunkPlacement, build_segment
+from metadata import bitmaps
+from metadata.service import MetadataService
+
+T0 = 1_700_000_000_000
+DRT_MS = 1_000  # delete.retention.ms
+LAG_MS = 300  # min.compaction.lag.ms
+
+
+def model_settings(max_examples: int) -> settings:
+    """Hypothesis settings of the model tests: no deadline, no shrinking (through real
+    metadata it takes minutes; a failure prints its example whole), the service fixture
+    shared across examples."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[MetadataService, Clock]]:
+    """One database per backend for all examples (migrations are slow); each example its
+    own topics. PostgreSQL claims leases with FOR UPDATE SKIP LOCKED, SQLite without."""
+    clock = Clock()
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('model') / 'm.db'}"
+    else:
+        url = str(request.getfixturevalue("pg_module_url"))
+    svc = MetadataService.from_url(url, clock=clock)
+    yield svc, clock
+    svc.close()
+
+
+def compacted_config() -> dict[str, str]:
+    return {
+        "cleanup.policy": "compact",
+        "delete.retention.ms": str(DRT_MS),
+        "min.compaction.lag.ms": str(LAG_MS),
+        "min.cleanable.dirty.ratio": "0.01",
+    }
+
+
+def put_segment(
+    store: MemoryStore, agent: int, chunk_inputs: Sequence[ChunkInput]
+) -> tuple[str, bytes, dict[tuple[uuid.UUID, int], ChunkPlacement]]:
+    """One agent file under agents/a<agent>/: its key, its bytes and where each partition's
+    chunk landed."""
+    data, placements = build_segment(chunk_inputs)
+    key = f"agents/a{agent}/{uuid.uuid4().hex}.seg"
+    store.put(key, data)
+    return key, data, {(pl.topic_id, pl.partition): pl for pl in placements}
+
+
+def read_chunk(
+    store: MemoryStore, loc: ChunkLocation
+) -> Iterator[tuple[ChunkBatch, list[tuple[int, Record]]]]:
+    """Every batch of the chunk at `loc` (CRCs verified) with its records and their absolute
+    offsets (empty batches too); the chunk's bitmap must name exactly these records
+    (checked once the last batch was read)."""
+    data = store.get_range(loc.object_key, loc.byte_position, loc.byte_length)
+    present = bitmaps.present_set(loc)
+    seen = []
+    for cb in iter_chunk_batches(loc, data, verify_crc=True):
+        records = [
+            (cb.base_offset + r.offset_delta, r) for r in decode_records(data, cb.position, header=cb.header)
+        ]
+        seen += [off - loc.base_offset for off, _ in records]
+        yield cb, records
+    assert sorted(present) == seen, "chunk bitmap differs from the records present"
