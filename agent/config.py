@@ -176,7 +176,21 @@ class AgentConfig:
 
     # --- produce path ---------------------------------------------------------------
     flush_interval_ms: int = field(
-        default=250, metadata={"help": "longest time a produced batch is buffered"}
+        default=250,
+        metadata={
+            "help": "the produce ack target: a file is sealed so that its oldest record is acked "
+            "about this long after its client produced it (see flush_seal_lead_max_ms)"
+        },
+    )
+    flush_seal_lead_max_ms: int = field(
+        default=50,
+        metadata={
+            "help": "the most by which a file is sealed before flush_interval_ms after its first "
+            "batch: the recent seal-to-commit time (p90 of the last 64 files) plus the time the "
+            "batch spent in its client (its CreateTime, trusted only up to this cap); 0 seals "
+            "exactly flush_interval_ms after the first batch (fewest PUTs); half of "
+            "flush_interval_ms at most, whatever is set"
+        },
     )
     flush_max_bytes: int = field(default=8 * MiB, metadata={"help": "file size that triggers a flush"})
     flush_max_batches: int = field(
@@ -526,6 +540,7 @@ class AgentConfig:
             raise ValueError(f"metrics_port must be a TCP port or 0, got {self.metrics_port}")
         for name in (
             "connections_max_idle_ms",
+            "flush_seal_lead_max_ms",
             "topic_cache_ttl_ms",
             "fetch_cache_bytes",
             "fetch_max_wait_ms_cap",

@@ -13,7 +13,8 @@ plain integer counters and pay nothing per request for metrics:
 - `skiff_produce_files_total`, `skiff_produce_file_bytes_total`, `skiff_produce_flush_failures_total`,
   `skiff_produce_buffered_bytes`: the produce buffer; `skiff_produce_stage_seconds_total{stage}`
   and `skiff_produce_stage_max_seconds{stage}`: where its files' time goes (open, queued,
-  put, ordered, commit, resolve: `agent.produce_buffer`);
+  put, ordered, commit, resolve: `agent.produce_buffer`); `skiff_produce_post_seal_estimate_seconds`:
+  the learned part of the seal lead (`agent.seal_deadline`);
 - `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the range cache (`fileformat.objectstore.range_cache`);
 - `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
 - `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
@@ -127,6 +128,12 @@ class AgentCollector(Collector):
             longest.add_metric([stage], a.buffer.stage_max_seconds[stage])
         yield stages
         yield longest
+        yield GaugeMetricFamily(
+            "skiff_produce_post_seal_estimate_seconds",
+            "p90 of recent files' seal-to-commit time: files are sealed this much (plus the "
+            "clients' linger, up to flush_seal_lead_max_ms) before flush_interval_ms",
+            value=a.buffer.post_seal_estimate_s,
+        )
         yield CounterMetricFamily(
             "skiff_produce_requests_inline",
             "Produce requests handled without a task (agent.handlers.produce.start_inline)",

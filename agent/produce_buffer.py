@@ -3,9 +3,11 @@
 Algorithm:
 - Batches (already validated by the Produce handler) are appended to the *open file*, a
   map (topic_id, partition) -> [batch, ...] in arrival order. The first batch of an open
-  file starts its timer; the file is sealed when `flush_interval_ms` has passed since
-  then, or as soon as it holds `flush_max_bytes` or `flush_max_batches` batches, whichever
-  comes first. The batch count bounds the work one file's commit and acks take (per batch:
+  file starts its timer; the file is sealed when `flush_interval_ms` less a lead has
+  passed since then (`flush_interval_ms` is an ack target: the lead is the recent seal ->
+  commit time plus the time the batch spent in its client, capped by `seal_lead_max_ms`;
+  see `agent.seal_deadline`), or as soon as it holds `flush_max_bytes` or
+  `flush_max_batches` batches, whichever comes first. The batch count bounds the work one file's commit and acks take (per batch:
   a row in the commit, a handler to resume, a response to encode): without it a file of
   many small requests (2,300 at 9,000 requests/s) releases them all in one burst that
   delays the tail of its acks past the flush interval (see docs/benchmarks.md).
@@ -44,6 +46,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from agent.seal_deadline import SealDeadline, waited_s
 from fileformat.segment import ChunkInput, ChunkPlacement, build_segment
 from metadata.api_types import MetadataClient
 from metadata.errors import MetadataError, MetadataUnavailable
@@ -98,6 +101,8 @@ class _OpenFile:
     size_bytes: int = 0
     timer: asyncio.TimerHandle | None = None
     opened_s: float = 0.0  # loop time of the first append
+    deadline_s: float = 0.0  # loop time its timer fires (only ever moved earlier)
+    lead_saturated: bool = False  # sealed by the largest lead: no append can move it earlier
     sealed_s: float = 0.0
 
 
@@ -115,6 +120,7 @@ class ProduceBuffer:
         metadata: MetadataClient,
         agent_id: str,
         flush_interval_ms: int = 250,
+        seal_lead_max_ms: int = 0,
         flush_max_bytes: int = 8 * 1024 * 1024,
         flush_max_batches: int = 1_000,
         max_inflight_flushes: int = 4,
@@ -134,6 +140,7 @@ class ProduceBuffer:
         self._metadata = metadata
         self._agent_id = agent_id
         self._flush_interval_s = flush_interval_ms / 1000.0
+        self._deadline = SealDeadline(flush_interval_ms=flush_interval_ms, seal_lead_max_ms=seal_lead_max_ms)
         self._flush_max_bytes = flush_max_bytes
         self._flush_max_batches = flush_max_batches
         self._max_buffered_bytes = max_buffered_bytes
@@ -167,6 +174,11 @@ class ProduceBuffer:
     @property
     def buffered_bytes(self) -> int:
         return self._buffered_bytes
+
+    @property
+    def post_seal_estimate_s(self) -> float:
+        """The learned part of the seal lead: p90 of recent files' seal -> commit times."""
+        return self._deadline.post_seal_estimate_s
 
     def is_committing(self, key: tuple[uuid.UUID, int]) -> bool:
         """True while a commit of a file holding data for `key` awaits metadata's answer."""
@@ -221,11 +233,25 @@ class ProduceBuffer:
         loop = asyncio.get_running_loop()
         open_file = self._open
         if open_file is None:
-            open_file = self._open = _OpenFile(seq=self._next_seq, opened_s=loop.time())
+            now_s = loop.time()
+            open_file = self._open = _OpenFile(seq=self._next_seq, opened_s=now_s)
             self._next_seq += 1
-            # Draining: no batching wait, the file is sealed once this loop iteration's appends are in.
-            delay_s = 0.0 if self._draining else self._flush_interval_s
-            open_file.timer = loop.call_later(delay_s, self._seal_if_open, open_file.seq)
+            if self._draining:  # no batching wait: sealed once this loop iteration's appends are in
+                open_file.deadline_s = now_s
+            else:
+                lead_s = self._deadline.lead_s(self._waited_s(batches))
+                open_file.deadline_s = now_s + self._flush_interval_s - lead_s
+                open_file.lead_saturated = lead_s >= self._deadline.lead_max_s
+            open_file.timer = loop.call_at(open_file.deadline_s, self._seal_if_open, open_file.seq)
+        elif not open_file.lead_saturated and not self._draining:
+            # A batch that waited longer in its client than the file's first one may move the
+            # seal earlier (never later); at least 1 ms earlier, not to re-arm for nothing.
+            deadline_s = self._deadline.deadline_s(loop.time(), self._waited_s(batches))
+            if deadline_s < open_file.deadline_s - 0.001:
+                open_file.deadline_s = deadline_s
+                if open_file.timer is not None:
+                    open_file.timer.cancel()
+                open_file.timer = loop.call_at(deadline_s, self._seal_if_open, open_file.seq)
         futures: list[asyncio.Future[BatchResult]] = []
         entry = open_file.entries.setdefault((topic_id, partition), [])
         for b in batches:
@@ -240,6 +266,13 @@ class ProduceBuffer:
         ):
             self._seal()
         return futures
+
+    def _waited_s(self, batches: Sequence[PendingBatch]) -> float:
+        """How long before now the oldest of `batches` was created, by its client's clock."""
+        if not self._deadline.lead_max_s:
+            return 0.0
+        first_ms = batches[0].min_timestamp if len(batches) == 1 else min(b.min_timestamp for b in batches)
+        return waited_s(self._wall_clock_ms(), first_ms)
 
     def _fits(self, size: int) -> bool:
         return self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
@@ -423,6 +456,8 @@ class ProduceBuffer:
                     await maybe
             except Exception:
                 log.exception("on_committed observer failed")
+        # The seal -> first ack time this file took: what the next files' seal lead learns.
+        self._deadline.record_post_seal(loop.time() - open_file.sealed_s)
         await self._resolve(open_file.arrivals, outcomes)
         self._stage("resolve", loop.time() - t3)
 

@@ -254,6 +254,7 @@ def build_agent_context(
         metadata=metadata,
         agent_id=config.agent_id,
         flush_interval_ms=config.flush_interval_ms,
+        seal_lead_max_ms=config.flush_seal_lead_max_ms,
         flush_max_bytes=config.flush_max_bytes,
         flush_max_batches=config.flush_max_batches,
         max_inflight_flushes=config.max_inflight_flushes,

@@ -31,7 +31,9 @@ round robin over the partitions (record i to partition i % N: one small request 
 partition, the worst case for request counts); p50/p99/max ack latency (librdkafka's own
 per-message latency, produce() to delivery report). The bound printed beside each row is
 the flush interval plus two PUTs (the p99 of 64 KiB PUTs this process makes to the same
-store): a produce waits at most one flush interval, then its file's PUT and commit.
+store): a produce waits at most one flush interval, then its file's PUT and commit (the
+agent seals a file early by the recent seal -> commit time plus the client's linger, up to
+`flush_seal_lead_max_ms`; `--agent-env SKIFF_FLUSH_SEAL_LEAD_MAX_MS=0` measures without).
 Before each cell one record per partition is sent and flushed, unmeasured (connections and
 metadata ready, as in a running producer).
 """
@@ -425,6 +427,8 @@ def run_sweep(
             + ", ".join(
                 f"{st} {last.get(f'skiff_produce_stage_max_seconds:{st}', 0) * 1000:.1f}" for st in _STAGES
             )
+            + f"; seal lead learned at the end (p90 seal -> commit): "
+            f"{last.get('skiff_produce_post_seal_estimate_seconds', 0) * 1000:.1f} ms"
         )
     finally:
         agent.stop()

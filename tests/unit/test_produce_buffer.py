@@ -261,3 +261,86 @@ async def test_acks_go_out_oldest_first_one_chunk_per_loop_iteration() -> None:
     assert order == list(range(n))
     assert done_at_first_ack == [_RESOLVE_CHUNK]
     assert all(f.result().base_offset == 0 for f in futures)
+
+
+class WallClock:
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def stamped(created_ms: int) -> PendingBatch:
+    return PendingBatch(
+        data=b"b" * 100, offset_count=1, record_count=1, min_timestamp=created_ms, max_timestamp=created_ms
+    )
+
+
+def open_deadline(buf: ProduceBuffer) -> float:
+    """Seconds from the open file's first append to its seal timer."""
+    f = buf._open
+    assert f is not None and f.timer is not None
+    return f.timer.when() - f.opened_s
+
+
+async def test_without_a_lead_the_file_seals_exactly_at_the_interval() -> None:
+    wall = WallClock()
+    buf = ProduceBuffer(
+        store=FakeStore(),
+        metadata=FakeMetadata(),
+        agent_id="a1",  # type: ignore[arg-type]
+        flush_interval_ms=250,
+        seal_lead_max_ms=0,
+        wall_clock_ms=wall,
+    )
+    await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 5)])
+    assert open_deadline(buf) == pytest.approx(0.250)
+    await buf.close()
+
+
+async def test_the_client_linger_seals_the_file_earlier_up_to_the_cap() -> None:
+    wall = WallClock()
+    store, md = FakeStore(), FakeMetadata()
+    buf = ProduceBuffer(
+        store=store,
+        metadata=md,
+        agent_id="a1",  # type: ignore[arg-type]
+        flush_interval_ms=250,
+        seal_lead_max_ms=50,
+        wall_clock_ms=wall,
+    )
+    await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 5)])  # linger.ms 5
+    assert open_deadline(buf) == pytest.approx(0.245, abs=1e-6)
+    # A later batch that waited longer in its client moves the seal earlier...
+    await buf.append_nowait(T1, 1, [stamped(wall.now_ms - 20)])
+    assert open_deadline(buf) < 0.235
+    before = open_deadline(buf)
+    # ...one that waited less never moves it later, and a replayed old timestamp is capped.
+    await buf.append_nowait(T1, 2, [stamped(wall.now_ms)])
+    assert open_deadline(buf) == before
+    await buf.append_nowait(T1, 3, [stamped(wall.now_ms - 3_600_000)])
+    assert open_deadline(buf) >= 0.200 - 1e-6
+    await buf.close()
+
+
+async def test_the_seal_to_commit_time_is_learned_into_the_lead() -> None:
+    wall = WallClock()
+    store, md = FakeStore(), FakeMetadata()
+    buf = ProduceBuffer(
+        store=store,
+        metadata=md,
+        agent_id="a1",  # type: ignore[arg-type]
+        flush_interval_ms=250,
+        seal_lead_max_ms=50,
+        wall_clock_ms=wall,
+    )
+    store.delays = [0.030]  # the first file's PUT takes 30 ms
+    futures = await buf.append_nowait(T1, 0, [stamped(wall.now_ms)])
+    await buf.flush()
+    assert futures[0].result().error_code == 0
+    assert buf.post_seal_estimate_s >= 0.030
+    await buf.append_nowait(T1, 0, [stamped(wall.now_ms)])
+    # sealed early by what the first file took from seal to commit (at most the cap)
+    assert 0.200 - 1e-6 <= open_deadline(buf) <= 0.220 + 1e-6
+    await buf.close()
