@@ -6,11 +6,11 @@ Every field `some_name` can be set three ways, strongest first:
 2. the environment variable `SKIFF_SOME_NAME`;
 3. the default written below.
 
-Values are parsed by the field's type: integers accept `_` separators and the binary
-suffixes `KiB`, `MiB`, `GiB` (`8MiB`, `100_000`); booleans accept
-`1/0, true/false, yes/no, on/off`; an empty string sets an optional field to None.
-`AgentConfig.__post_init__` checks ranges, so an invalid setting fails at start-up with
-the name of the field, never later on the hot path.
+Values are parsed by the field's type (`agent.config_values`: integers accept `_`
+separators and the binary suffixes `KiB`, `MiB`, `GiB`; booleans `1/0, true/false,
+yes/no, on/off`; an empty string sets an optional field to None).
+`AgentConfig.__post_init__` checks ranges (`agent.config_checks`), so an invalid setting
+fails at start-up with the name of the field, never later on the hot path.
 
 Identity: `agent_id` is the agent's name in metadata (a pod name works well; unset, the
 hostname and process id). Metadata refuses a live agent id heartbeated from another
@@ -35,11 +35,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agent.listeners import Listener
 
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
+from agent.config_checks import check_config
+from agent.config_values import ENV_PREFIX, GiB, KiB, MiB, env_var, flag, parse_value
 
-ENV_PREFIX = "SKIFF_"
+__all__ = [
+    "ENV_PREFIX",
+    "GiB",
+    "KiB",
+    "MiB",
+    "AgentConfig",
+    "add_arguments",
+    "describe_fields",
+    "env_var",
+    "flag",
+]
 
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
@@ -494,116 +503,7 @@ class AgentConfig:
     )
 
     def __post_init__(self) -> None:
-        def positive(name: str) -> None:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-
-        def non_negative(name: str) -> None:
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-
-        if not self.agent_id:
-            raise ValueError("agent_id must not be empty")
-        if self.metadata_token and self.metadata_token_file:
-            raise ValueError("set one of metadata_token and metadata_token_file, not both")
-        for name in ("port",):
-            non_negative(name)
-            if getattr(self, name) > 65535:
-                raise ValueError(f"{name} must be a TCP port, got {getattr(self, name)}")
-        if self.advertised_port is not None and not 0 <= self.advertised_port <= 65535:
-            raise ValueError(f"advertised_port must be a TCP port, got {self.advertised_port}")
-        for name in (
-            "max_request_bytes",
-            "max_inflight_requests",
-            "default_partitions",
-            "flush_interval_ms",
-            "flush_max_bytes",
-            "flush_max_batches",
-            "max_inflight_flushes",
-            "max_buffered_bytes",
-            "heartbeat_interval_ms",
-            "agent_ttl_ms",
-            "fetch_poll_interval_ms",
-            "chunk_cache_ttl_ms",
-            "s3_connect_timeout_ms",
-            "s3_read_timeout_ms",
-            "s3_max_attempts",
-            "metadata_timeout_ms",
-            "readiness_timeout_ms",
-            "shutdown_timeout_ms",
-            "fetch_max_bytes",
-            "max_partition_fetch_bytes",
-            "fetch_read_inflight_bytes",
-        ):
-            positive(name)
-        if not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"metrics_port must be a TCP port or 0, got {self.metrics_port}")
-        for name in (
-            "connections_max_idle_ms",
-            "flush_seal_lead_max_ms",
-            "topic_cache_ttl_ms",
-            "fetch_cache_bytes",
-            "fetch_max_wait_ms_cap",
-            "fetch_coalesce_gap_bytes",
-            "fetch_readahead_bytes",
-        ):
-            non_negative(name)
-        for name in ("fetch_max_bytes", "max_partition_fetch_bytes"):
-            if getattr(self, name) > 2**31 - 1:
-                raise ValueError(f"{name} must fit in a signed 32-bit size (a Kafka int32)")
-        if self.max_request_bytes > 2**31 - 1:
-            raise ValueError("max_request_bytes must fit in a signed 32-bit size")
-        if self.max_buffered_bytes < self.flush_max_bytes:
-            raise ValueError("max_buffered_bytes must be at least flush_max_bytes")
-        if self.agent_ttl_ms <= self.heartbeat_interval_ms:
-            raise ValueError("agent_ttl_ms must be longer than heartbeat_interval_ms")
-        non_negative("group_initial_rebalance_delay_ms")
-        positive("group_min_session_timeout_ms")
-        if self.group_max_session_timeout_ms < self.group_min_session_timeout_ms:
-            raise ValueError("group_max_session_timeout_ms must be at least group_min_session_timeout_ms")
-        if self.group_max_session_timeout_ms > 2**31 - 1:
-            raise ValueError("group_max_session_timeout_ms must fit in a signed 32-bit int (a Kafka int32)")
-        for name in ("connection_max_inflight_bytes", "queued_max_request_bytes", "request_read_timeout_ms"):
-            positive(name)
-        for name in ("socket_receive_buffer_bytes", "socket_send_buffer_bytes"):
-            if getattr(self, name) != -1:
-                positive(name)
-        for name in ("max_connections", "max_connections_per_ip"):
-            if getattr(self, name) is not None:
-                positive(name)
-        non_negative("scram_credential_cache_ms")
-        non_negative("connections_max_reauth_ms")
-        positive("ssl_handshake_timeout_ms")
-        listeners = self.resolved_listeners()  # ValueError names the bad setting
-        if any(li.tls for li in listeners):
-            from agent.listeners import server_ssl_context
-
-            server_ssl_context(self.ssl_certfile, self.ssl_keyfile, self.ssl_cafile, self.ssl_client_auth)
-        from agent.sasl import parse_mechanisms
-
-        parse_mechanisms(self.sasl_enabled_mechanisms)
-        if not 100 <= self.group_lease_ttl_ms <= 600_000:
-            raise ValueError(f"group_lease_ttl_ms must be in [100, 600000], got {self.group_lease_ttl_ms}")
-        positive("group_lease_renew_interval_ms")
-        positive("acl_refresh_interval_ms")
-        for name, most in (
-            ("transaction_max_partitions", 1_000_000),
-            ("transaction_max_offsets", 1_000_000),
-            ("transaction_scan_interval_ms", 600_000),
-            ("transaction_redrive_after_ms", 3_600_000),
-            ("transaction_redrive_max_backoff_ms", 3_600_000),
-        ):
-            if not 1 <= getattr(self, name) <= most:
-                raise ValueError(f"{name} must be in [1, {most}], got {getattr(self, name)}")
-        if self.transaction_redrive_max_backoff_ms < self.transaction_redrive_after_ms:
-            raise ValueError(
-                "transaction_redrive_max_backoff_ms must be at least transaction_redrive_after_ms"
-            )
-        if self.group_lease_renew_interval_ms * 2 > self.group_lease_ttl_ms * 3 // 4:
-            raise ValueError(
-                "group_lease_renew_interval_ms must be at most 3/8 of group_lease_ttl_ms (two renewals "
-                "within the time the agent trusts a lease)"
-            )
+        check_config(self)  # ranges and combinations: agent.config_checks
 
     # --- derived values -------------------------------------------------------------
 
@@ -681,14 +581,6 @@ class AgentConfig:
         return cls.from_env(env, **flags)
 
 
-def env_var(field_name: str) -> str:
-    return ENV_PREFIX + field_name.upper()
-
-
-def flag(field_name: str) -> str:
-    return "--" + field_name.replace("_", "-")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one optional string flag per config field (parsed later, so env can fill gaps)."""
     for f in dataclasses.fields(AgentConfig):
@@ -722,34 +614,3 @@ def _field_type(name: str) -> tuple[type, bool]:
         optional = len(args) < len(typing.get_args(tp))
         tp = args[0]
     return tp, optional
-
-
-_SUFFIXES = {"kib": KiB, "mib": MiB, "gib": GiB, "k": KiB, "m": MiB, "g": GiB}
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def parse_value(name: str, kind: tuple[type, bool], raw: str) -> Any:
-    tp, optional = kind
-    text = raw.strip()
-    if optional and text == "":
-        return None
-    try:
-        if tp is bool:
-            low = text.lower()
-            if low in _TRUE:
-                return True
-            if low in _FALSE:
-                return False
-            raise ValueError("expected true/false")
-        if tp is int:
-            low = text.lower().replace("_", "")
-            for suffix, mult in _SUFFIXES.items():
-                if low.endswith(suffix):
-                    return int(low[: -len(suffix)]) * mult
-            return int(low)
-        if tp is str:
-            return raw
-    except ValueError as e:
-        raise ValueError(f"invalid value {raw!r} for {name} ({env_var(name)}): {e}") from None
-    raise TypeError(f"unsupported config field type {tp!r} for {name}")
