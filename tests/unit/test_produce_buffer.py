@@ -284,16 +284,21 @@ def open_deadline(buf: ProduceBuffer) -> float:
     return f.timer.when() - f.opened_s
 
 
-async def test_without_a_lead_the_file_seals_exactly_at_the_interval() -> None:
-    wall = WallClock()
-    buf = ProduceBuffer(
-        store=FakeStore(),
-        metadata=FakeMetadata(),
-        agent_id="a1",  # type: ignore[arg-type]
+def leading(store: FakeStore, md: FakeMetadata, wall: WallClock, *, seal_lead_max_ms: int) -> ProduceBuffer:
+    """A buffer with the default 250 ms interval, the given lead cap and an injected wall clock."""
+    return ProduceBuffer(
+        store=store,  # type: ignore[arg-type]
+        metadata=md,  # type: ignore[arg-type]
+        agent_id="a1",
         flush_interval_ms=250,
-        seal_lead_max_ms=0,
+        seal_lead_max_ms=seal_lead_max_ms,
         wall_clock_ms=wall,
     )
+
+
+async def test_without_a_lead_the_file_seals_exactly_at_the_interval() -> None:
+    wall = WallClock()
+    buf = leading(FakeStore(), FakeMetadata(), wall, seal_lead_max_ms=0)
     await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 5)])
     assert open_deadline(buf) == pytest.approx(0.250)
     await buf.close()
@@ -302,14 +307,7 @@ async def test_without_a_lead_the_file_seals_exactly_at_the_interval() -> None:
 async def test_the_client_linger_seals_the_file_earlier_up_to_the_cap() -> None:
     wall = WallClock()
     store, md = FakeStore(), FakeMetadata()
-    buf = ProduceBuffer(
-        store=store,
-        metadata=md,
-        agent_id="a1",  # type: ignore[arg-type]
-        flush_interval_ms=250,
-        seal_lead_max_ms=50,
-        wall_clock_ms=wall,
-    )
+    buf = leading(store, md, wall, seal_lead_max_ms=50)
     await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 5)])  # linger.ms 5
     assert open_deadline(buf) == pytest.approx(0.245, abs=1e-6)
     # A later batch that waited longer in its client moves the seal earlier...
@@ -327,14 +325,7 @@ async def test_the_client_linger_seals_the_file_earlier_up_to_the_cap() -> None:
 async def test_the_seal_to_commit_time_is_learned_into_the_lead() -> None:
     wall = WallClock()
     store, md = FakeStore(), FakeMetadata()
-    buf = ProduceBuffer(
-        store=store,
-        metadata=md,
-        agent_id="a1",  # type: ignore[arg-type]
-        flush_interval_ms=250,
-        seal_lead_max_ms=50,
-        wall_clock_ms=wall,
-    )
+    buf = leading(store, md, wall, seal_lead_max_ms=50)
     store.delays = [0.030]  # the first file's PUT takes 30 ms
     futures = await buf.append_nowait(T1, 0, [stamped(wall.now_ms)])
     await buf.flush()
