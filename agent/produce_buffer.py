@@ -103,6 +103,7 @@ class _OpenFile:
     opened_s: float = 0.0  # loop time of the first append
     deadline_s: float = 0.0  # loop time its timer fires (only ever moved earlier)
     lead_saturated: bool = False  # sealed by the largest lead: no append can move it earlier
+    anchor_ms: int = 0  # wall time its seal counts from: its oldest batch's creation, or arrival
     sealed_s: float = 0.0
 
 
@@ -239,19 +240,23 @@ class ProduceBuffer:
             if self._draining:  # no batching wait: sealed once this loop iteration's appends are in
                 open_file.deadline_s = now_s
             else:
-                lead_s = self._deadline.lead_s(self._waited_s(batches))
+                lead_s = self._deadline.lead_s(self._waited_s(open_file, batches))
                 open_file.deadline_s = now_s + self._flush_interval_s - lead_s
                 open_file.lead_saturated = lead_s >= self._deadline.lead_max_s
             open_file.timer = loop.call_at(open_file.deadline_s, self._seal_if_open, open_file.seq)
         elif not open_file.lead_saturated and not self._draining:
-            # A batch that waited longer in its client than the file's first one may move the
-            # seal earlier (never later); at least 1 ms earlier, not to re-arm for nothing.
-            deadline_s = self._deadline.deadline_s(loop.time(), self._waited_s(batches))
-            if deadline_s < open_file.deadline_s - 0.001:
-                open_file.deadline_s = deadline_s
-                if open_file.timer is not None:
-                    open_file.timer.cancel()
-                open_file.timer = loop.call_at(deadline_s, self._seal_if_open, open_file.seq)
+            # A batch created (by its client's clock) before the file's start may move the
+            # seal earlier, never later. Unless the lead is capped, that is exactly a first
+            # timestamp below the file's anchor: one int comparison on the hot path, the
+            # clock and the deadline only for such a batch.
+            first_ms = batches[0].min_timestamp if len(batches) == 1 else min(b.min_timestamp for b in batches)
+            if 0 < first_ms < open_file.anchor_ms - 1:
+                deadline_s = self._deadline.deadline_s(loop.time(), self._waited_s(open_file, batches))
+                if deadline_s < open_file.deadline_s - 0.001:  # re-arm only for a real move
+                    open_file.deadline_s = deadline_s
+                    if open_file.timer is not None:
+                        open_file.timer.cancel()
+                    open_file.timer = loop.call_at(deadline_s, self._seal_if_open, open_file.seq)
         futures: list[asyncio.Future[BatchResult]] = []
         entry = open_file.entries.setdefault((topic_id, partition), [])
         for b in batches:
@@ -267,12 +272,18 @@ class ProduceBuffer:
             self._seal()
         return futures
 
-    def _waited_s(self, batches: Sequence[PendingBatch]) -> float:
-        """How long before now the oldest of `batches` was created, by its client's clock."""
+    def _waited_s(self, open_file: _OpenFile, batches: Sequence[PendingBatch]) -> float:
+        """How long before now the oldest of `batches` was created, by its client's clock;
+        moves the file's anchor (the wall time its seal counts from) to that creation."""
         if not self._deadline.lead_max_s:
             return 0.0
         first_ms = batches[0].min_timestamp if len(batches) == 1 else min(b.min_timestamp for b in batches)
-        return waited_s(self._wall_clock_ms(), first_ms)
+        now_ms = self._wall_clock_ms()
+        waited = waited_s(now_ms, first_ms)
+        anchor_ms = now_ms - int(waited * 1000)
+        if not open_file.anchor_ms or anchor_ms < open_file.anchor_ms:
+            open_file.anchor_ms = anchor_ms
+        return waited
 
     def _fits(self, size: int) -> bool:
         return self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
