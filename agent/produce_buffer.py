@@ -249,7 +249,9 @@ class ProduceBuffer:
             # seal earlier, never later. Unless the lead is capped, that is exactly a first
             # timestamp below the file's anchor: one int comparison on the hot path, the
             # clock and the deadline only for such a batch.
-            first_ms = batches[0].min_timestamp if len(batches) == 1 else min(b.min_timestamp for b in batches)
+            first_ms = (
+                batches[0].min_timestamp if len(batches) == 1 else min(b.min_timestamp for b in batches)
+            )
             if 0 < first_ms < open_file.anchor_ms - 1:
                 deadline_s = self._deadline.deadline_s(loop.time(), self._waited_s(open_file, batches))
                 if deadline_s < open_file.deadline_s - 0.001:  # re-arm only for a real move
