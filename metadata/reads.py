@@ -11,7 +11,10 @@ read_committed queries stop at the last stable offset (LSO) and also answer, for
 agent's cache, every aborted transaction overlapping [fetch offset, LSO) with its last
 offset (`aborted_ranges`, complete up to `aborted_until`), when there are at most
 `MAX_CACHEABLE_ABORTED` of them (one indexed query with a LIMIT); past that only the
-aborted transactions of the returned range are answered, as before.
+aborted transactions of the returned range are answered, as before, and `aborted_ranges`
+holds those same ones with their last offsets (`aborted_until` -1: nothing to cache), so
+every entry of `aborted` has its last offset in `aborted_ranges` (Spark's executors close
+an aborted range there when its ABORT marker is lost).
 """
 
 from __future__ import annotations
@@ -159,13 +162,15 @@ class Reads:
                     continue
                 locs = self._chunks_from(conn, q.topic_id, q.partition, q.offset, lso, q.max_bytes)
                 upper = min(lso, max((c.last_offset for c in locs), default=q.offset) + 1)
-                ranges = _aborted_ranges(conn, q.topic_id, q.partition, q.offset, lso)
-                if ranges is None:  # too many to cache: only what this read needs
-                    aborted = transactions.aborted_in(conn, q.topic_id, q.partition, q.offset, upper)
-                    ranges, until = (), -1
+                ranges = _aborted_ranges(
+                    conn, q.topic_id, q.partition, q.offset, lso, max_rows=MAX_CACHEABLE_ABORTED + 1
+                )
+                if len(ranges) > MAX_CACHEABLE_ABORTED:  # too many to cache: only what this read needs
+                    ranges = _aborted_ranges(conn, q.topic_id, q.partition, q.offset, upper)
+                    until = -1
                 else:
-                    aborted = [(pid, first) for pid, first, _ in ranges if first < upper]
                     until = lso
+                aborted = [(pid, first) for pid, first, _ in ranges if first < upper]
                 out.append(
                     PartitionFetchInfo(
                         NONE, log_start, hwm, tuple(locs), lso, tuple(aborted), tuple(ranges), until
@@ -274,12 +279,17 @@ class Reads:
 
 
 def _aborted_ranges(
-    conn: Connection, topic_id: uuid.UUID, partition: int, from_offset: int, below_offset: int
-) -> tuple[tuple[int, int, int], ...] | None:
+    conn: Connection,
+    topic_id: uuid.UUID,
+    partition: int,
+    from_offset: int,
+    below_offset: int,
+    max_rows: int | None = None,
+) -> tuple[tuple[int, int, int], ...]:
     """(producer id, first offset, last offset) of every aborted transaction overlapping
-    [from_offset, below_offset), or None if there are more than MAX_CACHEABLE_ABORTED
-    (one indexed query, at most that many rows plus one)."""
-    rows = conn.execute(
+    [from_offset, below_offset), sorted by first offset; with `max_rows`, at most that
+    many (the ones whose markers come first: one indexed query with a LIMIT)."""
+    stmt = (
         select(txn_aborted.c.producer_id, txn_aborted.c.first_offset, txn_aborted.c.last_offset)
         .where(
             txn_aborted.c.topic_id == topic_id,
@@ -288,10 +298,8 @@ def _aborted_ranges(
             txn_aborted.c.first_offset < below_offset,
         )
         .order_by(txn_aborted.c.last_offset)
-        .limit(MAX_CACHEABLE_ABORTED + 1)
-    ).all()
-    if len(rows) > MAX_CACHEABLE_ABORTED:
-        return None
+    )
+    rows = conn.execute(stmt if max_rows is None else stmt.limit(max_rows)).all()
     return tuple(
         sorted(
             ((int(r.producer_id), int(r.first_offset), int(r.last_offset)) for r in rows), key=lambda a: a[1]

@@ -144,7 +144,9 @@ class PartitionFetchInfo:
     aborted: tuple[tuple[int, int], ...] = ()
     # read_committed, for the agent's cache: (producer id, first offset, last offset) of
     # every aborted transaction overlapping [query offset, aborted_until) (-1: not given).
-    # Complete for that span, and at most `MAX_CACHEABLE_ABORTED` entries.
+    # Complete for that span, and at most `MAX_CACHEABLE_ABORTED` entries. With
+    # aborted_until -1 (too many to cache): those of `aborted`, with their last offsets.
+    # Either way every entry of `aborted` is here with its last offset (the ABORT marker's).
     aborted_ranges: tuple[tuple[int, int, int], ...] = ()
     aborted_until: int = -1
 

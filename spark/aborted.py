@@ -2,15 +2,23 @@
 batch, with NumPy (the executors' side of `kafka.isolation.level=read_committed`).
 
 Input: the aborted transactions overlapping a task's offset range, as metadata answers a
-read_committed fetch (and the driver ships them in the task): (producer id, first offset)
-pairs. Kafka's consumer (`CompletedFetch`/`Fetcher` in the Java client) drops a
-*transactional data* batch of producer P when an aborted transaction of P started at or
-before it and P's ABORT marker has not been read yet; the marker ends it. So each entry is
-a half-open range [first offset, end) of producer P, where end is the offset of P's first
-control batch at or after the first offset (a producer has one transaction at a time, so
-its first marker after the start is the one that ended the aborted transaction), or
-unbounded while that marker has not been read (it lies beyond the task's range, or in a
-later chunk).
+read_committed fetch (and the driver ships them in the task): (producer id, first offset,
+last offset) triples, the last offset being the ABORT marker's (-1, or a (producer id,
+first offset) pair: not known). Kafka's consumer (`CompletedFetch`/`Fetcher` in the Java
+client) drops a *transactional data* batch of producer P when an aborted transaction of P
+started at or before it and P's ABORT marker has not been read yet; the marker ends it.
+So each entry is a half-open range [first offset, end) of producer P, where end is the
+smaller of
+- the offset of P's first control batch at or after the first offset (a producer has one
+  transaction at a time, so its first marker after the start is the one that ended the
+  aborted transaction), once that batch is read, and
+- last offset + 1, when the last offset is known.
+Kafka's consumer has only the first (its fetch answers carry no last offset), so a lost
+marker would leave the range open and drop P's later *committed* batches too; here the
+known last offset closes it anyway. This matters when a chunk is gone and skipped
+(Spark's failOnDataLoss=false): the ABORT marker may have been in it. Without a known
+last offset a range stays open until its marker is read (it lies beyond the task's
+range, or in a later chunk).
 
 `AbortedTransactions.mask` is fed every batch of a chunk in offset order (control batches
 included: they close ranges) as NumPy arrays of producer id, base offset, control and
@@ -28,17 +36,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
-_OPEN = np.iinfo(np.int64).max  # the end of a range whose marker is not read yet
+_OPEN = np.iinfo(np.int64).max  # the end of a range not known yet (marker unread, no last offset)
 
 
 class AbortedTransactions:
     """The aborted ranges of one task, closed as the task's markers are read."""
 
-    def __init__(self, aborted: Sequence[tuple[int, int]]) -> None:
-        pairs = np.array(sorted(set(aborted)), dtype=np.int64).reshape(-1, 2)
-        self.producer_ids = pairs[:, 0].copy()  # sorted by (producer id, first offset)
-        self.first_offsets = pairs[:, 1].copy()
-        self.end_offsets = np.full(len(pairs), _OPEN, dtype=np.int64)
+    def __init__(self, aborted: Sequence[tuple[int, int] | tuple[int, int, int]]) -> None:
+        # one entry per (producer id, first offset); a known last offset wins over none
+        last_offsets: dict[tuple[int, int], int] = {}
+        for entry in aborted:
+            key = (entry[0], entry[1])
+            last_offsets[key] = max(last_offsets.get(key, -1), entry[2] if len(entry) > 2 else -1)
+        rows = np.array(
+            [(pid, first, last) for (pid, first), last in sorted(last_offsets.items())], dtype=np.int64
+        ).reshape(-1, 3)
+        self.producer_ids = rows[:, 0].copy()  # sorted by (producer id, first offset)
+        self.first_offsets = rows[:, 1].copy()
+        # [first, end): last offset + 1 if known, else open until the marker is read
+        self.end_offsets = np.where(rows[:, 2] >= 0, rows[:, 2] + 1, _OPEN).astype(np.int64)
 
     def __len__(self) -> int:
         return len(self.producer_ids)

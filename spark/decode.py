@@ -5,7 +5,8 @@ absolute base offset (one Python object per *batch*); control batches (transacti
 markers) are skipped in every isolation level (Kafka consumers never return them), and so
 are batches wholly outside the wanted offset range and, under read_committed, the batches
 of the task's aborted transactions (`spark.aborted`: a batch-level NumPy mask by producer
-id and offset range, closed at each producer's ABORT marker). Each
+id and offset range, closed at each producer's ABORT marker or after its known last
+offset, whichever comes first). Each
 remaining batch's records are decompressed with the batch codec (`fileformat.codecs`,
 cramjam) and appended to one growing buffer. When the buffer holds `max_rows` records or
 `max_bytes` bytes, the compiled walk (`spark.decode_kernels`) finds every record's fields
@@ -98,7 +99,7 @@ class RecordBatchBuilder:
         include_headers: bool = False,
         max_rows: int = 131072,
         max_bytes: int = 32 * 1024 * 1024,
-        aborted: Sequence[tuple[int, int]] = (),
+        aborted: Sequence[tuple[int, int] | tuple[int, int, int]] = (),
     ) -> None:
         self.topic = topic
         self.partition = partition

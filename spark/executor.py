@@ -10,7 +10,9 @@ transactions of its range (planned by the driver), whose batches the builder dro
 A chunk whose object is gone (compaction swapped it out and the collector deleted it, or
 retention removed it, after the plan was made) is data loss: with `failOnDataLoss` the
 task fails saying so; without it the chunk is skipped, as Spark's Kafka source skips
-offsets that vanished.
+offsets that vanished. A skipped chunk may have held ABORT markers: the task's aborted
+transactions also carry their last offsets, which end them anyway, so a producer's later
+committed batches are still read and only what the chunk held is missing.
 """
 
 from __future__ import annotations

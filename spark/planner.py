@@ -21,9 +21,11 @@ bucket. The steps:
 4. the ranges are split into tasks (`spark.ranges`), and each task gets the chunk
    locations covering its range (find_chunks, paged, so a long range costs a few calls).
    Under read_committed find_chunks is asked with isolation level 1 and also answers the
-   aborted transactions overlapping each page, as (producer id, first offset) pairs: the
-   task carries those of its range to the executor (`spark.decode` drops their batches).
-   The executors then read only the bucket.
+   aborted transactions overlapping each page, as (producer id, first offset) pairs, and
+   each one's last offset (its ABORT marker's) in `aborted_ranges`: the task carries
+   those of its range as (producer id, first offset, last offset) to the executor
+   (`spark.decode` drops their batches; the last offset ends a range whose marker was in
+   a lost chunk). The executors then read only the bucket.
 
 The bucket URL is the `bucket` option, else the one metadata serves (GET /v1/cluster).
 Streaming (`spark.stream`) reuses steps 1, 2 and 4 for each micro-batch.
@@ -85,9 +87,10 @@ class PlannedRead:
     from_offset: int
     until_offset: int
     chunks: tuple[ChunkLocation, ...]
-    # read_committed only: (producer id, first offset) of the aborted transactions that
-    # overlap the range, sorted; empty under read_uncommitted
-    aborted: tuple[tuple[int, int], ...] = ()
+    # read_committed only: (producer id, first offset, last offset) of the aborted
+    # transactions that overlap the range, sorted; the last offset is the ABORT marker's
+    # (-1: metadata did not answer it). Empty under read_uncommitted.
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 def metadata_client(opts: SourceOptions) -> HttpMetadataClient:
@@ -371,7 +374,7 @@ async def attach_chunks(
 
     level = READ_COMMITTED_LEVEL if read_committed else 0
     found: list[list[ChunkLocation]] = [[] for _ in tasks]
-    aborted: list[set[tuple[int, int]]] = [set() for _ in tasks]
+    aborted: list[dict[tuple[int, int], int]] = [{} for _ in tasks]  # (pid, first) -> last offset
     cursor = [t.from_offset for t in tasks]
     todo = [i for i, t in enumerate(tasks) if t.size > 0]
     while todo:
@@ -397,7 +400,11 @@ async def attach_chunks(
                 )
             useful = [c for c in info.chunks if c.base_offset < t.until_offset]
             found[i].extend(useful)
-            aborted[i].update((pid, first) for pid, first in info.aborted if first < t.until_offset)
+            last_offsets = {(pid, first): last for pid, first, last in info.aborted_ranges}
+            for pid, first in info.aborted:
+                if first < t.until_offset:
+                    known = aborted[i].get((pid, first), -1)
+                    aborted[i][(pid, first)] = max(known, last_offsets.get((pid, first), -1))
             if not info.chunks or len(useful) < len(info.chunks):
                 continue
             cursor[i] = info.chunks[-1].last_offset + 1
@@ -406,7 +413,12 @@ async def attach_chunks(
         todo = next_todo
     return [
         PlannedRead(
-            t.topic, t.partition, t.from_offset, t.until_offset, tuple(chunks), tuple(sorted(aborted[i]))
+            t.topic,
+            t.partition,
+            t.from_offset,
+            t.until_offset,
+            tuple(chunks),
+            tuple(sorted((pid, first, last) for (pid, first), last in aborted[i].items())),
         )
         for i, (t, chunks) in enumerate(zip(tasks, found, strict=True))
     ]

@@ -13,6 +13,10 @@ transaction open, and plain records follow it. The truth is the delivery reports
   partition's last stable offset (the open transaction's first offset), also when the
   ranges are split into tasks in the middle of transactions; `latest` is the LSO and an
   ending offset above it is an error;
+- a lost ABORT marker (failOnDataLoss=false, its object deleted from the bucket): on a
+  topic of its own, producer C aborts a transaction then commits one; C's committed
+  records are still read (the aborted range ends at the marker's offset metadata
+  knows), and the aborted ones are not;
 - streaming (Trigger.AvailableNow, small micro-batches): the same records; after B
   commits, a restart from the checkpoint reads the rest, each record once.
 """
@@ -31,6 +35,7 @@ from tests.spark.conftest import Cluster
 
 TOPIC = "txn-mixed"
 PARTITIONS = 2
+LOST_TOPIC = "txn-lost-marker"
 
 
 @dataclass
@@ -192,8 +197,11 @@ def test_plans_carry_the_aborted_transactions_and_end_at_the_lso(cluster: Cluste
     assert {p: max(t.until_offset for t in tasks if t.partition == p) for p in range(PARTITIONS)} == lso
     # b1, a2 and a3 were aborted, each on both partitions; every task knows those it overlaps
     assert len({(t.partition, a) for t in tasks for a in t.aborted}) == 3 * PARTITIONS
+    data_offsets = {(p, o) for p, o, _ in txn_data.everything}
     for t in tasks:
-        assert all(first < t.until_offset for _, first in t.aborted)
+        assert all(first < t.until_offset for _, first, _ in t.aborted)
+        # each with its ABORT marker's offset: after its first, and no data record's
+        assert all(first < last and (t.partition, last) not in data_offsets for _, first, last in t.aborted)
     uncommitted = SkiffBatchReader(parse_options({**base, "kafka.isolation.level": "read_uncommitted"}))
     assert all(not part.task.aborted for part in uncommitted.partitions())  # type: ignore[attr-defined]
 
@@ -201,6 +209,79 @@ def test_plans_carry_the_aborted_transactions_and_end_at_the_lso(cluster: Cluste
     start = reader.initialOffset()
     assert reader.latestOffset(start, None) == {TOPIC: {str(p): o for p, o in lso.items()}}
     assert reader.reportLatestOffset() == {TOPIC: {str(p): o for p, o in lso.items()}}
+
+
+@pytest.fixture(scope="module")
+def lost_marker(bootstrap: str) -> dict[str, list[tuple[int, int, bytes]]]:
+    """Producer C, on a 1-partition topic of its own: a transaction aborted, then one
+    committed. The records sent, by label ("aborted", "committed")."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held: the future needs it alive
+    admin.create_topics([NewTopic(LOST_TOPIC, 1, 1)])[LOST_TOPIC].result(30)
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "transactional.id": f"C-{uuid.uuid4().hex[:6]}"}
+    )
+    p.init_transactions(30)
+    records: dict[str, list[tuple[int, int, bytes]]] = {}
+    for label, commit in (("aborted", False), ("committed", True)):
+        rows = records.setdefault(label, [])
+
+        def report(err, msg, rows=rows) -> None:  # type: ignore[no-untyped-def]
+            assert err is None, err
+            rows.append((msg.partition(), msg.offset(), msg.value()))
+
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(LOST_TOPIC, f"{label}-{i}".encode(), partition=0, on_delivery=report)
+            assert p.flush(30) == 0  # a batch each
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    del p
+    return records
+
+
+def test_a_lost_abort_marker_loses_nothing_more(
+    spark, cluster: Cluster, lost_marker: dict[str, list[tuple[int, int, bytes]]]
+) -> None:
+    """The object holding C's ABORT marker (alone: markers get a file of their own) is
+    deleted. With failOnDataLoss=false the read skips it and still returns C's committed
+    transaction, which a range left open until C's next marker would drop."""
+    import asyncio
+
+    from fileformat.objectstore import open_store
+    from metadata.http_client import HttpMetadataClient
+    from metadata.types import FetchQuery
+
+    async def marker_chunk():  # type: ignore[no-untyped-def]
+        client = HttpMetadataClient(cluster.metadata_url)
+        try:
+            topic = (await client.describe_topics([LOST_TOPIC]))[LOST_TOPIC]
+            (info,) = await client.find_chunks([FetchQuery(topic.topic_id, 0, 0, 1 << 30, isolation_level=1)])
+            ((_, first, marker),) = info.aborted_ranges
+            (chunk,) = [c for c in info.chunks if c.base_offset <= marker <= c.last_offset]
+            return first, marker, chunk, await client.file_chunks(chunk.object_key)
+        finally:
+            await client.close()
+
+    first, marker, chunk, held = asyncio.run(marker_chunk())
+    aborted_offsets = [o for _, o, _ in lost_marker["aborted"]]
+    assert first == min(aborted_offsets) and marker > max(aborted_offsets)
+    # the object holds that marker only: deleting it loses nothing any other test reads
+    assert [(c.topic_name, c.location.base_offset, c.location.last_offset) for c in held.chunks] == [
+        (LOST_TOPIC, marker, marker)
+    ]
+    open_store(cluster.bucket).delete(chunk.object_key)
+
+    committed = {"subscribe": LOST_TOPIC, "kafka_isolation_level": "read_committed"}
+    with pytest.raises(Exception, match="is gone from the bucket"):
+        _load(spark, cluster, **committed).collect()
+    assert _rows(_load(spark, cluster, **committed, failOnDataLoss="false")) == sorted(
+        lost_marker["committed"]
+    )
 
 
 def _drain(spark, cluster: Cluster, checkpoint: Path, sink: Path) -> list[int]:  # type: ignore[no-untyped-def]
