@@ -284,7 +284,7 @@ def iter_batches(
 
     Nothing is copied; positions are absolute in `buf`. Lengths and magic are checked (a
     batch running past `end` raises `TruncatedBatchError` naming its position); CRCs are not
-    (see `validate_batch`).
+    (see `fileformat.record_decode.validate_batch`).
     """
     end = len(buf) if end is None else min(end, len(buf))
     pos = start
@@ -309,7 +309,7 @@ def single_batch_header(buf: bytes | bytearray | memoryview) -> BatchHeader | No
 
 
 def check_crc(buf: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> None:
-    """The CRC-32C check of `validate_batch`, for a batch whose lengths are known to be
+    """The CRC-32C check of `record_decode.validate_batch`, for a batch whose lengths are known to be
     inside `buf` (CorruptBatchError)."""
     computed = _crc32c.crc32c(
         _buffer_view(buf)[position + ATTRIBUTES_OFFSET : position + header.batch_length + LOG_OVERHEAD]
@@ -323,7 +323,7 @@ def check_crc(buf: bytes | bytearray | memoryview, position: int, header: BatchH
 
 
 def check_codec(position: int, header: BatchHeader) -> None:
-    """The codec id check of `validate_batch` (CorruptBatchError for ids 5-7)."""
+    """The codec id check of `record_decode.validate_batch` (CorruptBatchError for ids 5-7)."""
     if header.attributes & _COMPRESSION_MASK > Compression.ZSTD:
         raise CorruptBatchError(
             f"record batch at byte {position} uses unknown compression codec id {header.compression_id}",
