@@ -28,8 +28,9 @@ from urllib.parse import urlparse
 from rich.console import Console
 from rich.table import Table
 
+from fileformat.batch_header import RecordBatchError, iter_batches
 from fileformat.objectstore import ObjectStore, open_store
-from fileformat.records import RecordBatchError, decode_records, iter_batches, validate_batch
+from fileformat.record_decode import decode_records, validate_batch
 from fileformat.segment import FooterEntry, SegmentFormatError, iter_chunks_stream, read_footer
 from metadata.types import FileChunk, FileChunks
 

@@ -51,7 +51,8 @@ from typing import TYPE_CHECKING
 from agent import routing
 from agent.produce_buffer import CommittedFile, ObjectPutter
 from agent.txn_pause_hook import TxnPauseHook
-from fileformat.records import ControlRecordType, build_control_batch
+from fileformat.record_build import build_control_batch
+from fileformat.record_decode import ControlRecordType
 from fileformat.segment import ChunkInput, build_segment
 from metadata.api_types import MetadataClient
 from metadata.txn_state import TxnRecord, TxnState

@@ -46,7 +46,8 @@ from compactor.runner import RunnerConfig, run_pass
 from fileformat.chunk_reader import ChunkLocation, PartitionRead
 from fileformat.objectstore import ObjectStore, open_store
 from fileformat.read_sync import read_fetch
-from fileformat.records import Record, build_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 from fileformat.segment import ChunkInput, build_segment
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService

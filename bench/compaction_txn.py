@@ -37,7 +37,8 @@ from compactor.output import Checkpoint
 from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
 from fileformat.chunk_reader import ChunkLocation
 from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
-from fileformat.records import ControlRecordType, Record, build_batch, build_control_batch
+from fileformat.record_build import build_batch, build_control_batch
+from fileformat.record_decode import ControlRecordType, Record
 from fileformat.segment import ChunkInput, build_segment
 from metadata.types import FileSpec, OutputChunk
 

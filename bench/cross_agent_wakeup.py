@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from fileformat.records import build_batch  # noqa: E402
+from fileformat.record_build import build_batch  # noqa: E402
 from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
 from tests.support.kafka_wire import KafkaWire, fetch_request, produce_request  # noqa: E402
 

@@ -56,7 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fileformat.objectstore import open_store  # noqa: E402
-from fileformat.records import build_batch  # noqa: E402
+from fileformat.record_build import build_batch  # noqa: E402
 from fileformat.segment import ChunkInput, build_segment  # noqa: E402
 from metadata.http_client import HttpMetadataClient  # noqa: E402
 from metadata.types import BatchSpec, ChunkSpec, FileSpec  # noqa: E402

@@ -67,8 +67,8 @@ from compactor.md5_vec import md5_halves
 from compactor.plan import PartitionWork
 from compactor.rebuild import empty_batch, rebuild_batch, rebuild_from_kept, records_payload, scan_records
 from compactor.record_scan import RecordColumns, scan_batches
+from fileformat.batch_header import BatchHeader, parse_header, patch_base_offset
 from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
-from fileformat.records import BatchHeader, parse_header, patch_base_offset
 
 BytesLike = bytes | bytearray | memoryview
 SCAN_GROUP_BYTES = 8 * 1024 * 1024  # batches scanned as one set of columns (see `_groups`)

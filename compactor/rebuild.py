@@ -35,15 +35,14 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from fileformat import codecs
-from fileformat.records import (
+from fileformat.batch_header import (
     BATCH_HEADER_SIZE,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     BatchHeader,
     CorruptBatchError,
     TimestampType,
-    frame_batch,
-    zigzag_varint,
 )
+from fileformat.record_build import frame_batch, zigzag_varint
 
 _DELETE_HORIZON_BIT = 0x40
 _COMPRESSION_MASK = 0x07

@@ -32,8 +32,8 @@ import numpy.typing as npt
 from compactor.md5_vec import MAX_VECTOR_KEY_BYTES
 from compactor.rebuild import scan_records
 from fileformat import codecs
+from fileformat.batch_header import BATCH_HEADER_SIZE, DEFAULT_MAX_DECOMPRESSED_BYTES
 from fileformat.chunk_reader import ChunkBatch
-from fileformat.records import BATCH_HEADER_SIZE, DEFAULT_MAX_DECOMPRESSED_BYTES
 
 PAD_BYTES = MAX_VECTOR_KEY_BYTES + 73  # > a key read, > 5 varints of 10 bytes
 LOCKSTEP_MIN_BATCHES = 16

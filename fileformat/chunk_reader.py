@@ -8,7 +8,7 @@ Offsets. A `ChunkLocation` (from metadata) names a run of whole RecordBatches of
 partition inside one object and the offsets `[base_offset, last_offset]` it holds.
 Agent-written chunks (`offsets_absolute` False) store the producers' relative base
 offsets: the first batch gets `base_offset`, each next batch the previous base +
-lastOffsetDelta + 1 (`fileformat.records.iter_assigned_offsets`). Compactor-written chunks
+lastOffsetDelta + 1 (`fileformat.batch_header.iter_assigned_offsets`). Compactor-written chunks
 carry absolute offsets and may have holes (offsets removed by compaction, so a batch's
 base may be above the previous batch's end). The 8-byte baseOffset lies outside the
 CRC-32C range, so rewriting it in the copy sent to a client changes no checksum. A batch
@@ -47,14 +47,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from fileformat.records import (
-    BatchHeader,
-    RecordBatchError,
-    decode_records,
-    iter_batches,
-    patch_base_offset,
-    validate_batch,
-)
+from fileformat.batch_header import BatchHeader, RecordBatchError, iter_batches, patch_base_offset
+from fileformat.record_decode import decode_records, validate_batch
 
 BytesLike = bytes | bytearray | memoryview
 RangeKey = tuple[str, int, int]

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import cramjam
 
-from fileformat.records import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, RecordBatchError
+from fileformat.batch_header import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, RecordBatchError
 
 __all__ = [
     "XERIAL_BLOCK_SIZE",

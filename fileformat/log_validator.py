@@ -5,8 +5,8 @@ a record length that does not match its fields, offset deltas that repeat or ski
 lastOffsetDelta that disagrees with them, compressed records that are garbage or a
 decompression bomb. Stored verbatim, such a batch stalls every consumer at its offset for
 good, so a broker must refuse it before acking. `validate_produced_batch` runs after
-`records.validate_batch` (magic, lengths, CRC) and checks, in Kafka's order and with its error
-classes (the agent maps them to error codes):
+`record_decode.validate_batch` (magic, lengths, CRC) and checks, in Kafka's order and with
+its error classes (the agent maps them to error codes):
 
 batch (Kafka's `validateBatch`), `InvalidRecordError` (INVALID_RECORD):
   recordsCount > 0 and lastOffsetDelta = recordsCount - 1; not a control batch; a batch with
@@ -49,7 +49,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NoReturn
 
-from fileformat.records import (
+from fileformat import codecs
+from fileformat.batch_header import (
     BATCH_HEADER_SIZE,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     BatchHeader,
@@ -380,8 +381,6 @@ def validate_produced_batch(
             data = bytes(memoryview(buf)[start:end])
             start, end = 0, len(data)
     else:
-        from fileformat import codecs  # codecs imports records; keep the import graph one-way at load
-
         try:
             data = codecs.decompress(
                 cid, memoryview(buf)[start:end], max_output=max_decompressed_bytes, position=position

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fileformat.batch_header import BATCH_HEADER_SIZE, DEFAULT_MAX_DECOMPRESSED_BYTES
 from fileformat.objectstore.base import validate_key
 from fileformat.objectstore.errors import InvalidKey
-from fileformat.records import BATCH_HEADER_SIZE, DEFAULT_MAX_DECOMPRESSED_BYTES
 from metadata.errors import INVALID_REQUEST, MetadataError
 from metadata.types import ChunkSpec, FileSpec, OutputChunk
 

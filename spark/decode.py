@@ -40,8 +40,8 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from fileformat import codecs
+from fileformat.batch_header import BATCH_HEADER_SIZE
 from fileformat.chunk_reader import ChunkBatch, ChunkLocation, ChunkReadError, iter_chunk_batches
-from fileformat.records import BATCH_HEADER_SIZE
 from spark import decode_kernels as k
 from spark.aborted import AbortedTransactions
 

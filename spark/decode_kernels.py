@@ -1,6 +1,6 @@
 """Compiled kernels of the executors' record decoder (numba, `nopython`, cached on disk).
 
-Kafka records inside a batch are framed by zigzag varints (see `fileformat.records`), so
+Kafka records inside a batch are framed by zigzag varints (see `fileformat.record_decode`), so
 where record i+1 starts is known only after record i is parsed: a sequential walk that
 NumPy cannot vectorise and that costs microseconds per record in Python. These kernels do
 the walk in compiled code over one buffer holding the decompressed records of many batches

@@ -67,16 +67,7 @@ from agent.handlers import (
 from agent.produce_buffer import PendingBatch
 from agent.protocol import to_error_code
 from agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
-from fileformat.log_validator import (
-    UNBOUNDED_MS,
-    CorruptRecordsError,
-    InvalidRecordError,
-    InvalidTimestampError,
-    RecordErrors,
-    timestamp_bounds_ms,
-    validate_produced_batch,
-)
-from fileformat.records import (
+from fileformat.batch_header import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     LOG_OVERHEAD,
@@ -87,6 +78,15 @@ from fileformat.records import (
     check_crc,
     iter_batches,
     single_batch_header,
+)
+from fileformat.log_validator import (
+    UNBOUNDED_MS,
+    CorruptRecordsError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    RecordErrors,
+    timestamp_bounds_ms,
+    validate_produced_batch,
 )
 from metadata.configs import config_int, config_value, is_compacted
 from metadata.types import BatchResult, Topic

@@ -36,8 +36,10 @@ from hypothesis import strategies as st
 from compactor.keymap import SLOT_BYTES, KeyMap
 from compactor.planner import PlannerConfig, claim_jobs
 from compactor.runner import RunnerConfig, run_leased_job
+from fileformat.batch_header import Compression
 from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
-from fileformat.records import Compression, Record, build_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 from fileformat.segment import ChunkInput
 from metadata.compaction_types import MergeRules
 from metadata.local_client import LocalMetadataClient

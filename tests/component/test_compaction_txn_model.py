@@ -40,7 +40,8 @@ from compactor.plan import PartitionWork
 from compactor.planner import PlannerConfig, claim_jobs
 from compactor.runner import RunnerConfig, run_leased_job
 from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
-from fileformat.records import ControlRecordType, Record, build_batch, build_control_batch
+from fileformat.record_build import build_batch, build_control_batch
+from fileformat.record_decode import ControlRecordType, Record
 from fileformat.segment import ChunkInput
 from metadata.local_client import LocalMetadataClient
 from metadata.rows import LOC_COLS, location_of

@@ -19,8 +19,9 @@ from aiokafka.structs import TopicPartition
 
 from agent.config import AgentConfig
 from agent.runtime import RunningAgent, start_agent
+from fileformat.batch_header import iter_batches
 from fileformat.objectstore import open_async_store
-from fileformat.records import build_batch, iter_batches
+from fileformat.record_build import build_batch
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import FetchQuery

@@ -20,8 +20,10 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from agent.config import AgentConfig
 from agent.runtime import RunningAgent, start_agent
+from fileformat.batch_header import iter_batches
 from fileformat.objectstore import open_async_store
-from fileformat.records import Record, build_batch, decode_records, iter_batches
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record, decode_records
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from tests.support.kafka_wire import KafkaWire, encode_request, fetch_request, produce_request, send_request

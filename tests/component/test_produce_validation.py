@@ -20,9 +20,11 @@ from kio.schema.errors import ErrorCode
 from agent.config import AgentConfig
 from agent.handlers.produce import validate_batches
 from agent.runtime import RunningAgent, start_agent
-from fileformat import records
+from fileformat import batch_header, record_build, record_decode
+from fileformat.batch_header import Compression
 from fileformat.objectstore import open_async_store
-from fileformat.records import Compression, Record, build_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from tests.component.fake_metadata import FlakyMetadataClient
@@ -33,7 +35,9 @@ NOW = 1_700_000_000_000
 
 def fix_crc(batch: bytes | bytearray) -> bytes:
     buf = bytearray(batch)
-    struct.pack_into(">I", buf, records.CRC_OFFSET, crc32c.crc32c(bytes(buf[records.ATTRIBUTES_OFFSET :])))
+    struct.pack_into(
+        ">I", buf, batch_header.CRC_OFFSET, crc32c.crc32c(bytes(buf[batch_header.ATTRIBUTES_OFFSET :]))
+    )
     return bytes(buf)
 
 
@@ -54,9 +58,9 @@ def repeated_delta() -> bytes:
     """Three records whose offset deltas are 0, 1, 1."""
     out = bytearray()
     for delta in (0, 1, 1):
-        records._encode_record(out, delta, 0, b"k", b"v", ())
-    buf = bytearray(records.BATCH_HEADER_SIZE) + out
-    records._HEADER.pack_into(buf, 0, 0, len(buf) - 12, -1, 2, 0, 0, 2, NOW, NOW, -1, -1, -1, 3)
+        record_build._encode_record(out, delta, 0, b"k", b"v", ())
+    buf = bytearray(batch_header.BATCH_HEADER_SIZE) + out
+    batch_header._HEADER.pack_into(buf, 0, 0, len(buf) - 12, -1, 2, 0, 0, 2, NOW, NOW, -1, -1, -1, 3)
     return fix_crc(buf)
 
 
@@ -67,16 +71,16 @@ def zstd_bomb() -> bytes:
     for _ in range(1024):
         comp.compress(zeros)
     payload = bytes(comp.finish())
-    buf = bytearray(records.BATCH_HEADER_SIZE) + payload
-    records._HEADER.pack_into(
+    buf = bytearray(batch_header.BATCH_HEADER_SIZE) + payload
+    batch_header._HEADER.pack_into(
         buf, 0, 0, len(buf) - 12, -1, 2, 0, int(Compression.ZSTD), 999, NOW, NOW, -1, -1, -1, 1000
     )
     return fix_crc(buf)
 
 
 def gzip_garbage() -> bytes:
-    buf = bytearray(records.BATCH_HEADER_SIZE) + bytes(range(256)) * 4
-    records._HEADER.pack_into(
+    buf = bytearray(batch_header.BATCH_HEADER_SIZE) + bytes(range(256)) * 4
+    batch_header._HEADER.pack_into(
         buf, 0, 0, len(buf) - 12, -1, 2, 0, int(Compression.GZIP), 9, NOW, NOW, -1, -1, -1, 10
     )
     return fix_crc(buf)
@@ -162,7 +166,7 @@ def test_a_header_max_timestamp_that_lies_is_corrected_with_a_valid_crc():
         fix_crc(batch), max_message_bytes=1 << 20, log_append_time_ms=None, now_ms=NOW
     )
     assert pending.max_timestamp == NOW + 40
-    header = records.validate_batch(pending.data, 0)  # CRC recomputed
+    header = record_decode.validate_batch(pending.data, 0)  # CRC recomputed
     assert header.max_timestamp == NOW + 40
     # a truthful header is stored as sent, without a copy
     honest = build_batch([Record(0, NOW, b"k", b"a")])
@@ -177,9 +181,9 @@ def bad_second_record() -> bytes:
     """Three records whose offset deltas are 0, 5, 2: the second one is wrong."""
     out = bytearray()
     for delta in (0, 5, 2):
-        records._encode_record(out, delta, 0, b"k", b"v", ())
-    buf = bytearray(records.BATCH_HEADER_SIZE) + out
-    records._HEADER.pack_into(buf, 0, 0, len(buf) - 12, -1, 2, 0, 0, 2, NOW, NOW, -1, -1, -1, 3)
+        record_build._encode_record(out, delta, 0, b"k", b"v", ())
+    buf = bytearray(batch_header.BATCH_HEADER_SIZE) + out
+    batch_header._HEADER.pack_into(buf, 0, 0, len(buf) - 12, -1, 2, 0, 0, 2, NOW, NOW, -1, -1, -1, 3)
     return fix_crc(buf)
 
 

@@ -25,7 +25,9 @@ from kio.schema.list_offsets.v10.request import ListOffsetsPartition, ListOffset
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
-from fileformat.records import Record, build_batch, iter_batches, iter_records
+from fileformat.batch_header import iter_batches
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record, iter_records
 from metadata.types import FetchQuery
 from tests.component.fake_metadata import AgentHarness, request_once
 from tests.support.kafka_wire import fetch_request, produce_request

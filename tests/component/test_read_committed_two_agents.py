@@ -22,8 +22,10 @@ from kio.static.primitive import i8, i16, i32Timedelta
 
 from agent.config import AgentConfig
 from agent.runtime import start_agent
+from fileformat.batch_header import iter_batches
 from fileformat.objectstore import open_async_store
-from fileformat.records import Record, build_batch, iter_batches, iter_records
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record, iter_records
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from tests.component.fake_metadata import FlakyMetadataClient, request_once

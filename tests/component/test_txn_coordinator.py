@@ -14,15 +14,10 @@ from agent import routing
 from agent.agent_registry import LiveAgents
 from agent.produce_buffer import CommittedFile
 from agent.txn_coordinator import TxnCoordinator, txn_key
+from fileformat.batch_header import parse_header
 from fileformat.objectstore import open_async_store
-from fileformat.records import (
-    ControlRecordType,
-    Record,
-    build_batch,
-    iter_records,
-    parse_control_record,
-    parse_header,
-)
+from fileformat.record_build import build_batch
+from fileformat.record_decode import ControlRecordType, Record, iter_records, parse_control_record
 from fileformat.segment import ChunkInput, build_segment
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService

@@ -28,7 +28,8 @@ from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.types import BrokerId, ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from fileformat.records import Record, build_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 from tests.component.fake_metadata import AgentHarness, request_once
 from tests.support.kafka_wire import produce_request
 

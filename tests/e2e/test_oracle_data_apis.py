@@ -19,7 +19,9 @@ from kio.schema.types import TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from agent import protocol
-from fileformat.records import Compression, Record, build_batch
+from fileformat.batch_header import Compression
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 from tests.support.java_client import JavaClient
 from tests.support.kafka_wire import KafkaWire
 

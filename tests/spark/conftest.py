@@ -166,7 +166,7 @@ def _compact(metadata_url: str, bucket_dir: Path, produced: Produced) -> list[tu
     """Replace `compacted`'s chunks by one compactor-style chunk: absolute offsets, only the
     latest record per key, and the bitmap of the offsets present."""
     from fileformat.objectstore import open_store
-    from fileformat.records import build_batch
+    from fileformat.record_build import build_batch
     from fileformat.segment import ChunkInput, build_segment
     from metadata import bitmaps
     from metadata.http_client import HttpMetadataClient

@@ -13,8 +13,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from fileformat.batch_header import iter_batches
 from fileformat.chunk_reader import ChunkLocation
-from fileformat.records import Record, build_batch, decode_records, iter_batches, validate_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record, decode_records, validate_batch
 from fileformat.segment import ChunkInput, build_segment
 
 TID = uuid.UUID(int=7)

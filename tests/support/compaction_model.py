@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
 from fileformat.objectstore.memory import MemoryStore
-from fileformat.records import Record, decode_records
+from fileformat.record_decode import Record, decode_records
 from fileformat.segment import ChunkInput, ChunkPlacement, build_segment
 from metadata import bitmaps
 from metadata.service import MetadataService

@@ -25,7 +25,8 @@ from fileformat.chunk_reader import (
     select_batches,
     select_fetch,
 )
-from fileformat.records import Record, build_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 from tests.support.chunk_logs import Log, build_log, expected_selection, returned_batches
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

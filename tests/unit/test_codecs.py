@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fileformat.batch_header import Compression, RecordBatchError
 from fileformat.codecs import (
     XERIAL_MAGIC,
     CodecError,
@@ -19,7 +20,6 @@ from fileformat.codecs import (
     snappy_decompress,
     snappy_xerial_compress,
 )
-from fileformat.records import Compression, RecordBatchError
 
 ALL = list(Compression)
 COMPRESSED = [c for c in Compression if c is not Compression.NONE]

@@ -16,9 +16,11 @@ from compactor.job import run_job
 from compactor.keymap import SLOT_BYTES, KeyMap
 from compactor.output import Checkpoint
 from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
+from fileformat.batch_header import Compression
 from fileformat.chunk_reader import ChunkLocation, iter_chunk_batches
 from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
-from fileformat.records import Compression, Record, build_batch, decode_records, validate_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record, decode_records, validate_batch
 from fileformat.segment import ChunkInput, build_segment, iter_chunks_stream
 from metadata import bitmaps
 from metadata.types import FileSpec, OutputChunk

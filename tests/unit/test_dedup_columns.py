@@ -16,8 +16,10 @@ from compactor.keymap import SLOT_BYTES, KeyMap, digest_halves, key_hash
 from compactor.md5_vec import md5_halves
 from compactor.rebuild import scan_records
 from compactor.record_scan import LOCKSTEP_MIN_BATCHES, PAD_BYTES, batch_payload, scan_batches
+from fileformat.batch_header import Compression, CorruptBatchError
 from fileformat.chunk_reader import ChunkLocation, iter_chunk_batches
-from fileformat.records import Compression, CorruptBatchError, Record, build_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 
 # ------------------------------------------------------------------ MD5
 

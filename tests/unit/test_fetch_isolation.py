@@ -7,7 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.handlers.fetch import trim_below
-from fileformat.records import Record, build_batch, iter_batches
+from fileformat.batch_header import iter_batches
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 
 
 def _batches(sizes: list[int]) -> tuple[bytes, list[int]]:

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fileformat import codecs, records
+from fileformat import batch_header, codecs, record_build, record_decode
+from fileformat.batch_header import Compression, parse_header
 from fileformat.log_validator import (
     CorruptRecordsError,
     InvalidRecordError,
@@ -21,7 +22,8 @@ from fileformat.log_validator import (
     timestamp_bounds_ms,
     validate_produced_batch,
 )
-from fileformat.records import Compression, Record, build_batch, parse_header, validate_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record, validate_batch
 
 NOW = 1_700_000_000_000
 U32 = struct.Struct(">I")
@@ -32,7 +34,7 @@ LAST_OFFSET_DELTA, MAX_TIMESTAMP, BASE_SEQUENCE, RECORDS_COUNT = 23, 35, 53, 57
 
 def fix_crc(batch: bytes | bytearray) -> bytes:
     buf = bytearray(batch)
-    U32.pack_into(buf, records.CRC_OFFSET, crc32c.crc32c(bytes(buf[records.ATTRIBUTES_OFFSET :])))
+    U32.pack_into(buf, batch_header.CRC_OFFSET, crc32c.crc32c(bytes(buf[batch_header.ATTRIBUTES_OFFSET :])))
     return bytes(buf)
 
 
@@ -44,8 +46,8 @@ def patched(batch: bytes, at: int, fmt: struct.Struct, value: int) -> bytes:
 
 def raw_batch(payload: bytes, count: int, *, attributes: int = 0, base_ts: int = NOW) -> bytes:
     """A batch around already-encoded records (so the records can lie), with a correct CRC."""
-    buf = bytearray(records.BATCH_HEADER_SIZE) + payload
-    records._HEADER.pack_into(
+    buf = bytearray(batch_header.BATCH_HEADER_SIZE) + payload
+    batch_header._HEADER.pack_into(
         buf, 0, 0, len(buf) - 12, -1, 2, 0, attributes, count - 1, base_ts, base_ts, -1, -1, -1, count
     )
     return fix_crc(buf)
@@ -55,7 +57,7 @@ def encoded(*recs: tuple[int, int, bytes | None, bytes | None]) -> bytes:
     """(offset delta, timestamp delta, key, value) records in wire form, deltas as given."""
     out = bytearray()
     for delta, ts_delta, key, value in recs:
-        records._encode_record(out, delta, ts_delta, key, value, ())
+        record_build._encode_record(out, delta, ts_delta, key, value, ())
     return bytes(out)
 
 
@@ -215,8 +217,12 @@ def test_a_record_running_past_the_batch_is_named_and_batch_faults_name_none():
 
 
 def test_control_batches_and_negative_sequences_are_refused():
-    control = records.build_control_batch(
-        records.ControlRecordType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=NOW
+    control = record_build.build_control_batch(
+        record_decode.ControlRecordType.COMMIT,
+        producer_id=1,
+        producer_epoch=0,
+        coordinator_epoch=0,
+        timestamp=NOW,
     )
     with pytest.raises(InvalidRecordError, match="control records"):
         check(control)
@@ -227,7 +233,7 @@ def test_control_batches_and_negative_sequences_are_refused():
 
 
 def test_a_producer_may_not_set_log_append_time():
-    batch = good(2, timestamp_type=records.TimestampType.LOG_APPEND_TIME)
+    batch = good(2, timestamp_type=batch_header.TimestampType.LOG_APPEND_TIME)
     with pytest.raises(InvalidTimestampError, match="LogAppendTime"):
         check(batch)
 
@@ -285,13 +291,13 @@ def test_random_corruptions_are_refused_exactly_when_the_full_decoder_refuses_th
     ]
     batch = bytearray(build_batch(recs))
     for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(records.BATCH_HEADER_SIZE, len(batch) - 1))
+        at = data.draw(st.integers(batch_header.BATCH_HEADER_SIZE, len(batch) - 1))
         batch[at] = data.draw(st.integers(0, 255))
     lie = fix_crc(batch)
     try:
         validate_batch(lie, 0, decode=True, contiguous=True)
         reference_ok = True
-    except records.RecordBatchError:
+    except batch_header.RecordBatchError:
         reference_ok = False
     try:
         validate_produced_batch(lie, 0, parse_header(lie), now_ms=NOW)

@@ -15,7 +15,8 @@ from compactor.dedup import OutBatch
 from compactor.output import Checkpoint, OutputFiles
 from fileformat.objectstore import ObjectStore, open_store
 from fileformat.objectstore.base import MIN_PART_BYTES
-from fileformat.records import Record, build_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 from fileformat.segment import iter_chunks_stream, read_footer_from_bytes
 from metadata.types import FileSpec, OutputChunk
 from tests.support.s3servers import S3Bucket

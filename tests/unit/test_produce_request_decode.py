@@ -20,7 +20,8 @@ from agent.protocol import (
     request_schema,
 )
 from agent.protocol.produce_request import decode_produce_request
-from fileformat.records import Record, build_batch
+from fileformat.record_build import build_batch
+from fileformat.record_decode import Record
 
 
 def _request(

@@ -16,28 +16,29 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fileformat.records import (
+from fileformat.batch_header import (
     BATCH_HEADER_SIZE,
     DEFAULT_MAX_BATCH_BYTES,
     BatchHeader,
     Compression,
-    ControlRecordType,
     CorruptBatchError,
-    Record,
     RecordBatchError,
     TimestampType,
     TruncatedBatchError,
     UnsupportedMagicError,
-    build_batch,
-    build_control_batch,
-    decode_records,
     iter_assigned_offsets,
     iter_batches,
-    iter_records,
-    parse_control_record,
     parse_header,
     patch_base_offset,
     patch_base_offsets,
+)
+from fileformat.record_build import build_batch, build_control_batch
+from fileformat.record_decode import (
+    ControlRecordType,
+    Record,
+    decode_records,
+    iter_records,
+    parse_control_record,
     summarize_batches,
     validate_batch,
 )

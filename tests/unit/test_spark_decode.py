@@ -1,5 +1,5 @@
 """The executors' vectorised decoder (spark.decode) against the reference record decoder
-(fileformat.records.decode_records): every field, every codec, nulls, headers, timestamp
+(fileformat.record_decode.decode_records): every field, every codec, nulls, headers, timestamp
 types, offset ranges, present-offset bitmaps and malformed records."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ import pyarrow as pa
 import pytest
 from pyroaring import BitMap
 
+from fileformat.batch_header import Compression, TimestampType, iter_batches
 from fileformat.chunk_reader import ChunkLocation, ChunkReadError
-from fileformat.records import Compression, TimestampType, build_batch, decode_records, iter_batches
+from fileformat.record_build import build_batch
+from fileformat.record_decode import decode_records
 from spark import decode_kernels
 from spark.decode import RecordBatchBuilder, arrow_schema
 
