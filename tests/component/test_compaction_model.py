@@ -39,7 +39,7 @@ from fileformat.segment import ChunkInput
 from metadata.compaction_types import MergeRules
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey
+from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec
 from tests.support import compaction_model
 from tests.support.compaction_model import (
     LAG_MS,
@@ -47,12 +47,15 @@ from tests.support.compaction_model import (
     Clock,
     Compact,
     Tick,
+    assert_checkpoints,
     clean_until,
     compact_until_settled,
     compacted_config,
+    keymap_budget_bytes_st,
     model_settings,
     put_segment,
     read_chunk,
+    roll_bytes_st,
     run_in_bucket,
     run_steps,
     runner_config,
@@ -248,9 +251,7 @@ def _check(w: World) -> None:
             if value is None and horizon is not None:
                 w.model.horizon[p].setdefault(off, horizon)
                 assert w.model.horizon[p][off] == horizon
-    cps = w.svc.compaction_leases.checkpoints([PartitionKey(t, q) for t, q in w.parts])
-    for k, cp in cps.items():
-        assert (cp or 0) == w.model.first_dirty[(k.topic_id, k.partition)]
+    assert_checkpoints(w.svc, list(w.parts), lambda p: w.model.first_dirty[p])
     got_logged = [(off, v) for off, _k, v, _h in _read(w, (w.logged, 0))]
     assert got_logged == sorted(w.logged_records)
 
@@ -258,18 +259,17 @@ def _check(w: World) -> None:
 @model_settings(max_examples=40)
 @given(
     steps=st.lists(step_st, min_size=1, max_size=14),
-    small_map=st.booleans(),
-    roll_bytes=st.sampled_from([1, 1 << 20]),
+    keymap_budget_bytes=keymap_budget_bytes_st,
+    roll_bytes=roll_bytes_st,
 )
 def test_compaction_matches_kafkas_cleaner(
     service: tuple[MetadataService, Clock],
     steps: list[Produce | Compact | Tick],
-    small_map: bool,
+    keymap_budget_bytes: int,
     roll_bytes: int,
 ) -> None:
     svc, clock = service
-    # a small map fills (Kafka then cleans up to where it stopped and checkpoints there)
-    w = _new_world(svc, clock, SLOT_BYTES * 8 if small_map else SLOT_BYTES * 4096)
+    w = _new_world(svc, clock, keymap_budget_bytes)
     run_in_bucket(w.store, lambda: _run(w, steps, roll_bytes))
 
 

@@ -33,7 +33,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from compactor.keymap import SLOT_BYTES, KeyMap
+from compactor.keymap import KeyMap
 from compactor.plan import JobPlan, PartitionWork
 from fileformat.objectstore.memory import MemoryStore
 from fileformat.records import ControlRecordType, Record, build_batch, build_control_batch
@@ -42,7 +42,7 @@ from metadata.local_client import LocalMetadataClient
 from metadata.rows import LOC_COLS, location_of
 from metadata.schema import chunks, files, txn_aborted
 from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionKey
+from metadata.types import BatchSpec, ChunkSpec, FileSpec
 from tests.support import compaction_model
 from tests.support.compaction_model import (
     LAG_MS,
@@ -50,12 +50,15 @@ from tests.support.compaction_model import (
     Clock,
     Compact,
     Tick,
+    assert_checkpoints,
     clean_until,
     compact_until_settled,
     compacted_config,
+    keymap_budget_bytes_st,
     model_settings,
     put_segment,
     read_chunk,
+    roll_bytes_st,
     run_in_bucket,
     run_steps,
     runner_config,
@@ -405,25 +408,23 @@ def _check(w: World) -> None:
                 ).where(txn_aborted.c.topic_id == p[0], txn_aborted.c.partition == p[1])
             ).all()
         assert sorted(tuple(r) for r in rows) == sorted(mp.aborted)
-    cps = w.svc.compaction_leases.checkpoints([PartitionKey(t, q) for t, q in w.parts])
-    for k, cp in cps.items():
-        assert (cp or 0) == w.parts[(k.topic_id, k.partition)].first_dirty
+    assert_checkpoints(w.svc, list(w.parts), lambda p: w.parts[p].first_dirty)
 
 
 @model_settings(max_examples=30)
 @given(
     steps=st.lists(step_st, min_size=1, max_size=16),
-    small_map=st.booleans(),
-    roll_bytes=st.sampled_from([1, 1 << 20]),
+    keymap_budget_bytes=keymap_budget_bytes_st,
+    roll_bytes=roll_bytes_st,
 )
 def test_transactional_compaction_matches_kafkas_cleaner(
     service: tuple[MetadataService, Clock],
     steps: list[Produce | Compact | Tick],
-    small_map: bool,
+    keymap_budget_bytes: int,
     roll_bytes: int,
 ) -> None:
     svc, clock = service
-    w = _new_world(svc, clock, SLOT_BYTES * 8 if small_map else SLOT_BYTES * 4096)
+    w = _new_world(svc, clock, keymap_budget_bytes)
     w.roll_bytes = roll_bytes
     run_in_bucket(w.store, lambda: _run(w, steps))
 

@@ -13,6 +13,8 @@
   offset bitmap names exactly the records present.
 - The steps both models draw besides their own `Produce`: `Compact` and `Tick`;
   `run_steps` applies a drawn sequence and checks the world after each step.
+- `keymap_budget_bytes_st`, `roll_bytes_st`: what both models draw besides their steps.
+- `assert_checkpoints`: the cleaner checkpoints in metadata are the model's.
 - `runner_config`, `compact_until_settled`: the compactor as `skiff compact` runs it (claim,
   run, swap), each plan shown to the model first, until the planner offers nothing.
 - `clean_until`: the models' end, dirty writes and cleans past every horizon and the lag
@@ -30,7 +32,9 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
 
+from compactor.keymap import SLOT_BYTES
 from compactor.plan import JobPlan
 from compactor.planner import PlannerConfig, claim_jobs
 from compactor.runner import LeasedJob, RunnerConfig, run_leased_job
@@ -42,6 +46,7 @@ from metadata import bitmaps
 from metadata.compaction_types import MergeRules
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
+from metadata.types import PartitionKey
 
 T0 = 1_700_000_000_000
 DRT_MS = 1_000  # delete.retention.ms
@@ -58,6 +63,13 @@ def model_settings(max_examples: int) -> settings:
         phases=[Phase.explicit, Phase.reuse, Phase.generate],
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
+
+
+# A small key map fills (Kafka then cleans up to where it stopped and checkpoints there).
+keymap_budget_bytes_st = st.sampled_from([SLOT_BYTES * 8, SLOT_BYTES * 4096])
+# 1: every input chunk ends an output file (a swap each; a partition's checkpoint must still
+# move with the file where the partition ends).
+roll_bytes_st = st.sampled_from([1, 1 << 20])
 
 
 class Clock:
@@ -91,6 +103,17 @@ def compacted_config() -> dict[str, str]:
         "min.compaction.lag.ms": str(LAG_MS),
         "min.cleanable.dirty.ratio": "0.01",
     }
+
+
+def assert_checkpoints(
+    svc: MetadataService,
+    parts: Sequence[tuple[uuid.UUID, int]],
+    first_dirty: Callable[[tuple[uuid.UUID, int]], int],
+) -> None:
+    """Each partition's cleaner checkpoint in metadata (none: 0) is the model's first dirty offset."""
+    cps = svc.compaction_leases.checkpoints([PartitionKey(t, q) for t, q in parts])
+    for k, cp in cps.items():
+        assert (cp or 0) == first_dirty((k.topic_id, k.partition))
 
 
 def put_segment(
