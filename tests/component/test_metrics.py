@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import urllib.request
 import uuid
 from pathlib import Path
@@ -63,5 +64,58 @@ async def test_metrics_follow_produce_and_waiting_fetches(tmp_path: Path) -> Non
         assert (await asyncio.wait_for(pending, 10)).value == b"y"
     finally:
         await consumer.stop()
+        await producer.stop()
+        await running.close()
+
+
+# The produce buffer's stages, as agent.metrics documents them (agent.produce_buffer).
+PRODUCE_STAGES = ("open", "queued", "put", "ordered", "commit", "resolve")
+
+
+def _stages(m: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> dict[str, float]:
+    """One sample per produce stage of the family `name` (KeyError: a stage not exported)."""
+    return {stage: m[(name, (("stage", stage),))] for stage in PRODUCE_STAGES}
+
+
+async def test_produce_stage_metrics_add_up_each_flushed_file(tmp_path: Path) -> None:
+    """`skiff_produce_stage_seconds_total{stage}` sums every file's seconds in each stage and
+    `skiff_produce_stage_max_seconds{stage}` keeps the longest: scraped before any file,
+    then after each of two files (each produced, acknowledged and its flush task ended)."""
+    service = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    md = LocalMetadataClient(service, owns_service=True)
+    cfg = AgentConfig.from_env({}, agent_id="m2", host="127.0.0.1", port=0, flush_interval_ms=20)
+    running = await start_agent(cfg, md, open_async_store(f"memory://stages-{uuid.uuid4().hex}"))
+    port = free_port()
+    serve_metrics(running, "127.0.0.1", port)
+    producer = AIOKafkaProducer(bootstrap_servers=f"127.0.0.1:{running.port}")
+    try:
+        await md.create_topic("staged", 1, {})
+        await producer.start()
+        m = await asyncio.to_thread(scrape, port)
+        totals = _stages(m, "skiff_produce_stage_seconds_total")
+        assert totals == dict.fromkeys(PRODUCE_STAGES, 0.0)
+        assert _stages(m, "skiff_produce_stage_max_seconds") == dict.fromkeys(PRODUCE_STAGES, 0.0)
+        files = m[("skiff_produce_files_total", ())]
+        for value in (b"first", b"second"):
+            await producer.send_and_wait("staged", value)
+            # the acknowledgement comes before the file's last stage (resolve) is counted:
+            # flush() returns once every flush task, this file's included, has ended
+            await running.buffer.flush()
+            m = await asyncio.to_thread(scrape, port)
+            assert m[("skiff_produce_files_total", ())] == files + 1  # exactly one more file
+            files += 1
+            after = _stages(m, "skiff_produce_stage_seconds_total")
+            longest = _stages(m, "skiff_produce_stage_max_seconds")
+            # the file's time went into the stages (its PUT and its commit took some)
+            assert sum(after.values()) > sum(totals.values())
+            for stage in PRODUCE_STAGES:
+                share = after[stage] - totals[stage]  # this one file's seconds in the stage
+                assert share >= 0, stage
+                # the longest file took at least this one's share (`isclose`: the share is a
+                # difference of float sums) and at most all files' seconds
+                assert share <= longest[stage] or math.isclose(share, longest[stage]), stage
+                assert longest[stage] <= after[stage], stage
+            totals = after
+    finally:
         await producer.stop()
         await running.close()
