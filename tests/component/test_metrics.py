@@ -19,6 +19,7 @@ from fileformat.objectstore import open_async_store
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from tests.support.agents import free_port
+from tests.support.spies import parked_fetches
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -47,11 +48,10 @@ async def test_metrics_follow_produce_and_waiting_fetches(tmp_path: Path) -> Non
         await consumer.start()
         consumer.assign([TopicPartition("m", 0)])
         consumer.seek(TopicPartition("m", 0), 1)
-        pending = asyncio.ensure_future(consumer.getone())
-        for _ in range(100):  # the consumer's fetch parks at the tail
-            if running.watch.waiting:
-                break
-            await asyncio.sleep(0.05)
+        with parked_fetches(running.watch) as parkings:
+            pending = asyncio.ensure_future(consumer.getone())
+            # the consumer's fetch parks at the tail
+            await asyncio.to_thread(parkings.wait_until, lambda: running.watch.waiting > 0)
         m = await asyncio.to_thread(scrape, port)
         assert m[("skiff_produce_files_total", ())] >= 1
         assert m[("skiff_produce_file_bytes_total", ())] > 100

@@ -29,6 +29,7 @@ from fileformat.records import Record, build_batch, iter_batches, iter_records
 from metadata.types import FetchQuery
 from tests.component.fake_metadata import AgentHarness, request_once
 from tests.support.kafka_wire import fetch_request, produce_request
+from tests.support.spies import parked_fetches
 
 DEADLINE_S = 60.0
 
@@ -243,12 +244,9 @@ def test_fetch_parked_at_an_open_transaction_is_woken_by_its_commit(harness: Age
     parked = threading.Thread(
         target=lambda: out.append(_fetch(harness, topic, 1, isolation=1, wait_ms=30_000))
     )
-    watch = harness.agent.ctx.parts.commit_watch
-    parked.start()
-    deadline = time.monotonic() + DEADLINE_S
-    while watch.waiting == 0:  # the fetch is in the purgatory
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    with parked_fetches(harness.agent.ctx.parts.commit_watch) as parkings:
+        parked.start()
+        parkings.wait_for(1)  # the fetch is in the purgatory
     p.commit_transaction(30)
     parked.join(DEADLINE_S)
     assert out, "the parked fetch did not return"
