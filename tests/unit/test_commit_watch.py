@@ -14,7 +14,7 @@ import pytest
 from agent.commit_watch import CommitWatch
 from agent.timing_wheel import SystemTimer
 from metadata.types import PartitionWatermark
-from tests.unit.test_purgatory import ManualClock
+from tests.unit.test_timing_wheel import ManualClock
 
 T = uuid.uuid4()
 A, B = (T, 0), (T, 1)
