@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.config import AgentConfig
 from agent.metrics import serve_metrics
-from agent.runtime import start_agent
+from agent.runtime import RunningAgent, start_agent
 from fileformat.objectstore import open_async_store
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
@@ -31,13 +31,20 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-async def test_metrics_follow_produce_and_waiting_fetches(tmp_path: Path) -> None:
+async def _agent_with_metrics(tmp_path: Path) -> tuple[RunningAgent, LocalMetadataClient, int]:
+    """An agent in this process (metadata over SQLite, a memory bucket, files flushed after
+    20 ms) serving its metrics; (the agent, its metadata client, the metrics port)."""
     service = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}")
     md = LocalMetadataClient(service, owns_service=True)
     cfg = AgentConfig.from_env({}, agent_id="m1", host="127.0.0.1", port=0, flush_interval_ms=20)
     running = await start_agent(cfg, md, open_async_store(f"memory://metrics-{uuid.uuid4().hex}"))
     port = free_port()
     serve_metrics(running, "127.0.0.1", port)
+    return running, md, port
+
+
+async def test_metrics_follow_produce_and_waiting_fetches(tmp_path: Path) -> None:
+    running, md, port = await _agent_with_metrics(tmp_path)
     bootstrap = f"127.0.0.1:{running.port}"
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10_000)
@@ -81,12 +88,7 @@ async def test_produce_stage_metrics_add_up_each_flushed_file(tmp_path: Path) ->
     """`skiff_produce_stage_seconds_total{stage}` sums every file's seconds in each stage and
     `skiff_produce_stage_max_seconds{stage}` keeps the longest: scraped before any file,
     then after each of two files (each produced, acknowledged and its flush task ended)."""
-    service = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}")
-    md = LocalMetadataClient(service, owns_service=True)
-    cfg = AgentConfig.from_env({}, agent_id="m2", host="127.0.0.1", port=0, flush_interval_ms=20)
-    running = await start_agent(cfg, md, open_async_store(f"memory://stages-{uuid.uuid4().hex}"))
-    port = free_port()
-    serve_metrics(running, "127.0.0.1", port)
+    running, md, port = await _agent_with_metrics(tmp_path)
     producer = AIOKafkaProducer(bootstrap_servers=f"127.0.0.1:{running.port}")
     try:
         await md.create_topic("staged", 1, {})
