@@ -100,7 +100,7 @@ def grant(h: AgentHarness, *bindings: m.AclBinding) -> None:
 
 @pytest.fixture(scope="module")
 def admin(harness: AgentHarness) -> AdminClient:
-    return AdminClient({"bootstrap.servers": harness.agents[0].bootstrap, "socket.timeout.ms": 10000})
+    return admin_client(harness.agents[0].bootstrap)
 
 
 def one(futures: dict[Any, Any]) -> Any:
@@ -140,20 +140,71 @@ def topic_codes(bootstrap: str, names: list[str] | None, auto: bool = False) -> 
     return {t.name: t for t in resp.topics}
 
 
+def admin_client(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def assert_produce_refused(bootstrap: str, topic: str) -> None:
+    err = produce_one(bootstrap, topic)
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def _code(futures: dict[Any, Any]) -> int:
+    """The error code of a one-item admin call that must fail."""
+    with pytest.raises(KafkaException) as info:
+        one(futures)
+    return info.value.args[0].code()
+
+
+def confluent_read_acl(topic: str, principal: str) -> AclBinding:
+    """confluent-kafka's binding: `principal` may READ the topic named `topic`, from any host."""
+    return AclBinding(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        principal,
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+
+
+def creation(
+    name: str, principal: str, operation: int, *, resource_type: int = 2, pattern_type: int = 3
+) -> AclCreation:
+    """A CreateAcls entry, allowing from any host; the wire codes: resource TOPIC 2, CLUSTER
+    4; pattern LITERAL 3, MATCH 2; operation READ 3, WRITE 4, CREATE 7."""
+    return AclCreation(
+        resource_type=i8(resource_type),
+        resource_name=name,
+        resource_pattern_type=i8(pattern_type),
+        principal=principal,
+        host="*",
+        operation=i8(operation),
+        permission_type=i8(3),  # ALLOW
+    )
+
+
+def describe_acls_request(name: str | None) -> DescribeAclsRequest:
+    """Every binding (ANY resource type, pattern, operation and permission) on resources
+    named `name` (None: any name)."""
+    return DescribeAclsRequest(
+        resource_type_filter=i8(1),
+        resource_name_filter=name,
+        pattern_type_filter=i8(1),
+        principal_filter=None,
+        host_filter=None,
+        operation=i8(1),
+        permission_type=i8(1),
+    )
+
+
 # --- the ACL APIs with confluent-kafka's admin ---------------------------------------------------
 
 
 def test_confluent_admin_create_describe_delete(harness, admin):
     topic = _name("c")
-    allow = AclBinding(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        "User:app",
-        "*",
-        AclOperation.READ,
-        AclPermissionType.ALLOW,
-    )
+    allow = confluent_read_acl(topic, "User:app")
     deny = AclBinding(
         ResourceType.TOPIC,
         topic,
@@ -189,51 +240,11 @@ def test_confluent_admin_create_describe_delete(harness, admin):
 def test_invalid_bindings_get_invalid_request_per_creation(harness):
     topic = _name("bad")
     creations = (
-        AclCreation(
-            resource_type=i8(2),
-            resource_name=topic,
-            resource_pattern_type=i8(3),
-            principal="User:a",
-            host="*",
-            operation=i8(3),
-            permission_type=i8(3),
-        ),
-        AclCreation(  # no colon in the principal
-            resource_type=i8(2),
-            resource_name=topic,
-            resource_pattern_type=i8(3),
-            principal="alice",
-            host="*",
-            operation=i8(3),
-            permission_type=i8(3),
-        ),
-        AclCreation(  # MATCH is for filters only
-            resource_type=i8(2),
-            resource_name=topic,
-            resource_pattern_type=i8(2),
-            principal="User:a",
-            host="*",
-            operation=i8(3),
-            permission_type=i8(3),
-        ),
-        AclCreation(  # the cluster has one name
-            resource_type=i8(4),
-            resource_name="other",
-            resource_pattern_type=i8(3),
-            principal="User:a",
-            host="*",
-            operation=i8(7),
-            permission_type=i8(3),
-        ),
-        AclCreation(  # operation 99 does not exist
-            resource_type=i8(2),
-            resource_name=topic,
-            resource_pattern_type=i8(3),
-            principal="User:a",
-            host="*",
-            operation=i8(99),
-            permission_type=i8(3),
-        ),
+        creation(topic, "User:a", 3),
+        creation(topic, "alice", 3),  # no colon in the principal
+        creation(topic, "User:a", 3, pattern_type=2),  # MATCH is for filters only
+        creation("other", "User:a", 7, resource_type=4),  # the cluster has one name
+        creation(topic, "User:a", 99),  # operation 99 does not exist
     )
     resp = request_once(harness.bootstrap, CreateAclsRequest(creations=creations))
     codes = [r.error_code for r in resp.results]
@@ -241,18 +252,7 @@ def test_invalid_bindings_get_invalid_request_per_creation(harness):
     assert "colon" in resp.results[1].error_message
     assert "kafka-cluster" in resp.results[3].error_message
     # the valid one was stored, the others not
-    described = request_once(
-        harness.bootstrap,
-        DescribeAclsRequest(
-            resource_type_filter=i8(1),
-            resource_name_filter=topic,
-            pattern_type_filter=i8(1),
-            principal_filter=None,
-            host_filter=None,
-            operation=i8(1),
-            permission_type=i8(1),
-        ),
-    )
+    described = request_once(harness.bootstrap, describe_acls_request(topic))
     assert described.error_code == ErrorCode.none
     assert [(r.resource_name, len(r.acls)) for r in described.resources] == [(topic, 1)]
 
@@ -315,15 +315,7 @@ def leader_of(h: AgentHarness, topic: str) -> tuple[Any, Any]:
 
 
 def write_acl(topic: str) -> AclCreation:
-    return AclCreation(
-        resource_type=i8(2),
-        resource_name=topic,
-        resource_pattern_type=i8(3),
-        principal=ANON,
-        host="*",
-        operation=i8(4),
-        permission_type=i8(3),
-    )
+    return creation(topic, ANON, 4)
 
 
 def test_produce_needs_write_and_a_change_applies_on_the_next_request(harness):
@@ -331,8 +323,7 @@ def test_produce_needs_write_and_a_change_applies_on_the_next_request(harness):
     create_topic(harness, topic)
     grant(harness, _bind(topic, m.AclOperation.DESCRIBE))  # metadata answers, produce is refused
     leader, _ = leader_of(harness, topic)  # where the producer sends its batches
-    err = produce_one(harness.bootstrap, topic)
-    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert_produce_refused(harness.bootstrap, topic)
     # granted through the leader: its very next request obeys (no poll in this module)
     resp = request_once(leader.bootstrap, CreateAclsRequest(creations=(write_acl(topic),)))
     assert resp.results[0].error_code == ErrorCode.none
@@ -355,8 +346,7 @@ def test_produce_needs_write_and_a_change_applies_on_the_next_request(harness):
         ),
     )
     assert len(deleted.filter_results[0].matching_acls) == 1
-    err = produce_one(harness.bootstrap, topic)
-    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert_produce_refused(harness.bootstrap, topic)
 
 
 def test_another_agent_follows_after_its_refresh(harness):
@@ -364,12 +354,11 @@ def test_another_agent_follows_after_its_refresh(harness):
     create_topic(harness, topic)
     grant(harness, _bind(topic, m.AclOperation.DESCRIBE))
     leader, other = leader_of(harness, topic)
-    assert produce_one(harness.bootstrap, topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert_produce_refused(harness.bootstrap, topic)
     resp = request_once(other.bootstrap, CreateAclsRequest(creations=(write_acl(topic),)))  # not the leader
     assert resp.results[0].error_code == ErrorCode.none
     assert leader.ctx.acls.version < other.ctx.acls.version  # the leader has not polled yet
-    err = produce_one(harness.bootstrap, topic)
-    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert_produce_refused(harness.bootstrap, topic)
     harness.call(leader.ctx.acls.refresh())  # what its poll does every acl_refresh_interval_ms
     assert produce_one(harness.bootstrap, topic) is None
 
@@ -469,8 +458,7 @@ def test_deny_beats_allow_and_prefixes_apply(harness):
         _bind(b, m.AclOperation.WRITE, m.AclPermissionType.DENY, principal="User:*"),
     )
     assert produce_one(harness.bootstrap, a) is None
-    err = produce_one(harness.bootstrap, b)
-    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert_produce_refused(harness.bootstrap, b)
     # the deny is on WRITE only: fetching b is still allowed by ALL on the prefix
     fetch = FetchRequest(
         replica_id=BrokerId(-1),
@@ -562,7 +550,7 @@ def test_super_users_and_cluster_permissions(tmp_path):
         tmp_path, authorizer_enabled=True, super_users=ANON, acl_refresh_interval_ms=NEVER_MS
     ).start()
     try:
-        admin = AdminClient({"bootstrap.servers": h.bootstrap, "socket.timeout.ms": 10000})
+        admin = admin_client(h.bootstrap)
         topic = _name("su")
         assert h.metadata is not None
         h.call(
@@ -580,32 +568,11 @@ def test_super_users_and_cluster_permissions(tmp_path):
     (tmp_path / "plain").mkdir()
     h.start()
     try:
-        admin = AdminClient({"bootstrap.servers": h.bootstrap, "socket.timeout.ms": 10000})
-        binding = AclBinding(
-            ResourceType.TOPIC,
-            "t",
-            ResourcePatternType.LITERAL,
-            "User:x",
-            "*",
-            AclOperation.READ,
-            AclPermissionType.ALLOW,
-        )
-        with pytest.raises(KafkaException) as info:
-            one(admin.create_acls([binding]))
-        assert info.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        admin = admin_client(h.bootstrap)
+        binding = confluent_read_acl("t", "User:x")
+        assert _code(admin.create_acls([binding])) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
         # librdkafka drops DescribeAcls' top-level error (it returns []): ask on the wire
-        described = request_once(
-            h.bootstrap,
-            DescribeAclsRequest(
-                resource_type_filter=i8(1),
-                resource_name_filter=None,
-                pattern_type_filter=i8(1),
-                principal_filter=None,
-                host_filter=None,
-                operation=i8(1),
-                permission_type=i8(1),
-            ),
-        )
+        described = request_once(h.bootstrap, describe_acls_request(None))
         assert described.error_code == ErrorCode.cluster_authorization_failed
         # no ACL at all and allow_everyone_if_no_acl_found off: nothing is visible
         assert admin.list_topics(timeout=TIMEOUT).topics == {}
@@ -616,19 +583,9 @@ def test_super_users_and_cluster_permissions(tmp_path):
 def test_acl_apis_answer_security_disabled_with_authorization_off(tmp_path):
     h = AgentHarness(tmp_path).start()
     try:
-        admin = AdminClient({"bootstrap.servers": h.bootstrap, "socket.timeout.ms": 10000})
-        binding = AclBinding(
-            ResourceType.TOPIC,
-            "t",
-            ResourcePatternType.LITERAL,
-            "User:x",
-            "*",
-            AclOperation.READ,
-            AclPermissionType.ALLOW,
-        )
-        with pytest.raises(KafkaException) as info:
-            one(admin.create_acls([binding]))
-        assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED
+        admin = admin_client(h.bootstrap)
+        binding = confluent_read_acl("t", "User:x")
+        assert _code(admin.create_acls([binding])) == KafkaError.SECURITY_DISABLED
         # and everything else is open, as before: an unknown topic is auto-created and written
         assert produce_one(h.bootstrap, _name("open")) is None
     finally:
@@ -682,13 +639,6 @@ def test_java_admin_create_and_describe_acls(harness, java_client):
 
 
 # --- every admin and group API refuses without its permission, with Kafka's code --------------
-
-
-def _code(futures: dict[Any, Any]) -> int:
-    """The error code of a one-item admin call that must fail."""
-    with pytest.raises(KafkaException) as info:
-        one(futures)
-    return info.value.args[0].code()
 
 
 def test_admin_and_group_apis_refuse_without_permission(harness, admin):

@@ -31,13 +31,13 @@ from kio.schema.describe_cluster.v2.request import DescribeClusterRequest
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
-from kio.schema.list_offsets.v10.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId, TopicName, TransactionalId
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from agent import protocol, routing
 from tests.component.fake_metadata import AgentHarness, request_once
+from tests.support.kafka_wire import list_offsets_request
 
 ZERO = i32Timedelta.parse(datetime.timedelta(0))
 TIMEOUT = 15
@@ -78,20 +78,26 @@ def _metadata(names: list[str] | None, auto: bool = False, version: int = 12) ->
     return protocol.convert(req, cls)
 
 
-def _create_raw(harness: AgentHarness, name: str, partitions: int = 1) -> None:
-    req = CreateTopicsRequest(
-        topics=(
-            CreatableTopic(
-                name=TopicName(name),
-                num_partitions=i32(partitions),
-                replication_factor=i16(-1),
-                assignments=(),
-                configs=(),
-            ),
-        ),
-        timeout=ZERO,
-        validate_only=False,
+def _creatable(
+    name: str, partitions: int = 1, replication: int = 1, configs: tuple[CreatableTopicConfig, ...] = ()
+) -> CreatableTopic:
+    """A CreateTopics entry without replica assignments (partitions or replication -1: the
+    broker's default)."""
+    return CreatableTopic(
+        name=TopicName(name),
+        num_partitions=i32(partitions),
+        replication_factor=i16(replication),
+        assignments=(),
+        configs=configs,
     )
+
+
+def _create_request(*topics: CreatableTopic, validate_only: bool = False) -> CreateTopicsRequest:
+    return CreateTopicsRequest(topics=topics, timeout=ZERO, validate_only=validate_only)
+
+
+def _create_raw(harness: AgentHarness, name: str, partitions: int = 1) -> None:
+    req = _create_request(_creatable(name, partitions=partitions, replication=-1))
     assert request_once(harness.bootstrap, req).topics[0].error_code == ErrorCode.none
 
 
@@ -421,19 +427,7 @@ def test_auto_creation_can_be_disabled(tmp_path):
         name = _name()
         resp = request_once(h.bootstrap, _metadata([name], auto=True))
         assert resp.topics[0].error_code == ErrorCode.unknown_topic_or_partition
-        req = CreateTopicsRequest(
-            topics=(
-                CreatableTopic(
-                    name=TopicName(name),
-                    num_partitions=i32(-1),
-                    replication_factor=i16(-1),
-                    assignments=(),
-                    configs=(),
-                ),
-            ),
-            timeout=ZERO,
-            validate_only=False,
-        )
+        req = _create_request(_creatable(name, partitions=-1, replication=-1))
         assert request_once(h.bootstrap, req).topics[0].num_partitions == 4
     finally:
         h.stop()
@@ -473,17 +467,8 @@ def test_metadata_every_version(harness, version):
 
 def _latest_requests(name: str) -> dict[int, Any]:
     return {
-        19: CreateTopicsRequest(
-            topics=(
-                CreatableTopic(
-                    name=TopicName(name + "-new"),
-                    num_partitions=i32(1),
-                    replication_factor=i16(1),
-                    assignments=(),
-                    configs=(CreatableTopicConfig(name="retention.ms", value="1"),),
-                ),
-            ),
-            timeout=ZERO,
+        19: _create_request(
+            _creatable(name + "-new", configs=(CreatableTopicConfig(name="retention.ms", value="1"),)),
             validate_only=True,
         ),
         20: DeleteTopicsRequest(
@@ -498,17 +483,7 @@ def _latest_requests(name: str) -> dict[int, Any]:
         ),
         60: DescribeClusterRequest(include_cluster_authorized_operations=True, include_fenced_brokers=False),
         22: InitProducerIdRequest(transactional_id=None, transaction_timeout=ZERO),
-        2: ListOffsetsRequest(
-            replica_id=BrokerId(-1),
-            isolation_level=i8(1),
-            topics=(
-                ListOffsetsTopic(
-                    name=TopicName(name),
-                    partitions=(ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),),
-                ),
-            ),
-            timeout=ZERO,
-        ),
+        2: list_offsets_request(name, [(0, -1)], isolation=1),
     }
 
 
@@ -585,41 +560,11 @@ def test_create_topics_request_level_checks(harness):
 
     req = CreateTopicsRequest(
         topics=(
-            CreatableTopic(
-                name=TopicName(dup),
-                num_partitions=i32(1),
-                replication_factor=i16(1),
-                assignments=(),
-                configs=(),
-            ),
-            CreatableTopic(
-                name=TopicName(dup),
-                num_partitions=i32(1),
-                replication_factor=i16(1),
-                assignments=(),
-                configs=(),
-            ),
-            CreatableTopic(
-                name=TopicName(_name()),
-                num_partitions=i32(0),
-                replication_factor=i16(1),
-                assignments=(),
-                configs=(),
-            ),
-            CreatableTopic(
-                name=TopicName(_name()),
-                num_partitions=i32(1),
-                replication_factor=i16(0),
-                assignments=(),
-                configs=(),
-            ),
-            CreatableTopic(
-                name=TopicName(_name()),
-                num_partitions=i32(1),
-                replication_factor=i16(1),
-                assignments=(),
-                configs=(CreatableTopicConfig(name="retention.ms", value=None),),
-            ),
+            _creatable(dup),
+            _creatable(dup),
+            _creatable(_name(), partitions=0),
+            _creatable(_name(), replication=0),
+            _creatable(_name(), configs=(CreatableTopicConfig(name="retention.ms", value=None),)),
             CreatableTopic(
                 name=TopicName(assignment_topic),
                 num_partitions=i32(-1),
@@ -677,28 +622,12 @@ def test_init_producer_id(harness):
     assert one.producer_id == two.producer_id >= 0 and (one.producer_epoch, two.producer_epoch) == (0, 1)
 
 
-def _list_offsets(name: str, queries: list[tuple[int, int]]) -> ListOffsetsRequest:
-    return ListOffsetsRequest(
-        replica_id=BrokerId(-1),
-        isolation_level=i8(0),
-        timeout=ZERO,
-        topics=(
-            ListOffsetsTopic(
-                name=TopicName(name),
-                partitions=tuple(
-                    ListOffsetsPartition(partition_index=i32(p), timestamp=i64(ts)) for p, ts in queries
-                ),
-            ),
-        ),
-    )
-
-
 def test_list_offsets_special_timestamps_and_errors(harness):
     name = _name()
     _create_raw(harness, name, 2)
     resp = request_once(
         harness.bootstrap,
-        _list_offsets(name, [(0, -1), (0, -2), (1, -3), (1, -4), (0, -5), (0, 1_000), (2, -1)]),
+        list_offsets_request(name, [(0, -1), (0, -2), (1, -3), (1, -4), (0, -5), (0, 1_000), (2, -1)]),
     )
     parts = resp.topics[0].partitions
     assert [(p.partition_index, p.error_code, p.offset) for p in parts[:5]] == [
@@ -710,7 +639,7 @@ def test_list_offsets_special_timestamps_and_errors(harness):
     ]
     assert parts[5].error_code == ErrorCode.none
     assert parts[6].error_code == ErrorCode.unknown_topic_or_partition
-    missing = request_once(harness.bootstrap, _list_offsets(_name(), [(0, -1)]))
+    missing = request_once(harness.bootstrap, list_offsets_request(_name(), [(0, -1)]))
     assert missing.topics[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
 
 
@@ -729,21 +658,9 @@ def test_metadata_outage_degrades_to_retriable_errors(tmp_path):
         assert resp.topics[0].error_code == ErrorCode.none and len(resp.topics[0].partitions) == 2
         assert resp.topics[1].error_code == ErrorCode.leader_not_available
         assert [t.name for t in request_once(h.bootstrap, _metadata(None)).topics] == [cached]
-        req = CreateTopicsRequest(
-            topics=(
-                CreatableTopic(
-                    name=TopicName(_name()),
-                    num_partitions=i32(1),
-                    replication_factor=i16(1),
-                    assignments=(),
-                    configs=(),
-                ),
-            ),
-            timeout=ZERO,
-            validate_only=False,
-        )
+        req = _create_request(_creatable(_name()))
         assert request_once(h.bootstrap, req).topics[0].error_code == ErrorCode.request_timed_out
-        offsets = request_once(h.bootstrap, _list_offsets(cached, [(0, -1)]))
+        offsets = request_once(h.bootstrap, list_offsets_request(cached, [(0, -1)]))
         assert offsets.topics[0].partitions[0].error_code == ErrorCode.kafka_storage_error
         pid = request_once(
             h.bootstrap, InitProducerIdRequest(transactional_id=None, transaction_timeout=ZERO)

@@ -21,6 +21,7 @@ from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionWatermark
 from tests.component.test_metadata_http import ServerThread
+from tests.support.spies import partition_reads
 
 WAIT_MS = 20_000  # long: a test that passes only by timing out would take this long and fail
 
@@ -55,8 +56,10 @@ async def test_woken_by_a_commit_not_by_the_timeout(sqlite_service: MetadataServ
     md = LocalMetadataClient(sqlite_service)
     try:
         known = [PartitionWatermark(t.topic_id, 0, 0), PartitionWatermark(t.topic_id, 1, 0)]
-        waiting = asyncio.ensure_future(md.wait_for_commits(known, WAIT_MS))
-        await asyncio.sleep(0.2)
+        with partition_reads(sqlite_service) as reads:
+            waiting = asyncio.ensure_future(md.wait_for_commits(known, WAIT_MS))
+            # subscribed, and its first read of the states is done: only a wake answers now
+            await asyncio.to_thread(reads.wait_for, 1)
         assert not waiting.done()
         assert sqlite_service.commit_feed.subscriptions == 1
         await asyncio.to_thread(commit, sqlite_service, t.topic_id, 0)
@@ -106,10 +109,11 @@ async def test_over_http(sqlite_service: MetadataService) -> None:
         md = HttpMetadataClient(url, timeout_s=5)
         try:
             # Longer than the HTTP timeout: the client allows for the wait.
-            waiting = asyncio.ensure_future(
-                md.wait_for_commits([PartitionWatermark(t.topic_id, 0, 0)], 8_000)
-            )
-            await asyncio.sleep(0.5)
+            with partition_reads(sqlite_service) as reads:
+                waiting = asyncio.ensure_future(
+                    md.wait_for_commits([PartitionWatermark(t.topic_id, 0, 0)], 8_000)
+                )
+                await asyncio.to_thread(reads.wait_for, 1)  # the server's first read: it waits now
             assert not waiting.done()
             await asyncio.to_thread(commit, sqlite_service, t.topic_id, 0)
             assert await asyncio.wait_for(waiting, 10) == [
@@ -130,8 +134,11 @@ async def test_commits_through_another_replica_wake_waiters(pg_url: str) -> None
         assert await md.wait_for_commits([PartitionWatermark(t.topic_id, 0, 0)], 100) == []
         assert b._listener is not None  # started by the first wait
         assert await asyncio.to_thread(b._listener.listening.wait, 20)
-        waiting = asyncio.ensure_future(md.wait_for_commits([PartitionWatermark(t.topic_id, 0, 0)], WAIT_MS))
-        await asyncio.sleep(0.3)
+        with partition_reads(b) as reads:
+            waiting = asyncio.ensure_future(
+                md.wait_for_commits([PartitionWatermark(t.topic_id, 0, 0)], WAIT_MS)
+            )
+            await asyncio.to_thread(reads.wait_for, 1)  # b's first read: only a wake answers now
         assert not waiting.done()
         await asyncio.to_thread(commit, a, t.topic_id, 0)
         assert await asyncio.wait_for(waiting, 10) == [

@@ -25,36 +25,42 @@ lag, compaction until nothing is left makes the compacted topic one record per l
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import dataclass, field
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor.keymap import SLOT_BYTES, KeyMap
-from compactor.planner import PlannerConfig, claim_jobs
-from compactor.runner import RunnerConfig, run_leased_job
+from compactor.plan import JobPlan
 from fileformat.batch_header import Compression
-from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
+from fileformat.objectstore.memory import MemoryStore
 from fileformat.record_build import build_batch
 from fileformat.record_decode import Record
 from fileformat.segment import ChunkInput
 from metadata.compaction_types import MergeRules
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey
+from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec
 from tests.support import compaction_model
 from tests.support.compaction_model import (
-    DRT_MS,
     LAG_MS,
     T0,
     Clock,
+    Compact,
+    Tick,
+    assert_checkpoints,
+    clean_until,
+    compact_until_settled,
     compacted_config,
+    keymap_budget_bytes_st,
     model_settings,
     put_segment,
     read_chunk,
+    roll_bytes_st,
+    run_in_bucket,
+    run_steps,
+    runner_config,
 )
 from tests.unit.test_dedup import Model, MRecord, model_clean
 
@@ -114,16 +120,6 @@ class Produce:
     batches: tuple[tuple[int, tuple[tuple[tuple[int, bool], ...], ...]], ...]
     logged: int  # records for the delete-policy partition (0: none)
     codec: int
-
-
-@dataclass(frozen=True)
-class Compact:
-    pass
-
-
-@dataclass(frozen=True)
-class Tick:
-    ms: int
 
 
 # tombstones about one record in five
@@ -212,42 +208,29 @@ def _produce(w: World, step: Produce) -> None:
                     w.model.next_offset[(tid, partition)] = off + 1
 
 
-async def _compact(w: World, roll_bytes: int = 1 << 20) -> int:
+async def _compact(w: World, roll_bytes: int = 1 << 20) -> None:
     """Every job the planner offers now, each checked against the model first; jobs run.
     `roll_bytes` 1 makes every input chunk end an output file (the case where a
     partition's checkpoint must still move with the file where the partition ends)."""
-    config = RunnerConfig(
-        planner=PlannerConfig(
-            holder="model-test",
-            clock_ms=w.clock,
-            rules=MergeRules(min_level0_chunks=2, min_level0_bytes=1 << 40, max_level0_delay_ms=1 << 40),
-        ),
-        keymap_budget_bytes=w.keymap_budget_bytes,
-        roll_bytes=roll_bytes,
-    )
+    rules = MergeRules(min_level0_chunks=2, min_level0_bytes=1 << 40, max_level0_delay_ms=1 << 40)
+    config = runner_config("model-test", w.clock, w.keymap_budget_bytes, roll_bytes, rules)
     max_keys = KeyMap(w.keymap_budget_bytes).max_keys
-    jobs = 0
     seen: set[frozenset[tuple[int, str]]] = set()
-    for _ in range(50):
-        plans = []
-        for topic in (w.compacted, w.logged):
-            name = w.svc.topics_by_id([topic])[topic].name
-            plans += await claim_jobs(w.md, topic=name, config=config.planner, max_jobs=1)
-        if not plans:
-            return jobs
-        for plan in plans:
-            inputs = frozenset((ch.location.chunk_id, f.object_key) for f in plan.files for ch in f.chunks)
-            assert inputs not in seen, "the planner offered the same work again"
-            seen.add(inputs)
-            for work in plan.partitions:
-                if work.compact:
-                    p = (work.topic_id, work.partition)
-                    assert work.first_dirty_offset == w.model.first_dirty[p]
-                    model_clean(w.model, p, work, max_keys, plan.now_ms)
-            done = await run_leased_job(w.md, w.store, plan, config)
-            assert set(done.result.stats.gets_per_input_file.values()) <= {1, 2}
-            jobs += 1
-    pytest.fail("compaction did not settle in 50 rounds")
+
+    def before_run(plan: JobPlan) -> None:
+        inputs = frozenset((ch.location.chunk_id, f.object_key) for f in plan.files for ch in f.chunks)
+        assert inputs not in seen, "the planner offered the same work again"
+        seen.add(inputs)
+        for work in plan.partitions:
+            if work.compact:
+                p = (work.topic_id, work.partition)
+                assert work.first_dirty_offset == w.model.first_dirty[p]
+                model_clean(w.model, p, work, max_keys, plan.now_ms)
+
+    by_id = w.svc.topics_by_id([w.compacted, w.logged])
+    names = [by_id[t].name for t in (w.compacted, w.logged)]
+    for done in await compact_until_settled(w.md, w.store, names, config, before_run):
+        assert set(done.result.stats.gets_per_input_file.values()) <= {1, 2}
 
 
 def _read(w: World, p: PartKey) -> list[tuple[int, bytes | None, bytes | None, int | None]]:
@@ -270,9 +253,7 @@ def _check(w: World) -> None:
             if value is None and horizon is not None:
                 w.model.horizon[p].setdefault(off, horizon)
                 assert w.model.horizon[p][off] == horizon
-    cps = w.svc.compaction_leases.checkpoints([PartitionKey(t, q) for t, q in w.parts])
-    for k, cp in cps.items():
-        assert (cp or 0) == w.model.first_dirty[(k.topic_id, k.partition)]
+    assert_checkpoints(w.svc, list(w.parts), lambda p: w.model.first_dirty[p])
     got_logged = [(off, v) for off, _k, v, _h in _read(w, (w.logged, 0))]
     assert got_logged == sorted(w.logged_records)
 
@@ -280,48 +261,37 @@ def _check(w: World) -> None:
 @model_settings(max_examples=40)
 @given(
     steps=st.lists(step_st, min_size=1, max_size=14),
-    small_map=st.booleans(),
-    roll_bytes=st.sampled_from([1, 1 << 20]),
+    keymap_budget_bytes=keymap_budget_bytes_st,
+    roll_bytes=roll_bytes_st,
 )
 def test_compaction_matches_kafkas_cleaner(
     service: tuple[MetadataService, Clock],
     steps: list[Produce | Compact | Tick],
-    small_map: bool,
+    keymap_budget_bytes: int,
     roll_bytes: int,
 ) -> None:
     svc, clock = service
-    # a small map fills (Kafka then cleans up to where it stopped and checkpoints there)
-    w = _new_world(svc, clock, SLOT_BYTES * 8 if small_map else SLOT_BYTES * 4096)
-    try:
-        asyncio.run(_run(w, steps, roll_bytes))
-    finally:
-        drop_memory_bucket(w.store.name)
+    w = _new_world(svc, clock, keymap_budget_bytes)
+    run_in_bucket(w.store, lambda: _run(w, steps, roll_bytes))
 
 
 async def _run(w: World, steps: list[Produce | Compact | Tick], roll_bytes: int = 1 << 20) -> None:
-    for step in steps:
-        if isinstance(step, Produce):
-            _produce(w, step)
-        elif isinstance(step, Tick):
-            w.clock.now += step.ms
-        else:
-            await _compact(w, roll_bytes)
-        _check(w)
+    await run_steps(
+        steps, w.clock, lambda step: _produce(w, step), lambda: _compact(w, roll_bytes), lambda: _check(w)
+    )
     # The end: past every horizon and the lag, a dirty write to each partition, cleaned,
     # until the model is one record per key and no tombstone (a tombstone's horizon is set
     # by the first clean that keeps it and it goes at a later one; a small map takes
     # several cleans); the topic must read back as the model says all along.
-    for _ in range(20):
-        if all(_one_live_record_per_key(w.model.live[p]) for p in w.parts):
-            break
-        w.clock.now += DRT_MS + 1
-        dirty = tuple((q, (((KEYS, False),),)) for q in range(PARTITIONS))
-        _produce(w, Produce(0, dirty, 0, Compression.NONE))
-        w.clock.now += LAG_MS + 1
-        await _compact(w)
-        _check(w)
-    else:
-        pytest.fail("compaction did not reach one record per key")
+    dirty = tuple((q, (((KEYS, False),),)) for q in range(PARTITIONS))
+    await clean_until(
+        lambda: all(_one_live_record_per_key(w.model.live[p]) for p in w.parts),
+        w.clock,
+        lambda: _produce(w, Produce(0, dirty, 0, Compression.NONE)),
+        lambda: _compact(w),
+        lambda: _check(w),
+        "compaction did not reach one record per key",
+    )
 
 
 def _one_live_record_per_key(live: dict[int, MRecord]) -> bool:
@@ -336,15 +306,12 @@ def test_checkpoint_moves_when_the_output_rolls_at_a_partitions_last_input(
     compacted partition must still move to its cleanable end (the high watermark)."""
     svc, clock = service
     w = _new_world(svc, clock, SLOT_BYTES * 4096)
-    try:
 
-        async def go() -> None:
-            for agent in range(2):
-                _produce(w, Produce(agent, ((0, (((0, False), (1, False)),)), (1, (((0, True),),))), 0, 0))
-            w.clock.now += LAG_MS + 1
-            await _compact(w, roll_bytes=1)
-            _check(w)
+    async def go() -> None:
+        for agent in range(2):
+            _produce(w, Produce(agent, ((0, (((0, False), (1, False)),)), (1, (((0, True),),))), 0, 0))
+        w.clock.now += LAG_MS + 1
+        await _compact(w, roll_bytes=1)
+        _check(w)
 
-        asyncio.run(go())
-    finally:
-        drop_memory_bucket(w.store.name)
+    run_in_bucket(w.store, go)

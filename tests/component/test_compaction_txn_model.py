@@ -26,20 +26,16 @@ row remains; a last transaction of every producer then lets the emptied markers 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import dataclass, field
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from compactor.keymap import SLOT_BYTES, KeyMap
-from compactor.plan import PartitionWork
-from compactor.planner import PlannerConfig, claim_jobs
-from compactor.runner import RunnerConfig, run_leased_job
-from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
+from compactor.keymap import KeyMap
+from compactor.plan import JobPlan, PartitionWork
+from fileformat.objectstore.memory import MemoryStore
 from fileformat.record_build import build_batch, build_control_batch
 from fileformat.record_decode import ControlRecordType, Record
 from fileformat.segment import ChunkInput
@@ -47,17 +43,26 @@ from metadata.local_client import LocalMetadataClient
 from metadata.rows import LOC_COLS, location_of
 from metadata.schema import chunks, files, txn_aborted
 from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionKey
+from metadata.types import BatchSpec, ChunkSpec, FileSpec
 from tests.support import compaction_model
 from tests.support.compaction_model import (
-    DRT_MS,
     LAG_MS,
     T0,
     Clock,
+    Compact,
+    Tick,
+    assert_checkpoints,
+    clean_until,
+    compact_until_settled,
     compacted_config,
+    keymap_budget_bytes_st,
     model_settings,
     put_segment,
     read_chunk,
+    roll_bytes_st,
+    run_in_bucket,
+    run_steps,
+    runner_config,
 )
 
 PARTITIONS = 2
@@ -149,16 +154,6 @@ class Op:
 class Produce:
     agent: int
     ops: tuple[tuple[int, tuple[Op, ...]], ...]  # per partition written
-
-
-@dataclass(frozen=True)
-class Compact:
-    pass
-
-
-@dataclass(frozen=True)
-class Tick:
-    ms: int
 
 
 op_st = st.builds(
@@ -345,37 +340,30 @@ def model_clean(mp: MPart, work: PartitionWork, consumed_end: int, max_keys: int
 
 
 async def _compact(w: World) -> None:
-    config = RunnerConfig(
-        planner=PlannerConfig(holder="txn-model-test", clock_ms=w.clock),
-        keymap_budget_bytes=w.keymap_budget_bytes,
-        roll_bytes=w.roll_bytes,
-    )
+    config = runner_config("txn-model-test", w.clock, w.keymap_budget_bytes, w.roll_bytes)
     max_keys = KeyMap(w.keymap_budget_bytes).max_keys
+
+    def before_run(plan: JobPlan) -> None:
+        for work in plan.partitions:
+            p = (work.topic_id, work.partition)
+            mp = w.parts[p]
+            assert work.first_dirty_offset == mp.first_dirty
+            # nothing at or above the last stable offset is cleaned
+            assert work.cleanable_end_offset <= mp.lso
+            assert list(work.aborted) == sorted(
+                (a for a in mp.aborted if a[1] < work.cleanable_end_offset), key=lambda a: a[1]
+            )
+            consumed_end = max(
+                ch.location.last_offset + 1
+                for f in plan.files
+                for ch in f.chunks
+                if (ch.topic_id, ch.partition) == p
+            )
+            model_clean(mp, work, consumed_end, max_keys, plan.now_ms)
+
     name = w.svc.topics_by_id([w.topic])[w.topic].name
-    for _ in range(50):
-        plans = await claim_jobs(w.md, topic=name, config=config.planner, max_jobs=1)
-        if not plans:
-            return
-        for plan in plans:
-            for work in plan.partitions:
-                p = (work.topic_id, work.partition)
-                mp = w.parts[p]
-                assert work.first_dirty_offset == mp.first_dirty
-                # nothing at or above the last stable offset is cleaned
-                assert work.cleanable_end_offset <= mp.lso
-                assert list(work.aborted) == sorted(
-                    (a for a in mp.aborted if a[1] < work.cleanable_end_offset), key=lambda a: a[1]
-                )
-                consumed_end = max(
-                    ch.location.last_offset + 1
-                    for f in plan.files
-                    for ch in f.chunks
-                    if (ch.topic_id, ch.partition) == p
-                )
-                model_clean(mp, work, consumed_end, max_keys, plan.now_ms)
-            done = await run_leased_job(w.md, w.store, plan, config)
-            assert set(done.result.stats.gets_per_input_file.values()) == {2}
-    pytest.fail("compaction did not settle in 50 rounds")
+    for done in await compact_until_settled(w.md, w.store, [name], config, before_run):
+        assert set(done.result.stats.gets_per_input_file.values()) == {2}
 
 
 def _read(
@@ -421,41 +409,29 @@ def _check(w: World) -> None:
                 ).where(txn_aborted.c.topic_id == p[0], txn_aborted.c.partition == p[1])
             ).all()
         assert sorted(tuple(r) for r in rows) == sorted(mp.aborted)
-    cps = w.svc.compaction_leases.checkpoints([PartitionKey(t, q) for t, q in w.parts])
-    for k, cp in cps.items():
-        assert (cp or 0) == w.parts[(k.topic_id, k.partition)].first_dirty
+    assert_checkpoints(w.svc, list(w.parts), lambda p: w.parts[p].first_dirty)
 
 
 @model_settings(max_examples=30)
 @given(
     steps=st.lists(step_st, min_size=1, max_size=16),
-    small_map=st.booleans(),
-    roll_bytes=st.sampled_from([1, 1 << 20]),
+    keymap_budget_bytes=keymap_budget_bytes_st,
+    roll_bytes=roll_bytes_st,
 )
 def test_transactional_compaction_matches_kafkas_cleaner(
     service: tuple[MetadataService, Clock],
     steps: list[Produce | Compact | Tick],
-    small_map: bool,
+    keymap_budget_bytes: int,
     roll_bytes: int,
 ) -> None:
     svc, clock = service
-    w = _new_world(svc, clock, SLOT_BYTES * 8 if small_map else SLOT_BYTES * 4096)
+    w = _new_world(svc, clock, keymap_budget_bytes)
     w.roll_bytes = roll_bytes
-    try:
-        asyncio.run(_run(w, steps))
-    finally:
-        drop_memory_bucket(w.store.name)
+    run_in_bucket(w.store, lambda: _run(w, steps))
 
 
 async def _run(w: World, steps: list[Produce | Compact | Tick]) -> None:
-    for step in steps:
-        if isinstance(step, Produce):
-            _produce(w, step)
-        elif isinstance(step, Tick):
-            w.clock.now += step.ms
-        else:
-            await _compact(w)
-        _check(w)
+    await run_steps(steps, w.clock, lambda step: _produce(w, step), lambda: _compact(w), lambda: _check(w))
     # The end: every transaction closed (aborts and commits alternate), then a dirty
     # write and a clean past every horizon, until no aborted record and no txn_aborted
     # row is left (data goes first, its marker gets a horizon at a later clean and goes
@@ -466,16 +442,15 @@ async def _run(w: World, steps: list[Produce | Compact | Tick]) -> None:
     )
     _produce(w, Produce(0, ends))
     _check(w)
-    for _ in range(20):
-        if not any(mp.aborted for mp in w.parts.values()):
-            break
-        w.clock.now += DRT_MS + 1
-        _produce(w, Produce(0, tuple((q, (Op("plain", 0, (KEYS,)),)) for q in range(PARTITIONS))))
-        w.clock.now += LAG_MS + 1
-        await _compact(w)
-        _check(w)
-    else:
-        pytest.fail("aborted transactions were not cleaned away")
+    dirty = tuple((q, (Op("plain", 0, (KEYS,)),)) for q in range(PARTITIONS))
+    await clean_until(
+        lambda: not any(mp.aborted for mp in w.parts.values()),
+        w.clock,
+        lambda: _produce(w, Produce(0, dirty)),
+        lambda: _compact(w),
+        lambda: _check(w),
+        "aborted transactions were not cleaned away",
+    )
     for mp in w.parts.values():
         assert not any(mp.is_aborted(b) and b.records for b in mp.batches)
     # A new committed transaction of every producer: the emptied markers kept as their

@@ -27,6 +27,7 @@ from metadata.service import MetadataService
 from metadata.types import FetchQuery
 from tests.component.fake_metadata import FlakyMetadataClient
 from tests.support.kafka_wire import fetch_request, produce_request, send_request
+from tests.support.spies import parked_fetches
 
 
 @pytest.fixture
@@ -61,14 +62,16 @@ async def test_tail_consumer_is_served_from_own_commits(
         find_before = md.calls.count("find_chunks")
         gets_before = running.store.stats.snapshot().requests.get("get_range", 0)
         latencies = []
-        for i in range(10):
-            pending = asyncio.create_task(consumer.getone())
-            await asyncio.sleep(0.2)  # the consumer's fetch is now waiting at the tail (long poll)
-            t0 = time.monotonic()
-            await producer.send_and_wait("tail", f"v{i}".encode())
-            msg = await asyncio.wait_for(pending, 10)
-            latencies.append(time.monotonic() - t0)
-            assert (msg.offset, msg.value) == (i + 1, f"v{i}".encode())
+        with parked_fetches(running.watch) as parkings:
+            for i in range(10):
+                pending = asyncio.create_task(consumer.getone())
+                # the consumer's fetch is now waiting at the tail (long poll)
+                await asyncio.to_thread(parkings.wait_until, lambda: running.watch.waiting > 0)
+                t0 = time.monotonic()
+                await producer.send_and_wait("tail", f"v{i}".encode())
+                msg = await asyncio.wait_for(pending, 10)
+                latencies.append(time.monotonic() - t0)
+                assert (msg.offset, msg.value) == (i + 1, f"v{i}".encode())
         # every record came back while the consumer was long-polling (max wait 5 s) ...
         assert max(latencies) < 5
         # ... and neither metadata nor the bucket was asked: locations and bytes came from
@@ -162,8 +165,9 @@ async def test_idle_tail_consumer_on_another_agent_costs_no_metadata_reads(tmp_p
         for _ in range(5):
             assert await asyncio.to_thread(_raw_fetch, a, "idle", 1, 200) == (0, b"")
         assert md.calls.count("find_chunks") == before
-        parked = asyncio.ensure_future(asyncio.to_thread(_raw_fetch, a, "idle", 1, 20_000))
-        await asyncio.sleep(0.3)
+        with parked_fetches(agents[0].watch) as parkings:
+            parked = asyncio.ensure_future(asyncio.to_thread(_raw_fetch, a, "idle", 1, 20_000))
+            await asyncio.to_thread(parkings.wait_for, 1)  # the fetch waits at the tail
         assert await asyncio.to_thread(_raw_produce, b, "idle", b"second") == 1
         code, records = await asyncio.wait_for(parked, 15)
         assert code == 0 and [h.base_offset for _, h in iter_batches(records)] == [1]

@@ -12,7 +12,6 @@ fetch parked at the LSO of an open transaction is woken by the transaction's com
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import threading
 import time
 import uuid
@@ -21,16 +20,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from kio.schema.list_offsets.v10.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
-from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i32, i32Timedelta, i64
+from kio.static.primitive import i8
 
 from fileformat.batch_header import iter_batches
 from fileformat.record_build import build_batch
 from fileformat.record_decode import Record, iter_records
 from metadata.types import FetchQuery
 from tests.component.fake_metadata import AgentHarness, request_once
-from tests.support.kafka_wire import fetch_request, produce_request
+from tests.support.kafka_wire import fetch_request, list_offsets_request, produce_request
+from tests.support.spies import parked_fetches
 
 DEADLINE_S = 60.0
 
@@ -245,12 +243,9 @@ def test_fetch_parked_at_an_open_transaction_is_woken_by_its_commit(harness: Age
     parked = threading.Thread(
         target=lambda: out.append(_fetch(harness, topic, 1, isolation=1, wait_ms=30_000))
     )
-    watch = harness.agent.ctx.parts.commit_watch
-    parked.start()
-    deadline = time.monotonic() + DEADLINE_S
-    while watch.waiting == 0:  # the fetch is in the purgatory
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    with parked_fetches(harness.agent.ctx.parts.commit_watch) as parkings:
+        parked.start()
+        parkings.wait_for(1)  # the fetch is in the purgatory
     p.commit_transaction(30)
     parked.join(DEADLINE_S)
     assert out, "the parked fetch did not return"
@@ -288,18 +283,7 @@ def test_open_transaction_writing_through_this_agent_costs_no_metadata_reads_at_
 
 def _latest(h: AgentHarness, topic: str, isolation: int) -> int:
     resp = request_once(
-        h.bootstrap,
-        ListOffsetsRequest(
-            replica_id=BrokerId(-1),
-            isolation_level=i8(isolation),
-            timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-            topics=(
-                ListOffsetsTopic(
-                    name=TopicName(topic),
-                    partitions=(ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),),
-                ),
-            ),
-        ),
+        h.bootstrap, list_offsets_request(topic, [(0, -1)], isolation=isolation, timeout_ms=10_000)
     )
     (p,) = resp.topics[0].partitions
     assert int(p.error_code) == 0

@@ -31,6 +31,7 @@ from metadata.service import MetadataService
 from tests.component.fake_metadata import FlakyMetadataClient, request_once
 from tests.component.test_txn_handlers import _add_v3
 from tests.support.kafka_wire import fetch_request, produce_request
+from tests.support.spies import parked_fetches
 
 MINUTE = i32Timedelta.parse(datetime.timedelta(minutes=1))
 
@@ -52,12 +53,6 @@ def _values(records: bytes) -> list[bytes]:
                 bytes(r.value) for r in iter_records(records, pos, header=header) if r.value is not None
             )
     return out
-
-
-async def _until(condition: Any) -> None:
-    async with asyncio.timeout(30):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 async def test_open_transaction_writing_through_another_agent_parks_the_fetch_again(tmp_path: Path) -> None:
@@ -104,14 +99,18 @@ async def test_open_transaction_writing_through_another_agent_parks_the_fetch_ag
         assert _values(bytes(held.records)) == [b"plain"] and int(held.last_stable_offset) == 1
         watch = agents[0].context.parts.commit_watch
         cache = agents[0].context.parts.chunk_locations
-        parked = asyncio.ensure_future(asyncio.to_thread(_fetch, a, topic, 1, 8_000))
-        await _until(lambda: watch.waiting == 1)
-        before = md.calls.count("find_chunks")
-        for seq in range(1, 4):
-            await txn_produce(seq)
-            # agent a heard through the long poll: at watermark 2 + seq the LSO is still 1
-            await _until(lambda seq=seq: cache.lso_at((topic_id, 0), 2 + seq) == 1)
-            await _until(lambda: watch.waiting == 1)  # woken, and parked again
+        with parked_fetches(watch) as parkings:
+            parked = asyncio.ensure_future(asyncio.to_thread(_fetch, a, topic, 1, 8_000))
+            await asyncio.to_thread(parkings.wait_for, 1)
+            before = md.calls.count("find_chunks")
+            for seq in range(1, 4):
+                await txn_produce(seq)
+                # the long poll's news woke the fetch, which read again and parked again ...
+                await asyncio.to_thread(parkings.wait_for, 1 + seq)
+                # ... having seen the LSO the news carried (the chunk cache learns it before
+                # waiters wake): at watermark 2 + seq it is still 1
+                assert cache.lso_at((topic_id, 0), 2 + seq) == 1
+                assert watch.waiting == 1
         assert not parked.done()
         assert md.calls.count("find_chunks") == before
         end = EndTxnRequest(

@@ -23,15 +23,14 @@ from kio.schema.end_txn.v1.request import EndTxnRequest as EndV1
 from kio.schema.end_txn.v3.request import EndTxnRequest as EndV3
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
-from kio.schema.list_offsets.v10.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
-from kio.schema.types import BrokerId, ProducerId, TopicName, TransactionalId
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from fileformat.record_build import build_batch
 from fileformat.record_decode import Record
 from tests.component.fake_metadata import AgentHarness, request_once
-from tests.support.kafka_wire import produce_request
+from tests.support.kafka_wire import list_offsets_request, produce_request
 
 MINUTE = i32Timedelta.parse(datetime.timedelta(minutes=1))
 
@@ -248,20 +247,8 @@ def test_list_offsets_latest_read_committed_is_the_lso(harness: AgentHarness) ->
     )
 
     def latest(isolation: int) -> int:
-        resp = request_once(
-            harness.bootstrap,
-            ListOffsetsRequest(
-                replica_id=BrokerId(-1),
-                isolation_level=i8(isolation),
-                timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-                topics=(
-                    ListOffsetsTopic(
-                        name=TopicName(topic),
-                        partitions=(ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),),
-                    ),
-                ),
-            ),
-        )
+        req = list_offsets_request(topic, [(0, -1)], isolation=isolation, timeout_ms=10_000)
+        resp = request_once(harness.bootstrap, req)
         (p,) = resp.topics[0].partitions
         assert p.error_code == ErrorCode.none
         return int(p.offset)

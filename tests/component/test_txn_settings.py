@@ -17,6 +17,7 @@ from fileformat.objectstore import open_async_store
 from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
 from metadata.types import AgentInfo
+from tests.component.test_txn_coordinator import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -24,14 +25,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 10_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class FailingStore:

@@ -12,25 +12,14 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from tests.e2e.test_cluster import wait_for_brokers
-from tests.support.agents import REPO, SkiffProcess, skiff_command
+from tests.support.agents import REPO, SkiffProcess, agent_args, skiff_command
 from tests.support.s3servers import free_port
 
 ENV = {"SKIFF_HEARTBEAT_INTERVAL_MS": "300", "SKIFF_AGENT_TTL_MS": "3000"}
 
 
 def _agent_args(tmp_path: Path, metadata_url: str, *extra: str) -> list[str]:
-    return [
-        "agent",
-        "--bucket",
-        f"file://{tmp_path / 'bucket'}",
-        "--metadata",
-        metadata_url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
-        *extra,
-    ]
+    return agent_args(f"file://{tmp_path / 'bucket'}", metadata_url, *extra)
 
 
 def test_agents_on_one_host_without_agent_id_get_distinct_identities(

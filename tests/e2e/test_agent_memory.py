@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.agents import free_port
+from tests.support.agents import agent_args, free_port
 from tests.support.kafka_wire import encode_request, fetch_request
 
 MiB = 1 << 20
@@ -78,15 +78,7 @@ def test_a_client_that_never_reads_its_fetches_is_muted_and_memory_stays_bounded
 ) -> None:
     metrics_port = free_port()
     agent = spawn_skiff(
-        "agent",
-        "--bucket",
-        f"file://{tmp_path / 'bucket'}",
-        "--metadata",
-        f"sqlite:///{tmp_path / 'metadata.db'}",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
+        *agent_args(f"file://{tmp_path / 'bucket'}", f"sqlite:///{tmp_path / 'metadata.db'}"),
         "--metrics-port",
         str(metrics_port),
         "--agent-id",

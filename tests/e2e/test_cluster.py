@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.e2e.clientcheck import check_consumed, make_messages
 from tests.e2e.test_clients_roundtrip import consume_all_confluent, create_topic
-from tests.support.agents import SkiffProcess
+from tests.support.agents import SkiffProcess, agent_args
 from tests.support.s3servers import S3Bucket, S3Server, start_moto
 
 
@@ -53,15 +53,7 @@ def start_cluster(
     }
     agents = [
         spawn_skiff(
-            "agent",
-            "--bucket",
-            bucket.url("data"),
-            "--metadata",
-            f"http://127.0.0.1:{md.port}",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
+            *agent_args(bucket.url("data"), f"http://127.0.0.1:{md.port}"),
             "--agent-id",
             f"agent-{i}",
             env=env,

@@ -46,7 +46,7 @@ from metadata.schema import files
 from metadata.service import MetadataService
 from tests.e2e.test_compaction_cli import Record, ShiftedClock, _read_all
 from tests.e2e.test_compaction_cli import metadata_server as metadata_server  # the fixture
-from tests.support.agents import SkiffProcess
+from tests.support.agents import SkiffProcess, agent_args
 from tests.support.s3servers import S3Bucket
 
 pytestmark = [pytest.mark.s3]
@@ -102,15 +102,7 @@ def test_two_agents_with_the_compaction_role(
     metadata_url, svc, _clock = metadata_server
     agents = [
         spawn_skiff(
-            "agent",
-            "--bucket",
-            moto_s3.url("data"),
-            "--metadata",
-            metadata_url,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
+            *agent_args(moto_s3.url("data"), metadata_url),
             "--agent-id",
             holder.removeprefix("agent-"),
             "--roles",

@@ -46,7 +46,7 @@ from metadata.rows import system_clock
 from metadata.service import MetadataService
 from metadata.types import FetchQuery
 from tests.component.test_metadata_http import ServerThread
-from tests.support.agents import SkiffProcess, skiff_command
+from tests.support.agents import SkiffProcess, agent_args, skiff_command
 from tests.support.s3servers import S3Bucket
 
 pytestmark = [pytest.mark.s3]
@@ -187,15 +187,7 @@ def test_skiff_compact_end_to_end(
 ) -> None:
     metadata_url, svc, clock = metadata_server
     agent = spawn_skiff(
-        "agent",
-        "--bucket",
-        moto_s3.url("data"),
-        "--metadata",
-        metadata_url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
+        *agent_args(moto_s3.url("data"), metadata_url),
         env={
             **moto_s3.env,
             "SKIFF_FLUSH_INTERVAL_MS": "20",

@@ -35,7 +35,7 @@ from sqlalchemy import select
 from metadata.schema import txn_aborted
 from metadata.service import MetadataService
 from tests.e2e.test_compaction_cli import ShiftedClock, _env, metadata_server  # noqa: F401 (fixture)
-from tests.support.agents import SkiffProcess, skiff_command
+from tests.support.agents import SkiffProcess, agent_args, skiff_command
 from tests.support.s3servers import S3Bucket
 from tests.support.txn_clients import read_to_end
 
@@ -97,15 +97,7 @@ def test_compaction_of_transactions_end_to_end(
 ) -> None:
     metadata_url, svc, _clock = metadata_server
     agent = spawn_skiff(
-        "agent",
-        "--bucket",
-        moto_s3.url("data"),
-        "--metadata",
-        metadata_url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
+        *agent_args(moto_s3.url("data"), metadata_url),
         env={**moto_s3.env, "SKIFF_FLUSH_INTERVAL_MS": "20", "SKIFF_CHUNK_CACHE_TTL_MS": "1"},
     )
     bootstrap = agent.bootstrap

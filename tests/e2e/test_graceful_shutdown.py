@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from tests.e2e.test_clients_roundtrip import consume_all_confluent, create_topic
 from tests.e2e.test_cluster import wait_for_brokers
-from tests.support.agents import SkiffProcess
+from tests.support.agents import SkiffProcess, agent_args
 from tests.support.s3servers import S3Bucket, free_port
 
 AGENT_ENV = {
@@ -80,15 +80,7 @@ def spawn_agent(
 ) -> Agent:
     http_port = http_port or free_port()
     proc = spawn_skiff(
-        "agent",
-        "--bucket",
-        bucket.url("data"),
-        "--metadata",
-        metadata_url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
+        *agent_args(bucket.url("data"), metadata_url),
         "--agent-id",
         agent_id,
         "--metrics-port",

@@ -321,25 +321,35 @@ class ConfluentMember(Member):
         self.c.close()
 
 
+def _python_consumer_config(
+    bootstrap: str, group: str, opts: Options, *, min_request_timeout_ms: int
+) -> dict[str, Any]:
+    """A group member's settings for kafka-python's and aiokafka's consumers (they share the
+    names): manual commits; the request timeout at least `min_request_timeout_ms` and 20 s
+    above the fetch wait."""
+    config: dict[str, Any] = {
+        "bootstrap_servers": bootstrap.split(","),
+        "group_id": group,
+        "auto_offset_reset": opts.reset,
+        "enable_auto_commit": False,
+        "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "heartbeat_interval_ms": HEARTBEAT_MS,
+        "fetch_max_wait_ms": opts.fetch_max_wait_ms,
+        "request_timeout_ms": max(min_request_timeout_ms, opts.fetch_max_wait_ms + 20_000),
+    }
+    if opts.max_partition_fetch_bytes is not None:
+        config["max_partition_fetch_bytes"] = opts.max_partition_fetch_bytes
+    return config
+
+
 class KafkaPythonMember(Member):
     def __init__(self, bootstrap: str, topic: str, group: str, opts: Options) -> None:
         from kafka import ConsumerRebalanceListener, KafkaConsumer
 
         super().__init__("kafka-python", topic)
-        extra: dict[str, Any] = {}
-        if opts.max_partition_fetch_bytes is not None:
-            extra["max_partition_fetch_bytes"] = opts.max_partition_fetch_bytes
         self.max_records = opts.max_poll_records
         self.c = KafkaConsumer(
-            bootstrap_servers=bootstrap.split(","),
-            group_id=group,
-            auto_offset_reset=opts.reset,
-            enable_auto_commit=False,
-            session_timeout_ms=SESSION_TIMEOUT_MS,
-            heartbeat_interval_ms=HEARTBEAT_MS,
-            fetch_max_wait_ms=opts.fetch_max_wait_ms,
-            request_timeout_ms=max(30_000, opts.fetch_max_wait_ms + 20_000),
-            **extra,
+            **_python_consumer_config(bootstrap, group, opts, min_request_timeout_ms=30_000)
         )
         log = self.log
 
@@ -456,20 +466,7 @@ class AiokafkaMember(Member):
     async def _start(self, bootstrap: str, group: str, opts: Options) -> Any:
         from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
-        extra: dict[str, Any] = {}
-        if opts.max_partition_fetch_bytes is not None:
-            extra["max_partition_fetch_bytes"] = opts.max_partition_fetch_bytes
-        c = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap.split(","),
-            group_id=group,
-            auto_offset_reset=opts.reset,
-            enable_auto_commit=False,
-            session_timeout_ms=SESSION_TIMEOUT_MS,
-            heartbeat_interval_ms=HEARTBEAT_MS,
-            fetch_max_wait_ms=opts.fetch_max_wait_ms,
-            request_timeout_ms=max(40_000, opts.fetch_max_wait_ms + 20_000),
-            **extra,
-        )
+        c = AIOKafkaConsumer(**_python_consumer_config(bootstrap, group, opts, min_request_timeout_ms=40_000))
         log = self.log
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 from tests.e2e.test_cluster import start_cluster, wait_for_brokers
 from tests.e2e.test_coordinator_failover import find_coordinator
 from tests.e2e.test_group_clients import create_topic, produce, stop, tagged
-from tests.support.agents import SkiffProcess
+from tests.support.agents import SkiffProcess, agent_args
 from tests.support.s3servers import S3Bucket
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.postgres, pytest.mark.s3]
@@ -191,15 +191,7 @@ def spawn_agent(
         **ENV,
     }
     return spawn_skiff(
-        "agent",
-        "--bucket",
-        bucket.url("data"),
-        "--metadata",
-        metadata_url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
+        *agent_args(bucket.url("data"), metadata_url),
         env=env,
     )
 

@@ -23,7 +23,7 @@ from metadata.errors import CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FA
 from metadata.http_client import HttpMetadataClient
 from metadata.types import AgentInfo, FetchQuery
 from tests.e2e.test_clients_roundtrip import create_topic
-from tests.support.agents import SkiffProcess, skiff_command
+from tests.support.agents import SkiffProcess, agent_args, skiff_command
 from tests.support.s3servers import free_port
 
 TOKENS = {
@@ -114,15 +114,7 @@ def test_secured_cluster(spawn_skiff: Callable[..., SkiffProcess], tmp_path: Pat
     assert "Traceback" not in wrong.stderr + wrong.stdout
 
     agent = spawn_skiff(
-        "agent",
-        "--bucket",
-        bucket,
-        "--metadata",
-        url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
+        *agent_args(bucket, url),
         "--agent-id",
         "secured-1",
         env=_env(SKIFF_METADATA_TOKEN_FILE=str(agent_token_file), SKIFF_FLUSH_INTERVAL_MS="20"),

@@ -40,7 +40,7 @@ from agent.txn_pause_hook import ENV as PAUSE_ENV
 from agent.txn_pause_hook import MARKER as PAUSE_MARKER
 from tests.e2e.test_clients_roundtrip import create_topic
 from tests.e2e.test_cluster import wait_for_brokers
-from tests.support.agents import SkiffProcess
+from tests.support.agents import SkiffProcess, agent_args
 from tests.support.kafka_wire import send_request
 from tests.support.s3servers import S3Bucket
 from tests.support.txn_clients import read_values, txn_coordinator_port, txn_producer
@@ -179,15 +179,7 @@ def test_coordinator_killed_between_end_txn_and_markers(
     hooks = {"agent-0": {PAUSE_ENV: commit_id}, "agent-1": {PAUSE_ENV: abort_id}}
     agents = [
         spawn_skiff(
-            "agent",
-            "--bucket",
-            moto_s3.url("data"),
-            "--metadata",
-            f"http://127.0.0.1:{md.port}",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
+            *agent_args(moto_s3.url("data"), f"http://127.0.0.1:{md.port}"),
             "--agent-id",
             agent_id,
             env={**env, **hooks.get(agent_id, {})},

@@ -56,6 +56,35 @@ class Cluster:
     agent_id: str  # the same broker to clients and metadata (no wait for the old one to expire)
 
 
+def drain(  # type: ignore[no-untyped-def]
+    spark, cluster: Cluster, topic: str, checkpoint: Path, sink: Path, options: dict[str, str]
+) -> list[int]:
+    """Run a streaming query on `topic` once with Trigger.AvailableNow, from the earliest
+    offsets (or from `checkpoint`'s), into a parquet sink of (partition, offset, value);
+    answer each non-empty micro-batch's row count. `options` are the source's further
+    options (rate limit, isolation level). No bucket option: metadata knows it."""
+    reader = (
+        spark.readStream.format("skiff")
+        .option("metadata.url", cluster.metadata_url)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    query = (
+        reader.load()
+        .selectExpr("partition", "offset", "value")
+        .writeStream.format("parquet")
+        .option("path", str(sink))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     if shutil.which("java") is None:

@@ -13,7 +13,7 @@ import pytest
 from spark.options import parse_options
 from spark.planner import SkiffSourceError, resolve_bucket
 from spark.stream import offsets_json, parse_offsets, rate_limit
-from tests.spark.conftest import Cluster
+from tests.spark.conftest import Cluster, drain
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes]]) -> list[tuple[int, int, bytes]]:
@@ -34,26 +34,7 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes]]) -> li
 
 
 def _drain(spark, cluster: Cluster, checkpoint: Path, sink: Path) -> list[int]:  # type: ignore[no-untyped-def]
-    """Run the streaming query once with Trigger.AvailableNow; answer each micro-batch's row count."""
-    stream = (
-        spark.readStream.format("skiff")
-        .option("metadata.url", cluster.metadata_url)  # no bucket option: metadata knows it
-        .option("subscribe", "stream")
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "40")
-        .load()
-    )
-    query = (
-        stream.selectExpr("partition", "offset", "value")
-        .writeStream.format("parquet")
-        .option("path", str(sink))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    return drain(spark, cluster, "stream", checkpoint, sink, {"maxOffsetsPerTrigger": "40"})
 
 
 def test_two_waves_with_a_restart_land_exactly_once(

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import Cluster
+from tests.spark.conftest import Cluster, drain
 
 TOPIC = "txn-mixed"
 PARTITIONS = 2
@@ -285,26 +285,9 @@ def test_a_lost_abort_marker_loses_nothing_more(
 
 
 def _drain(spark, cluster: Cluster, checkpoint: Path, sink: Path) -> list[int]:  # type: ignore[no-untyped-def]
-    stream = (
-        spark.readStream.format("skiff")
-        .option("metadata.url", cluster.metadata_url)
-        .option("subscribe", TOPIC)
-        .option("startingOffsets", "earliest")
-        .option("kafka.isolation.level", "read_committed")
-        .option("maxOffsetsPerTrigger", "7")
-        .load()
-    )
-    query = (
-        stream.selectExpr("partition", "offset", "value")
-        .writeStream.format("parquet")
-        .option("path", str(sink))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    """Small micro-batches (7 offsets), so that they are cut inside transactions."""
+    options = {"kafka.isolation.level": "read_committed", "maxOffsetsPerTrigger": "7"}
+    return drain(spark, cluster, TOPIC, checkpoint, sink, options)
 
 
 def test_streaming_read_committed_stops_at_the_lso_then_reads_the_commit(

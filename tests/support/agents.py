@@ -2,8 +2,10 @@
 
 - `playground`: `skiff playground` as a subprocess on free ports with a temporary data
   directory (SQLite + file:// bucket), yielding its bootstrap address.
-- `spawn_metadata` / `spawn_agent`: factories for `skiff metadata` and `skiff agent`
-  subprocesses, for multi-agent clusters over a real S3 server and PostgreSQL.
+- `spawn_skiff`: a factory for `skiff <args>` subprocesses (`skiff metadata`, `skiff agent`,
+  ...) on free ports, for multi-agent clusters over a real S3 server and PostgreSQL.
+- `agent_args`: the `skiff agent` arguments most tests start it with (a bucket, a metadata
+  URL, 127.0.0.1 and the port `spawn_skiff` picks).
 
 Every process logs to a file in the test's temp dir; a process that does not come up in
 time fails the test with its log, and every process is killed at teardown.
@@ -47,6 +49,23 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s
 def skiff_command() -> list[str]:
     exe = shutil.which("skiff", path=str(Path(sys.executable).parent))
     return [exe] if exe else [sys.executable, "-m", "agent.cli"]
+
+
+def agent_args(bucket_url: str, metadata_url: str, *extra: str) -> list[str]:
+    """`skiff agent` on `bucket_url` and `metadata_url`, listening on 127.0.0.1 at the port
+    `spawn_skiff` substitutes for `{port}`; `extra` arguments follow."""
+    return [
+        "agent",
+        "--bucket",
+        bucket_url,
+        "--metadata",
+        metadata_url,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        *extra,
+    ]
 
 
 @dataclass

@@ -11,22 +11,42 @@
 - `put_segment`: builds one agent segment file from chunk inputs and puts it in the bucket.
 - `read_chunk`: every batch of one stored chunk with its records, checking that the chunk's
   offset bitmap names exactly the records present.
+- The steps both models draw besides their own `Produce`: `Compact` and `Tick`;
+  `run_steps` applies a drawn sequence and checks the world after each step.
+- `keymap_budget_bytes_st`, `roll_bytes_st`: what both models draw besides their steps.
+- `assert_checkpoints`: the cleaner checkpoints in metadata are the model's.
+- `runner_config`, `compact_until_settled`: the compactor as `skiff compact` runs it (claim,
+  run, swap), each plan shown to the model first, until the planner offers nothing.
+- `clean_until`: the models' end, dirty writes and cleans past every horizon and the lag
+  until the model says the log is fully cleaned.
+- `run_in_bucket`: runs an example and drops its memory:// bucket after it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
 
+from compactor.keymap import SLOT_BYTES
+from compactor.plan import JobPlan
+from compactor.planner import PlannerConfig, claim_jobs
+from compactor.runner import LeasedJob, RunnerConfig, run_leased_job
 from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
-from fileformat.objectstore.memory import MemoryStore
+from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
 from fileformat.record_decode import Record, decode_records
 from fileformat.segment import ChunkInput, ChunkPlacement, build_segment
 from metadata import bitmaps
+from metadata.compaction_types import MergeRules
+from metadata.local_client import LocalMetadataClient
 from metadata.service import MetadataService
+from metadata.types import PartitionKey
 
 T0 = 1_700_000_000_000
 DRT_MS = 1_000  # delete.retention.ms
@@ -43,6 +63,13 @@ def model_settings(max_examples: int) -> settings:
         phases=[Phase.explicit, Phase.reuse, Phase.generate],
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
+
+
+# A small key map fills (Kafka then cleans up to where it stopped and checkpoints there).
+keymap_budget_bytes_st = st.sampled_from([SLOT_BYTES * 8, SLOT_BYTES * 4096])
+# 1: every input chunk ends an output file (a swap each; a partition's checkpoint must still
+# move with the file where the partition ends).
+roll_bytes_st = st.sampled_from([1, 1 << 20])
 
 
 class Clock:
@@ -78,6 +105,17 @@ def compacted_config() -> dict[str, str]:
     }
 
 
+def assert_checkpoints(
+    svc: MetadataService,
+    parts: Sequence[tuple[uuid.UUID, int]],
+    first_dirty: Callable[[tuple[uuid.UUID, int]], int],
+) -> None:
+    """Each partition's cleaner checkpoint in metadata (none: 0) is the model's first dirty offset."""
+    cps = svc.compaction_leases.checkpoints([PartitionKey(t, q) for t, q in parts])
+    for k, cp in cps.items():
+        assert (cp or 0) == first_dirty((k.topic_id, k.partition))
+
+
 def put_segment(
     store: MemoryStore, agent: int, chunk_inputs: Sequence[ChunkInput]
 ) -> tuple[str, bytes, dict[tuple[uuid.UUID, int], ChunkPlacement]]:
@@ -105,3 +143,102 @@ def read_chunk(
         seen += [off - loc.base_offset for off, _ in records]
         yield cb, records
     assert sorted(present) == seen, "chunk bitmap differs from the records present"
+
+
+# ------------------------------------------------------------------ steps and runs
+
+
+@dataclass(frozen=True)
+class Compact:
+    """A step: every job the planner offers now is claimed and run."""
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A step: the clock moves `ms` milliseconds."""
+
+    ms: int
+
+
+async def run_steps(
+    steps: Sequence[object],
+    clock: Clock,
+    produce: Callable[[Any], None],
+    compact: Callable[[], Awaitable[object]],
+    check: Callable[[], None],
+) -> None:
+    """Apply each drawn step (a `Tick`, a `Compact`, else the model's own produce step)
+    and check the world after it."""
+    for step in steps:
+        if isinstance(step, Tick):
+            clock.now += step.ms
+        elif isinstance(step, Compact):
+            await compact()
+        else:
+            produce(step)
+        check()
+
+
+def runner_config(
+    holder: str, clock: Clock, keymap_budget_bytes: int, roll_bytes: int, rules: MergeRules | None = None
+) -> RunnerConfig:
+    """The planner on the injected clock; `rules` None: the default merge rules."""
+    return RunnerConfig(
+        planner=PlannerConfig(holder=holder, clock_ms=clock, rules=rules or MergeRules()),
+        keymap_budget_bytes=keymap_budget_bytes,
+        roll_bytes=roll_bytes,
+    )
+
+
+async def compact_until_settled(
+    md: LocalMetadataClient,
+    store: MemoryStore,
+    topics: Sequence[str],
+    config: RunnerConfig,
+    before_run: Callable[[JobPlan], None],
+) -> list[LeasedJob]:
+    """Claim (one job per topic a round) and run every job the planner offers for `topics`
+    until it offers none; `before_run` sees each plan before its job runs (the model cleans
+    there, as the plan says). Answers the jobs run; fails if it does not settle in 50 rounds."""
+    done: list[LeasedJob] = []
+    for _ in range(50):
+        plans: list[JobPlan] = []
+        for topic in topics:
+            plans += await claim_jobs(md, topic=topic, config=config.planner, max_jobs=1)
+        if not plans:
+            return done
+        for plan in plans:
+            before_run(plan)
+            done.append(await run_leased_job(md, store, plan, config))
+    pytest.fail("compaction did not settle in 50 rounds")
+
+
+async def clean_until(
+    cleaned: Callable[[], bool],
+    clock: Clock,
+    dirty_write: Callable[[], None],
+    compact: Callable[[], Awaitable[object]],
+    check: Callable[[], None],
+    failure: str,
+) -> None:
+    """Until `cleaned()`: the clock past every delete horizon, a dirty write, the clock past
+    the compaction lag (so the write is cleanable), a compaction, a check; at most 20
+    rounds (a tombstone's or marker's horizon is set by one clean and it goes at a later
+    one; a small key map takes several cleans), then fail with `failure`."""
+    for _ in range(20):
+        if cleaned():
+            return
+        clock.now += DRT_MS + 1
+        dirty_write()
+        clock.now += LAG_MS + 1
+        await compact()
+        check()
+    pytest.fail(failure)
+
+
+def run_in_bucket(store: MemoryStore, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run `main()` to its end, then drop `store`'s memory:// bucket (examples leave none behind)."""
+    try:
+        asyncio.run(main())
+    finally:
+        drop_memory_bucket(store.name)

@@ -12,7 +12,8 @@ response header v0/v1 stripped by hand) so that the bytes under test are the bro
     raw.oracle_item # (api_key, api_version, body) for JavaClient.api_oracle
 
 `send_request(bootstrap, request)` is the one-shot form; `fetch_request` and
-`produce_request` build the two data requests tests send most.
+`produce_request` build the two data requests tests send most, `list_offsets_request` the
+offset queries.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from typing import Any, cast
 
 from kio.index import load_response_schema
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v10.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.types import TopicName
+from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
@@ -216,6 +218,26 @@ def fetch_request(
             ),
         ),
         forgotten_topics_data=(),
+    )
+
+
+def list_offsets_request(
+    topic: str, queries: Sequence[tuple[int, int]], *, isolation: int = 0, timeout_ms: int = 0
+) -> ListOffsetsRequest:
+    """A consumer's ListOffsets v10 of `topic`'s (partition, timestamp) queries (timestamp -1:
+    the latest offset, -2: the earliest); `isolation` 1 (read_committed): the latest is the LSO."""
+    return ListOffsetsRequest(
+        replica_id=BrokerId(-1),
+        isolation_level=i8(isolation),
+        timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout_ms)),
+        topics=(
+            ListOffsetsTopic(
+                name=TopicName(topic),
+                partitions=tuple(
+                    ListOffsetsPartition(partition_index=i32(p), timestamp=i64(ts)) for p, ts in queries
+                ),
+            ),
+        ),
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 from agent.commit_watch import CommitWatch
 from agent.timing_wheel import SystemTimer
 from metadata.types import PartitionWatermark
-from tests.unit.test_purgatory import ManualClock
+from tests.unit.test_timing_wheel import ManualClock
 
 T = uuid.uuid4()
 A, B = (T, 0), (T, 1)
@@ -27,11 +27,19 @@ class FakeLongPoll:
         self.calls: list[list[PartitionWatermark]] = []
         self.answers: asyncio.Queue[list[PartitionWatermark] | Exception] = asyncio.Queue()
         self.cancelled = 0
+        self._asked = asyncio.Condition()
+
+    async def asked(self, times: int) -> None:
+        """Until the long poll was asked `times` times."""
+        async with self._asked:
+            await self._asked.wait_for(lambda: len(self.calls) >= times)
 
     async def wait_for_commits(
         self, known: Sequence[PartitionWatermark], timeout_ms: int
     ) -> list[PartitionWatermark]:
-        self.calls.append(list(known))
+        async with self._asked:
+            self.calls.append(list(known))
+            self._asked.notify_all()
         try:
             answer = await self.answers.get()
         except asyncio.CancelledError:
@@ -147,8 +155,7 @@ async def test_long_poll_failure_is_retried() -> None:
     fetch = asyncio.ensure_future(watch.wait({A: 10}, 5_000))
     await settle()
     md.answers.put_nowait(RuntimeError("metadata down"))
-    await asyncio.sleep(0.05)
-    assert len(md.calls) == 2
+    await asyncio.wait_for(md.asked(2), 10)  # asked again after retry_interval_ms
     md.answers.put_nowait([PartitionWatermark(T, 0, 11)])
     assert await fetch is True
     await watch.close()
@@ -172,9 +179,10 @@ async def test_follow_ends_after_the_linger_when_nobody_waits() -> None:
     await settle()
     watch.committed(A, 11)
     assert await fetch is True
+    # real time: the linger is measured on time.monotonic (CommitWatch takes no clock for it)
     await asyncio.sleep(0.01)
     md.answers.put_nowait([])  # the long poll answers: nobody waited for the linger
-    await asyncio.sleep(0.01)
+    await settle()
     assert watch.followed_partitions == 0
     assert len(md.calls) == 1
     await watch.close()

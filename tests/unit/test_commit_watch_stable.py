@@ -13,7 +13,7 @@ from agent.timing_wheel import SystemTimer
 from metadata.types import PartitionFetchInfo, PartitionWatermark
 from tests.unit.test_chunk_cache import loc
 from tests.unit.test_commit_watch import A, FakeLongPoll, T, settle
-from tests.unit.test_purgatory import ManualClock
+from tests.unit.test_timing_wheel import ManualClock
 
 
 async def test_an_unmoved_lso_parks_again_a_moved_one_asks_metadata() -> None:

@@ -12,17 +12,7 @@ from hypothesis import strategies as st
 
 from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from agent.timing_wheel import SystemTimer, monotonic_ms
-
-
-class ManualClock:
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += round(seconds * 1000)
+from tests.unit.test_timing_wheel import ManualClock
 
 
 class Op(DelayedOperation):

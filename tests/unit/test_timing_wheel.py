@@ -15,6 +15,9 @@ from agent.timing_wheel import AsyncTimerDriver, SystemTimer, TimerTask, TimerTa
 
 
 class ManualClock:
+    """Milliseconds moved by the test; `sleep` (the timer's) moves them too. Shared with the
+    purgatory and commit watch tests."""
+
     def __init__(self, now: int = 0) -> None:
         self.now = now
 
