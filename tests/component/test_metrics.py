@@ -98,6 +98,7 @@ async def test_produce_stage_metrics_add_up_each_flushed_file(tmp_path: Path) ->
         assert totals == dict.fromkeys(PRODUCE_STAGES, 0.0)
         assert _stages(m, "skiff_produce_stage_max_seconds") == dict.fromkeys(PRODUCE_STAGES, 0.0)
         files = m[("skiff_produce_files_total", ())]
+        assert m[("skiff_produce_post_seal_estimate_seconds", ())] == 0.0  # nothing learned yet
         for value in (b"first", b"second"):
             await producer.send_and_wait("staged", value)
             # the acknowledgement comes before the file's last stage (resolve) is counted:
@@ -118,6 +119,13 @@ async def test_produce_stage_metrics_add_up_each_flushed_file(tmp_path: Path) ->
                 assert share <= longest[stage] or math.isclose(share, longest[stage]), stage
                 assert longest[stage] <= after[stage], stage
             totals = after
+            # the seal lead learned the files' seal -> commit time (put and commit took some)
+            learned = m[("skiff_produce_post_seal_estimate_seconds", ())]
+            assert (
+                0.0
+                < learned
+                <= longest["queued"] + longest["put"] + longest["ordered"] + longest["commit"] + 1.0
+            )
     finally:
         await producer.stop()
         await running.close()
