@@ -19,12 +19,13 @@ News of commits comes from two places:
   move (an open transaction still writing) parks again without a metadata call.
 
 Following: a partition is followed from the first fetch that waits on it until no fetch
-has waited on it for `follow_linger_ms`, so a consumer at the tail, whose fetches come
-and go, does not restart the long poll on every fetch; a newly followed partition
-restarts it. At most `MAX_FOLLOWED_PARTITIONS` are followed; fetches on others still
-complete on this agent's commits and on their timeout. If the long poll fails (metadata
-unreachable), the follower retries every `retry_interval_ms`, so waiting fetches still
-hear of other agents' commits within about that interval, or time out.
+has waited on it for `follow_linger_ms` (on the injected `monotonic_s` clock), so a
+consumer at the tail, whose fetches come and go, does not restart the long poll on every
+fetch; a newly followed partition restarts it. At most `MAX_FOLLOWED_PARTITIONS` are
+followed; fetches on others still complete on this agent's commits and on their timeout.
+If the long poll fails (metadata unreachable), the follower retries every
+`retry_interval_ms`, so waiting fetches still hear of other agents' commits within about
+that interval, or time out.
 
 Loop-confined like the purgatory: every method runs on the agent's event loop.
 """
@@ -102,6 +103,7 @@ class CommitWatch:
         on_high_watermark: Callable[[Key, int], None] | None = None,
         on_stable: Callable[[Key, int, int], None] | None = None,
         timer: SystemTimer | None = None,
+        monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
         if retry_interval_ms <= 0 or long_poll_ms <= 0 or follow_linger_ms <= 0:
             raise ValueError("retry_interval_ms, long_poll_ms and follow_linger_ms must be positive")
@@ -111,6 +113,7 @@ class CommitWatch:
         self._linger_s = follow_linger_ms / 1000.0
         self._on_hwm = on_high_watermark
         self._on_stable = on_stable
+        self._monotonic_s = monotonic_s  # the follow linger's clock (seconds)
         self.purgatory: DelayedOperationPurgatory[DelayedFetch] = DelayedOperationPurgatory(
             "fetch", timer=timer
         )
@@ -150,7 +153,7 @@ class CommitWatch:
         or `timeout_ms` passes (False)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        now = time.monotonic()
+        now = self._monotonic_s()
         added = False
         for key, hwm in seen.items():
             known = self._known.get(key)
@@ -214,7 +217,7 @@ class CommitWatch:
             self._follower = asyncio.get_running_loop().create_task(self._follow(), name="commit-follower")
 
     def _expire_followed(self) -> None:
-        cutoff = time.monotonic() - self._linger_s
+        cutoff = self._monotonic_s() - self._linger_s
         for key in [k for k, t in self._followed.items() if t < cutoff]:
             if any(not op.is_completed for op in self.purgatory.watchers_for(key)):
                 continue

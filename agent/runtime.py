@@ -235,6 +235,7 @@ def build_agent_context(
         follow_linger_ms=max(60_000, 2 * config.fetch_max_wait_ms_cap),
         on_high_watermark=locations.saw_high_watermark,
         on_stable=locations.saw_stable,
+        monotonic_s=clock.monotonic,
     )
 
     def on_committed(committed: CommittedFile) -> None:

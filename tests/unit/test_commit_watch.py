@@ -1,7 +1,7 @@
 """Long-poll fetches in the purgatory (agent.commit_watch) on a manual clock, with a fake
 metadata long poll: completion by this agent's commits, by other agents' commits (the
 follower), by timeout; deleted partitions; a newly followed partition restarts the long
-poll; cancelled fetches leave the timer; lingering follow ends."""
+poll; cancelled fetches leave the timer; lingering follow ends (on the manual clock too)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ def make(linger_ms: int = 60_000) -> tuple[ManualClock, FakeLongPoll, CommitWatc
         follow_linger_ms=linger_ms,
         on_high_watermark=lambda k, h: seen.append((k, h)),
         timer=SystemTimer(now_ms=clock, sleep=clock.sleep),
+        monotonic_s=lambda: clock.now / 1000,  # the follow linger's clock: the same manual one
     )
     return clock, md, watch, seen
 
@@ -174,17 +175,20 @@ async def test_cancelled_fetch_leaves_the_timer() -> None:
 
 
 async def test_follow_ends_after_the_linger_when_nobody_waits() -> None:
-    _, md, watch, _ = make(linger_ms=1)
+    clock, md, watch, _ = make(linger_ms=100)
     fetch = asyncio.ensure_future(watch.wait({A: 10}, 5_000))
     await settle()
     watch.committed(A, 11)
     assert await fetch is True
-    # real time: the linger is measured on time.monotonic (CommitWatch takes no clock for it)
-    await asyncio.sleep(0.01)
-    md.answers.put_nowait([])  # the long poll answers: nobody waited for the linger
+    clock.now += 99  # the last wait is younger than the linger: still followed
+    md.answers.put_nowait([])  # the long poll answers and is asked again
+    await asyncio.wait_for(md.asked(2), 10)
+    assert watch.followed_partitions == 1
+    clock.now += 2  # past the linger, and nobody waited
+    md.answers.put_nowait([])
     await settle()
     assert watch.followed_partitions == 0
-    assert len(md.calls) == 1
+    assert len(md.calls) == 2  # the follower stopped: no third long poll
     await watch.close()
 
 
