@@ -18,6 +18,14 @@ News of commits comes from two places:
   cache) before waiters are woken: a read_committed fetch parked at an LSO that did not
   move (an open transaction still writing) parks again without a metadata call.
 
+Accounting: a fetch that parked (was watched, not completed at once) and then completed
+is counted once, as `parked_woken` (by news: a commit moved the high watermark of one of
+its partitions, or the partition went away) or `parked_expired` (its `max_wait_ms` ran
+out); the agent exports both as `skiff_fetch_delayed_completed_total{by="wake"|"expiry"}`.
+A fetch cancelled while parked (its connection closed) is neither. The fetches of a
+consumer at the tail of a partition being produced to should all be woken: an expiry
+there means a commit did not reach its waiters.
+
 Following: a partition is followed from the first fetch that waits on it until no fetch
 has waited on it for `follow_linger_ms` (on the injected `monotonic_s` clock), so a
 consumer at the tail, whose fetches come and go, does not restart the long poll on every
@@ -58,10 +66,13 @@ class DelayedFetch(DelayedOperation):
     """A waiting fetch: done when `known[k] > seen[k]` for one of its partitions `k`.
 
     `known` is the watch's shared map of the newest watermarks it has heard of; the
-    future gets True if the fetch completed by news, False if by its timeout.
+    future gets True if the fetch completed by news, False if by its timeout. `expired`
+    says which it was for the accounting: the future's value is not enough, since news
+    recorded without a check of the waiters (deferred, see `CommitWatch._follow`) makes
+    an expiring fetch read again too.
     """
 
-    __slots__ = ("_known", "_seen", "_future")
+    __slots__ = ("_known", "_seen", "_future", "expired")
 
     def __init__(
         self, delay_ms: int, known: dict[Key, int], seen: dict[Key, int], future: asyncio.Future[bool]
@@ -70,6 +81,7 @@ class DelayedFetch(DelayedOperation):
         self._known = known
         self._seen = seen
         self._future = future
+        self.expired = False
 
     def _news(self) -> bool:
         known = self._known
@@ -83,7 +95,7 @@ class DelayedFetch(DelayedOperation):
             self._future.set_result(self._news())
 
     def on_expiration(self) -> None:
-        pass
+        self.expired = True
 
     def wake(self) -> None:
         """Complete now as if by news (the fetch reads again), whatever the watermarks say."""
@@ -129,6 +141,9 @@ class CommitWatch:
         # with the watermarks the poll carries).
         self._healthy = False
         self.long_polls = 0  # answered long polls (for metrics and tests)
+        # Parked fetches completed by news / by their timeout (module docstring: Accounting).
+        self.parked_woken = 0
+        self.parked_expired = 0
 
     def start(self) -> None:
         """Drive the purgatory's timer from the running loop."""
@@ -174,12 +189,18 @@ class CommitWatch:
         if added:
             self._start_follower()
         op = DelayedFetch(timeout_ms, self._known, seen, future)
-        self.purgatory.try_complete_else_watch(op, list(seen))
+        parked = not self.purgatory.try_complete_else_watch(op, list(seen))
         try:
-            return await future
+            news = await future
         finally:
             if not op.is_completed:  # the fetch was cancelled: leave the timer now
                 op.force_complete()
+        if parked:
+            if op.expired:
+                self.parked_expired += 1
+            else:
+                self.parked_woken += 1
+        return news
 
     def committed(self, key: Key, high_watermark: int) -> None:
         """This agent committed data to `key`, which now ends at `high_watermark` (the

@@ -17,6 +17,9 @@ plain integer counters and pay nothing per request for metrics:
   the learned part of the seal lead (`agent.seal_deadline`);
 - `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the range cache (`fileformat.objectstore.range_cache`);
 - `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
+- `skiff_fetch_delayed_completed_total{by}`: long-poll fetches that parked in the fetch
+  purgatory and completed, `by="wake"` (a commit moved a watermark they waited on) or
+  `by="expiry"` (their max wait ran out; `agent.commit_watch`);
 - `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
   `skiff_produce_requests_inline_total`: the produce requests among them handled on the
   synchronous path (the others waited for a topic load, a transaction check, buffer room or
@@ -198,6 +201,14 @@ class AgentCollector(Collector):
             "Answered long polls of metadata for other agents' commits",
             value=a.watch.long_polls,
         )
+        parked = CounterMetricFamily(
+            "skiff_fetch_delayed_completed",
+            "Long-poll fetches that parked and completed, by a wake (a commit) or by expiry (max wait)",
+            labels=["by"],
+        )
+        parked.add_metric(["wake"], a.watch.parked_woken)
+        parked.add_metric(["expiry"], a.watch.parked_expired)
+        yield parked
         yield from security_metrics(a.servers or [a.server])
 
 

@@ -69,6 +69,11 @@ async def test_metrics_follow_produce_and_waiting_fetches(tmp_path: Path) -> Non
         assert m[("skiff_connections", ())] >= 2
         await producer.send_and_wait("m", b"y")
         assert (await asyncio.wait_for(pending, 10)).value == b"y"
+        # the parked fetch was completed by the commit of b"y" (a wake), not by its max wait
+        after = await asyncio.to_thread(scrape, port)
+        for by, more in (("wake", 1), ("expiry", 0)):
+            key = ("skiff_fetch_delayed_completed_total", (("by", by),))
+            assert after[key] == m[key] + more, by
     finally:
         await consumer.stop()
         await producer.stop()

@@ -1,7 +1,8 @@
 """Long-poll fetches in the purgatory (agent.commit_watch) on a manual clock, with a fake
 metadata long poll: completion by this agent's commits, by other agents' commits (the
 follower), by timeout; deleted partitions; a newly followed partition restarts the long
-poll; cancelled fetches leave the timer; lingering follow ends (on the manual clock too)."""
+poll; cancelled fetches leave the timer; lingering follow ends (on the manual clock too);
+parked fetches are counted by how they completed (wake or expiry)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from agent import commit_watch
 from agent.commit_watch import CommitWatch
 from agent.timing_wheel import SystemTimer
 from metadata.types import PartitionWatermark
@@ -81,6 +83,7 @@ async def test_own_commit_completes_the_fetch_and_it_leaves_the_timer() -> None:
     watch.committed(B, 7)
     assert await fetch is True
     assert watch.waiting == 0
+    assert (watch.parked_woken, watch.parked_expired) == (1, 0)
     await watch.close()
 
 
@@ -95,6 +98,7 @@ async def test_timeout_answers_false_on_the_manual_clock() -> None:
     clock.now += 1
     watch.purgatory.advance_clock()
     assert await fetch is False
+    assert (watch.parked_woken, watch.parked_expired) == (0, 1)
     await watch.close()
 
 
@@ -108,6 +112,8 @@ async def test_newer_watermark_already_known_completes_at_once_and_distrusts_the
     # A read that came back behind what the watch heard: answered at once.
     assert await watch.wait({A: 11}, 500) is True
     assert seen == [(A, 12)]
+    # only the first fetch parked: one answered at once is neither woken nor expired
+    assert (watch.parked_woken, watch.parked_expired) == (1, 0)
     await watch.close()
 
 
@@ -171,6 +177,7 @@ async def test_cancelled_fetch_leaves_the_timer() -> None:
     with pytest.raises(asyncio.CancelledError):
         await fetch
     assert watch.waiting == 0
+    assert (watch.parked_woken, watch.parked_expired) == (0, 0)  # cancelled: neither
     await watch.close()
 
 
@@ -210,4 +217,26 @@ async def test_news_of_a_partition_this_agent_is_committing_waits_for_that_commi
     await settle()
     assert not late.done()
     assert await asyncio.wait_for(late, 2) is True
+    await watch.close()
+
+
+async def test_a_fetch_that_times_out_with_deferred_news_counts_as_expired(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """News deferred to this agent's own commit (not checked against the waiters) makes the
+    expiring fetch read again (True), but it completed by its timeout: an expiry."""
+    # the settle delay is real time (loop.call_later): out of reach, so only the manual
+    # clock decides
+    monkeypatch.setattr(commit_watch, "LOCAL_SETTLE_MS", 3_600_000)
+    clock, md, watch, _ = make()
+    watch.local_commit_pending = lambda key: key == A
+    fetch = asyncio.ensure_future(watch.wait({A: 10}, 500))
+    await settle()
+    md.answers.put_nowait([PartitionWatermark(T, 0, 12)])
+    await settle()
+    assert not fetch.done()  # the news waits for our commit (or the settle delay) ...
+    clock.now += 500
+    watch.purgatory.advance_clock()  # ... and the max wait runs out first
+    assert await fetch is True
+    assert (watch.parked_woken, watch.parked_expired) == (0, 1)
     await watch.close()
