@@ -289,14 +289,16 @@ def test_truncated_frame_then_close(harness):
 
 
 def test_oversize_size_prefix_closes_at_once_without_reading(harness):
-    errors_before = harness.agent.server.protocol_errors
+    server = harness.agent.server
+    errors_before, read_timeouts_before = server.protocol_errors, server.request_read_timeouts
     with connect(harness.bootstrap) as other, connect(harness.bootstrap) as sock:
-        started = time.monotonic()
         sock.sendall(struct.pack(">i", 2**31 - 1) + b"\x00\x03\x00\x0c")  # claims 2 GiB, sends 4 bytes
-        assert is_closed(sock, timeout=2.0)
-        assert time.monotonic() - started < 2.0
+        assert is_closed(sock)
         assert roundtrip(other, _api_versions(3)).error_code == ErrorCode.none
-    assert harness.agent.server.protocol_errors == errors_before + 1
+    # closed by the size check (a protocol error), not by waiting for the body until
+    # request_read_timeout_ms ran out
+    assert server.protocol_errors == errors_before + 1
+    assert server.request_read_timeouts == read_timeouts_before
 
 
 def test_request_just_above_the_limit_is_refused(tmp_path):
@@ -408,14 +410,13 @@ def test_pipelined_requests_are_answered_in_order_while_handlers_run_concurrentl
     rng = random.Random(7)
     delays = [rng.choice([0.0, 0.01, 0.05, 0.1]) for _ in range(24)]
     with connect(h.bootstrap) as sock:
-        started = time.monotonic()
         sock.sendall(b"".join(encode_request(_probe(f"sleep:{d}"), 100 + i) for i, d in enumerate(delays)))
         for i in range(len(delays)):
             corr, resp = _read_probe(sock)
             assert corr == 100 + i and resp.node_id == 100 + i
-        elapsed = time.monotonic() - started
-    assert elapsed < sum(delays) * 0.8  # they overlapped
-    assert 1 < script.max_running <= 4  # ... but never more than max_inflight_requests
+    # the handlers overlapped (counted by the script, not timed) but never more than
+    # max_inflight_requests ran at once
+    assert 1 < script.max_running <= 4
 
 
 def test_mixed_apis_pipelined_keep_their_order(harness):
