@@ -18,13 +18,14 @@ News of commits comes from two places:
   cache) before waiters are woken: a read_committed fetch parked at an LSO that did not
   move (an open transaction still writing) parks again without a metadata call.
 
-Accounting: a fetch that parked (was watched, not completed at once) and then completed
-is counted once, as `parked_woken` (by news: a commit moved the high watermark of one of
-its partitions, or the partition went away) or `parked_expired` (its `max_wait_ms` ran
-out); the agent exports both as `skiff_fetch_delayed_completed_total{by="wake"|"expiry"}`.
-A fetch cancelled while parked (its connection closed) is neither. The fetches of a
-consumer at the tail of a partition being produced to should all be woken: an expiry
-there means a commit did not reach its waiters.
+Accounting: each wait that parked (was watched, not completed at once) is counted once
+when it completes (a fetch woken with fewer than `min_bytes` parks and counts again), as
+`parked_woken` (by news: a commit moved the high watermark of one of its partitions, or
+the partition went away) or `parked_expired` (its `max_wait_ms` ran out); the agent
+exports both as `skiff_fetch_delayed_completed_total{by="wake"|"expiry"}`. A wait
+cancelled while parked (its connection closed) is neither. The fetches of a consumer at
+the tail of a partition being produced to should all be woken: an expiry there means a
+commit did not reach its waiters.
 
 Following: a partition is followed from the first fetch that waits on it until no fetch
 has waited on it for `follow_linger_ms` (on the injected `monotonic_s` clock), so a

@@ -17,9 +17,10 @@ plain integer counters and pay nothing per request for metrics:
   the learned part of the seal lead (`agent.seal_deadline`);
 - `skiff_fetch_cache_{hits,misses,loads}_total`, `skiff_fetch_cache_bytes`: the range cache (`fileformat.objectstore.range_cache`);
 - `skiff_connections`, `skiff_fetch_followed_partitions`, `skiff_fetch_commit_long_polls`;
-- `skiff_fetch_delayed_completed_total{by}`: long-poll fetches that parked in the fetch
+- `skiff_fetch_delayed_completed_total{by}`: long-poll fetch waits that parked in the fetch
   purgatory and completed, `by="wake"` (a commit moved a watermark they waited on) or
-  `by="expiry"` (their max wait ran out; `agent.commit_watch`);
+  `by="expiry"` (their max wait ran out); a fetch woken with fewer than min_bytes parks
+  and counts again (`agent.commit_watch`);
 - `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
   `skiff_produce_requests_inline_total`: the produce requests among them handled on the
   synchronous path (the others waited for a topic load, a transaction check, buffer room or
