@@ -146,10 +146,36 @@ def write_tx(engine: Engine) -> Iterator[Connection]:
 
 @contextmanager
 def read_tx(engine: Engine) -> Iterator[Connection]:
-    """A read-only transaction (deferred BEGIN on SQLite: a consistent WAL snapshot)."""
-    with engine.connect() as conn, conn.begin() as tx:
-        yield conn
-        tx.rollback()
+    """A read-only transaction whose statements all see one snapshot of the database.
+
+    Reads that combine several statements rely on it: a partition's high watermark and its
+    open transactions (the last stable offset), then its chunks and aborted transactions
+    (find_chunks); the ACL version and the bindings; a group's offsets and its lease. Under
+    READ COMMITTED each statement would take its own snapshot, and a commit landing between
+    two of them would pair, say, a last stable offset with a watermark it never had.
+
+    - PostgreSQL: REPEATABLE READ READ ONLY, set on this connection only. SQLAlchemy's
+      `isolation_level` / `postgresql_readonly` execution options become psycopg's
+      connection attributes, so psycopg starts the transaction with `BEGIN ISOLATION LEVEL
+      REPEATABLE READ READ ONLY` (no extra round trip), and the pool restores the engine's
+      defaults (READ COMMITTED, read-write) when the connection is checked in: write
+      transactions on the same pooled connection later are unaffected. The snapshot is taken
+      at the first statement. Serialization failures (40001) cannot happen here: at
+      REPEATABLE READ PostgreSQL raises them only when a transaction updates, deletes or
+      locks (FOR UPDATE/SHARE) a row that a concurrent transaction changed after the
+      snapshot, and a READ ONLY transaction can do none of these (they fail at once
+      instead, as a programming error). Row writers never wait on these readers (MVCC).
+    - SQLite: a deferred BEGIN. In WAL mode a read transaction keeps the snapshot its first
+      statement saw (its WAL read mark) until it ends, whatever writers commit meanwhile:
+      already one snapshot, nothing to set. (An in-memory database is not in WAL mode; it
+      has a single connection, shared by every transaction, and serves tests.)
+    """
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+        with conn.begin() as tx:
+            yield conn
+            tx.rollback()
 
 
 def _alembic_config(connection: Connection | None = None) -> Any:

@@ -15,6 +15,10 @@ aborted transactions of the returned range are answered, as before, and `aborted
 holds those same ones with their last offsets (`aborted_until` -1: nothing to cache), so
 every entry of `aborted` has its last offset in `aborted_ranges` (Spark's executors close
 an aborted range there when its ABORT marker is lost).
+
+Each call reads in one read transaction (metadata.db.read_tx), a single snapshot on both
+databases, so what it answers describes one moment: the last stable offset is the one of
+the high watermark answered, and the chunks and aborted transactions are those below it.
 """
 
 from __future__ import annotations
@@ -47,7 +51,6 @@ from metadata.types import (
 )
 
 _FIND_FIRST_PAGE = 4
-_STABLE_READS = 3
 READ_COMMITTED = 1
 _FIND_MAX_PAGE = 256
 
@@ -60,52 +63,17 @@ class Reads:
         """Log start, high watermark and last stable offset of each partition (what the
         commit feed's long poll answers with)."""
         pairs = [(k.topic_id, k.partition) for k in keys]
-        with read_tx(self._db.engine) as conn:
-            states, open_from, unsure = self._stable_states(conn, pairs, pairs)
+        with read_tx(self._db.engine) as conn:  # one snapshot: the LSO is that watermark's
+            states = self._db.dialect.read_partitions(conn, pairs)
+            open_from = transactions.stable_state(conn, [k for k in pairs if k in states])
         out = []
-        for k in keys:
-            s = states.get((k.topic_id, k.partition))
+        for k in pairs:
+            s = states.get(k)
             if s is None:
                 out.append(PartitionState(UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            lso = min(s[1], open_from.get((k.topic_id, k.partition), s[1]))
-            out.append(PartitionState(NONE, s[0], s[1], -1 if (k.topic_id, k.partition) in unsure else lso))
+            out.append(PartitionState(NONE, s[0], s[1], min(s[1], open_from.get(k, s[1]))))
         return out
-
-    def _stable_states(
-        self, conn: Connection, pairs: list[tuple[uuid.UUID, int]], stable: list[tuple[uuid.UUID, int]]
-    ) -> tuple[dict[tuple[uuid.UUID, int], tuple[int, int]], dict[tuple[uuid.UUID, int], int], set[Any]]:
-        """(log start, high watermark) of `pairs`, the first offset of the oldest open
-        transaction of the `stable` ones that have one, and the partitions whose two reads
-        could not be matched. Each statement may see its own snapshot (PostgreSQL's READ
-        COMMITTED): a commit of markers between the two reads would show a last stable offset
-        past a transaction that the watermark read still has open. So the watermarks are
-        read again after the open transactions; a partition whose watermark moved in between
-        (every commit that changes its open transactions moves it) is read again, at most
-        `_STABLE_READS` times, then reported unsure (its LSO computed from the watermark
-        read before the open transactions, as this code did before)."""
-        states = self._db.dialect.read_partitions(conn, pairs)
-        open_from: dict[tuple[uuid.UUID, int], int] = {}
-        todo = sorted({k for k in stable if k in states})
-        for attempt in range(_STABLE_READS):
-            if not todo:
-                break
-            last = attempt == _STABLE_READS - 1
-            found = transactions.stable_state(conn, todo)
-            after = self._db.dialect.read_partitions(conn, todo)
-            moved = []
-            for k in todo:
-                if k in found:
-                    open_from[k] = found[k]
-                else:
-                    open_from.pop(k, None)
-                now = after.get(k)
-                if now is not None and now[1] != states[k][1]:
-                    moved.append(k)
-                    if not last:  # else the first read stays, with the transactions read after it
-                        states[k] = now
-            todo = moved
-        return states, open_from, set(todo)
 
     def file_chunks(self, object_key: str) -> FileChunks:
         """The chunk rows that point into one object, by (topic, partition, offset): what an
@@ -133,12 +101,16 @@ class Reads:
         is below the high watermark. Reads at most a few pages of the chunk index per
         query, however far behind the reader is."""
         out: list[PartitionFetchInfo] = []
+        # one snapshot (read_tx): the watermark, the open transactions (LSO), the chunks and
+        # the aborted transactions all describe the same moment
         with read_tx(self._db.engine) as conn:
-            committed = [(q.topic_id, q.partition) for q in queries if q.isolation_level == READ_COMMITTED]
-            # (a partition whose reads could not be matched keeps the answer this code gave before)
-            states, open_from, _ = self._stable_states(
-                conn, [(q.topic_id, q.partition) for q in queries], committed
-            )
+            states = self._db.dialect.read_partitions(conn, [(q.topic_id, q.partition) for q in queries])
+            committed = [
+                (q.topic_id, q.partition)
+                for q in queries
+                if q.isolation_level == READ_COMMITTED and (q.topic_id, q.partition) in states
+            ]
+            open_from = transactions.stable_state(conn, committed)
             for q in queries:
                 s = states.get((q.topic_id, q.partition))
                 if s is None:

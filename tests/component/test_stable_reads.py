@@ -1,49 +1,102 @@
 """The last stable offset metadata answers belongs to the high watermark it answers with,
-even when a commit of markers lands between the statements that read them (PostgreSQL's
-READ COMMITTED gives each statement its own snapshot; simulated here over SQLite by a
-dialect whose watermark read sees the commit and a transaction read that sees it closed)."""
+even when a commit of markers lands between the statements that read them: each read is
+one snapshot (metadata.db.read_tx), so it answers the moment before that commit, never a
+watermark of one moment with the open transactions of another. The real service on SQLite
+and PostgreSQL (where READ COMMITTED would give each statement its own snapshot); the
+markers' commit is a real `commit_file` on another connection, run right after the read's
+first statement (the watermark read)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from metadata import reads
 from metadata.service import MetadataService
-from metadata.types import FetchQuery, PartitionKey
+from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey
+
+PID = 7001
+TS_MS = 1_700_000_000_000
+READ_COMMITTED = 1
 
 
-def test_a_markers_commit_between_the_reads_is_read_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _commit(svc: MetadataService, topic_id: uuid.UUID, *batches: BatchSpec) -> None:
+    size = sum(b.byte_length for b in batches)
+    (res,) = svc.commit_file(
+        FileSpec(f"agents/a/{uuid.uuid4().hex}", size, 0, "a"), [ChunkSpec(topic_id, 0, batches)]
+    )
+    assert res.error_code == 0 and all(b.error_code == 0 for b in res.batches), res
+
+
+def _open_transaction(svc: MetadataService) -> uuid.UUID:
+    """A topic whose partition 0 holds 4 plain records (offsets 0-3) and a transaction's
+    6 records (4-9), still open: high watermark 10, last stable offset 4."""
+    topic = svc.create_topic(f"stable-{uuid.uuid4().hex[:8]}", 1, {})
+    _commit(
+        svc,
+        topic.topic_id,
+        BatchSpec(0, 100, 4, 4, TS_MS),
+        BatchSpec(100, 100, 6, 6, TS_MS, PID, 0, 0, 0, True),
+    )
+    return topic.topic_id
+
+
+def _commit_markers(svc: MetadataService, topic_id: uuid.UUID) -> None:
+    """The transaction's COMMIT marker (offset 10): high watermark 11, nothing open."""
+    _commit(svc, topic_id, BatchSpec(0, 80, 1, 1, TS_MS, PID, 0, -1, 0, True, 1))
+
+
+def _markers_after_first_watermark_read(
+    svc: MetadataService, topic_id: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], bool]:
+    """Make the next watermark read commit the markers (on another connection: the commit
+    path's own write transaction) once it has read; returns whether that happened."""
+    dialect = svc.reads._db.dialect
+    real = dialect.read_partitions
+    done = []
+
+    def read_partitions(conn: Any, keys: Any) -> Any:
+        seen = real(conn, keys)
+        if not done:
+            done.append(True)  # first: the commit below reads partitions through here too
+            _commit_markers(svc, topic_id)
+        return seen
+
+    monkeypatch.setattr(dialect, "read_partitions", read_partitions)
+    return lambda: bool(done)
+
+
+def test_partition_states_answer_one_moment(
+    metadata_service: MetadataService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    svc = MetadataService.from_url(f"sqlite:///{tmp_path / 'm.db'}")
-    try:
-        topic = svc.create_topic("t", 1, {})
-        key = (topic.topic_id, 0)
-        # the world: a transaction open from offset 4 at watermark 10; its commit markers
-        # (offset 10) land right after the first watermark read
-        world = {"hwm": 10, "open": {key: 4}}
-        dialect = svc.reads._db.dialect
+    svc = metadata_service
+    topic_id = _open_transaction(svc)
+    key = PartitionKey(topic_id, 0)
+    committed = _markers_after_first_watermark_read(svc, topic_id, monkeypatch)
 
-        def read_partitions(conn: Any, pairs: Any) -> dict:
-            seen = {k: (0, world["hwm"]) for k in pairs if k == key}
-            if world["hwm"] == 10:
-                world["hwm"], world["open"] = 11, {}  # the markers commit
-            return seen
+    (state,) = svc.partition_states([key])
+    assert committed()
+    # the moment before the markers: open from 4 at watermark 10 (never LSO 10 at 10)
+    assert (state.high_watermark, state.last_stable_offset) == (10, 4)
+    (state,) = svc.partition_states([key])
+    assert (state.high_watermark, state.last_stable_offset) == (11, 11)
 
-        def stable_state(conn: Any, keys: Any) -> dict:
-            return {k: v for k, v in world["open"].items() if k in keys}
 
-        monkeypatch.setattr(dialect, "read_partitions", read_partitions)
-        monkeypatch.setattr(reads.transactions, "stable_state", stable_state)
-        (state,) = svc.partition_states([PartitionKey(*key)])
-        # never (10, 10): at watermark 10 the transaction was open (its LSO was 4)
-        assert (state.high_watermark, state.last_stable_offset) == (11, 11)
+def test_read_committed_fetch_answers_one_moment(
+    metadata_service: MetadataService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = metadata_service
+    topic_id = _open_transaction(svc)
+    committed = _markers_after_first_watermark_read(svc, topic_id, monkeypatch)
 
-        world["hwm"], world["open"] = 10, {key: 4}
-        (info,) = svc.find_chunks([FetchQuery(topic.topic_id, 0, 0, 1 << 20, 1)])
-        assert (info.high_watermark, info.last_stable_offset) == (11, 11)
-    finally:
-        svc.close()
+    (info,) = svc.find_chunks([FetchQuery(topic_id, 0, 0, 1 << 20, READ_COMMITTED)])
+    assert committed()
+    assert (info.error_code, info.high_watermark, info.last_stable_offset) == (0, 10, 4)
+    # the chunks are those of that moment too: the markers' chunk is not among them
+    assert [(c.base_offset, c.last_offset) for c in info.chunks] == [(0, 9)]
+
+    (info,) = svc.find_chunks([FetchQuery(topic_id, 0, 0, 1 << 20, READ_COMMITTED)])
+    assert (info.high_watermark, info.last_stable_offset) == (11, 11)
+    assert [(c.base_offset, c.last_offset) for c in info.chunks] == [(0, 9), (10, 10)]
