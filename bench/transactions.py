@@ -3,6 +3,8 @@
     python bench/transactions.py [--records 100000] [--record-bytes 100] [--partitions 10]
                                  [--commit-every 100,1000,10000] [--max-txns 300]
                                  [--db sqlite|postgresql://...]
+                                 [--trace 5] [--trace-records 100] [--trace-only]
+                                 [--compare-env SKIFF_X=1[,SKIFF_Y=2]]... [--compare-nagle-proxy]
 
 One `skiff agent` on a moto S3 bucket, with `skiff metadata` (SQLite file by default, or the
 PostgreSQL URL given; a fresh database either way) as its own process behind a counting HTTP
@@ -24,6 +26,21 @@ requests (heartbeats and the transaction coordinator's scans, measured while idl
 cells) is printed so it can be subtracted; per-commit counts include it. Every route's
 per-commit count follows the table. Counters are read after each producer's warm-up (one
 record per partition, in a transaction for the transactional cells), not counted.
+
+The proxy answers with TCP_NODELAY: its headers and body are two writes, and with Nagle's
+algorithm the body waited for the agent's delayed ACK (up to 40 ms per metadata call, which
+this bench used to report as the transactions' cost).
+
+Trace (`--trace N`, after the table; `--trace-only` without it): N transactions of
+`--trace-records` records, one at a time, phase by phase: librdkafka's round trips (its
+`protocol` debug lines) of AddPartitionsToTxn, of each wave of ProduceRequests (a wave: the
+requests sent before the next response; librdkafka sends one per partition and keeps at
+most 5 in flight per connection) and of EndTxn; flush() and commit_transaction() as the
+application sees them; and on the agent's side its produce files' stages
+(`skiff_produce_stage_seconds`) and each metadata route's calls and mean time through the
+proxy. `--compare-env` / `--compare-nagle-proxy` trace more agents, each with its own
+metadata, database, proxy and bucket, interleaved transaction by transaction so they see
+the same load: settings compared in one run.
 """
 
 from __future__ import annotations
