@@ -5,6 +5,7 @@
                                  [--db sqlite|postgresql://...]
                                  [--trace 5] [--trace-records 100] [--trace-only]
                                  [--compare-env SKIFF_X=1[,SKIFF_Y=2]]... [--compare-nagle-proxy]
+                                 [--idempotent-load N,RATE,SECONDS]
 
 One `skiff agent` on a moto S3 bucket, with `skiff metadata` (SQLite file by default, or the
 PostgreSQL URL given; a fresh database either way) as its own process behind a counting HTTP
@@ -40,7 +41,11 @@ application sees them; and on the agent's side its produce files' stages
 (`skiff_produce_stage_seconds`) and each metadata route's calls and mean time through the
 proxy. `--compare-env` / `--compare-nagle-proxy` trace more agents, each with its own
 metadata, database, proxy and bucket, interleaved transaction by transaction so they see
-the same load: settings compared in one run.
+the same load: settings compared in one run (`--compare-env PYTHONPATH=<another checkout>`
+runs that checkout's agent).
+
+Idempotent load (`--idempotent-load N,RATE,SECONDS`, after the trace): N idempotent
+producers at RATE records/s each, on each agent in turn: acks, PUTs/s, ack p50/p99.
 """
 
 from __future__ import annotations
@@ -469,6 +474,87 @@ def trace(stacks: list[Stack], partitions: int, txns: int, records: int, value: 
         print(tracer.agent_side)
 
 
+def _timed(into: list[float]) -> Callable[[object, object], None]:
+    """A delivery callback appending the seconds from now to the delivery to `into`."""
+    t0 = time.perf_counter()
+
+    def done(_err: object, _msg: object) -> None:
+        into.append(time.perf_counter() - t0)
+
+    return done
+
+
+def _paced(
+    p: Producer,
+    topic: str,
+    partitions: int,
+    value: bytes,
+    rate: float,
+    seconds: float,
+    acks_s: list[float],
+    lock: threading.Lock,
+) -> None:
+    """One producer of `idempotent_load`: `rate` records/s for `seconds`, then flush; each
+    record's produce() -> delivery time appended to `acks_s`."""
+    mine: list[float] = []
+    end_s = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < end_s:
+        p.produce(topic, value=value, partition=i % partitions, on_delivery=_timed(mine))
+        i += 1
+        p.poll(0)
+        time.sleep(1.0 / rate)  # pacing the offered load, not synchronising
+    p.flush(60)
+    with lock:
+        acks_s.extend(mine)
+
+
+def idempotent_load(stacks: list[Stack], partitions: int, spec: str, value: bytes) -> None:
+    """`spec` = "N,RATE,SECONDS": on each stack in turn, N idempotent producers (one thread
+    each, linger.ms 5) produce RATE records/s each, record i to partition i % `partitions`,
+    for SECONDS; then each stack's acks, PUTs per second and ack latency (produce() to the
+    delivery callback). With more than 5 partitions each producer's requests come in waves
+    (see `trace`), which is what this measures under many producers."""
+    n, rate, seconds = (float(x) for x in spec.split(","))
+    print(
+        f"\nIdempotent load: {n:.0f} producers x {rate:.0f} records/s over {partitions} partitions, {seconds:.0f} s:\n"
+    )
+    print("| agent | acks | PUTs/s | ack p50 ms | ack p99 ms |")
+    print("|---|---|---|---|---|")
+    for stack in stacks:
+        topic = f"bench-load-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+        for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+            fut.result(30)
+        config = {"bootstrap.servers": stack.bootstrap, "linger.ms": 5, "enable.idempotence": True}
+        producers = [Producer(config) for _ in range(int(n))]
+        for p in producers:  # warm-up: connections, metadata, producer ids
+            for i in range(partitions):
+                p.produce(topic, value=value, partition=i)
+            p.flush(30)
+        m0 = scrape(stack.metrics_port)
+        acks_s: list[float] = []
+        lock = threading.Lock()
+
+        threads = [
+            threading.Thread(target=_paced, args=(p, topic, partitions, value, rate, seconds, acks_s, lock))
+            for p in producers
+        ]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        puts = scrape(stack.metrics_port).get("skiff_object_store_requests:put", 0)
+        puts -= m0.get("skiff_object_store_requests:put", 0)
+        print(
+            f"| {stack.label} | {len(acks_s):,} | {puts / elapsed:.1f} | {1000 * pct(acks_s, 0.5):.0f} |"
+            f" {1000 * pct(acks_s, 0.99):.0f} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=100_000)
@@ -492,6 +578,11 @@ def main() -> None:
         "--compare-nagle-proxy",
         action="store_true",
         help="trace one more agent whose metadata proxy keeps Nagle's algorithm (this bench before its fix)",
+    )
+    ap.add_argument(
+        "--idempotent-load",
+        metavar="N,RATE,SECONDS",
+        help="after the trace: N idempotent producers at RATE records/s each for SECONDS, on every agent",
     )
     ap.add_argument(
         "--db", default="sqlite", help="sqlite, or a PostgreSQL admin URL to create a database on"
@@ -577,6 +668,8 @@ def main() -> None:
             print("\n".join(routes))
         if args.trace:
             trace(stacks, args.partitions, args.trace, args.trace_records, value)
+        if args.idempotent_load:
+            idempotent_load(stacks, args.partitions, args.idempotent_load, value)
     finally:
         for st in stacks:
             st.stop()
