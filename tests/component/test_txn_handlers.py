@@ -283,7 +283,9 @@ def test_end_txn_neither_waits_for_nor_seals_the_open_produce_file(tmp_path: Pat
         added = request_once(h.bootstrap, _add_v3(txn_id, pid, epoch, {topic: [0, 1]}))
         assert set(_codes(added).values()) == {ErrorCode.none}
         buffer = h.agents[0].ctx.parts.produce_buffer
-        topic_id = h.call(h.metadata.describe_topics([topic]))[topic].topic_id
+        md = h.metadata
+        assert md is not None
+        topic_id = h.call(md.describe_topics([topic]))[topic].topic_id
         batch = build_batch([Record(0, 1_000, b"k", b"v", ())])
         pending = PendingBatch(batch, 1, 1, 1_000, 1_000)
 
@@ -298,7 +300,7 @@ def test_end_txn_neither_waits_for_nor_seals_the_open_produce_file(tmp_path: Pat
             committed=True,
         )
         assert request_once(h.bootstrap, end).error_code == ErrorCode.none
-        described = h.call(h.metadata.describe_txns([txn_id]))[txn_id]
+        described = h.call(md.describe_txns([txn_id]))[txn_id]
         assert described is not None and described.state is TxnState.COMPLETE_COMMIT
         assert h.agents[0].ctx.parts.transactions.markers_written == 1
         assert not any(f.done() for f in parked) and buffer.files_flushed == 0
