@@ -34,6 +34,12 @@ bucket refusing PUTs) costs a file every minute at most, not every second. A top
 meanwhile does not block it: the commit refuses that topic's markers only
 (UNKNOWN_TOPIC_OR_PARTITION per chunk) and still completes the transaction.
 
+Where the markers' time goes: `marker_seconds` sums, over the marker files written, the
+PUT and the metadata commit (seconds of the injected monotonic clock; a DEBUG line per
+file gives both). EndTxn's answer waits for them after its PREPARE write; nothing in it
+waits on a timer or on the produce buffer (measured in docs/benchmarks.md, "Transactions:
+where a transaction's time goes").
+
 Test hook: `SKIFF_TXN_PAUSE_BEFORE_MARKERS` (agent.txn_pause_hook, environment only, never
 for production) makes `finish` stop before it writes the markers, so a test can kill the
 coordinator between EndTxn's durable PREPARE_* and the markers.
@@ -44,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -140,6 +147,7 @@ class TxnCoordinator:
         redrive_after_ms: int = DEFAULT_REDRIVE_AFTER_MS,
         max_retry_delay_ms: int = DEFAULT_MAX_RETRY_DELAY_MS,
         key_prefix: str = "segments/",
+        clock_s: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._metadata = metadata
         self._store = store
@@ -157,6 +165,9 @@ class TxnCoordinator:
         # so a transaction whose markers cannot commit does not PUT a file every second.
         self._retry: dict[tuple[str, int, int], tuple[int, int]] = {}
         self.markers_written = 0  # files, for tests and metrics
+        self._clock_s = clock_s
+        # seconds summed over the marker files written: their PUT, their metadata commit
+        self.marker_seconds: dict[str, float] = {"put": 0.0, "commit": 0.0}
         self.pause_hook = TxnPauseHook.from_env()  # a test hook, None in production
 
     def coordinator_for(self, transactional_id: str) -> Broker:
@@ -186,7 +197,9 @@ class TxnCoordinator:
             now = self._wall_ms()
             data, specs = marker_file(record, timestamp_ms=now)
             key = f"{self._key_prefix}{now:013d}-{self._agent_id}-txn-{uuid.uuid4().hex[:16]}.seg"
+            t0 = self._clock_s()
             await self._store.put(key, data)
+            t1 = self._clock_s()
             file = FileSpec(
                 object_key=key,
                 size_bytes=len(data),
@@ -195,6 +208,7 @@ class TxnCoordinator:
                 completes=((record.transactional_id, record.producer_id, record.producer_epoch),),
             )
             results = await self._metadata.commit_file(file, specs)
+            t2 = self._clock_s()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -207,6 +221,15 @@ class TxnCoordinator:
             )
             return False
         self.markers_written += 1
+        self.marker_seconds["put"] += t1 - t0
+        self.marker_seconds["commit"] += t2 - t1
+        log.debug(
+            "transaction %r: markers of %d partitions, PUT %.1f ms, commit %.1f ms",
+            record.transactional_id,
+            len(record.partitions),
+            (t1 - t0) * 1000,
+            (t2 - t1) * 1000,
+        )
         if self._on_committed is not None:
             self._on_committed(CommittedFile(key, data, (), tuple(results), tuple(specs)))
         return True

@@ -235,3 +235,29 @@ async def test_failed_redrives_back_off(env: Env) -> None:
     assert store.puts == 4
     state = (await md.describe_txns(["tx"]))["tx"]
     assert state is not None and state.state is TxnState.PREPARE_COMMIT
+
+
+async def test_marker_seconds_sum_each_files_put_and_commit(env: Env) -> None:
+    """`marker_seconds` (where EndTxn's markers spend their time) reads the injected
+    monotonic clock around the PUT and the commit of each marker file, and only then."""
+    ticks = iter(range(0, 1_000, 2))  # every reading 2 s after the previous one
+    coordinator = TxnCoordinator(
+        metadata=env.md,
+        store=env.store,  # type: ignore[arg-type]
+        agents=env.agents,
+        agent_id="a",
+        wall_ms=env.clock,
+        clock_s=lambda: float(next(ticks)),
+    )
+    md, topic = env.md, await env.topic()
+    pid = (await md.init_txn_producer_id("tx", 60_000)).producer_id
+    await md.add_partitions_to_txn("tx", pid, 0, [(str(topic.topic_id), 0), (str(topic.topic_id), 1)])
+    end = await md.end_txn("tx", pid, 0, True)
+    assert end.record is not None and await coordinator.finish(end.record)
+    assert coordinator.marker_seconds == {"put": 2.0, "commit": 2.0}
+    # offsets only: no marker file, nothing timed
+    assert await md.add_offsets_to_txn("tx", pid, 0, "g") == 0
+    end = await md.end_txn("tx", pid, 0, True)
+    assert end.record is not None and await coordinator.finish(end.record)
+    assert coordinator.marker_seconds == {"put": 2.0, "commit": 2.0}
+    assert coordinator.markers_written == 1

@@ -1,14 +1,17 @@
 """The transactional Kafka APIs over TCP against one agent (raw kio requests): error codes
 as each request version knows them (PRODUCER_FENCED since KIP-588's versions,
 INVALID_PRODUCER_EPOCH before), unknown topics, the batched AddPartitionsToTxn v4 with
-`verify_only`, and the operators' DescribeTransactions / ListTransactions."""
+`verify_only`, the operators' DescribeTransactions / ListTransactions, and EndTxn's
+markers bypassing the produce buffer's flush interval."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kio.schema.add_partitions_to_txn.v1.request import AddPartitionsToTxnRequest as AddV1
@@ -27,8 +30,11 @@ from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
+from agent.produce_buffer import PendingBatch
 from fileformat.record_build import build_batch
 from fileformat.record_decode import Record
+from metadata.txn_state import TxnState
+from metadata.types import BatchResult
 from tests.component.fake_metadata import AgentHarness, request_once
 from tests.support.kafka_wire import list_offsets_request, produce_request
 
@@ -262,3 +268,43 @@ def test_list_offsets_latest_read_committed_is_the_lso(harness: AgentHarness) ->
     )
     assert request_once(harness.bootstrap, end).error_code == ErrorCode.none
     assert (latest(0), latest(1)) == (4, 4)  # + the ABORT marker; stable again
+
+
+def test_end_txn_neither_waits_for_nor_seals_the_open_produce_file(tmp_path: Path) -> None:
+    """EndTxn's markers are their own file, PUT and committed at once: with a one-hour
+    flush interval and another producer's batch parked in the open produce file, EndTxn
+    is answered, the transaction is complete and the parked batch is still waiting (the
+    transaction's latency owes nothing to the flush interval but its produce waves)."""
+    h = AgentHarness(tmp_path, flush_interval_ms=3_600_000).start()
+    try:
+        topic = _topic(h)
+        txn_id = f"tx-{uuid.uuid4()}"
+        pid, epoch = _init(h, txn_id)
+        added = request_once(h.bootstrap, _add_v3(txn_id, pid, epoch, {topic: [0, 1]}))
+        assert set(_codes(added).values()) == {ErrorCode.none}
+        buffer = h.agents[0].ctx.parts.produce_buffer
+        md = h.metadata
+        assert md is not None
+        topic_id = h.call(md.describe_topics([topic]))[topic].topic_id
+        batch = build_batch([Record(0, 1_000, b"k", b"v", ())])
+        pending = PendingBatch(batch, 1, 1, 1_000, 1_000)
+
+        async def park() -> list[asyncio.Future[BatchResult]]:
+            return await buffer.append_nowait(topic_id, 1, [pending])
+
+        parked = h.call(park())
+        end = EndV3(
+            transactional_id=TransactionalId(txn_id),
+            producer_id=ProducerId(pid),
+            producer_epoch=i16(epoch),
+            committed=True,
+        )
+        assert request_once(h.bootstrap, end).error_code == ErrorCode.none
+        described = h.call(md.describe_txns([txn_id]))[txn_id]
+        assert described is not None and described.state is TxnState.COMPLETE_COMMIT
+        assert h.agents[0].ctx.parts.transactions.markers_written == 1
+        assert not any(f.done() for f in parked) and buffer.files_flushed == 0
+        h.call(buffer.flush())  # the parked batch is committed once its file is sealed
+        assert all(f.done() and f.result().error_code == 0 for f in parked)
+    finally:
+        h.stop()
