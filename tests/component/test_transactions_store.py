@@ -129,10 +129,21 @@ def test_racing_first_inits_of_one_id_give_distinct_epochs(metadata_service: Met
 
 
 def _batch(
-    pos: int, count: int, pid: int = -1, seq: int = -1, txn: bool = False, control: int = -1
+    pos: int, count: int, pid: int = -1, seq: int = -1, txn: str | None = None, control: int = -1
 ) -> BatchSpec:
+    """`txn`: the transactional id of a transactional batch (markers carry none)."""
     return BatchSpec(
-        pos, 100, count, count, 0, pid, 0 if pid >= 0 else -1, seq, is_transactional=txn, control_type=control
+        pos,
+        100,
+        count,
+        count,
+        0,
+        pid,
+        0 if pid >= 0 else -1,
+        seq,
+        is_transactional=txn is not None,
+        control_type=control,
+        transactional_id=txn if control < 0 else None,
     )
 
 
@@ -149,8 +160,8 @@ def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(
     metadata_service.commit_file(
         FileSpec("f1", 1000),
         [
-            ChunkSpec(tid, 0, (_batch(0, 2), _batch(100, 2, pid, 0, txn=True))),
-            ChunkSpec(tid, 1, (_batch(200, 1, pid, 2, txn=True),)),
+            ChunkSpec(tid, 0, (_batch(0, 2), _batch(100, 2, pid, 0, txn="tx"))),
+            ChunkSpec(tid, 1, (_batch(200, 1, pid, 2, txn="tx"),)),
         ],
     )
 
@@ -172,8 +183,8 @@ def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(
     metadata_service.commit_file(
         FileSpec("markers", 1000, completes=(("tx", pid, 0),)),
         [
-            ChunkSpec(tid, 0, (_batch(0, 1, pid, txn=True, control=0),)),
-            ChunkSpec(tid, 1, (_batch(100, 1, pid, txn=True, control=0),)),
+            ChunkSpec(tid, 0, (_batch(0, 1, pid, txn="tx", control=0),)),
+            ChunkSpec(tid, 1, (_batch(100, 1, pid, txn="tx", control=0),)),
         ],
     )
     p0 = committed(0)
@@ -186,8 +197,9 @@ def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(
 
     # a second transaction of another producer, left open, holds the LSO at its first offset
     other = txns.init_producer_id("tx2", 60_000)
+    txns.add_partitions("tx2", other.producer_id, 0, [(str(tid), 0)])
     metadata_service.commit_file(
-        FileSpec("f3", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, other.producer_id, 0, txn=True),))]
+        FileSpec("f3", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, other.producer_id, 0, txn="tx2"),))]
     )
     metadata_service.commit_file(FileSpec("f4", 1000), [ChunkSpec(tid, 0, (_batch(0, 1),))])
     p0 = committed(0)
