@@ -354,3 +354,29 @@ def test_one_statement_reads_the_transactions_of_a_commit(metadata_service: Meta
         event.remove(metadata_service.engine, "before_cursor_execute", count)
     assert all(b.error_code == 0 for r in results for b in r.batches)
     assert len(reads) == 1
+
+
+def test_a_group_commit_judges_a_late_batch_as_if_committed_after_the_marker(
+    metadata_service: MetadataService,
+) -> None:
+    """Files committed together in one database transaction (group commit) share one read
+    of the transactions: the marker file that completes a transaction, then a late batch
+    of it in the same group, is refused as it would be committed alone after the marker
+    (the record read is PREPARE_ABORT already)."""
+    tid = metadata_service.describe_topics(["t"])["t"].topic_id
+    txns = metadata_service.transactions
+    pid = txns.init_producer_id("tx", 60_000).producer_id
+    txns.add_partitions("tx", pid, 0, [(str(tid), 0)])
+    assert txns.end_txn("tx", pid, 0, commit=False).write_markers
+    marker = BatchSpec(0, 100, 1, 1, 0, pid, 0, -1, is_transactional=True, control_type=0)
+    markers, late = metadata_service.commits.commit_group(
+        [
+            (FileSpec("markers", 1000, completes=(("tx", pid, 0),)), [ChunkSpec(tid, 0, (marker,))]),
+            (FileSpec("late", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, pid, 0, txn="tx"),))]),
+        ]
+    )
+    assert markers[0].batches[0].error_code == 0
+    assert late[0].batches[0].error_code == ts.INVALID_TXN_STATE
+    assert _open_rows(metadata_service) == []
+    described = txns.describe(["tx"])["tx"]
+    assert described is not None and described.state is TxnState.COMPLETE_ABORT
