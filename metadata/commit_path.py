@@ -142,16 +142,16 @@ class CommitPath:
             all_keys = [k for ks in spec_keys for k in ks]
             pkeys = producer_keys(all_specs, all_keys, locked)
             pstate = self._db.dialect.load_producer_state(conn, tindex, pkeys)
-            if existing:
-                if len(items) > 1:
-                    return None
-                file, specs = items[0]
-                return [self._answer_recommit(conn, file, specs, spec_keys[0], tindex, locked, pstate)]
+            if existing and len(items) > 1:
+                return None
             # Read once for the group: a file of the group can only complete a transaction
             # that is already PREPARE_* here (its markers were written after EndTxn), which
             # refuses that transaction's data batches as COMPLETE_* would.
             txn_ids = transactional_ids(all_specs, all_keys, locked)
             txns: TxnRecords = load_for_commit(conn, txn_ids) if txn_ids else {}
+            if existing:
+                file, specs = items[0]
+                return [self._answer_recommit(conn, file, specs, spec_keys[0], tindex, locked, pstate, txns)]
             plans = []
             for (_, specs), ks in zip(items, spec_keys, strict=True):
                 plan = plan_commit(specs, ks, locked, pstate, now, txns)
@@ -189,6 +189,7 @@ class CommitPath:
         tindex: TopicIndex,
         locked: dict[TKey, PartitionRow],
         pstate: ProducerStates,
+        txns: TxnRecords,
     ) -> list[ChunkResult]:
         rows = conn.execute(
             select(chunks.c.topic_id, chunks.c.partition, *LOC_COLS)
@@ -203,7 +204,7 @@ class CommitPath:
             for r in rows
             if r.topic_id in tindex.index
         }
-        results = answer_recommit(file.object_key, chunk_specs, spec_keys, locked, pstate, recorded)
+        results = answer_recommit(file.object_key, chunk_specs, spec_keys, locked, pstate, recorded, txns)
         # The chunks still recorded for each spec (the first answer, lost, carried them).
         out = []
         for spec, result in zip(chunk_specs, results, strict=True):

@@ -303,11 +303,15 @@ def answer_recommit(
     locked: dict[TKey, PartitionRow],
     pstate: ProducerStates,
     recorded: dict[tuple[int, int, int], RecordedChunk],  # (tix, partition, byte_position) -> chunk
+    txns: TxnRecords | None = None,
 ) -> list[ChunkResult]:
     """The answer to a commit of an object key that was committed before (the agent
     retrying after a lost answer), rebuilt from the chunk rows recorded for it: a stored
     batch gets its offset back; a duplicate of a cached idempotent batch its original
-    offset; any other batch was not stored and gets UNKNOWN_SERVER_ERROR (-1)."""
+    offset; a transactional data batch its transaction refuses now (`txns`, read in this
+    transaction) that refusal; any other batch was not stored and gets
+    UNKNOWN_SERVER_ERROR (-1)."""
+    txns = txns if txns is not None else {}
     results: list[ChunkResult] = []
     for spec, key in zip(chunk_specs, spec_keys, strict=True):
         prow = locked.get(key)
@@ -336,6 +340,13 @@ def answer_recommit(
                             NONE, d.base_offset, d.append_time_ms, prow.log_start_offset, duplicate=True
                         )
                     )
+                    continue
+            if b.is_transactional and b.control_type < 0:
+                # Not stored: refused by the first commit, most likely for the reason it
+                # would be refused now (a transaction only moves on: ended, fenced).
+                refused = txn_refusal(b, txns, (str(spec.topic_id), spec.partition))
+                if refused is not None:
+                    out.append(BatchResult(refused[0], error_message=refused[1]))
                     continue
             out.append(
                 BatchResult(

@@ -380,3 +380,22 @@ def test_a_group_commit_judges_a_late_batch_as_if_committed_after_the_marker(
     assert _open_rows(metadata_service) == []
     described = txns.describe(["tx"])["tx"]
     assert described is not None and described.state is TxnState.COMPLETE_ABORT
+
+
+def test_a_recommit_answers_a_refused_transactional_batch_with_its_refusal(
+    metadata_service: MetadataService,
+) -> None:
+    """The agent retries a commit whose answer was lost: the stored batch gets its offset
+    back, the refused transactional batch the refusal (not UNKNOWN_SERVER_ERROR)."""
+    tid = metadata_service.describe_topics(["t"])["t"].topic_id
+    txns = metadata_service.transactions
+    pid = txns.init_producer_id("tx", 60_000).producer_id
+    txns.add_partitions("tx", pid, 0, [(str(tid), 0)])
+    specs = [
+        ChunkSpec(tid, 0, (_batch(0, 1, pid, 0, txn="tx"),)),
+        ChunkSpec(tid, 1, (_batch(100, 1, pid, 1, txn="tx"),)),  # partition 1 was not added
+    ]
+    first = metadata_service.commit_file(FileSpec("f", 1000), specs)
+    again = metadata_service.commit_file(FileSpec("f", 1000), specs)
+    codes = [[(b.error_code, b.base_offset) for b in r.batches] for r in (*first, *again)]
+    assert codes == [[(0, 0)], [(ts.INVALID_TXN_STATE, -1)]] * 2
