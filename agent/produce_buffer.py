@@ -77,6 +77,9 @@ class PendingBatch(NamedTuple):
     base_sequence: int = -1
     timestamp_type: int = 0
     is_transactional: bool = False
+    # A transactional batch's Produce request's transactional id: the commit checks the
+    # batch against that id's transaction (metadata.txn_state.check_produce).
+    transactional_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -410,6 +413,7 @@ class ProduceBuffer:
                             base_sequence=b.base_sequence,
                             timestamp_type=b.timestamp_type,
                             is_transactional=b.is_transactional,
+                            transactional_id=b.transactional_id,
                         )
                         for b, pos in zip(batches, placement.batch_positions, strict=True)
                     ),

@@ -6,8 +6,14 @@ accepted batches; its answer carries, per chunk spec, the batches' offsets and t
 locations of the chunk rows written (`ChunkResult.locations`).
 
 Steps of the transaction (`_commit_tx`): lock the partitions of every file (sorted
-(topic id, partition) order), read their state and their producers' state, plan each
-file in order (pure: `metadata.commit_plan`), write. The statements are the dialect's
+(topic id, partition) order), read their state, their producers' state and the records
+of the transactional ids of their transactional batches (one statement for the whole
+group: `transactions.load_for_commit`), plan each file in order (pure:
+`metadata.commit_plan`), write. The commit is the one place that decides whether a
+transactional batch may be stored (its transaction ongoing, with its producer id and
+epoch, holding the partition): checked in the transaction that assigns its offsets, so a
+transaction that ends (EndTxn, a timeout, a fencing InitProducerId) between the Produce
+request and the commit cannot be reopened by a late batch. The statements are the dialect's
 (`metadata.dialect.CommitSql`: PostgreSQL or SQLite); the logic here is written once.
 
 Group commit: commits that arrive while another is running (other threads of this
@@ -38,16 +44,18 @@ from metadata.commit_plan import (
     RecordedChunk,
     TKey,
     TopicIndex,
+    TxnRecords,
     answer_recommit,
     plan_commit,
     producer_keys,
+    transactional_ids,
     with_locations,
 )
 from metadata.db import write_tx
 from metadata.group_commit import GroupCommitter
 from metadata.rows import LOC_COLS, Db, allocate_producer_id, location_of
 from metadata.schema import chunks, files
-from metadata.transactions import apply_commit_events
+from metadata.transactions import apply_commit_events, load_for_commit
 from metadata.types import ChunkResult, ChunkSpec, FileSpec
 from metadata.validation import check_commit
 
@@ -70,7 +78,10 @@ class CommitPath:
 
         Per batch: unknown topic/partition -> the whole chunk fails with 3 (the others
         commit); a batch larger than the topic's max.message.bytes -> 10; idempotence
-        failures -> 45/47 (see metadata.idempotence); a duplicate of a cached batch ->
+        failures -> 45/47 (see metadata.idempotence); a transactional data batch whose
+        transactional id's record does not show its producer id and epoch with an ongoing
+        transaction holding the partition -> 47/48 (metadata.txn_state.check_produce);
+        a duplicate of a cached batch ->
         success with its original offsets, not stored again (its bytes stay in the file,
         no chunk row points at them). If no batch is stored, the file row is recorded as
         `deleting` (GC removes the object). If the object key was already committed (a
@@ -127,18 +138,23 @@ class CommitPath:
         object_keys = [f.object_key for f, _ in items]
         with write_tx(self._db.engine) as conn:
             locked, existing = self._db.dialect.lock_for_commit(conn, tindex, keys, object_keys)
-            pkeys = producer_keys(
-                [c for _, specs in items for c in specs], [k for ks in spec_keys for k in ks], locked
-            )
+            all_specs = [c for _, specs in items for c in specs]
+            all_keys = [k for ks in spec_keys for k in ks]
+            pkeys = producer_keys(all_specs, all_keys, locked)
             pstate = self._db.dialect.load_producer_state(conn, tindex, pkeys)
+            if existing and len(items) > 1:
+                return None
+            # Read once for the group: a file of the group can only complete a transaction
+            # that is already PREPARE_* here (its markers were written after EndTxn), which
+            # refuses that transaction's data batches as COMPLETE_* would.
+            txn_ids = transactional_ids(all_specs, all_keys, locked)
+            txns: TxnRecords = load_for_commit(conn, txn_ids) if txn_ids else {}
             if existing:
-                if len(items) > 1:
-                    return None
                 file, specs = items[0]
-                return [self._answer_recommit(conn, file, specs, spec_keys[0], tindex, locked, pstate)]
+                return [self._answer_recommit(conn, file, specs, spec_keys[0], tindex, locked, pstate, txns)]
             plans = []
             for (_, specs), ks in zip(items, spec_keys, strict=True):
-                plan = plan_commit(specs, ks, locked, pstate, now)
+                plan = plan_commit(specs, ks, locked, pstate, now, txns)
                 for k, hwm in plan.hwms.items():  # the next file of the group goes on from here
                     locked[k].high_watermark = hwm
                 plans.append(plan)
@@ -173,6 +189,7 @@ class CommitPath:
         tindex: TopicIndex,
         locked: dict[TKey, PartitionRow],
         pstate: ProducerStates,
+        txns: TxnRecords,
     ) -> list[ChunkResult]:
         rows = conn.execute(
             select(chunks.c.topic_id, chunks.c.partition, *LOC_COLS)
@@ -187,7 +204,7 @@ class CommitPath:
             for r in rows
             if r.topic_id in tindex.index
         }
-        results = answer_recommit(file.object_key, chunk_specs, spec_keys, locked, pstate, recorded)
+        results = answer_recommit(file.object_key, chunk_specs, spec_keys, locked, pstate, recorded, txns)
         # The chunks still recorded for each spec (the first answer, lost, carried them).
         out = []
         for spec, result in zip(chunk_specs, results, strict=True):

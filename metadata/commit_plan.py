@@ -1,10 +1,17 @@
 """Planning a file commit: assigning offsets to its batches, in memory. Pure (no I/O).
 
-The service locks the partitions of a commit, loads their state and the producer state
-of the idempotent batches, and hands them here; `plan_commit` decides every batch's fate
-in commit order (so that a retry landing in the same file is a duplicate of the first
-copy) and returns the rows to write. Topics are referred to by their index in a
-`TopicIndex` (sorted topic ids), which keeps the hot dictionaries keyed by small ints.
+The service locks the partitions of a commit, loads their state, the producer state of
+the idempotent batches and the transactional ids' records of the transactional batches,
+and hands them here; `plan_commit` decides every batch's fate in commit order (so that a
+retry landing in the same file is a duplicate of the first copy) and returns the rows to
+write. Topics are referred to by their index in a `TopicIndex` (sorted topic ids), which
+keeps the hot dictionaries keyed by small ints.
+
+A batch's fate, in Kafka's order (UnifiedLog.analyzeAndValidateProducerState): larger
+than max.message.bytes -> refused; a duplicate of a cached idempotent batch -> its
+original offsets; a transactional data batch whose transaction does not hold it (see
+`txn_state.check_produce`) -> refused; an idempotence error -> refused; else stored.
+A refused batch gets no offsets and no chunk row (its bytes stay in the file, unread).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from metadata import configs, idempotence
+from metadata import configs, idempotence, txn_state
 from metadata.errors import MESSAGE_TOO_LARGE, NONE, UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION
 from metadata.types import BatchResult, BatchSpec, ChunkLocation, ChunkResult, ChunkSpec
 
@@ -83,6 +90,9 @@ class CommitPlan:
 
 
 ProducerStates = dict[PKey, idempotence.ProducerEntry | None]
+# The records of the transactional ids of a commit's transactional batches, as read in the
+# commit's database transaction (ids without a row are absent).
+TxnRecords = dict[str, txn_state.TxnRecord]
 
 
 def last_seq(b: BatchSpec) -> int:
@@ -102,6 +112,37 @@ def producer_keys(
     return list(wanted)
 
 
+def transactional_ids(
+    chunk_specs: Sequence[ChunkSpec], spec_keys: Sequence[TKey], locked: dict[TKey, PartitionRow]
+) -> list[str]:
+    """The transactional ids whose records the commit needs: those of its transactional
+    data batches (markers are the coordinator's), in partitions that exist."""
+    wanted: dict[str, None] = {}
+    for spec, key in zip(chunk_specs, spec_keys, strict=True):
+        if key in locked:
+            for b in spec.batches:
+                if b.transactional_id is not None and b.is_transactional and b.control_type < 0:
+                    wanted[b.transactional_id] = None
+    return list(wanted)
+
+
+def txn_refusal(b: BatchSpec, txns: TxnRecords, partition: txn_state.Partition) -> tuple[int, str] | None:
+    """Why the transactional data batch `b` may not be stored in `partition` (code,
+    message), or None: the rule is `txn_state.check_produce`, on the record of the batch's
+    transactional id."""
+    if b.transactional_id is None:
+        return (
+            txn_state.INVALID_TXN_STATE,
+            "a transactional batch needs its Produce request's transactional id",
+        )
+    return txn_state.check_produce(
+        txns.get(b.transactional_id),
+        producer_id=b.producer_id,
+        epoch=b.producer_epoch,
+        partition=partition,
+    )
+
+
 def _unknown(spec: ChunkSpec) -> ChunkResult:
     msg = f"Unknown topic or partition {spec.topic_id}/{spec.partition}"
     return ChunkResult(
@@ -117,9 +158,13 @@ def plan_commit(
     locked: dict[TKey, PartitionRow],
     pstate: ProducerStates,
     now: int,
+    txns: TxnRecords | None = None,
 ) -> CommitPlan:
     """Assign offsets: contiguous per partition from its high watermark, in commit order.
-    Updates `pstate` in place for accepted idempotent batches (listed in plan.changed)."""
+    Updates `pstate` in place for accepted idempotent batches (listed in plan.changed).
+    `txns`: the records of the transactional ids of the transactional data batches (see
+    `transactional_ids`); a transactional data batch without its record is refused."""
+    txns = txns if txns is not None else {}
     next_offset: dict[TKey, int] = {}
     results: list[ChunkResult] = []
     runs: list[Run] = []
@@ -137,6 +182,7 @@ def plan_commit(
         batch_results: list[BatchResult] = []
         run: Run | None = None
         run_end = -1  # byte position just past the current run
+        part: txn_state.Partition | None = None  # the spec's partition as txn records hold it
         for b in spec.batches:
             pkey: PKey | None = None
             if b.byte_length > prow.max_message_bytes:
@@ -151,18 +197,28 @@ def plan_commit(
                 continue
             if b.producer_id != no_pid and b.control_type >= 0:
                 pkey = None  # markers carry no sequence: written by the coordinator, never retried as data
-            elif b.producer_id != no_pid:
-                pkey = (key[0], key[1], b.producer_id)
-                v = idempotence.check(pstate[pkey], b.producer_epoch, b.base_sequence, last_seq(b))
-                if v.error:
+            else:
+                v: idempotence.Verdict | None = None
+                if b.producer_id != no_pid:
+                    pkey = (key[0], key[1], b.producer_id)
+                    v = idempotence.check(pstate[pkey], b.producer_epoch, b.base_sequence, last_seq(b))
+                    if v.duplicate_of is not None:
+                        d = v.duplicate_of
+                        batch_results.append(
+                            BatchResult(NONE, d.base_offset, d.append_time_ms, log_start, duplicate=True)
+                        )
+                        run = None
+                        continue
+                if b.is_transactional:
+                    if part is None:
+                        part = (str(spec.topic_id), spec.partition)
+                    refused = txn_refusal(b, txns, part)
+                    if refused is not None:
+                        batch_results.append(BatchResult(refused[0], error_message=refused[1]))
+                        run = None
+                        continue
+                if v is not None and v.error:
                     batch_results.append(BatchResult(v.error, error_message=v.message))
-                    run = None
-                    continue
-                if v.duplicate_of is not None:
-                    d = v.duplicate_of
-                    batch_results.append(
-                        BatchResult(NONE, d.base_offset, d.append_time_ms, log_start, duplicate=True)
-                    )
                     run = None
                     continue
             base = nxt
@@ -247,11 +303,15 @@ def answer_recommit(
     locked: dict[TKey, PartitionRow],
     pstate: ProducerStates,
     recorded: dict[tuple[int, int, int], RecordedChunk],  # (tix, partition, byte_position) -> chunk
+    txns: TxnRecords | None = None,
 ) -> list[ChunkResult]:
     """The answer to a commit of an object key that was committed before (the agent
     retrying after a lost answer), rebuilt from the chunk rows recorded for it: a stored
     batch gets its offset back; a duplicate of a cached idempotent batch its original
-    offset; any other batch was not stored and gets UNKNOWN_SERVER_ERROR (-1)."""
+    offset; a transactional data batch its transaction refuses now (`txns`, read in this
+    transaction) that refusal; any other batch was not stored and gets
+    UNKNOWN_SERVER_ERROR (-1)."""
+    txns = txns if txns is not None else {}
     results: list[ChunkResult] = []
     for spec, key in zip(chunk_specs, spec_keys, strict=True):
         prow = locked.get(key)
@@ -280,6 +340,13 @@ def answer_recommit(
                             NONE, d.base_offset, d.append_time_ms, prow.log_start_offset, duplicate=True
                         )
                     )
+                    continue
+            if b.is_transactional and b.control_type < 0:
+                # Not stored: refused by the first commit, most likely for the reason it
+                # would be refused now (a transaction only moves on: ended, fenced).
+                refused = txn_refusal(b, txns, (str(spec.topic_id), spec.partition))
+                if refused is not None:
+                    out.append(BatchResult(refused[0], error_message=refused[1]))
                     continue
             out.append(
                 BatchResult(

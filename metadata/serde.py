@@ -60,6 +60,7 @@ class BatchSpecM(_M):
     timestamp_type: Int32 = 0
     is_transactional: bool = False
     control_type: Annotated[int, Field(ge=-1, le=1)] = -1
+    transactional_id: Annotated[str, Field(max_length=32767)] | None = None
 
 
 class ChunkSpecM(_M):

@@ -95,6 +95,29 @@ def load(conn: Connection, transactional_id: str, *, for_update: bool) -> TxnRec
     return None if row is None else _record_of(row)
 
 
+def load_for_commit(conn: Connection, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
+    """The records of a file commit's transactional ids (one statement per
+    IDS_PER_STATEMENT ids; ids without a row are absent), read without a row lock.
+
+    No lock is needed because the commit has already locked its partitions: a transaction
+    ends in a partition only by its marker's commit, which must lock that partition too.
+    Either that commit came first, and this read (a later statement: READ COMMITTED on
+    PostgreSQL, one writer at a time on SQLite) sees its transaction no longer ongoing,
+    or it waits for this commit, and the batch stored here lands before the marker, inside
+    the transaction the marker ends. EndTxn, a timeout or a fencing InitProducerId that
+    commits after this read only moves the record to PREPARE_*: its markers still come
+    after. Locking the rows instead would queue every commit behind EndTxn and the
+    coordinator's scans."""
+    out: dict[str, TxnRecord] = {}
+    ids = sorted(set(transactional_ids))
+    for i in range(0, len(ids), IDS_PER_STATEMENT):
+        rows = conn.execute(
+            select(transactions).where(_T.transactional_id.in_(ids[i : i + IDS_PER_STATEMENT]))
+        )
+        out.update((r.transactional_id, _record_of(r)) for r in rows)
+    return out
+
+
 def store(conn: Connection, before: TxnRecord | None, after: TxnRecord) -> None:
     values = _values_of(after)
     if before is None:

@@ -238,6 +238,37 @@ def verify_partitions(
     return NONE
 
 
+def check_produce(
+    record: TxnRecord | None, *, producer_id: int, epoch: int, partition: Partition
+) -> tuple[int, str] | None:
+    """May a transactional data batch of `producer_id` at `epoch` be stored in `partition`?
+    None if so, else Produce's (code, message), as Kafka's partition leader answers once
+    the coordinator's verification (KIP-890 part 1) has failed: a producer id that is not
+    the transactional id's current one, or another epoch (fenced, or its transaction timed
+    out and was aborted with a bumped epoch): INVALID_PRODUCER_EPOCH (47; the coordinator's
+    PRODUCER_FENCED / INVALID_PRODUCER_ID_MAPPING, as AddPartitionsToTxnManager maps them);
+    no ongoing transaction holding the partition: INVALID_TXN_STATE (48).
+
+    The file commit applies it to `record` as read in the commit's own database
+    transaction (metadata.commit_plan), which is what closes the window between a check
+    and the write: see docs/transactions.md."""
+    if record is None or record.producer_id != producer_id:
+        return (
+            INVALID_PRODUCER_EPOCH,
+            f"producer id {producer_id} is not the current producer of its transactional id",
+        )
+    if epoch != record.producer_epoch:
+        return (
+            INVALID_PRODUCER_EPOCH,
+            f"epoch {epoch} of producer {producer_id} is not its current epoch {record.producer_epoch}",
+        )
+    if record.state is not TxnState.ONGOING:
+        return INVALID_TXN_STATE, f"the transaction is not ongoing (state {record.state.value})"
+    if partition not in record.partitions:
+        return INVALID_TXN_STATE, "the partition was not added to the ongoing transaction"
+    return None
+
+
 def add_offsets(
     record: TxnRecord | None, *, producer_id: int, epoch: int, group_id: str, now_ms: int
 ) -> Outcome:

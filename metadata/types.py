@@ -69,6 +69,10 @@ class BatchSpec:
     timestamp_type: int = 0
     is_transactional: bool = False  # attribute bit 4
     control_type: int = -1  # a control batch (attribute bit 5): 0 ABORT, 1 COMMIT marker; -1 data
+    # A transactional data batch: its Produce request's transactional id. The commit accepts
+    # the batch only if that id's transaction is ongoing, with this producer id and epoch,
+    # and holds the partition (metadata.txn_state.check_produce); None on every other batch.
+    transactional_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,15 @@ Per partition of a request:
    maxTimestamp are set to the agent's receive time and its CRC recomputed, as Kafka does; for
    CreateTime topics a header maxTimestamp that is not the records' largest timestamp is
    corrected the same way (Kafka's `setMaxTimestamp`);
-4. transactional batches are verified (KIP-890 part 1, `_verify_transactional`): the
-   partition must be in the producer's ongoing transaction at its current epoch
-   (INVALID_PRODUCER_EPOCH for a fenced or unknown producer, INVALID_TXN_STATE otherwise);
+4. a transactional batch carries the request's transactional id to the produce buffer; the
+   file commit decides whether it is stored (KIP-890 part 1, in the database transaction
+   that assigns its offsets: metadata.txn_state.check_produce): the partition must be in
+   the producer's ongoing transaction at its current epoch, else the partition's answer is
+   INVALID_PRODUCER_EPOCH (a fenced or unknown producer) or INVALID_TXN_STATE, with a
+   message. Checking here, before the batch waits in the buffer, would cost a metadata
+   request per Produce and still let a transaction that ends meanwhile (a timeout, a new
+   producer instance) be reopened by the late batch; the answer comes with the commit's
+   either way (acks=0 gets none, as in Kafka);
 5. the batches go to the produce buffer (`agent.produce_buffer`); acks=0 returns no
    response at once, acks=1/all wait for the file's commit (all is the same as 1: the
    object store is the replication).
@@ -65,7 +71,6 @@ from agent.handlers import (
     error_of,
 )
 from agent.produce_buffer import PendingBatch
-from agent.protocol import to_error_code
 from agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
 from fileformat.batch_header import (
     ATTRIBUTES_OFFSET,
@@ -122,8 +127,10 @@ def validate_batches(
     compacted: bool = False,
     timestamp_before_max_ms: int = UNBOUNDED_MS,
     timestamp_after_max_ms: int = UNBOUNDED_MS,
+    transactional_id: str | None = None,
 ) -> list[PendingBatch]:
-    """Check a partition's record bytes and describe the batch for the buffer (see module doc)."""
+    """Check a partition's record bytes and describe the batch for the buffer (see module
+    doc); `transactional_id` is the request's, kept on a transactional batch."""
     if not records:
         raise BatchRejected(ErrorCode.invalid_record, "produce request carries no records")
     header = single_batch_header(records)  # the common case: one batch, one header parse
@@ -181,6 +188,7 @@ def validate_batches(
             timestamp_type=ts_type,
             # opens the producer's transaction in this partition at commit (txn_open)
             is_transactional=header.is_transactional,
+            transactional_id=transactional_id if header.is_transactional else None,
         )
     ]
 
@@ -311,54 +319,6 @@ def _combine(index: int, results: Sequence[BatchResult], append_time_ms: int | N
 
 
 Validated = list[tuple[tuple[int, int], Topic, int, list[PendingBatch], int | None]]
-# Produce answers a failed transactional verification as Kafka's partition leader does:
-# a stale or unknown producer is INVALID_PRODUCER_EPOCH (fatal: the producer is fenced).
-_VERIFY_CODES = {90: ErrorCode.invalid_producer_epoch, 49: ErrorCode.invalid_producer_epoch}
-
-
-async def _verify_transactional(
-    ctx: AgentContext,
-    body: Any,
-    validated: Validated,
-    answers: dict[tuple[int, int], Answer],
-) -> Validated:
-    """KIP-890 part 1: a transactional batch is stored only if its partition is in its
-    producer's ongoing transaction at its current epoch (one metadata read per request), so
-    a fenced or timed-out producer cannot reopen a transaction in a partition (which would
-    hold the partition's last stable offset for ever). Refused partitions get an answer now."""
-    txn_id = getattr(body, "transactional_id", None)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, (_, _, _, batches, _) in enumerate(validated):
-        b = batches[0]
-        if b.is_transactional:
-            groups.setdefault((b.producer_id, b.producer_epoch), []).append(i)
-    refused: dict[int, tuple[ErrorCode, str]] = {}
-    for (pid, epoch), indexes in groups.items():
-        if not txn_id:
-            for i in indexes:
-                refused[i] = (
-                    ErrorCode.invalid_txn_state,
-                    "a transactional batch needs the request's transactional id",
-                )
-            continue
-        parts = [(str(validated[i][1].topic_id), validated[i][2]) for i in indexes]
-        try:
-            code = await ctx.metadata.verify_txn_partitions(str(txn_id), pid, epoch, parts)
-        except Exception as exc:
-            code_, message = error_of(exc)
-            if code_ == ErrorCode.unknown_server_error:
-                raise
-            for i in indexes:
-                refused[i] = (code_, message)
-            continue
-        if code:
-            error = _VERIFY_CODES.get(code) or to_error_code(code)
-            for i in indexes:
-                refused[i] = (error, "the partition is not in this producer's ongoing transaction")
-    for i, (code, message) in refused.items():
-        key, _, partition, _, _ = validated[i]
-        answers[key] = _answer(partition, code, message)
-    return [v for i, v in enumerate(validated) if i not in refused]
 
 
 def _check_partitions(
@@ -376,6 +336,7 @@ def _check_partitions(
     txn_allowed = not request_txn_id or authorized(
         ctx, request, Op.WRITE, Resource.TRANSACTIONAL_ID, request_txn_id
     )
+    txn_id = str(request_txn_id) if request_txn_id else None
     answers: dict[tuple[int, int], Answer] = {}
     validated: Validated = []
     for ti, t in enumerate(body.topic_data):
@@ -397,7 +358,7 @@ def _check_partitions(
                 answers[key] = _answer(p.index, ErrorCode.unknown_topic_or_partition)
                 continue
             try:
-                batches = validate_batches(p.records or b"", now_ms=now_ms, **rules)
+                batches = validate_batches(p.records or b"", now_ms=now_ms, transactional_id=txn_id, **rules)
             except BatchRejected as exc:
                 answers[key] = _answer(p.index, exc.code, exc.message, exc.record_errors)
                 continue
@@ -430,8 +391,6 @@ def start_inline(
     if tail is not None and not tail.done():
         return None
     body = request.body
-    if getattr(body, "transactional_id", None):
-        return None  # verified against metadata (an await): the awaiting path
     buffer = ctx.parts.produce_buffer
     try:
         topics: dict[str, Topic] = {}
@@ -444,8 +403,6 @@ def start_inline(
         size = 0
         for v in validated:
             for b in v[3]:
-                if b.is_transactional:
-                    return None
                 size += len(b.data)
         if validated and not buffer.has_room(size):
             return None
@@ -581,9 +538,6 @@ async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
     except Exception as exc:
         lookup_error = error_of(exc)
     answers, validated = _check_partitions(ctx, request, topics, lookup_error, ctx.clock.wall_ms())
-
-    if any(b[3][0].is_transactional for b in validated):
-        validated = await _verify_transactional(ctx, body, validated, answers)
     if ticket.previous is not None:
         await ticket.previous
     pending: dict[tuple[int, int], tuple[list[asyncio.Future[BatchResult]], int | None]] = {}

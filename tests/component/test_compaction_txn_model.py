@@ -115,6 +115,7 @@ class World:
     keymap_budget_bytes: int
     parts: dict[PartKey, MPart]
     pids: list[int]
+    txn_ids: list[str]  # the producers' transactional ids (the commit checks their records)
     files: int = 0
     roll_bytes: int = 1 << 20  # 1: every input chunk ends an output file (a swap each)
 
@@ -127,7 +128,18 @@ def _new_world(svc: MetadataService, clock: Clock, keymap_budget_bytes: int) -> 
         PARTITIONS,
         compacted_config(),
     )
-    base_pid = int(uuid.uuid4().int % (1 << 40)) * 8
+    # Each producer's transaction holds both partitions and stays ongoing: the model writes
+    # markers straight into files (no EndTxn), which close a transaction in a partition
+    # without ending its record, so every later transactional batch is accepted by the commit.
+    txn_ids = [f"m-{tag}-{i}" for i in range(PRODUCERS)]
+    pids = []
+    for txn_id in txn_ids:
+        init = svc.transactions.init_producer_id(txn_id, svc.transactions.max_timeout_ms)
+        svc.transactions.add_partitions(
+            txn_id, init.producer_id, init.producer_epoch, [(str(t.topic_id), p) for p in range(PARTITIONS)]
+        )
+        assert init.producer_epoch == 0
+        pids.append(init.producer_id)
     return World(
         svc,
         LocalMetadataClient(svc),
@@ -136,7 +148,8 @@ def _new_world(svc: MetadataService, clock: Clock, keymap_budget_bytes: int) -> 
         t.topic_id,
         keymap_budget_bytes,
         {(t.topic_id, p): MPart() for p in range(PARTITIONS)},
-        [base_pid + i for i in range(PRODUCERS)],
+        pids,
+        txn_ids,
     )
 
 
@@ -220,7 +233,9 @@ def _produce(w: World, step: Produce) -> None:
                     base_sequence=seq,
                     is_transactional=True,
                 )
-                spec = BatchSpec(0, len(b), len(recs), len(recs), now, pid, 0, seq, 0, True, -1)
+                spec = BatchSpec(
+                    0, len(b), len(recs), len(recs), now, pid, 0, seq, 0, True, -1, w.txn_ids[op.producer]
+                )
             items.append((op, recs, spec))
             built.append(b)
         if not built:
@@ -278,6 +293,7 @@ _SPEC_FIELDS = (
     "timestamp_type",
     "is_transactional",
     "control_type",
+    "transactional_id",
 )
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from sqlalchemy import event, select
 
 from metadata import txn_state as ts
+from metadata.schema import txn_open
 from metadata.service import MetadataService
 from metadata.txn_state import TxnState
 from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionFetchInfo
@@ -129,10 +131,21 @@ def test_racing_first_inits_of_one_id_give_distinct_epochs(metadata_service: Met
 
 
 def _batch(
-    pos: int, count: int, pid: int = -1, seq: int = -1, txn: bool = False, control: int = -1
+    pos: int, count: int, pid: int = -1, seq: int = -1, txn: str | None = None, control: int = -1
 ) -> BatchSpec:
+    """`txn`: the transactional id of a transactional batch (markers carry none)."""
     return BatchSpec(
-        pos, 100, count, count, 0, pid, 0 if pid >= 0 else -1, seq, is_transactional=txn, control_type=control
+        pos,
+        100,
+        count,
+        count,
+        0,
+        pid,
+        0 if pid >= 0 else -1,
+        seq,
+        is_transactional=txn is not None,
+        control_type=control,
+        transactional_id=txn if control < 0 else None,
     )
 
 
@@ -149,8 +162,8 @@ def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(
     metadata_service.commit_file(
         FileSpec("f1", 1000),
         [
-            ChunkSpec(tid, 0, (_batch(0, 2), _batch(100, 2, pid, 0, txn=True))),
-            ChunkSpec(tid, 1, (_batch(200, 1, pid, 2, txn=True),)),
+            ChunkSpec(tid, 0, (_batch(0, 2), _batch(100, 2, pid, 0, txn="tx"))),
+            ChunkSpec(tid, 1, (_batch(200, 1, pid, 2, txn="tx"),)),
         ],
     )
 
@@ -172,8 +185,8 @@ def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(
     metadata_service.commit_file(
         FileSpec("markers", 1000, completes=(("tx", pid, 0),)),
         [
-            ChunkSpec(tid, 0, (_batch(0, 1, pid, txn=True, control=0),)),
-            ChunkSpec(tid, 1, (_batch(100, 1, pid, txn=True, control=0),)),
+            ChunkSpec(tid, 0, (_batch(0, 1, pid, txn="tx", control=0),)),
+            ChunkSpec(tid, 1, (_batch(100, 1, pid, txn="tx", control=0),)),
         ],
     )
     p0 = committed(0)
@@ -186,10 +199,203 @@ def test_commits_track_open_and_aborted_transactions_and_the_last_stable_offset(
 
     # a second transaction of another producer, left open, holds the LSO at its first offset
     other = txns.init_producer_id("tx2", 60_000)
+    txns.add_partitions("tx2", other.producer_id, 0, [(str(tid), 0)])
     metadata_service.commit_file(
-        FileSpec("f3", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, other.producer_id, 0, txn=True),))]
+        FileSpec("f3", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, other.producer_id, 0, txn="tx2"),))]
     )
     metadata_service.commit_file(FileSpec("f4", 1000), [ChunkSpec(tid, 0, (_batch(0, 1),))])
     p0 = committed(0)
     assert (p0.high_watermark, p0.last_stable_offset) == (7, 5)
     assert committed(0, 5).chunks == () and committed(0, 5).aborted == ()
+
+
+def _open_rows(metadata_service: MetadataService) -> list[tuple[object, ...]]:
+    with metadata_service.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(select(txn_open))]
+
+
+@pytest.mark.parametrize("ending", ["timeout", "fenced", "abort"])
+def test_a_batch_checked_before_its_transaction_ended_is_refused_by_the_commit(
+    metadata_service: MetadataService, clock: FakeClock, ending: str
+) -> None:
+    """KIP-890's race: the batch was accepted while its transaction held the partition
+    (Produce's old pre-check, `verify_partitions`, said yes), then waited in an agent's
+    buffer while the transaction ended (timed out and aborted by the coordinator, a new
+    producer instance fencing it, or EndTxn) and its marker was committed. Its commit
+    now refuses it, without offsets: no transaction is reopened after its marker (no
+    `txn_open` row holding the last stable offset for ever)."""
+    tid = metadata_service.describe_topics(["t"])["t"].topic_id
+    txns = metadata_service.transactions
+    pid = txns.init_producer_id("tx", 1_000).producer_id
+    txns.add_partitions("tx", pid, 0, [(str(tid), 0)])
+    assert txns.verify_partitions("tx", pid, 0, [(str(tid), 0)]) == 0
+    if ending == "timeout":
+        clock.now += 1_001
+        (out,) = txns.expire()
+    elif ending == "fenced":
+        out = txns.init_producer_id("tx", 1_000)
+        assert out.error == ts.CONCURRENT_TRANSACTIONS
+    else:
+        out = txns.end_txn("tx", pid, 0, commit=False)
+    assert out.write_markers and out.record is not None
+    epoch = out.record.producer_epoch  # bumped when the coordinator aborted (timeout, fencing)
+    marker = BatchSpec(0, 100, 1, 1, 0, pid, epoch, -1, is_transactional=True, control_type=0)
+    metadata_service.commit_file(
+        FileSpec("markers", 1000, completes=(("tx", pid, epoch),)), [ChunkSpec(tid, 0, (marker,))]
+    )
+    (late,) = metadata_service.commit_file(
+        FileSpec("late", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, pid, 0, txn="tx"),))]
+    )
+    (result,) = late.batches
+    expected = ts.INVALID_TXN_STATE if ending == "abort" else ts.INVALID_PRODUCER_EPOCH
+    assert (result.error_code, result.base_offset) == (expected, -1) and result.error_message
+    assert late.locations == ()  # no chunk row: the batch's bytes stay unreferenced
+    assert _open_rows(metadata_service) == []
+    (info,) = metadata_service.find_chunks([FetchQuery(tid, 0, 0, 1 << 20, isolation_level=1)])
+    assert (info.high_watermark, info.last_stable_offset) == (1, 1)  # the marker alone
+    files = metadata_service.file_chunks("late")
+    assert files.state == "deleting"  # nothing stored: garbage collection removes the object
+
+
+def test_the_commit_checks_producer_epoch_partition_and_state_per_batch(
+    metadata_service: MetadataService,
+) -> None:
+    """Each transactional batch of one file is judged on its own against its transactional
+    id's record: the stored ones get offsets, the others Kafka's Produce codes."""
+    tid = metadata_service.describe_topics(["t"])["t"].topic_id
+    txns = metadata_service.transactions
+    pid = txns.init_producer_id("tx", 60_000).producer_id
+    idle = txns.init_producer_id("idle", 60_000).producer_id  # no transaction open
+    txns.add_partitions("tx", pid, 0, [(str(tid), 0)])
+    wrong_epoch = BatchSpec(300, 100, 1, 1, 0, pid, 1, 1, is_transactional=True, transactional_id="tx")
+    no_id = BatchSpec(400, 100, 1, 1, 0, pid, 0, 1, is_transactional=True)
+    p0, p1 = metadata_service.commit_file(
+        FileSpec("f", 1000),
+        [
+            ChunkSpec(
+                tid,
+                0,
+                (
+                    _batch(0, 1, pid, 0, txn="tx"),  # stored
+                    _batch(100, 1, idle, 0, txn="idle"),  # its id has no ongoing transaction
+                    _batch(200, 1, pid + 1000, 0, txn="tx"),  # not the id's producer
+                    wrong_epoch,
+                    no_id,
+                    _batch(500, 1, pid, 1, txn="nobody"),  # an unknown id
+                    _batch(600, 1),  # plain
+                ),
+            ),
+            ChunkSpec(tid, 1, (_batch(700, 1, pid, 1, txn="tx"),)),  # partition 1 was not added
+        ],
+    )
+    assert [(b.error_code, b.base_offset) for b in p0.batches] == [
+        (0, 0),
+        (ts.INVALID_TXN_STATE, -1),
+        (ts.INVALID_PRODUCER_EPOCH, -1),
+        (ts.INVALID_PRODUCER_EPOCH, -1),
+        (ts.INVALID_TXN_STATE, -1),
+        (ts.INVALID_PRODUCER_EPOCH, -1),
+        (0, 1),
+    ]
+    assert all(b.error_message for b in p0.batches if b.error_code)
+    assert [(b.error_code, b.base_offset) for b in p1.batches] == [(ts.INVALID_TXN_STATE, -1)]
+
+
+def test_a_retried_batch_of_an_ended_transaction_is_still_a_duplicate(
+    metadata_service: MetadataService,
+) -> None:
+    """Kafka's order: a batch already stored (same producer, epoch and sequences) is
+    answered with its offset before the transaction is checked, so a producer's retry
+    after a lost answer is a success even if the transaction has ended since."""
+    tid = metadata_service.describe_topics(["t"])["t"].topic_id
+    txns = metadata_service.transactions
+    pid = txns.init_producer_id("tx", 60_000).producer_id
+    txns.add_partitions("tx", pid, 0, [(str(tid), 0)])
+    batch = _batch(0, 2, pid, 0, txn="tx")
+    (first,) = metadata_service.commit_file(FileSpec("f1", 1000), [ChunkSpec(tid, 0, (batch,))])
+    assert first.batches[0].error_code == 0
+    assert txns.end_txn("tx", pid, 0, commit=True).write_markers
+    marker = BatchSpec(0, 100, 1, 1, 0, pid, 0, -1, is_transactional=True, control_type=1)
+    metadata_service.commit_file(
+        FileSpec("m", 1000, completes=(("tx", pid, 0),)), [ChunkSpec(tid, 0, (marker,))]
+    )
+    (retry,) = metadata_service.commit_file(FileSpec("f2", 1000), [ChunkSpec(tid, 0, (batch,))])
+    (result,) = retry.batches
+    assert (result.error_code, result.base_offset, result.duplicate) == (0, 0, True)
+
+
+def test_one_statement_reads_the_transactions_of_a_commit(metadata_service: MetadataService) -> None:
+    """The commit reads the records of all its transactional ids at once, whatever the
+    number of transactional batches and producers."""
+    tid = metadata_service.describe_topics(["t"])["t"].topic_id
+    txns = metadata_service.transactions
+    batches: dict[int, list[BatchSpec]] = {0: [], 1: []}
+    at = 0
+    for n in range(3):
+        txn_id = f"tx{n}"
+        pid = txns.init_producer_id(txn_id, 60_000).producer_id
+        txns.add_partitions(txn_id, pid, 0, [(str(tid), 0), (str(tid), 1)])
+        for p in (0, 1):
+            for seq in (0, 1):
+                batches[p].append(_batch(at, 1, pid, seq, txn=txn_id))
+                at += 100
+    reads: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if "FROM transactions" in statement:
+            reads.append(statement)
+
+    event.listen(metadata_service.engine, "before_cursor_execute", count)
+    try:
+        results = metadata_service.commit_file(
+            FileSpec("f", at), [ChunkSpec(tid, p, tuple(batches[p])) for p in (0, 1)]
+        )
+    finally:
+        event.remove(metadata_service.engine, "before_cursor_execute", count)
+    assert all(b.error_code == 0 for r in results for b in r.batches)
+    assert len(reads) == 1
+
+
+def test_a_group_commit_judges_a_late_batch_as_if_committed_after_the_marker(
+    metadata_service: MetadataService,
+) -> None:
+    """Files committed together in one database transaction (group commit) share one read
+    of the transactions: the marker file that completes a transaction, then a late batch
+    of it in the same group, is refused as it would be committed alone after the marker
+    (the record read is PREPARE_ABORT already)."""
+    tid = metadata_service.describe_topics(["t"])["t"].topic_id
+    txns = metadata_service.transactions
+    pid = txns.init_producer_id("tx", 60_000).producer_id
+    txns.add_partitions("tx", pid, 0, [(str(tid), 0)])
+    assert txns.end_txn("tx", pid, 0, commit=False).write_markers
+    marker = BatchSpec(0, 100, 1, 1, 0, pid, 0, -1, is_transactional=True, control_type=0)
+    markers, late = metadata_service.commits.commit_group(
+        [
+            (FileSpec("markers", 1000, completes=(("tx", pid, 0),)), [ChunkSpec(tid, 0, (marker,))]),
+            (FileSpec("late", 1000), [ChunkSpec(tid, 0, (_batch(0, 1, pid, 0, txn="tx"),))]),
+        ]
+    )
+    assert markers[0].batches[0].error_code == 0
+    assert late[0].batches[0].error_code == ts.INVALID_TXN_STATE
+    assert _open_rows(metadata_service) == []
+    described = txns.describe(["tx"])["tx"]
+    assert described is not None and described.state is TxnState.COMPLETE_ABORT
+
+
+def test_a_recommit_answers_a_refused_transactional_batch_with_its_refusal(
+    metadata_service: MetadataService,
+) -> None:
+    """The agent retries a commit whose answer was lost: the stored batch gets its offset
+    back, the refused transactional batch the refusal (not UNKNOWN_SERVER_ERROR)."""
+    tid = metadata_service.describe_topics(["t"])["t"].topic_id
+    txns = metadata_service.transactions
+    pid = txns.init_producer_id("tx", 60_000).producer_id
+    txns.add_partitions("tx", pid, 0, [(str(tid), 0)])
+    specs = [
+        ChunkSpec(tid, 0, (_batch(0, 1, pid, 0, txn="tx"),)),
+        ChunkSpec(tid, 1, (_batch(100, 1, pid, 1, txn="tx"),)),  # partition 1 was not added
+    ]
+    first = metadata_service.commit_file(FileSpec("f", 1000), specs)
+    again = metadata_service.commit_file(FileSpec("f", 1000), specs)
+    codes = [[(b.error_code, b.base_offset) for b in r.batches] for r in (*first, *again)]
+    assert codes == [[(0, 0)], [(ts.INVALID_TXN_STATE, -1)]] * 2

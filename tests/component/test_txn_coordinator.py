@@ -60,8 +60,11 @@ class Env:
     async def topic(self) -> Topic:
         return (await self.md.describe_topics(["t"]))["t"]
 
-    async def produce(self, topic: Topic, partition: int, pid: int, epoch: int, seq: int) -> None:
-        """One transactional batch of one record, committed as an agent would."""
+    async def produce(
+        self, topic: Topic, partition: int, pid: int, epoch: int, seq: int, txn: str = "tx"
+    ) -> None:
+        """One transactional batch of one record of transactional id `txn`, committed as an
+        agent would (and stored: the commit checks it against `txn`'s transaction)."""
         batch = build_batch(
             [Record(0, self.clock(), b"k", b"v", ())],
             producer_id=pid,
@@ -72,8 +75,12 @@ class Env:
         data, (pl,) = build_segment([ChunkInput(topic.topic_id, partition, [batch], 1, 1)])
         key = f"segments/data-{pid}-{seq}-{partition}.seg"
         await self.store.put(key, data)
-        spec = BatchSpec(pl.batch_positions[0], len(batch), 1, 1, self.clock(), pid, epoch, seq, 0, True)
-        await self.md.commit_file(FileSpec(key, len(data)), [ChunkSpec(topic.topic_id, partition, (spec,))])
+        at = pl.batch_positions[0]
+        spec = BatchSpec(at, len(batch), 1, 1, self.clock(), pid, epoch, seq, 0, True, -1, txn)
+        (result,) = await self.md.commit_file(
+            FileSpec(key, len(data)), [ChunkSpec(topic.topic_id, partition, (spec,))]
+        )
+        assert result.batches[0].error_code == 0, result
 
     async def committed_view(
         self, topic: Topic, partition: int
@@ -163,7 +170,7 @@ async def test_scan_redrives_a_dead_coordinators_transaction_and_expires(env: En
     # a transaction past its timeout is aborted with its producer fenced
     other = await md.init_txn_producer_id("slow", 1_000)
     await md.add_partitions_to_txn("slow", other.producer_id, 0, [(str(topic.topic_id), 1)])
-    await env.produce(topic, 1, other.producer_id, 0, 0)
+    await env.produce(topic, 1, other.producer_id, 0, 0, txn="slow")
     await env.coordinator.scan_once()
     assert await env.committed_view(topic, 1) == (1, 0, ())
     env.clock.now += 1_001

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,7 +36,7 @@ from agent.produce_buffer import PendingBatch
 from fileformat.record_build import build_batch
 from fileformat.record_decode import Record
 from metadata.txn_state import TxnState
-from metadata.types import BatchResult
+from metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec, PartitionKey
 from tests.component.fake_metadata import AgentHarness, request_once
 from tests.support.kafka_wire import list_offsets_request, produce_request
 
@@ -229,6 +231,59 @@ def test_produce_verifies_transactional_batches(harness: AgentHarness) -> None:
     assert produce(0, epoch, 0) == (ErrorCode.none, 0)
     _init(harness, txn_id)  # a new instance: aborts and fences
     assert produce(0, epoch, 1)[0] == ErrorCode.invalid_producer_epoch
+
+
+def test_a_transaction_fenced_while_its_batch_waits_for_the_commit_stays_closed(
+    harness: AgentHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KIP-890's race through the agent: a transactional batch is accepted while its
+    partition is in the ongoing transaction, and waits for its file's commit; meanwhile a
+    new instance of the producer (InitProducerId) aborts that transaction, and its ABORT
+    marker is committed. The late batch's commit refuses it (INVALID_PRODUCER_EPOCH, with
+    a message): it does not reopen the transaction after its marker, so nothing holds the
+    partition's last stable offset."""
+    topic = _topic(harness)
+    txn_id = f"tx-{uuid.uuid4()}"
+    pid, epoch = _init(harness, txn_id)
+    assert _codes(request_once(harness.bootstrap, _add_v3(txn_id, pid, epoch, {topic: [0]}))) == {
+        (topic, 0): ErrorCode.none
+    }
+    md = harness.metadata
+    assert md is not None
+    topic_id = harness.call(md.describe_topics([topic]))[topic].topic_id
+    commit_file = md.commit_file
+    waiting = threading.Event()  # the data file's commit has been asked for
+    go = asyncio.Event()  # let it through (set on the agents' loop)
+
+    async def held_commit(file: FileSpec, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]:
+        if any(b.producer_id == pid and b.control_type < 0 for c in chunks for b in c.batches):
+            waiting.set()
+            await go.wait()
+        return await commit_file(file, chunks)
+
+    monkeypatch.setattr(md, "commit_file", held_commit)
+    batch = build_batch(
+        [Record(0, 1_000, b"k", b"v", ())],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    req = dataclasses.replace(produce_request(topic, {0: batch}), transactional_id=TransactionalId(txn_id))
+    with ThreadPoolExecutor(1) as pool:
+        produced = pool.submit(request_once, harness.bootstrap, req)
+        try:
+            assert waiting.wait(30)
+            # the agent aborts the ongoing transaction, writes its markers, then answers the
+            # new instance with the next epoch
+            assert _init(harness, txn_id) == (pid, epoch + 2)
+        finally:
+            harness.loop.call_soon_threadsafe(go.set)
+        (p,) = produced.result(30).responses[0].partition_responses
+    assert (p.error_code, int(p.base_offset)) == (ErrorCode.invalid_producer_epoch, -1)
+    assert p.error_message
+    (state,) = harness.call(md.partition_states([PartitionKey(topic_id, 0)]))
+    assert state.high_watermark == state.last_stable_offset == 1  # the ABORT marker alone
 
 
 def test_list_offsets_latest_read_committed_is_the_lso(harness: AgentHarness) -> None:

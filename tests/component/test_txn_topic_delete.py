@@ -78,8 +78,8 @@ async def test_delete_topic_drops_its_txn_rows_and_the_transaction_completes(
     old = (await md.init_txn_producer_id("old", 60_000)).producer_id
     parts_old = [(str(t.topic_id), 0), (str(u.topic_id), 1)]
     assert set((await md.add_partitions_to_txn("old", old, 0, parts_old)).values()) == {0}
-    await e.produce(t, 0, old, 0, 0)
-    await e.produce(u, 1, old, 0, 0)
+    await e.produce(t, 0, old, 0, 0, txn="old")
+    await e.produce(u, 1, old, 0, 0, txn="old")
     end = await md.end_txn("old", old, 0, False)
     assert end.record is not None and await e.coordinator.finish(end.record)
     # the ongoing transaction: data in t/0 and u/1, t/1 added too, offsets staged for t and u

@@ -170,6 +170,31 @@ def test_adding_known_partitions_writes_nothing_and_offsets_join() -> None:
     )
 
 
+def test_a_transactional_batch_is_stored_only_in_its_ongoing_transaction() -> None:
+    """check_produce (the file commit's rule): Kafka's Produce codes, each with a message."""
+    rec = _ongoing()
+    pid, epoch = rec.producer_id, rec.producer_epoch
+
+    def code(
+        record: TxnRecord | None, producer_id: int = pid, epoch_: int = epoch, part: ts.Partition = P0
+    ) -> int:
+        refused = ts.check_produce(record, producer_id=producer_id, epoch=epoch_, partition=part)
+        assert refused is None or refused[1]
+        return 0 if refused is None else refused[0]
+
+    assert code(rec) == 0
+    assert code(rec, part=P1) == ts.INVALID_TXN_STATE  # not added
+    assert code(None) == ts.INVALID_PRODUCER_EPOCH  # an unknown transactional id
+    assert code(rec, producer_id=pid + 1) == ts.INVALID_PRODUCER_EPOCH  # another producer's id
+    assert code(rec, epoch_=epoch - 1) == code(rec, epoch_=epoch + 1) == ts.INVALID_PRODUCER_EPOCH
+    ended = ts.end_txn(rec, producer_id=pid, epoch=epoch, commit=False, now_ms=6).record
+    assert ended is not None and code(ended) == ts.INVALID_TXN_STATE  # PREPARE_ABORT: ending
+    assert code(ts.complete(ended, now_ms=7)) == ts.INVALID_TXN_STATE
+    expired = ts.expire(rec, now_ms=rec.start_ms + rec.timeout_ms + 1)
+    assert expired is not None and expired.record is not None
+    assert code(expired.record) == ts.INVALID_PRODUCER_EPOCH  # aborted with its epoch bumped
+
+
 ALLOWED = {
     (TxnState.EMPTY, TxnState.ONGOING),
     (TxnState.COMPLETE_COMMIT, TxnState.ONGOING),
