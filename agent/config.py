@@ -195,7 +195,7 @@ class AgentConfig:
         default=50,
         metadata={
             "help": "the most by which a file is sealed before flush_interval_ms after its first "
-            "batch: the recent seal-to-commit time (p90 of the last 64 files) plus the time the "
+            "batch: the recent seal-to-commit time (p95 of the last 64 files) plus the time the "
             "batch spent in its client (its CreateTime, trusted only up to this cap); 0 seals "
             "exactly flush_interval_ms after the first batch (fewest PUTs); half of "
             "flush_interval_ms at most, whatever is set"

@@ -134,7 +134,7 @@ class AgentCollector(Collector):
         yield longest
         yield GaugeMetricFamily(
             "skiff_produce_post_seal_estimate_seconds",
-            "p90 of recent files' seal-to-commit time: files are sealed this much (plus the "
+            "p95 of recent files' seal-to-commit time: files are sealed this much (plus the "
             "clients' linger, up to flush_seal_lead_max_ms) before flush_interval_ms",
             value=a.buffer.post_seal_estimate_s,
         )

@@ -181,7 +181,7 @@ class ProduceBuffer:
 
     @property
     def post_seal_estimate_s(self) -> float:
-        """The learned part of the seal lead: p90 of recent files' seal -> commit times."""
+        """The learned part of the seal lead: p95 of recent files' seal -> commit times."""
         return self._deadline.post_seal_estimate_s
 
     def is_committing(self, key: tuple[uuid.UUID, int]) -> bool:

@@ -427,7 +427,7 @@ def run_sweep(
             + ", ".join(
                 f"{st} {last.get(f'skiff_produce_stage_max_seconds:{st}', 0) * 1000:.1f}" for st in _STAGES
             )
-            + f"; seal lead learned at the end (p90 seal -> commit): "
+            + f"; seal lead learned at the end (p95 seal -> commit): "
             f"{last.get('skiff_produce_post_seal_estimate_seconds', 0) * 1000:.1f} ms"
         )
     finally:
