@@ -17,7 +17,7 @@ import pytest
 from metadata.service import MetadataService
 from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey
 
-PID = 7001
+TXN_ID = f"stable-{uuid.uuid4().hex[:8]}"  # a new transactional id per run (the database may be shared)
 TS_MS = 1_700_000_000_000
 READ_COMMITTED = 1
 
@@ -30,26 +30,31 @@ def _commit(svc: MetadataService, topic_id: uuid.UUID, *batches: BatchSpec) -> N
     assert res.error_code == 0 and all(b.error_code == 0 for b in res.batches), res
 
 
-def _open_transaction(svc: MetadataService) -> uuid.UUID:
+def _open_transaction(svc: MetadataService) -> tuple[uuid.UUID, int]:
     """A topic whose partition 0 holds 4 plain records (offsets 0-3) and a transaction's
-    6 records (4-9), still open: high watermark 10, last stable offset 4."""
+    6 records (4-9), still open: high watermark 10, last stable offset 4. Returns the
+    topic and the transaction's producer id (a real transactional id whose transaction
+    holds the partition: the file commit checks that)."""
     topic = svc.create_topic(f"stable-{uuid.uuid4().hex[:8]}", 1, {})
+    pid = svc.transactions.init_producer_id(TXN_ID, 60_000).producer_id
+    svc.transactions.add_partitions(TXN_ID, pid, 0, [(str(topic.topic_id), 0)])
     _commit(
         svc,
         topic.topic_id,
         BatchSpec(0, 100, 4, 4, TS_MS),
-        BatchSpec(100, 100, 6, 6, TS_MS, PID, 0, 0, 0, True),
+        BatchSpec(100, 100, 6, 6, TS_MS, pid, 0, 0, 0, True, -1, TXN_ID),
     )
-    return topic.topic_id
+    return topic.topic_id, pid
 
 
-def _commit_markers(svc: MetadataService, topic_id: uuid.UUID) -> None:
-    """The transaction's COMMIT marker (offset 10): high watermark 11, nothing open."""
-    _commit(svc, topic_id, BatchSpec(0, 80, 1, 1, TS_MS, PID, 0, -1, 0, True, 1))
+def _commit_markers(svc: MetadataService, topic_id: uuid.UUID, pid: int) -> None:
+    """The transaction's COMMIT marker (offset 10), written straight into a file (no
+    EndTxn): high watermark 11, nothing open."""
+    _commit(svc, topic_id, BatchSpec(0, 80, 1, 1, TS_MS, pid, 0, -1, 0, True, 1))
 
 
 def _markers_after_first_watermark_read(
-    svc: MetadataService, topic_id: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    svc: MetadataService, topic_id: uuid.UUID, pid: int, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[[], bool]:
     """Make the next watermark read commit the markers (on another connection: the commit
     path's own write transaction) once it has read; returns whether that happened."""
@@ -61,7 +66,7 @@ def _markers_after_first_watermark_read(
         seen = real(conn, keys)
         if not done:
             done.append(True)  # first: the commit below reads partitions through here too
-            _commit_markers(svc, topic_id)
+            _commit_markers(svc, topic_id, pid)
         return seen
 
     monkeypatch.setattr(dialect, "read_partitions", read_partitions)
@@ -72,9 +77,9 @@ def test_partition_states_answer_one_moment(
     metadata_service: MetadataService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     svc = metadata_service
-    topic_id = _open_transaction(svc)
+    topic_id, pid = _open_transaction(svc)
     key = PartitionKey(topic_id, 0)
-    committed = _markers_after_first_watermark_read(svc, topic_id, monkeypatch)
+    committed = _markers_after_first_watermark_read(svc, topic_id, pid, monkeypatch)
 
     (state,) = svc.partition_states([key])
     assert committed()
@@ -88,8 +93,8 @@ def test_read_committed_fetch_answers_one_moment(
     metadata_service: MetadataService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     svc = metadata_service
-    topic_id = _open_transaction(svc)
-    committed = _markers_after_first_watermark_read(svc, topic_id, monkeypatch)
+    topic_id, pid = _open_transaction(svc)
+    committed = _markers_after_first_watermark_read(svc, topic_id, pid, monkeypatch)
 
     (info,) = svc.find_chunks([FetchQuery(topic_id, 0, 0, 1 << 20, READ_COMMITTED)])
     assert committed()

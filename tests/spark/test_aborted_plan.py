@@ -25,8 +25,20 @@ BATCH_BYTES = 100
 
 
 def _batch(count: int, pid: int, seq: int = -1, control: int = -1) -> BatchSpec:
+    # data batches name their transactional id (the file commit checks the transaction
+    # holds the partition); markers are the coordinator's and name none
     return BatchSpec(
-        0, BATCH_BYTES, count, count, 0, pid, 0, seq, is_transactional=True, control_type=control
+        0,
+        BATCH_BYTES,
+        count,
+        count,
+        0,
+        pid,
+        0,
+        seq,
+        is_transactional=True,
+        control_type=control,
+        transactional_id="tx" if control == -1 else None,
     )
 
 
