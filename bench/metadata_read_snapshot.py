@@ -159,8 +159,16 @@ def populate(svc: MetadataService, partitions: int, files: int) -> tuple[uuid.UU
                 batches.append(BatchSpec(pos, 80, 1, 1, TS_MS, open_txns.pop(p)[0], 0, -1, 0, True, marker))
                 pos += 80
             if i % 10 == 0 and i <= last_txn_file:
-                batches.append(BatchSpec(pos, CHUNK_BYTES, RECORDS, RECORDS, TS_MS, next_pid, 0, 0, 0, True))
-                open_txns[p] = (next_pid, i)
+                # a real transaction holding the partition: the file commit checks it
+                txn_id = f"snap-{topic.topic_id.hex[:8]}-{next_pid}"
+                started = svc.transactions.init_producer_id(txn_id, 600_000)
+                assert started.error == 0, started
+                pid = started.producer_id
+                svc.transactions.add_partitions(txn_id, pid, 0, [(str(topic.topic_id), p)])
+                batches.append(
+                    BatchSpec(pos, CHUNK_BYTES, RECORDS, RECORDS, TS_MS, pid, 0, 0, 0, True, -1, txn_id)
+                )
+                open_txns[p] = (pid, i)
                 next_pid += 1
             else:
                 batches.append(BatchSpec(pos, CHUNK_BYTES, RECORDS, RECORDS, TS_MS))
