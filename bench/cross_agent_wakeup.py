@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,24 +33,12 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.support import pct, start  # noqa: E402
 from fileformat.record_build import build_batch  # noqa: E402
-from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
+from tests.support.agents import free_port  # noqa: E402
 from tests.support.kafka_wire import KafkaWire, fetch_request, produce_request  # noqa: E402
 
 TOPIC = "wakeup"
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def start(args: list[str], port: int, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [*skiff_command(), *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env
-    )
-    wait_for_port(port, proc, log)
-    return proc
 
 
 def trial(fetcher: KafkaWire, producer: KafkaWire, offset: int) -> tuple[float, float]:

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,26 +36,14 @@ from kio.schema.offset_fetch.v8.request import (  # noqa: E402
 from kio.schema.types import GroupId, TopicName  # noqa: E402
 from kio.static.primitive import i32  # noqa: E402
 
+from bench.support import pct, start  # noqa: E402
 from metadata.http_client import HttpMetadataClient  # noqa: E402
 from metadata.types import GroupOffset  # noqa: E402
-from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
+from tests.support.agents import free_port  # noqa: E402
 from tests.support.kafka_wire import KafkaWire  # noqa: E402
 
 TOPIC = "offset-fetch-bench"
 GROUP = "offset-fetch-bench-group"
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def start(args: list[str], port: int, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [*skiff_command(), *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env
-    )
-    wait_for_port(port, proc, log)
-    return proc
 
 
 def request(partitions: int, stable: bool) -> OffsetFetchRequest:

@@ -58,18 +58,12 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.support import pct  # noqa: E402
 from fileformat.objectstore import open_store  # noqa: E402
 from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
 from tests.support.s3servers import S3Server, start_moto, start_seaweed  # noqa: E402
 
 MiB = 1 << 20
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def proc_cpu_s(pid: int) -> float:

@@ -52,6 +52,7 @@ from aiokafka.conn import create_conn  # noqa: E402
 from scramp import ScramClient  # noqa: E402
 
 from agent.sasl import PLAIN, CredentialCache, SaslState  # noqa: E402
+from bench.support import pct  # noqa: E402
 from metadata.api_types import MetadataClient  # noqa: E402
 from metadata.scram_types import (  # noqa: E402
     SCRAM_SHA_256,
@@ -66,11 +67,6 @@ USER = "bench"
 PASSWORD = "bench-secret-password"
 MECHS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def loadavg() -> str:

@@ -74,17 +74,11 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.support import pct  # noqa: E402
 from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
 from tests.support.s3servers import S3Server, start_moto  # noqa: E402
 
 IDLE_WINDOW_S = 3.0  # how long the background metadata request rate is measured
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class CountingProxy:
