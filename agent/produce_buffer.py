@@ -7,8 +7,9 @@ Algorithm:
   passed since then (`flush_interval_ms` is an ack target: the lead is the recent seal ->
   commit time plus the time the batch spent in its client, capped by `seal_lead_max_ms`;
   see `agent.seal_deadline`), or as soon as it holds `flush_max_bytes` or
-  `flush_max_batches` batches, whichever comes first. The batch count bounds the work one file's commit and acks take (per batch:
-  a row in the commit, a handler to resume, a response to encode): without it a file of
+  `flush_max_batches` batches, whichever comes first. The batch count bounds the work one
+  file's commit and acks take (per batch: a row in the commit, a handler to resume, a
+  response to encode): without it a file of
   many small requests (2,300 at 9,000 requests/s) releases them all in one burst that
   delays the tail of its acks past the flush interval (see docs/benchmarks.md).
 - A sealed file is built (chunks sorted by (topic_id, partition), see
@@ -104,10 +105,15 @@ class _OpenFile:
     size_bytes: int = 0
     timer: asyncio.TimerHandle | None = None
     opened_s: float = 0.0  # loop time of the first append
-    deadline_s: float = 0.0  # loop time its timer fires (only ever moved earlier)
     lead_saturated: bool = False  # sealed by the largest lead: no append can move it earlier
+    # (its timer's `when()` is its seal deadline, only ever moved earlier)
     anchor_ms: int = 0  # wall time its seal counts from: its oldest batch's creation, or arrival
     sealed_s: float = 0.0
+
+
+def _oldest_ms(batches: Sequence[PendingBatch]) -> int:
+    """The smallest record timestamp of one partition's batches (nearly always one batch)."""
+    return batches[0].min_timestamp if len(batches) == 1 else min(b.min_timestamp for b in batches)
 
 
 class ObjectPutter(Protocol):
@@ -241,26 +247,21 @@ class ProduceBuffer:
             open_file = self._open = _OpenFile(seq=self._next_seq, opened_s=now_s)
             self._next_seq += 1
             if self._draining:  # no batching wait: sealed once this loop iteration's appends are in
-                open_file.deadline_s = now_s
+                deadline_s = now_s
             else:
-                lead_s = self._deadline.lead_s(self._waited_s(open_file, batches))
-                open_file.deadline_s = now_s + self._flush_interval_s - lead_s
+                lead_s = self._deadline.lead_s(self._waited_s(open_file, _oldest_ms(batches)))
+                deadline_s = now_s + self._flush_interval_s - lead_s
                 open_file.lead_saturated = lead_s >= self._deadline.lead_max_s
-            open_file.timer = loop.call_at(open_file.deadline_s, self._seal_if_open, open_file.seq)
+            open_file.timer = loop.call_at(deadline_s, self._seal_if_open, open_file.seq)
         elif not open_file.lead_saturated and not self._draining:
-            # A batch created (by its client's clock) before the file's start may move the
-            # seal earlier, never later. Unless the lead is capped, that is exactly a first
-            # timestamp below the file's anchor: one int comparison on the hot path, the
-            # clock and the deadline only for such a batch.
-            first_ms = (
-                batches[0].min_timestamp if len(batches) == 1 else min(b.min_timestamp for b in batches)
-            )
-            if 0 < first_ms < open_file.anchor_ms - 1:
-                deadline_s = self._deadline.deadline_s(loop.time(), self._waited_s(open_file, batches))
-                if deadline_s < open_file.deadline_s - 0.001:  # re-arm only for a real move
-                    open_file.deadline_s = deadline_s
-                    if open_file.timer is not None:
-                        open_file.timer.cancel()
+            # A batch created (by its client's clock) before the file's anchor may move the
+            # seal earlier, never later: one int comparison on the hot path, the clock and
+            # the deadline only for such a batch.
+            first_ms = _oldest_ms(batches)
+            if 0 < first_ms < open_file.anchor_ms and open_file.timer is not None:
+                deadline_s = self._deadline.deadline_s(loop.time(), self._waited_s(open_file, first_ms))
+                if deadline_s < open_file.timer.when() - 0.001:  # re-arm only for a real move
+                    open_file.timer.cancel()
                     open_file.timer = loop.call_at(deadline_s, self._seal_if_open, open_file.seq)
         futures: list[asyncio.Future[BatchResult]] = []
         entry = open_file.entries.setdefault((topic_id, partition), [])
@@ -277,15 +278,15 @@ class ProduceBuffer:
             self._seal()
         return futures
 
-    def _waited_s(self, open_file: _OpenFile, batches: Sequence[PendingBatch]) -> float:
-        """How long before now the oldest of `batches` was created, by its client's clock;
-        moves the file's anchor (the wall time its seal counts from) to that creation."""
+    def _waited_s(self, open_file: _OpenFile, first_ms: int) -> float:
+        """How long before now a batch whose oldest record is stamped `first_ms` was created,
+        by its client's clock; moves the file's anchor (the wall time its seal counts from)
+        to that creation, or to now for a batch with no usable timestamp."""
         if not self._deadline.lead_max_s:
             return 0.0
-        first_ms = batches[0].min_timestamp if len(batches) == 1 else min(b.min_timestamp for b in batches)
         now_ms = self._wall_clock_ms()
         waited = waited_s(now_ms, first_ms)
-        anchor_ms = now_ms - int(waited * 1000)
+        anchor_ms = first_ms if waited else now_ms
         if not open_file.anchor_ms or anchor_ms < open_file.anchor_ms:
             open_file.anchor_ms = anchor_ms
         return waited
