@@ -71,6 +71,7 @@ from agent.handlers import (
     Request,
     error_of,
     produce,
+    refusal_response,
 )
 from agent.handlers.api_versions import unsupported_version_response
 from agent.protocol import (
@@ -490,7 +491,13 @@ class Connection:
         """Run the handler (or await `started`, its coroutine already made) and encode its answer."""
         key, version, corr = request.api_key, request.api_version, request.correlation_id
         try:
-            result = await (spec.handler(self.ctx, request) if started is None else started)
+            # The declared cluster gate first (agent.handlers._access): a refused request never
+            # reaches its handler. (`started` is produce's, which has no gate.)
+            refused = None if started is not None else refusal_response(self.ctx, spec, request)
+            if refused is not None:
+                result = refused
+            else:
+                result = await (spec.handler(self.ctx, request) if started is None else started)
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -23,11 +23,16 @@ A handler is `async def handle(ctx: AgentContext, request: Request) -> response 
 - a client that disconnects cancels its in-flight handlers, so handlers must be
   cancellation-safe.
 
-Authorization: each handler checks Kafka's ACLs in one line,
-`authorized(ctx, request, Op.WRITE, Resource.TOPIC, name)` (also `authorized_on_cluster`,
-`authorized_for_any`, `authorized_operations`), with the connection's `principal` and
-`client_host`; decisions are in memory (agent.acl_cache) and always True with
-`authorizer_enabled` off. What each API needs is tabled in docs/operations.md#acls.
+Authorization is declared with the handler: `HandlerSpec(..., access=...)` is required
+(agent.handlers._access: Kafka's table of what each API checks, how a refusal is answered,
+or why an API checks nothing). A check on the cluster that refuses the whole request is
+applied before the handler runs (`refusal_response`); the handler makes every other check
+in one line, `authorized(ctx, request, Op.WRITE, Resource.TOPIC, name)` (also
+`authorized_on_cluster`, `authorized_for_any`, `authorized_operations`), with the
+connection's `principal` and `client_host`; decisions are in memory (agent.acl_cache) and
+always True with `authorizer_enabled` off. A registry's `audit` list (tests) records every
+check made, so the generated matrix test proves each handler checks what it declares. The
+table for operators is generated from the declarations (docs/security.md).
 
 Registering: a module in this package that defines `SPEC: HandlerSpec` (or `SPECS`) is
 picked up by `default_registry()`. ApiVersions advertises exactly the registered
@@ -38,6 +43,7 @@ in place is all it takes to serve Produce.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import importlib
 import ipaddress
@@ -49,7 +55,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from agent.protocol import RequestHeader, api_name, kio_version_range, to_error_code
+from agent.handlers._access import Access, Check
+from agent.protocol import RequestHeader, api_name, error_response, kio_version_range, to_error_code
+from agent.sasl import PRE_AUTH_KEYS
 from metadata.acl_types import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.errors import MetadataError, MetadataUnavailable
 
@@ -137,8 +145,12 @@ class HandlerSpec:
     handler: Handler
     exclusive: bool = False
     name: str = field(default="")
+    # What Kafka's authorizer checks for this API (required: see agent.handlers._access).
+    access: Access = field(kw_only=True)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.access, Access):
+            raise TypeError(f"api key {self.api_key}: access must be an Access declaration")
         if not self.name:
             object.__setattr__(self, "name", api_name(self.api_key) or f"api_{self.api_key}")
         rng = kio_version_range(self.api_key)
@@ -157,10 +169,21 @@ class HandlerSpec:
 class HandlerRegistry:
     def __init__(self, specs: Iterable[HandlerSpec] = ()) -> None:
         self._specs: dict[int, HandlerSpec] = {}
+        # When a list (tests), every authorization check a handler makes is appended here as
+        # (api key, resource type, operation or None for an "authorized operations" report).
+        self.audit: list[tuple[int, ResourceType, AclOperation | None]] | None = None
         for spec in specs:
             self.register(spec)
 
     def register(self, spec: HandlerSpec, replace: bool = False) -> None:
+        if not isinstance(getattr(spec, "access", None), Access):
+            raise TypeError(f"{spec.name}: no authorization declaration (access=...)")
+        if spec.access.pre_auth != (spec.api_key in PRE_AUTH_KEYS):
+            raise ValueError(
+                f"{spec.name}: declared pre_auth={spec.access.pre_auth}, but agent.sasl serves "
+                f"{'it' if spec.api_key in PRE_AUTH_KEYS else 'only ApiVersions and SASL'} "
+                "before authentication"
+            )
         if spec.api_key in self._specs and not replace:
             raise ValueError(f"a handler for {spec.name} (api key {spec.api_key}) is already registered")
         self._specs[spec.api_key] = spec
@@ -229,6 +252,12 @@ Op = AclOperation
 Resource = ResourceType
 
 
+def _audit(request: Request, resource: ResourceType, operation: AclOperation | None) -> None:
+    audit = request.registry.audit
+    if audit is not None:
+        audit.append((request.api_key, resource, operation))
+
+
 def authorized(
     ctx: AgentContext, request: Request, operation: AclOperation, resource: ResourceType, name: str
 ) -> bool:
@@ -237,6 +266,7 @@ def authorized(
     acls = ctx.acls
     if not acls.enabled:
         return True
+    _audit(request, resource, operation)
     conn = request.connection
     return acls.authorizer.authorize(conn.principal, conn.client_host, operation, resource, name)
 
@@ -253,6 +283,7 @@ def authorized_operations(
     acls = ctx.acls
     if not acls.enabled:
         return None
+    _audit(request, resource, None)
     conn = request.connection
     return acls.authorizer.authorized_operations(conn.principal, conn.client_host, resource, name)
 
@@ -265,5 +296,24 @@ def authorized_for_any(
     acls = ctx.acls
     if not acls.enabled:
         return True
+    _audit(request, resource, operation)
     conn = request.connection
     return acls.authorizer.authorize_by_resource_type(conn.principal, conn.client_host, operation, resource)
+
+
+def refusal_response(ctx: AgentContext, spec: HandlerSpec, request: Request) -> Any | None:
+    """The answer to a request its API's cluster gate refuses (Access.cluster_gate: an
+    unconditional check on the cluster answered with a top-level error code), or None
+    when the handler is to run. Applied by the connection before the handler."""
+    gate: Check | None = spec.access.cluster_gate()
+    if gate is None or gate.error is None:
+        return None
+    need = gate.needs[0]
+    if authorized_on_cluster(ctx, request, need.operation):
+        return None
+    resp = error_response(spec.api_key, request.api_version, gate.error)
+    if resp is None:  # no top-level error code in this version: the handler answers per item
+        return None
+    if getattr(resp, "error_message", "absent") is None:
+        resp = dataclasses.replace(resp, error_message="Cluster authorization failed.")
+    return resp

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._access import GROUP_DENIED, RT, TXN_ID_DENIED, on, request, requires
 from agent.handlers._txn import txn_error, txn_exception_code
 
 API_KEY = 25
@@ -49,4 +50,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    request(on(RT.TRANSACTIONAL_ID, Op.WRITE), TXN_ID_DENIED),
+    request(on(RT.GROUP, Op.READ), GROUP_DENIED),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -24,6 +24,16 @@ from kio.static.primitive import i32
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._access import (
+    CLUSTER_DENIED,
+    RT,
+    TOPIC_DENIED,
+    TXN_ID_DENIED,
+    item,
+    on,
+    request,
+    requires,
+)
 from agent.handlers._txn import txn_error, txn_exception_code
 
 API_KEY = 24
@@ -160,4 +170,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    request(on(RT.CLUSTER, Op.CLUSTER_ACTION), CLUSTER_DENIED, when="v4+, sent by brokers"),
+    item(on(RT.TRANSACTIONAL_ID, Op.WRITE), TXN_ID_DENIED),
+    item(on(RT.TOPIC, Op.WRITE), TOPIC_DENIED),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -33,6 +33,7 @@ from agent.handlers import (
     authorized_on_cluster,
     error_of,
 )
+from agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, item, on, requires
 from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 from agent.protocol import convert
 from metadata import configs as topic_configs
@@ -148,4 +149,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(out))
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.TOPIC, Op.ALTER_CONFIGS), TOPIC_DENIED, when="topics"),
+    item(on(RT.CLUSTER, Op.ALTER_CONFIGS), CLUSTER_DENIED, when="brokers"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

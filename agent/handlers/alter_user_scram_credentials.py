@@ -10,7 +10,9 @@ and stores those, never the salted password. One result per user, as Kafka answe
 - an unknown mechanism code: UNSUPPORTED_SASL_MECHANISM;
 - deleting a credential that does not exist: RESOURCE_NOT_FOUND.
 
-A user with any invalid operation has none of them applied; the valid users' operations
+Only a principal with ALTER on the cluster may alter credentials (Kafka's
+`handleAlterUserScramCredentialsRequest`): anyone else gets CLUSTER_AUTHORIZATION_FAILED
+for every user named, and nothing is applied. A user with any invalid operation has none of them applied; the valid users' operations
 are applied (deletions, then upsertions, each one metadata call). Agents see a change
 within `scram_credential_cache_ms`.
 """
@@ -27,7 +29,8 @@ from kio.schema.alter_user_scram_credentials.v0.response import (
 from kio.schema.errors import ErrorCode
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, authorized_on_cluster, error_of
+from agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
 from metadata.scram_types import (
     MAX_ITERATIONS,
     MAX_SALT_BYTES,
@@ -57,8 +60,25 @@ def _check(
     return None
 
 
+def _refused(body: Any) -> Any:
+    users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
+    return AlterUserScramCredentialsResponse(
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            AlterUserScramCredentialsResult(
+                user=user,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message="Cluster authorization failed.",
+            )
+            for user in users
+        ),
+    )
+
+
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = request.body
+    if not authorized_on_cluster(ctx, request, Op.ALTER):
+        return _refused(body)
     ops = Counter(
         [(d.name, int(d.mechanism)) for d in body.deletions]
         + [(u.name, int(u.mechanism)) for u in body.upsertions]
@@ -108,4 +128,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return AlterUserScramCredentialsResponse(throttle_time=NO_THROTTLE, results=results)
 
 
-SPEC = HandlerSpec(API_KEY, 0, 0, handle)
+ACCESS = requires(request(on(RT.CLUSTER, Op.ALTER), CLUSTER_DENIED))
+
+SPEC = HandlerSpec(API_KEY, 0, 0, handle, access=ACCESS)

@@ -28,6 +28,7 @@ from kio.static.primitive import i16
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerRegistry, HandlerSpec, Request
+from agent.handlers._access import PRE_AUTH
 from agent.protocol import API_VERSIONS_KEY
 
 MIN_VERSION = 0
@@ -72,4 +73,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_VERSIONS_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = PRE_AUTH
+
+SPEC = HandlerSpec(API_VERSIONS_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, authorized_on_cluster, error_of
+from agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
 from agent.handlers.describe_acls import SECURITY_DISABLED_MESSAGE
 from metadata.acl_types import AclBinding, binding_error, binding_of
 
@@ -88,4 +89,6 @@ async def refresh_after_change(ctx: AgentContext) -> None:
         log.warning("ACLs changed, but reloading them failed (the next poll retries): %s", e)
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(request(on(RT.CLUSTER, Op.ALTER), CLUSTER_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -24,6 +24,7 @@ from kio.schema.types import TopicName
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from agent.protocol import convert
 from metadata.configs import topic_name_error
 from metadata.types import Topic
@@ -120,4 +121,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(item(on(RT.TOPIC, Op.ALTER), TOPIC_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

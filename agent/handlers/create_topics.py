@@ -50,6 +50,7 @@ from agent.handlers import (
     authorized_on_cluster,
     error_of,
 )
+from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from agent.handlers.describe_configs import creatable_topic_configs
 from agent.protocol import convert
 from metadata import configs as topic_configs
@@ -241,4 +242,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item((on(RT.CLUSTER, Op.CREATE), on(RT.TOPIC, Op.CREATE)), TOPIC_DENIED),
+    item(on(RT.TOPIC, Op.DESCRIBE_CONFIGS), TOPIC_DENIED, when="the created topic's configs, v5+"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

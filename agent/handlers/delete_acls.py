@@ -24,6 +24,7 @@ from kio.static.primitive import i8
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, authorized_on_cluster, error_of
+from agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
 from agent.handlers.create_acls import refresh_after_change
 from agent.handlers.describe_acls import SECURITY_DISABLED_MESSAGE
 from metadata.acl_types import AclBinding, AclBindingFilter, filter_error, filter_of
@@ -109,4 +110,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(request(on(RT.CLUSTER, Op.ALTER), CLUSTER_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

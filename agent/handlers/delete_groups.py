@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
+from agent.handlers._access import GROUP_DENIED, RT, item, on, requires
 
 API_KEY = 42
 MIN_VERSION = 0
@@ -67,4 +68,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(item(on(RT.GROUP, Op.DELETE), GROUP_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -28,6 +28,7 @@ from kio.static.primitive import i32, i64
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from agent.protocol import convert, to_error_code
 from metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery
 
@@ -93,4 +94,6 @@ def _forget_cached_locations(
             cache.invalidate((topic.topic_id, q.partition))
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(item(on(RT.TOPIC, Op.DELETE), TOPIC_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

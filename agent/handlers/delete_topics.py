@@ -23,6 +23,7 @@ from kio.schema.types import TopicName
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from agent.protocol import uuid_or_none
 from metadata.configs import topic_name_error
 
@@ -113,4 +114,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.TOPIC, Op.DELETE), TOPIC_DENIED),
+    item(on(RT.TOPIC, Op.DESCRIBE), TOPIC_DENIED, when="topics named by id"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -17,7 +17,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, authorized_on_cluster, error_of
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, error_of
+from agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
 from metadata.acl_types import AclBinding, filter_error, filter_of
 
 API_KEY = 29
@@ -54,8 +55,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     body = request.body
     if not ctx.acls.enabled:
         return _error(ErrorCode.security_disabled, SECURITY_DISABLED_MESSAGE)
-    if not authorized_on_cluster(ctx, request, Op.DESCRIBE):
-        return _error(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+    # DESCRIBE on the cluster is checked before this runs (the declared cluster gate)
     acl_filter = filter_of(
         int(body.resource_type_filter),
         body.resource_name_filter,
@@ -83,4 +83,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(request(on(RT.CLUSTER, Op.DESCRIBE), CLUSTER_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

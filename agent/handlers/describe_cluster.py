@@ -19,6 +19,7 @@ from kio.static.primitive import i8, i32
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers._access import RT, Op, on, reported, requires
 from agent.handlers.metadata import OPERATIONS_NOT_REQUESTED, cluster_operations
 from agent.protocol import convert
 
@@ -65,4 +66,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(reported(on(RT.CLUSTER, Op.DESCRIBE), when="cluster authorized operations"))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

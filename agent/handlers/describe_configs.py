@@ -48,6 +48,7 @@ from agent.handlers import (
     authorized_on_cluster,
     error_of,
 )
+from agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, item, on, requires
 from agent.handlers._cooperative import pause
 from agent.protocol import convert
 from metadata import configs as topic_configs
@@ -301,4 +302,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.TOPIC, Op.DESCRIBE_CONFIGS), TOPIC_DENIED, when="topics"),
+    item(on(RT.CLUSTER, Op.DESCRIBE_CONFIGS), CLUSTER_DENIED, when="brokers"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

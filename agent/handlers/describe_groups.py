@@ -38,6 +38,7 @@ from agent.handlers import (
     authorized,
     authorized_operations,
 )
+from agent.handlers._access import GROUP_DENIED, RT, item, on, reported, requires
 from agent.handlers._cooperative import pause
 
 # READ, DESCRIBE and DELETE (Kafka's AclOperation codes): what a group supports.
@@ -123,4 +124,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.GROUP, Op.DESCRIBE), GROUP_DENIED),
+    reported(on(RT.GROUP, Op.DESCRIBE), when="group authorized operations"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -1,7 +1,10 @@
 """DescribeTransactions (api key 65), v0 (KIP-664): transactional ids' state for operators
 (`kafka-transactions.sh describe`), read from metadata's `transactions` table.
 
-An id metadata does not know gets TRANSACTIONAL_ID_NOT_FOUND. A transaction not started
+ACLs as Kafka's `handleDescribeTransactionsRequest`: an id the principal may not DESCRIBE
+gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (and is not looked up), and a transaction's
+partitions of topics it may not DESCRIBE are left out. An id metadata does not know gets
+TRANSACTIONAL_ID_NOT_FOUND. A transaction not started
 (Empty, Complete*) has start time -1, as in Kafka. Partitions are stored by
 topic id and answered by topic name (a deleted topic's partitions are left out). Any
 agent answers (the state is in metadata, not in the coordinator).
@@ -23,7 +26,8 @@ from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import TZAware, i16, i32, i32Timedelta
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
+from agent.handlers._access import RT, TXN_ID_DENIED, Op, filtered, item, on, requires
 from agent.handlers._txn import txn_exception_code
 from metadata.txn_state import TxnRecord
 
@@ -76,21 +80,34 @@ def _state(
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     ids = [str(t) for t in request.body.transactional_ids]
+    allowed = {t for t in ids if authorized(ctx, request, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, t)}
     try:
-        found = await ctx.metadata.describe_txns(ids)
+        found = await ctx.metadata.describe_txns(sorted(allowed)) if allowed else {}
         topic_ids = {uuid.UUID(t) for r in found.values() if r is not None for t, _ in r.partitions}
         topics = await ctx.metadata.topics_by_id(sorted(topic_ids)) if topic_ids else {}
     except Exception as exc:
         code = txn_exception_code(exc)
         states = tuple(_state(t, None, {}, code) for t in ids)
         return DescribeTransactionsResponse(throttle_time=NO_THROTTLE, transaction_states=states)
-    names = {k: v.name for k, v in topics.items()}
+    names = {
+        k: v.name
+        for k, v in topics.items()
+        if authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, v.name)  # others left out
+    }
     return DescribeTransactionsResponse(
         throttle_time=NO_THROTTLE,
         transaction_states=tuple(
-            _state(t, found.get(t), names, ErrorCode.transactional_id_not_found) for t in ids
+            _state(t, found.get(t), names, ErrorCode.transactional_id_not_found)
+            if t in allowed
+            else _state(t, None, {}, ErrorCode.transactional_id_authorization_failed)
+            for t in ids
         ),
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.TRANSACTIONAL_ID, Op.DESCRIBE), TXN_ID_DENIED),
+    filtered(on(RT.TOPIC, Op.DESCRIBE), when="the transaction's partitions"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -3,7 +3,10 @@ counts) each user has, never salts or keys (metadata.scram_users).
 
 Null or empty `users`: every user with a credential. Named users, as Kafka answers: a
 name asked twice is DUPLICATE_RESOURCE, a user without credentials RESOURCE_NOT_FOUND.
-Metadata out of reach fails the whole request (top-level error).
+Metadata out of reach fails the whole request (top-level error). Only a principal with
+DESCRIBE on the cluster may ask (Kafka's `handleDescribeUserScramCredentialsRequest`):
+anyone else gets CLUSTER_AUTHORIZATION_FAILED as the top-level error, applied by the
+connection before this handler runs (the declared cluster gate, agent.handlers._access).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kio.static.primitive import i8, i32
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
 from metadata.scram_types import MECHANISM_CODES, ScramCredentialInfo
 
 API_KEY = 50
@@ -86,4 +90,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, 0, 0, handle)
+ACCESS = requires(request(on(RT.CLUSTER, Op.DESCRIBE), CLUSTER_DENIED))
+
+SPEC = HandlerSpec(API_KEY, 0, 0, handle, access=ACCESS)

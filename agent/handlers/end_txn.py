@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._access import RT, TXN_ID_DENIED, on, request, requires
 from agent.handlers._txn import txn_error, txn_exception_code
 
 log = logging.getLogger(__name__)
@@ -63,4 +64,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(request(on(RT.TRANSACTIONAL_ID, Op.WRITE), TXN_ID_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -70,6 +70,7 @@ from kio.static.primitive import Records, i32, i64
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
 from fileformat.objectstore import AsyncObjectStore
 from fileformat.objectstore.range_cache import RangeCache
@@ -357,4 +358,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(item(on(RT.TOPIC, Op.READ), TOPIC_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -21,6 +21,7 @@ from kio.static.primitive import i32
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._access import GROUP_DENIED, RT, TXN_ID_DENIED, item, on, requires
 from agent.protocol import response_schema
 
 API_KEY = 10
@@ -90,4 +91,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return cls(**kwargs)
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.GROUP, Op.DESCRIBE), GROUP_DENIED, when="group coordinators"),
+    item(on(RT.TRANSACTIONAL_ID, Op.DESCRIBE), TXN_ID_DENIED, when="transaction coordinators"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -14,6 +14,7 @@ from kio.schema.heartbeat.v4.response import HeartbeatResponse
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 from agent.protocol import convert
 
 API_KEY = 12
@@ -33,4 +34,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return HeartbeatResponse(throttle_time=NO_THROTTLE, error_code=code)
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(request(on(RT.GROUP, Op.READ), GROUP_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -32,6 +32,7 @@ from kio.schema.incremental_alter_configs.v1.response import (
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, Op, item, on, requires
 from agent.handlers.alter_configs import BROKER_CONFIGS_ARE_STATIC, alter_each, alter_topic, refusal
 from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 from agent.protocol import convert
@@ -150,4 +151,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return IncrementalAlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(out))
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.TOPIC, Op.ALTER_CONFIGS), TOPIC_DENIED, when="topics"),
+    item(on(RT.CLUSTER, Op.ALTER_CONFIGS), CLUSTER_DENIED, when="brokers"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -44,6 +44,7 @@ from agent.handlers import (
     authorized_for_any,
     authorized_on_cluster,
 )
+from agent.handlers._access import CLUSTER_DENIED, RT, TXN_ID_DENIED, on, on_any, request, requires
 from agent.handlers._txn import txn_error, txn_exception_code
 from agent.protocol import to_error_code
 from metadata.errors import MetadataError, MetadataUnavailable
@@ -113,4 +114,13 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    request(on(RT.TRANSACTIONAL_ID, Op.WRITE), TXN_ID_DENIED, when="a transactional id"),
+    request(
+        (on(RT.CLUSTER, Op.IDEMPOTENT_WRITE), on_any(RT.TOPIC, Op.WRITE)),
+        CLUSTER_DENIED,
+        when="no transactional id",
+    ),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

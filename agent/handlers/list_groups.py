@@ -32,6 +32,7 @@ from agent.handlers import (
     authorized,
     authorized_on_cluster,
 )
+from agent.handlers._access import RT, filtered, on, requires
 from agent.protocol import convert
 
 API_KEY = 16
@@ -77,4 +78,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return ListGroupsResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(listed))
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(filtered((on(RT.CLUSTER, Op.DESCRIBE), on(RT.GROUP, Op.DESCRIBE))))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -45,6 +45,7 @@ from kio.static.primitive import i32, i64
 
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from agent.protocol import convert, to_error_code
 from fileformat.chunk_reader import first_record_at_or_after, max_timestamp_record
 from fileformat.read_async import load_chunks
@@ -246,4 +247,6 @@ async def _refine(
     return out
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(item(on(RT.TOPIC, Op.DESCRIBE), TOPIC_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -1,7 +1,8 @@
 """ListTransactions (api key 66), v0-v1 (KIP-664, KIP-994 duration filter): the
 transactional ids metadata knows, filtered by state name, producer id and (v1) running
 longer than `duration_filter` ms. State filters that name no state are echoed in
-`unknown_state_filters`, as Kafka does. Any agent answers.
+`unknown_state_filters`, as Kafka does. Any agent answers. Only the ids the principal may
+DESCRIBE are listed (Kafka's `handleListTransactionsRequest` filters the same way).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from kio.schema.list_transactions.v1.response import ListTransactionsResponse, T
 from kio.schema.types import ProducerId, TransactionalId
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
+from agent.handlers._access import RT, Op, filtered, on, requires
 from agent.handlers._txn import txn_exception_code
 from metadata.txn_state import TxnState
 
@@ -57,8 +59,11 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 transaction_state=r.state.value,
             )
             for r in records
+            if authorized(ctx, request, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, r.transactional_id)
         ),
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(filtered(on(RT.TRANSACTIONAL_ID, Op.DESCRIBE)))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -65,6 +65,7 @@ from agent.handlers import (
     authorized_on_cluster,
     authorized_operations,
 )
+from agent.handlers._access import RT, TOPIC_DENIED, filtered, item, on, reported, requires
 from agent.handlers._cooperative import pause
 from agent.protocol import convert, response_schema, to_error_code, uuid_or_none
 from metadata.acl_types import CLUSTER_NAME
@@ -317,4 +318,12 @@ def cluster_operations(ctx: AgentContext, request: Request) -> int:
     return computed if authorized_on_cluster(ctx, request, Op.DESCRIBE) else 0
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.TOPIC, Op.DESCRIBE), TOPIC_DENIED, when="named topics"),
+    filtered(on(RT.TOPIC, Op.DESCRIBE), when="all topics"),
+    item((on(RT.CLUSTER, Op.CREATE), on(RT.TOPIC, Op.CREATE)), TOPIC_DENIED, when="auto-creation"),
+    reported(on(RT.TOPIC, Op.DESCRIBE), when="topic authorized operations"),
+    reported(on(RT.CLUSTER, Op.DESCRIBE), when="cluster authorized operations, v8-v10"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

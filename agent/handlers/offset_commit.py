@@ -33,6 +33,7 @@ from kio.static.primitive import i32
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
 from agent.protocol import convert
 from metadata.errors import MetadataError
 from metadata.types import GroupOffset, Topic
@@ -142,4 +143,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    request(on(RT.GROUP, Op.READ), GROUP_DENIED),
+    item(on(RT.TOPIC, Op.READ), TOPIC_DENIED),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -30,6 +30,7 @@ from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import CONSUMER_PROTOCOL_TYPE
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
+from agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
 from metadata.types import Topic
 
 API_KEY = 47
@@ -104,4 +105,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return _answer(body, ErrorCode.none, codes)
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    request(on(RT.GROUP, Op.DELETE), GROUP_DENIED),
+    item(on(RT.TOPIC, Op.READ), TOPIC_DENIED),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

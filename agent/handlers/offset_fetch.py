@@ -50,6 +50,7 @@ from kio.static.primitive import i32, i64
 from agent.context import AgentContext
 from agent.group_coordinator import owns_group
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, filtered, item, on, requires
 from metadata.types import GroupOffset
 
 API_KEY = 9
@@ -171,4 +172,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.GROUP, Op.READ), GROUP_DENIED, when="per group (the request's one group before v8)"),
+    item(on(RT.TOPIC, Op.DESCRIBE), TOPIC_DENIED, when="named partitions"),
+    filtered(on(RT.TOPIC, Op.DESCRIBE), when="all partitions"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

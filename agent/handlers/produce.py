@@ -70,6 +70,7 @@ from agent.handlers import (
     authorized,
     error_of,
 )
+from agent.handlers._access import RT, TOPIC_DENIED, TXN_ID_DENIED, item, on, request, requires
 from agent.produce_buffer import PendingBatch
 from agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
 from fileformat.batch_header import (
@@ -566,4 +567,9 @@ async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    item(on(RT.TOPIC, Op.WRITE), TOPIC_DENIED),
+    request(on(RT.TRANSACTIONAL_ID, Op.WRITE), TXN_ID_DENIED, when="transactional records"),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

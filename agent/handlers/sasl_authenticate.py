@@ -23,6 +23,7 @@ from kio.static.primitive import i64Timedelta
 
 from agent.context import AgentContext
 from agent.handlers import HandlerSpec, Request
+from agent.handlers._access import PRE_AUTH
 from agent.sasl import SASL_AUTHENTICATE_KEY, AuthFailed, SaslState
 from metadata.errors import MetadataError, MetadataUnavailable
 
@@ -74,4 +75,6 @@ def _failed(code: ErrorCode, message: str) -> SaslAuthenticateResponse:
     return SaslAuthenticateResponse(error_code=code, error_message=message, auth_bytes=b"")
 
 
-SPEC = HandlerSpec(SASL_AUTHENTICATE_KEY, 0, 2, handle)
+ACCESS = PRE_AUTH
+
+SPEC = HandlerSpec(SASL_AUTHENTICATE_KEY, 0, 2, handle, access=ACCESS)

@@ -22,6 +22,7 @@ from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 
 from agent.context import AgentContext
 from agent.handlers import HandlerSpec, Request
+from agent.handlers._access import PRE_AUTH
 from agent.sasl import SASL_HANDSHAKE_KEY, SaslState
 
 
@@ -42,4 +43,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return SaslHandshakeResponse(error_code=ErrorCode.none, mechanisms=sasl.enabled)
 
 
-SPEC = HandlerSpec(SASL_HANDSHAKE_KEY, 0, 1, handle)
+ACCESS = PRE_AUTH
+
+SPEC = HandlerSpec(SASL_HANDSHAKE_KEY, 0, 1, handle, access=ACCESS)

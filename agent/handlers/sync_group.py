@@ -17,6 +17,7 @@ from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.group_model import SyncResult
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 from agent.protocol import convert
 
 API_KEY = 14
@@ -54,4 +55,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return _response(await fut)
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(request(on(RT.GROUP, Op.READ), GROUP_DENIED))
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -34,6 +34,7 @@ from kio.static.primitive import i32
 from agent.context import AgentContext
 from agent.group_coordinator import coordinator, ensure_coordinator
 from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, TXN_ID_DENIED, item, on, request, requires
 from agent.handlers._txn import txn_error, txn_exception_code
 from metadata.types import GroupOffset
 
@@ -118,4 +119,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle)
+ACCESS = requires(
+    request(on(RT.TRANSACTIONAL_ID, Op.WRITE), TXN_ID_DENIED),
+    request(on(RT.GROUP, Op.READ), GROUP_DENIED),
+    item(on(RT.TOPIC, Op.READ), TOPIC_DENIED),
+)
+
+SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -39,6 +39,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 from agent import protocol
 from agent.context import AgentContext
 from agent.handlers import NO_THROTTLE, HandlerRegistry, HandlerSpec, Request, default_registry
+from agent.handlers._access import no_check
 from agent.protocol import encode_request
 from metadata.errors import MetadataError
 from tests.component.fake_metadata import (
@@ -183,10 +184,20 @@ class Script:
 
 def _scripted_registry(script: Script) -> HandlerRegistry:
     reg = default_registry()
-    reg.register(HandlerSpec(10, 0, 4, script.probe), replace=True)
-    reg.register(HandlerSpec(22, 0, 5, script.ordered), replace=True)
-    reg.register(HandlerSpec(60, 0, 1, script.exclusive, exclusive=True), replace=True)
-    reg.register(HandlerSpec(19, 2, 7, script.create_topics_raises), replace=True)
+    reg.register(
+        HandlerSpec(10, 0, 4, script.probe, access=no_check("a scripted test handler")), replace=True
+    )
+    reg.register(
+        HandlerSpec(22, 0, 5, script.ordered, access=no_check("a scripted test handler")), replace=True
+    )
+    reg.register(
+        HandlerSpec(60, 0, 1, script.exclusive, exclusive=True, access=no_check("a scripted test handler")),
+        replace=True,
+    )
+    reg.register(
+        HandlerSpec(19, 2, 7, script.create_topics_raises, access=no_check("a scripted test handler")),
+        replace=True,
+    )
     return reg
 
 

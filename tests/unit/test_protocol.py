@@ -38,6 +38,7 @@ from kio.static.primitive import Records, i16, i32
 from agent import protocol
 from agent.config import AgentConfig, MiB, add_arguments, describe_fields, env_var
 from agent.handlers import NO_THROTTLE, HandlerRegistry, HandlerSpec, default_registry
+from agent.handlers._access import PRE_AUTH, Access, no_check
 from agent.protocol import MalformedRequest
 
 
@@ -322,22 +323,44 @@ async def _noop(ctx, request):
     return None
 
 
+TEST_ACCESS = no_check("a test handler")
+
+
+def test_a_handler_without_an_authorization_declaration_fails_at_import():
+    with pytest.raises(TypeError, match="access"):
+        HandlerSpec(3, 1, 12, _noop)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="why_none"):
+        Access()
+    with pytest.raises(ValueError, match="pre_auth"):
+        HandlerRegistry([HandlerSpec(3, 1, 12, _noop, access=PRE_AUTH)])
+    with pytest.raises(ValueError, match="pre_auth"):
+        HandlerRegistry([HandlerSpec(18, 0, 3, _noop, access=TEST_ACCESS)])
+
+
+def test_every_registered_api_declares_its_authorization():
+    reg = default_registry()
+    for spec in reg.specs():
+        assert isinstance(spec.access, Access), spec.name
+        assert spec.access.checks or spec.access.why_none, spec.name
+    assert {s.api_key for s in reg.specs() if s.access.pre_auth} == {17, 18, 36}
+
+
 def test_handler_specs_are_checked_against_kio():
     with pytest.raises(ValueError):
-        HandlerSpec(3, 0, 99, _noop)
+        HandlerSpec(3, 0, 99, _noop, access=TEST_ACCESS)
     with pytest.raises(ValueError):
-        HandlerSpec(9999, 0, 0, _noop)
+        HandlerSpec(9999, 0, 0, _noop, access=TEST_ACCESS)
     with pytest.raises(ValueError):
-        HandlerSpec(3, 5, 4, _noop)
-    spec = HandlerSpec(3, 1, 12, _noop)
+        HandlerSpec(3, 5, 4, _noop, access=TEST_ACCESS)
+    spec = HandlerSpec(3, 1, 12, _noop, access=TEST_ACCESS)
     assert spec.name == "metadata" and spec.supports(1) and spec.supports(12) and not spec.supports(0)
 
 
 def test_registry_rejects_duplicates_unless_replacing():
-    reg = HandlerRegistry([HandlerSpec(3, 1, 12, _noop)])
+    reg = HandlerRegistry([HandlerSpec(3, 1, 12, _noop, access=TEST_ACCESS)])
     with pytest.raises(ValueError):
-        reg.register(HandlerSpec(3, 1, 5, _noop))
-    reg.register(HandlerSpec(3, 1, 5, _noop), replace=True)
+        reg.register(HandlerSpec(3, 1, 5, _noop, access=TEST_ACCESS))
+    reg.register(HandlerSpec(3, 1, 5, _noop, access=TEST_ACCESS), replace=True)
     spec = reg.get(3)
     assert spec is not None and spec.max_version == 5 and 3 in reg
     reg.unregister(3)
