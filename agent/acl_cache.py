@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Iterable
 
 from agent.authorizer import Authorizer, parse_super_users
@@ -51,6 +52,8 @@ class AclCache:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self.refresh_interval_ms = refresh_interval_ms
         self.version = -1  # nothing loaded yet
+        # Refusals by (api key, resource type): skiff_authorization_denied_total.
+        self.denied: Counter[tuple[int, ResourceType]] = Counter()
         self.authorizer = self._build(())
         self._lock = asyncio.Lock()
         self._loaded = asyncio.Event()  # set (and replaced) at every load

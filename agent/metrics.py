@@ -21,6 +21,9 @@ plain integer counters and pay nothing per request for metrics:
   purgatory and completed, `by="wake"` (a commit moved a watermark they waited on) or
   `by="expiry"` (their max wait ran out); a fetch woken with fewer than min_bytes parks
   and counts again (`agent.commit_watch`);
+- `skiff_authorization_denied_total{api,resource}`: ACL checks refused, by Kafka API and
+  resource type (`topic`, `group`, `cluster`, `transactional_id`), counted where handlers
+  check (`agent.handlers.authorized`): a request naming three refused topics counts three;
 - `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
   `skiff_produce_requests_inline_total`: the produce requests among them handled on the
   synchronous path (the others waited for a topic load, a transaction check, buffer room or
@@ -47,6 +50,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from agent.protocol import api_name
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -211,6 +216,15 @@ class AgentCollector(Collector):
         parked.add_metric(["expiry"], a.watch.parked_expired)
         yield parked
         yield from security_metrics(a.servers or [a.server])
+        denied = CounterMetricFamily(
+            "skiff_authorization_denied",
+            "Authorization checks refused by the ACLs, by Kafka API and resource type (a refused "
+            "request counts once per resource it named)",
+            labels=["api", "resource"],
+        )
+        for (api_key, resource), n in sorted(a.context.acls.denied.items()):
+            denied.add_metric([api_name(api_key) or str(api_key), resource.name.lower()], n)
+        yield denied
 
 
 def security_metrics(servers: Iterable[AgentServer]) -> Iterator[Metric]:

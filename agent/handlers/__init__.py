@@ -268,7 +268,10 @@ def authorized(
         return True
     _audit(request, resource, operation)
     conn = request.connection
-    return acls.authorizer.authorize(conn.principal, conn.client_host, operation, resource, name)
+    if acls.authorizer.authorize(conn.principal, conn.client_host, operation, resource, name):
+        return True
+    acls.denied[(request.api_key, resource)] += 1
+    return False
 
 
 def authorized_on_cluster(ctx: AgentContext, request: Request, operation: AclOperation) -> bool:
@@ -298,7 +301,10 @@ def authorized_for_any(
         return True
     _audit(request, resource, operation)
     conn = request.connection
-    return acls.authorizer.authorize_by_resource_type(conn.principal, conn.client_host, operation, resource)
+    if acls.authorizer.authorize_by_resource_type(conn.principal, conn.client_host, operation, resource):
+        return True
+    acls.denied[(request.api_key, resource)] += 1
+    return False
 
 
 def refusal_response(ctx: AgentContext, spec: HandlerSpec, request: Request) -> Any | None:
@@ -311,6 +317,8 @@ def refusal_response(ctx: AgentContext, spec: HandlerSpec, request: Request) -> 
     need = gate.needs[0]
     if authorized_on_cluster(ctx, request, need.operation):
         return None
+    if spec.access.refuse is not None:
+        return spec.access.refuse(request.body, gate.error)
     resp = error_response(spec.api_key, request.api_version, gate.error)
     if resp is None:  # no top-level error code in this version: the handler answers per item
         return None

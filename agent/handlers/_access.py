@@ -35,7 +35,9 @@ or on the topic"); `ANY_RESOURCE` as the name means "on some resource of that ty
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -87,6 +89,9 @@ class Access:
     checks: tuple[Check, ...] = ()
     pre_auth: bool = False  # served before SASL authentication completes
     why_none: str = ""  # required when there is no check
+    # The cluster gate's answer as Kafka shapes it (its request's `getErrorResponse`), when a
+    # top-level error code alone is not what Kafka answers: (request body, code) -> response.
+    refuse: Callable[[Any, ErrorCode], Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.checks and not self.why_none:
@@ -141,8 +146,8 @@ def reported(what: Need | tuple[Need, ...], when: str = "") -> Check:
     return _check(Refusal.REPORT, what, None, when)
 
 
-def requires(*checks: Check) -> Access:
-    return Access(checks=checks)
+def requires(*checks: Check, refuse: Callable[[Any, ErrorCode], Any] | None = None) -> Access:
+    return Access(checks=checks, refuse=refuse)
 
 
 def no_check(why: str) -> Access:
@@ -167,7 +172,8 @@ def _error_name(code: ErrorCode | None) -> str:
 def markdown_table(rows: list[tuple[str, int, Access]]) -> str:
     """The authorization table of docs/security.md: one row per (API name, api key, access)."""
     lines = ["| API (key) | checks | refused with |", "|---|---|---|"]
-    for name, key, access in rows:
+    for snake, key, access in rows:
+        name = "".join(part.title() for part in snake.split("_"))
         if not access.checks:
             lines.append(f"| {name} ({key}) | none: {access.why_none} | |")
             continue

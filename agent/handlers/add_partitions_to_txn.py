@@ -5,7 +5,8 @@ each possibly `verify_only` (are these partitions already in the ongoing transac
 Topic names are resolved here; metadata checks the partitions exist and applies
 `metadata.txn_state.add_partitions` under the transactional id's row lock. As in Kafka, a
 request naming an unknown topic or partition changes nothing: those partitions get
-UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED. ACLs: WRITE on the
+UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED. ACLs: v4 (sent by brokers) needs
+CLUSTER_ACTION on the cluster (else CLUSTER_AUTHORIZATION_FAILED for the whole request); WRITE on the
 transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on each topic (else
 TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED). A transaction may hold at
 most `transaction_max_partitions` partitions: a request that would take it beyond changes
@@ -23,7 +24,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i32
 
 from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, authorized_on_cluster
 from agent.handlers._access import (
     CLUSTER_DENIED,
     RT,
@@ -135,6 +136,12 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 )
                 for n, ps in errors.items()
             ),
+        )
+    if not authorized_on_cluster(ctx, request, Op.CLUSTER_ACTION):  # v4+ is broker-to-broker
+        return r4.AddPartitionsToTxnResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
         )
     results = []
     for txn in body.transactions:

@@ -49,6 +49,18 @@ def _error(user: str, code: ErrorCode, message: str) -> DescribeUserScramCredent
     )
 
 
+def refused(body: Any, code: ErrorCode) -> Any:
+    """Kafka's answer to a refused request: the top-level error, and each named user's too."""
+    message = "Cluster authorization failed."
+    users = dict.fromkeys(u.name for u in body.users or ())
+    return DescribeUserScramCredentialsResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        error_message=message,
+        results=tuple(_error(u, code, message) for u in users),
+    )
+
+
 async def handle(ctx: AgentContext, request: Request) -> Any:
     names = [u.name for u in request.body.users or ()]
     counts = Counter(names)
@@ -90,6 +102,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     )
 
 
-ACCESS = requires(request(on(RT.CLUSTER, Op.DESCRIBE), CLUSTER_DENIED))
+ACCESS = requires(request(on(RT.CLUSTER, Op.DESCRIBE), CLUSTER_DENIED), refuse=refused)
 
 SPEC = HandlerSpec(API_KEY, 0, 0, handle, access=ACCESS)
