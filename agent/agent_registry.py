@@ -265,6 +265,7 @@ class AgentRegistry:
         Raises `AgentIdInUse` if metadata refuses this agent's id."""
         if self._task is not None:
             return
+        self._wake.clear()  # this beat carries whatever a wake before start() asked to send
         if not await self.beat_once() and self.refused is not None:
             raise AgentIdInUse(self.refused)
         self._task = asyncio.create_task(self._run(), name="skiff-agent-heartbeat")

@@ -5,10 +5,11 @@ no agent ready partitions have no leader (NO_LEADER) and groups no coordinator."
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from agent import routing
-from agent.agent_registry import NO_LEADER, LiveAgents
+from agent.agent_registry import NO_LEADER, AgentRegistry, LiveAgents
 from metadata.types import AgentInfo
 
 TOPIC = uuid.UUID("8d3c4a2e-0f5b-4c1e-9a77-1e2f3a4b5c6d")
@@ -62,3 +63,30 @@ def test_no_ready_agent_means_no_leader_and_no_coordinator() -> None:
     assert view.coordinator_for_group("g") is None and not view.coordinates_group("g")
     assert view.controller_id == view.self_node_id  # admin requests need metadata only
     assert [b.agent_id for b in view.brokers()] == ["agent-a"]
+
+
+async def test_a_readiness_change_is_heartbeated_at_once() -> None:
+    """wake() beats now, not at the next interval (an hour here), carrying `ready`."""
+
+    class Metadata:
+        def __init__(self) -> None:
+            self.beats: asyncio.Queue[AgentInfo] = asyncio.Queue()
+
+        async def heartbeat_agent(self, info: AgentInfo) -> None:
+            self.beats.put_nowait(info)
+
+        async def live_agents(self) -> list[AgentInfo]:
+            return []
+
+    view = _view()
+    md = Metadata()
+    registry = AgentRegistry(md, view, interval_ms=3_600_000)  # type: ignore[arg-type]
+    await registry.start()
+    try:
+        assert (await md.beats.get()).ready
+        view.set_self_ready(False)
+        registry.wake()
+        info = await asyncio.wait_for(md.beats.get(), 30)  # a bound on a hang, not a timing
+        assert info.ready is False and info.agent_id == "agent-a"
+    finally:
+        await registry.close(deregister=False)
