@@ -18,6 +18,18 @@ it actually listens on, even before the first heartbeat is answered; agents whos
 heartbeat is older than `ttl_ms` (by this agent's clock) are left out, on top of
 whatever liveness rule metadata applies. Leaders are memoized per (topic id, partition
 count) and recomputed whenever the membership changes.
+
+Readiness (agent.health): every heartbeat carries this agent's `ready` flag, and metadata
+lists live agents with theirs. Node ids are assigned over every live agent (so an agent's
+id does not change when it turns ready or not), but partitions, group and transaction
+coordinators and the controller are hashed over the ready agents only, and the broker
+list names the ready agents plus this one (a client of a not-ready agent is answered and
+pointed at the ready ones). This agent's own flag changes its view at once
+(`set_self_ready`) and is sent at once (`AgentRegistry.wake`), so every agent routes away
+from it within one of its heartbeats. With no ready agent at all there is no leader
+(`NO_LEADER`: Metadata answers LEADER_NOT_AVAILABLE, which clients retry) and no
+coordinator (FindCoordinator answers COORDINATOR_NOT_AVAILABLE); the controller is then
+this agent (admin requests only need metadata).
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent import routing
 from metadata.api_types import MetadataClient
@@ -39,6 +51,7 @@ from metadata.types import AgentInfo
 log = logging.getLogger(__name__)
 
 _MAX_MEMOIZED_TOPICS = 100_000
+NO_LEADER = -1  # a partition's leader when no agent is ready (Kafka's "no leader")
 
 
 def _wall_ms() -> int:
@@ -94,15 +107,20 @@ class LiveAgents:
     ) -> None:
         """Called once the listeners know the ports they are bound to: the primary address
         and every listener's (default: just PLAINTEXT at the primary address)."""
-        self._self = AgentInfo(
-            agent_id=self._self.agent_id,
+        self._self = replace(
+            self._self,
             host=host,
             port=port,
-            zone=self._self.zone,
-            last_heartbeat_ms=self._self.last_heartbeat_ms,
             listeners=listeners if listeners is not None else (("PLAINTEXT", host, port),),
         )
         self._rebuild()
+
+    def set_self_ready(self, ready: bool) -> None:
+        """This agent's readiness (agent.health): not ready, it leads nothing here at once;
+        the next heartbeat tells the other agents."""
+        if ready != self._self.ready:
+            self._self = replace(self._self, ready=ready)
+            self._rebuild()
 
     def update(self, agents: Sequence[AgentInfo]) -> None:
         """Replace the view with metadata's live-agent list."""
@@ -116,8 +134,8 @@ class LiveAgents:
             others[a.agent_id] = a
         new = tuple(sorted(others.values(), key=lambda a: a.agent_id))
         self.updated_ms = now
-        if [(a.agent_id, a.host, a.port, a.zone, a.listeners) for a in new] != [
-            (a.agent_id, a.host, a.port, a.zone, a.listeners) for a in self._others
+        if [(a.agent_id, a.host, a.port, a.zone, a.listeners, a.ready) for a in new] != [
+            (a.agent_id, a.host, a.port, a.zone, a.listeners, a.ready) for a in self._others
         ]:
             self._others = new
             self._rebuild()
@@ -126,11 +144,12 @@ class LiveAgents:
 
     def _rebuild(self) -> None:
         everyone = (self._self, *self._others)
-        ids = routing.assign_node_ids([a.agent_id for a in everyone])
-        self._agent_ids = tuple(sorted(ids))
+        ids = routing.assign_node_ids([a.agent_id for a in everyone])  # over all: stable ids
+        self._agent_ids = tuple(sorted(a.agent_id for a in everyone if a.ready))
         self._brokers = {
             ids[a.agent_id]: Broker(ids[a.agent_id], a.agent_id, a.host, a.port, a.zone, a.listeners)
             for a in everyone
+            if a.ready or a is self._self
         }
         self._by_agent = {b.agent_id: b for b in self._brokers.values()}
         self._self_node_id = ids[self._self.agent_id]
@@ -156,12 +175,18 @@ class LiveAgents:
     def broker(self, node_id: int) -> Broker | None:
         return self._brokers.get(node_id)
 
+    @property
+    def self_ready(self) -> bool:
+        return self._self.ready
+
     def agent_ids(self) -> tuple[str, ...]:
+        """The agents routing hashes over: the ready ones (this one only while ready)."""
         return self._agent_ids
 
     def leader_for(self, topic_id: uuid.UUID, partition: int) -> int:
+        """The partition's leader node id, NO_LEADER when no agent is ready."""
         owner = routing.partition_owner(topic_id, partition, self._agent_ids)
-        return self._by_agent[owner].node_id if owner is not None else self._self_node_id
+        return self._by_agent[owner].node_id if owner is not None else NO_LEADER
 
     def leaders_for_topic(self, topic_id: uuid.UUID, partition_count: int) -> tuple[int, ...]:
         """Leader node id of partitions 0..partition_count-1 (memoized until membership changes)."""
@@ -171,15 +196,20 @@ class LiveAgents:
             if len(self._leaders) >= _MAX_MEMOIZED_TOPICS:
                 self._leaders.clear()
             if len(self._agent_ids) == 1:
-                leaders = (self._self_node_id,) * partition_count
+                leaders = (self._by_agent[self._agent_ids[0]].node_id,) * partition_count
             else:
                 leaders = tuple(self.leader_for(topic_id, p) for p in range(partition_count))
             self._leaders[key] = leaders
         return leaders
 
-    def coordinator_for_group(self, group_id: str) -> Broker:
+    def coordinator_for_group(self, group_id: str) -> Broker | None:
+        """The group's coordinator, None when no agent is ready."""
         owner = routing.group_owner(group_id, self._agent_ids)
-        return self._by_agent[owner] if owner is not None else self._brokers[self._self_node_id]
+        return self._by_agent[owner] if owner is not None else None
+
+    def coordinates_group(self, group_id: str) -> bool:
+        b = self.coordinator_for_group(group_id)
+        return b is not None and b.node_id == self._self_node_id
 
 
 class AgentIdInUse(Exception):
@@ -201,16 +231,14 @@ class AgentRegistry:
         self._interval_s = interval_ms / 1000.0
         self._wall_ms = wall_ms
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
         self.beats = 0
         self.failures = 0
         self.refused: str | None = None  # metadata's message when it refused our agent id
 
     async def beat_once(self) -> bool:
         """One heartbeat and refresh; False (logged) if metadata could not be reached."""
-        me = self._view.self_info
-        info = AgentInfo(
-            me.agent_id, me.host, me.port, me.zone, last_heartbeat_ms=self._wall_ms(), listeners=me.listeners
-        )
+        info = replace(self._view.self_info, last_heartbeat_ms=self._wall_ms())  # with `ready`
         try:
             await self._metadata.heartbeat_agent(info)
             agents = await self._metadata.live_agents()
@@ -237,13 +265,20 @@ class AgentRegistry:
         Raises `AgentIdInUse` if metadata refuses this agent's id."""
         if self._task is not None:
             return
+        self._wake.clear()  # this beat carries whatever a wake before start() asked to send
         if not await self.beat_once() and self.refused is not None:
             raise AgentIdInUse(self.refused)
         self._task = asyncio.create_task(self._run(), name="skiff-agent-heartbeat")
 
+    def wake(self) -> None:
+        """Beat now rather than at the next tick (this agent's readiness changed)."""
+        self._wake.set()
+
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self._interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+            self._wake.clear()
             try:
                 await self.beat_once()
             except asyncio.CancelledError:

@@ -319,7 +319,14 @@ class AgentConfig:
     )
     readiness_timeout_ms: int = field(
         default=1_000,
-        metadata={"help": "/readyz: how long metadata and the bucket may take to answer its probe"},
+        metadata={"help": "how long metadata and the bucket may take to answer the readiness probe"},
+    )
+    readiness_probe_interval_ms: int = field(
+        default=5_000,
+        metadata={
+            "help": "how often the agent probes its readiness (a PUT and a GET of a small object in "
+            "the bucket, a metadata read); not ready, it leads no partitions and coordinates nothing"
+        },
     )
     shutdown_timeout_ms: int = field(
         default=25_000,

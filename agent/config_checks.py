@@ -53,6 +53,7 @@ def check_config(config: AgentConfig) -> None:
         "s3_max_attempts",
         "metadata_timeout_ms",
         "readiness_timeout_ms",
+        "readiness_probe_interval_ms",
         "shutdown_timeout_ms",
         "fetch_max_bytes",
         "max_partition_fetch_bytes",

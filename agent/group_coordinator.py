@@ -117,7 +117,7 @@ class GroupCoordinator(GroupPersistence):
             config.agent_id,
             ttl_ms=config.group_lease_ttl_ms,
             renew_interval_ms=config.group_lease_renew_interval_ms,
-            owns=lambda group_id: agents.coordinator_for_group(group_id).node_id == agents.self_node_id,
+            owns=agents.coordinates_group,
             monotonic_ms=lambda: clock.monotonic() * 1000.0,
         )
         return cls.from_config(config, fence)
@@ -446,7 +446,7 @@ def coordinator(ctx: AgentContext) -> GroupCoordinator:
 
 def owns_group(ctx: AgentContext, group_id: str) -> bool:
     """Whether this agent coordinates `group_id` (else the answer is NOT_COORDINATOR)."""
-    return ctx.agents.coordinator_for_group(group_id).node_id == ctx.agents.self_node_id
+    return ctx.agents.coordinates_group(group_id)
 
 
 async def ensure_coordinator(ctx: AgentContext, group_id: str) -> ErrorCode:

@@ -1,116 +1,259 @@
-"""An agent's liveness and readiness, as served at /healthz and /readyz (agent.metrics).
+"""An agent's liveness and readiness, as served at /healthz and /readyz (agent.metrics), and
+the readiness that decides whether the agent leads partitions (agent.agent_registry).
 
 Alive: the process answers HTTP at all (the endpoint's thread runs); nothing is checked,
 so a slow bucket or metadata service never makes Kubernetes restart a healthy agent.
 
 Ready: the agent is not draining (a SIGTERM turns readiness off before anything else, so
-load balancers and probes stop sending new clients first), and the last probe found both
-dependencies answering within `timeout_ms`:
+load balancers and probes stop sending new clients first), and its last probe found both
+dependencies working, each step within `timeout_ms`:
 
-- metadata: `live_agents()` (one small SQL read behind the metadata service);
-- the bucket: `head()` of a key that need not exist (a not-found answer is an answer).
+- the bucket: a PUT of a small object at `_skiff/readiness/<agent id>`
+  (fileformat.objectstore.keys) with fresh bytes, then a GET of it, compared byte for byte.
+  A missing bucket, credentials that cannot write or read, a full disk or a store that
+  returns other bytes all fail here (a HEAD of a key that need not exist, as before,
+  passed all of them). The probe goes to the object store itself, not through the range
+  cache (which would answer the GET from memory);
+- metadata: `live_agents()` (one small SQL read behind the metadata service).
 
-Probes are cheap but not free, so a result is reused for `cache_ms` (one second): a storm
-of probes costs one check per second. The probe runs on the agent's event loop (the
-clients are async) and is asked for from the HTTP server's threads; one probe at a time,
-the others wait for its result. The clock is injected (`monotonic_s`).
+`ReadinessMonitor` runs the probe on the agent's event loop every `interval_ms`, whether
+or not anyone asks /readyz: one probe at a time (a caller that asks while one runs gets
+its result). Cost: one PUT and one GET per interval per agent (17,280 of each a day at
+the default 5 s), plus one metadata read. The clock is injected (`monotonic_s`).
+
+On each change between ready and not ready it calls `on_change(ready)` (the runtime tells
+the routing view and heartbeats at once: an agent that is not ready leads no partition and
+coordinates nothing) and logs one line: ERROR with the cause when the agent turns not
+ready, INFO when it is ready again; nothing per probe. A cause that changes while not
+ready is not logged again (S3 messages carry request ids): /readyz shows the latest.
+
+`Readiness` is the thread-safe view the HTTP threads read: draining, else the monitor's
+last verdict; a verdict older than `stale_ms` (the loop has not probed for two intervals
+and more: it is stuck) is not ready. Reading never waits for the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import contextlib
+import logging
 import time
-from collections.abc import Callable, Coroutine
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fileformat.objectstore import AsyncObjectStore
-from fileformat.objectstore.errors import ObjectNotFound
 from metadata.api_types import MetadataClient
 
-PROBE_KEY = "skiff-readiness-probe"  # never written: a HEAD of it answers "not found"
+log = logging.getLogger(__name__)
+
+DEPENDENCIES = ("bucket", "metadata")
+
+
+@dataclass(frozen=True)
+class Failure:
+    dependency: str  # "bucket", "metadata", or "probe" (the probe itself raised)
+    message: str  # one line, naming the dependency
 
 
 @dataclass(frozen=True)
 class Verdict:
     ready: bool
     reason: str  # "ok", "draining", or what failed
+    failed: tuple[str, ...] = ()  # the dependencies that failed
 
 
-Probe = Callable[[], Coroutine[Any, Any, str | None]]
-"""A readiness probe: None when every dependency answered, else what failed."""
+Probe = Callable[[], Coroutine[Any, Any, Sequence[Failure]]]
+"""A readiness probe: the failures (none when every dependency worked)."""
 
 
-def dependency_probe(metadata: MetadataClient, store: AsyncObjectStore, timeout_ms: int) -> Probe:
-    """Metadata and the bucket, each within `timeout_ms`, checked concurrently."""
+def bucket_check(
+    store: AsyncObjectStore, key: str, timeout_ms: int, agent_id: str = ""
+) -> Callable[[], Coroutine[Any, Any, Failure | None]]:
+    """PUT fresh bytes at `key`, GET them back and compare; each step within `timeout_ms`."""
+    timeout_s = timeout_ms / 1000.0
+    where = f"bucket {store.url}"
+
+    async def step(name: str, coro: Coroutine[Any, Any, Any]) -> tuple[Any, Failure | None]:
+        try:
+            return await asyncio.wait_for(coro, timeout_s), None
+        except TimeoutError:
+            return None, Failure("bucket", f"{where}: {name} {key} did not answer within {timeout_ms} ms")
+        except Exception as e:  # any failure means not ready; say which step and why
+            return None, Failure("bucket", f"{where}: {name} {key} failed: {type(e).__name__}: {e}")
+
+    async def check() -> Failure | None:
+        # fresh bytes every time: a GET answered from a stale copy does not pass
+        body = f"skiff readiness probe of agent {agent_id}: {uuid.uuid4().hex}\n".encode()
+        _, failed = await step("PUT", store.put(key, body))
+        if failed is not None:
+            return failed
+        got, failed = await step("GET", store.get(key))
+        if failed is not None:
+            return failed
+        if got != body:
+            return Failure(
+                "bucket",
+                f"{where}: GET {key} returned {len(got)} bytes that are not the {len(body)} just PUT",
+            )
+        return None
+
+    return check
+
+
+def metadata_check(
+    metadata: MetadataClient, timeout_ms: int
+) -> Callable[[], Coroutine[Any, Any, Failure | None]]:
     timeout_s = timeout_ms / 1000.0
 
-    async def check_metadata() -> str | None:
+    async def check() -> Failure | None:
         try:
             await asyncio.wait_for(metadata.live_agents(), timeout_s)
         except TimeoutError:
-            return f"metadata did not answer within {timeout_ms} ms"
-        except Exception as e:  # any failure means not ready; say which
-            return f"metadata: {type(e).__name__}: {e}"
-        return None
-
-    async def check_bucket() -> str | None:
-        try:
-            await asyncio.wait_for(store.head(PROBE_KEY), timeout_s)
-        except ObjectNotFound:
-            return None
-        except TimeoutError:
-            return f"bucket did not answer within {timeout_ms} ms"
+            return Failure("metadata", f"metadata did not answer within {timeout_ms} ms")
         except Exception as e:
-            return f"bucket: {type(e).__name__}: {e}"
+            return Failure("metadata", f"metadata: {type(e).__name__}: {e}")
         return None
 
-    async def probe() -> str | None:
-        failures = [f for f in await asyncio.gather(check_metadata(), check_bucket()) if f]
-        return "; ".join(failures) or None
+    return check
+
+
+def dependency_probe(
+    metadata: MetadataClient, store: AsyncObjectStore, timeout_ms: int, *, key: str, agent_id: str = ""
+) -> Probe:
+    """Metadata and the bucket, checked concurrently."""
+    checks = (metadata_check(metadata, timeout_ms), bucket_check(store, key, timeout_ms, agent_id))
+
+    async def probe() -> Sequence[Failure]:
+        return [f for f in await asyncio.gather(*(c() for c in checks)) if f is not None]
 
     return probe
 
 
-class Readiness:
-    """Thread-safe readiness with a cached probe result (see the module docstring)."""
+class ReadinessMonitor:
+    """The periodic probe and its state machine (see the module docstring)."""
 
     def __init__(
         self,
         probe: Probe,
-        loop: asyncio.AbstractEventLoop,
         *,
-        timeout_ms: int,
-        cache_ms: int = 1_000,
+        agent_id: str,
+        interval_ms: int,
+        on_change: Callable[[bool], None] | None = None,
         monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
         self._probe = probe
-        self._loop = loop
-        self._wait_s = 2 * timeout_ms / 1000.0 + 1.0  # the probe bounds itself; this is a backstop
-        self._cache_s = cache_ms / 1000.0
+        self.agent_id = agent_id
+        self.interval_ms = interval_ms
+        self._on_change = on_change
         self._now = monotonic_s
-        self._lock = threading.Lock()
-        self._cached: tuple[float, Verdict] | None = None
+        self._ready: bool | None = None  # None: not probed yet
+        self._since_s = 0.0  # when the current state began
+        # (verdict, monotonic time) of the last probe; replaced whole, read from any thread
+        self.last: tuple[Verdict, float] | None = None
+        self._inflight: asyncio.Future[Verdict] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.probes = 0
+        self.failures: dict[str, int] = dict.fromkeys(DEPENDENCIES, 0)  # by dependency
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._ready)
+
+    async def probe(self) -> Verdict:
+        """Probe now (or join the probe already running) and record the result."""
+        fut = self._inflight
+        if fut is None:
+            fut = self._inflight = asyncio.ensure_future(self._probe_once())
+            fut.add_done_callback(self._clear_inflight)
+        return await asyncio.shield(fut)
+
+    def _clear_inflight(self, fut: asyncio.Future[Verdict]) -> None:
+        if self._inflight is fut:
+            self._inflight = None
+
+    async def _probe_once(self) -> Verdict:
+        self.probes += 1
+        try:
+            failures = tuple(await self._probe())
+        except Exception as e:  # a bug in the probe: not ready, and say so
+            failures = (Failure("probe", f"readiness probe raised {type(e).__name__}: {e}"),)
+        for f in failures:
+            self.failures[f.dependency] = self.failures.get(f.dependency, 0) + 1
+        verdict = Verdict(
+            not failures,
+            "; ".join(f.message for f in failures) or "ok",
+            tuple(f.dependency for f in failures),
+        )
+        self._record(verdict)
+        return verdict
+
+    def _record(self, verdict: Verdict) -> None:
+        now = self._now()
+        self.last = (verdict, now)
+        if verdict.ready == self._ready:
+            return
+        was, self._ready = self._ready, verdict.ready
+        if not verdict.ready:
+            log.error("agent %s not ready: %s", self.agent_id, verdict.reason)
+        elif was is False:
+            log.info(
+                "agent %s ready again after %.1f s: bucket and metadata answer",
+                self.agent_id,
+                now - self._since_s,
+            )
+        self._since_s = now
+        if self._on_change is not None:
+            self._on_change(verdict.ready)
+
+    def start(self) -> None:
+        """Probe every interval on the running loop (the first probe is the caller's)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="skiff-readiness")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_ms / 1000.0)
+            try:
+                await self.probe()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # _probe_once catches the probe's errors; this is a bug
+                log.exception("unexpected error in the readiness loop")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class Readiness:
+    """What /readyz answers, from any thread, without waiting for the event loop."""
+
+    def __init__(
+        self,
+        monitor: ReadinessMonitor,
+        *,
+        timeout_ms: int,
+        monotonic_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.monitor = monitor
+        # two intervals plus a probe's longest time (PUT then GET) and a second's slack
+        self.stale_s = (2 * monitor.interval_ms + 2 * timeout_ms) / 1000.0 + 1.0
+        self._now = monotonic_s
         self.draining = False
-        self.probes = 0  # probes run (for tests and metrics)
 
     def check(self) -> Verdict:
-        """Called from any thread but the loop's own (it waits for the loop)."""
         if self.draining:
             return Verdict(False, "draining")
-        with self._lock:
-            cached = self._cached
-            if cached is not None and self._now() - cached[0] < self._cache_s:
-                return cached[1]
-            self.probes += 1
-            failure: str | None
-            try:
-                failure = asyncio.run_coroutine_threadsafe(self._probe(), self._loop).result(self._wait_s)
-            except Exception as e:  # the loop is closing or stuck: not ready
-                failure = f"probe failed: {type(e).__name__}: {e}"
-            verdict = Verdict(failure is None, failure or "ok")
-            self._cached = (self._now(), verdict)
-        if self.draining:  # turned while probing
-            return Verdict(False, "draining")
+        last = self.monitor.last
+        if last is None:
+            return Verdict(False, "not probed yet")
+        verdict, at_s = last
+        age_s = self._now() - at_s
+        if age_s > self.stale_s:
+            return Verdict(False, f"no readiness probe for {age_s:.1f} s (is the event loop stuck?)")
         return verdict

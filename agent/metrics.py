@@ -1,9 +1,9 @@
 """Prometheus metrics and health of one agent, served over HTTP (`--metrics-port`, default
 9100, 0 = off): `GET /metrics`, `GET /healthz` (200 while the process runs) and
 `GET /readyz` (200 `ready`, or 503 with the reason: draining, or which of metadata and the
-bucket failed to answer; `agent.health`). A WSGI app on a threading server in daemon
-threads, so probes and scrapes never wait for the agent's event loop except for the
-readiness probe itself.
+bucket failed and how; `agent.health`, whose probe runs on the agent's own schedule). A WSGI
+app on a threading server in daemon threads, so probes and scrapes never wait for the
+agent's event loop.
 
 A custom collector reads the live components at scrape time, so the hot paths keep
 plain integer counters and pay nothing per request for metrics:
@@ -36,6 +36,9 @@ plain integer counters and pay nothing per request for metrics:
   agent-wide request bytes, against `queued_max_request_bytes`);
 - `skiff_purgatory_delayed{purgatory}`, `skiff_purgatory_watched{purgatory}` for the
   fetch, heartbeat and rebalance purgatories; `skiff_groups`.
+- `skiff_agent_ready`: 1 when /readyz would answer 200 (agent.health), else 0; and
+  `skiff_readiness_probe_failures_total{dependency}` (`bucket`, `metadata`): probes that
+  found that dependency failing.
 """
 
 from __future__ import annotations
@@ -215,6 +218,7 @@ class AgentCollector(Collector):
         parked.add_metric(["wake"], a.watch.parked_woken)
         parked.add_metric(["expiry"], a.watch.parked_expired)
         yield parked
+        yield from readiness_metrics(a.readiness)
         yield from security_metrics(a.servers or [a.server])
         denied = CounterMetricFamily(
             "skiff_authorization_denied",
@@ -225,6 +229,23 @@ class AgentCollector(Collector):
         for (api_key, resource), n in sorted(a.context.acls.denied.items()):
             denied.add_metric([api_name(api_key) or str(api_key), resource.name.lower()], n)
         yield denied
+
+
+def readiness_metrics(readiness: Readiness | None) -> Iterator[Metric]:
+    """`skiff_agent_ready` and `skiff_readiness_probe_failures_total{dependency}`."""
+    ready = readiness is not None and readiness.check().ready
+    yield GaugeMetricFamily(
+        "skiff_agent_ready", "1 when the agent is ready (/readyz answers 200)", value=int(ready)
+    )
+    failures = CounterMetricFamily(
+        "skiff_readiness_probe_failures",
+        "Readiness probes that found a dependency failing (bucket: PUT/GET of the probe object)",
+        labels=["dependency"],
+    )
+    if readiness is not None:
+        for dependency, n in sorted(readiness.monitor.failures.items()):
+            failures.add_metric([dependency], n)
+    yield failures
 
 
 def security_metrics(servers: Iterable[AgentServer]) -> Iterator[Metric]:

@@ -2,7 +2,9 @@
 
 `start_agent` builds one agent from its parts (configuration, a metadata client, an
 async object store): the handler context, the produce buffer, the range cache, the
-commit watch, the Kafka listener and the membership heartbeat. `RunningAgent.close`
+commit watch, the Kafka listener, the membership heartbeat and the readiness probe
+(`agent.health`: probed once before serving, then every `readiness_probe_interval_ms`;
+its changes switch this agent's routing and heartbeat at once, `agent_readiness`). `RunningAgent.close`
 stops them in the safe order: stop accepting connections, flush and commit whatever is
 buffered (so nothing a producer was promised is dropped), stop heartbeating.
 
@@ -62,12 +64,13 @@ from agent.context import (
 )
 from agent.group_activity import GroupActivityReporter
 from agent.group_coordinator import GroupCoordinator
-from agent.health import Readiness, dependency_probe
+from agent.health import Readiness, ReadinessMonitor, dependency_probe
 from agent.listener_servers import start_listener_servers
 from agent.produce_buffer import CommittedFile, ProduceBuffer
 from agent.server import AgentServer
 from agent.txn_coordinator import TxnCoordinator
 from fileformat.objectstore import AsyncObjectStore, open_async_store
+from fileformat.objectstore.keys import readiness_key
 from fileformat.objectstore.range_cache import RangeCache
 from metadata.api_types import MetadataClient
 from metadata.errors import (
@@ -104,7 +107,7 @@ class RunningAgent:
     background: list[BackgroundTask] = field(default_factory=list)
     # Every listener's server (`server` is the first): more than one with `listeners` set.
     servers: list[AgentServer] = field(default_factory=list)
-    readiness: Readiness | None = None  # set by serve_health
+    readiness: Readiness | None = None  # the agent's own probe (agent.health); set by start_agent
     http: HttpEndpoint | None = None
     deregistered: bool = False
 
@@ -132,14 +135,11 @@ class RunningAgent:
         """/metrics, /healthz and /readyz on `port` (agent.metrics); needs the running loop."""
         from agent.metrics import serve_metrics
 
-        self.readiness = Readiness(
-            dependency_probe(self.metadata, self.store, self.config.readiness_timeout_ms),
-            asyncio.get_running_loop(),
-            timeout_ms=self.config.readiness_timeout_ms,
-        )
         self.http = serve_metrics(self, host, port, self.readiness)
 
     async def close(self, *, close_clients: bool = True) -> None:
+        if self.readiness is not None:
+            await self.readiness.monitor.close()
         for task in self.background:
             await task.close()
         self.background.clear()
@@ -162,6 +162,7 @@ class RunningAgent:
         """Steps 1-5 of a graceful shutdown (module docstring); `close()` does the rest."""
         if self.readiness is not None:
             self.readiness.draining = True
+            await self.readiness.monitor.close()
         connections = [c for server in self.servers or [self.server] for c in server.stop_reading()]
         await self.registry.close()
         self.deregistered = True
@@ -319,11 +320,14 @@ async def start_agent(
     clock: Clock | None = None,
 ) -> RunningAgent:
     ctx = build_agent_context(config, metadata, store, clock=clock)
+    registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
+    readiness = agent_readiness(config, metadata, store, ctx, registry)
+    # Probed before serving: the first Metadata answers and the first heartbeat tell the truth.
+    await readiness.monitor.probe()
     await ctx.acls.start()  # with authorization on: the ACLs loaded before any client connects
     start_parts(ctx.parts)
     servers = await start_listener_servers(ctx)
     server = servers[0]
-    registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
     try:
         await registry.start()
     except AgentIdInUse:  # undo the start-up; the caller reports it
@@ -337,6 +341,7 @@ async def start_agent(
         metadata, lambda: [g.group_id for g in groups.list_groups() if g.members]
     )
     activity.start()
+    readiness.monitor.start()
     for li, s in zip(config.resolved_listeners(), servers, strict=True):
         log.info(
             "agent %s serving Kafka (%s, %s) on %s:%d",
@@ -346,7 +351,40 @@ async def start_agent(
             s.host or "*",
             s.port,
         )
-    return RunningAgent(config, ctx, server, registry, store, metadata, activity, servers=servers)
+    return RunningAgent(
+        config, ctx, server, registry, store, metadata, activity, servers=servers, readiness=readiness
+    )
+
+
+def agent_readiness(
+    config: AgentConfig,
+    metadata: MetadataClient,
+    store: AsyncObjectStore,
+    ctx: AgentContext,
+    registry: AgentRegistry,
+) -> Readiness:
+    """The agent's readiness probe (agent.health), wired to its membership: a change turns
+    this agent's routing on or off at once and heartbeats it at once."""
+
+    def on_change(ready: bool) -> None:
+        ctx.agents.set_self_ready(ready)
+        registry.wake()
+
+    probe = dependency_probe(
+        metadata,
+        store,  # the store itself: the range cache would answer the GET from memory
+        config.readiness_timeout_ms,
+        key=readiness_key(config.agent_id),
+        agent_id=config.agent_id,
+    )
+    monitor = ReadinessMonitor(
+        probe,
+        agent_id=config.agent_id,
+        interval_ms=config.readiness_probe_interval_ms,
+        on_change=on_change,
+        monotonic_s=ctx.clock.monotonic,
+    )
+    return Readiness(monitor, timeout_ms=config.readiness_timeout_ms, monotonic_s=ctx.clock.monotonic)
 
 
 def start_background(agent: RunningAgent, roles: Sequence[BackgroundRole], bucket_url: str) -> None:

@@ -170,18 +170,18 @@ class TxnCoordinator:
         self.marker_seconds: dict[str, float] = {"put": 0.0, "commit": 0.0}
         self.pause_hook = TxnPauseHook.from_env()  # a test hook, None in production
 
-    def coordinator_for(self, transactional_id: str) -> Broker:
-        """The agent FindCoordinator names for a transactional id."""
+    def coordinator_for(self, transactional_id: str) -> Broker | None:
+        """The agent FindCoordinator names for a transactional id: hashed over the ready
+        agents (agent.agent_registry), None when none is ready."""
         owner = routing.rendezvous_owner(txn_key(transactional_id), self._agents.agent_ids())
         for b in self._agents.brokers():
             if b.agent_id == owner:
                 return b
-        me = self._agents.broker(self._agents.self_node_id)
-        assert me is not None
-        return me
+        return None
 
     def coordinates(self, transactional_id: str) -> bool:
-        return self.coordinator_for(transactional_id).agent_id == self._agent_id
+        b = self.coordinator_for(transactional_id)
+        return b is not None and b.agent_id == self._agent_id
 
     async def finish(self, record: TxnRecord) -> bool:
         """Write the markers of a prepared transaction and complete it. False (logged) if

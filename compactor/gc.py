@@ -14,7 +14,10 @@ Two jobs, both safe to run in many processes at once:
   (`store.list`, here only, never on a hot path), one metadata question per page
   (`unknown_object_keys`), and deleted when older than `orphan_grace_ms`, which must
   exceed the longest PUT-to-commit time (agents retry a commit for at most a few
-  minutes; default 1 hour).
+  minutes; default 1 hour). Skiff's own objects under `_skiff/` (fileformat.objectstore.keys)
+  are never segments: metadata is never asked about them, and only readiness probe objects
+  not rewritten for `orphan_grace_ms` (their agent is gone: a live one rewrites its own
+  every few seconds) are deleted.
 
 Grace period: a reader may use a chunk location it learnt before the file became
 `deleting` for up to the agents' `chunk_cache_ttl_ms` (default 30 s), plus a fetch's own
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fileformat.objectstore import ObjectInfo, ObjectStore
+from fileformat.objectstore.keys import READINESS_PREFIX, is_internal
 from metadata.api_types import MetadataClient
 
 log = logging.getLogger(__name__)
@@ -143,6 +147,13 @@ class GarbageCollector:
                 break
             self.stats.objects_scanned += len(page)
             old = {o.key for o in page if o.last_modified <= cutoff}
+            gone_probes = sorted(k for k in old if k.startswith(READINESS_PREFIX))
+            old = {k for k in old if not is_internal(k)}  # not segments: not metadata's to know
+            if gone_probes:
+                await self._limiter.acquire(len(gone_probes))
+                await asyncio.to_thread(self._store.delete_many, gone_probes)
+                deleted += len(gone_probes)
+                log.info("gc: deleted %d readiness probe object(s) of gone agents", len(gone_probes))
             if not old:
                 continue
             unknown = await self._md.unknown_object_keys(sorted(old))

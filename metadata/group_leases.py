@@ -176,6 +176,7 @@ def heartbeat_agent(conn: Connection, agent: AgentInfo, now_ms: int, ttl_ms: int
         zone=agent.zone,
         last_heartbeat_ms=now_ms,
         listeners=listeners,
+        ready=agent.ready,
     )
     stmt = ins.on_conflict_do_update(
         index_elements=[a.agent_id],
@@ -185,6 +186,7 @@ def heartbeat_agent(conn: Connection, agent: AgentInfo, now_ms: int, ttl_ms: int
             "zone": agent.zone,
             "last_heartbeat_ms": now_ms,
             "listeners": listeners,
+            "ready": agent.ready,
         },
         where=((a.host == agent.host) & (a.port == agent.port)) | (a.last_heartbeat_ms < now_ms - ttl_ms),
     ).returning(a.agent_id)

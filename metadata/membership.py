@@ -3,7 +3,9 @@
 An agent registers with its first heartbeat and stays live while it heartbeats within
 `ttl_ms` of the service's clock (the clock of the service, not the agent's, so agents'
 clocks may disagree); `live_agents` lists the live ones by agent id and deletes the
-expired rows.
+expired rows. Each heartbeat carries the agent's readiness (`AgentInfo.ready`, its own
+probe of the bucket and metadata: agent.health); live agents are listed ready or not, and
+routing (agent.agent_registry) gives partitions and coordinators to the ready ones only.
 """
 
 from __future__ import annotations
@@ -43,12 +45,21 @@ class Membership:
             )
 
     def live_agents(self) -> list[AgentInfo]:
-        """Agents that heartbeated within the TTL, by agent id; expired ones are deleted."""
+        """Agents that heartbeated within the TTL (ready or not), by agent id; expired ones are
+        deleted."""
         cutoff = self._db.clock() - self.ttl_ms
         with read_tx(self._db.engine) as conn:
             rows = conn.execute(select(agents).order_by(agents.c.agent_id)).all()
         live = [
-            AgentInfo(r.agent_id, r.host, r.port, r.zone, r.last_heartbeat_ms, _listeners(r.listeners))
+            AgentInfo(
+                r.agent_id,
+                r.host,
+                r.port,
+                r.zone,
+                r.last_heartbeat_ms,
+                _listeners(r.listeners),
+                bool(r.ready),
+            )
             for r in rows
             if r.last_heartbeat_ms >= cutoff
         ]

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     Uuid,
+    true,
 )
 
 # Explicit constraint names, so that migrations are reproducible on every backend.
@@ -152,6 +153,9 @@ agents = Table(
     # JSON [[listener name, host, port], ...]: every advertised listener (NULL in rows
     # written before listeners: then host/port is the one address).
     Column("listeners", Text, nullable=True),
+    # The agent's own readiness (agent.health) at its last heartbeat: a live agent that is
+    # not ready is routed no partitions and no coordinators.
+    Column("ready", Boolean, nullable=False, server_default=true()),
 )
 
 # Per partition, what the compactor keeps (rows are created on first use, no foreign key:

@@ -180,6 +180,7 @@ class AgentInfoM(_M):
     zone: Annotated[str, Field(max_length=255)] | None = None
     last_heartbeat_ms: Int64 = 0
     listeners: Annotated[list[ListenerEndpointM], Field(max_length=32)] = []
+    ready: bool = True  # absent (an older agent or service): ready
 
     @classmethod
     def of(cls, a: t.AgentInfo) -> AgentInfoM:
@@ -190,6 +191,7 @@ class AgentInfoM(_M):
             zone=a.zone,
             last_heartbeat_ms=a.last_heartbeat_ms,
             listeners=[ListenerEndpointM.model_construct(name=n, host=h, port=p) for n, h, p in a.listeners],
+            ready=a.ready,
         )
 
     def to_info(self) -> t.AgentInfo:
@@ -200,6 +202,7 @@ class AgentInfoM(_M):
             zone=self.zone,
             last_heartbeat_ms=self.last_heartbeat_ms,
             listeners=tuple((e.name, e.host, e.port) for e in self.listeners),
+            ready=self.ready,
         )
 
 

@@ -223,6 +223,10 @@ class AgentInfo:
     # Kafka clients are told the address on the listener they connected through. Empty for
     # agents (and rows) from before listeners: then (host, port) is the only address.
     listeners: tuple[tuple[str, str, int], ...] = ()
+    # The agent's last readiness probe found its bucket writable and readable and metadata
+    # answering (agent.health). Agents that are not ready stay registered (their address and
+    # node id keep) but lead no partition and coordinate nothing (agent.agent_registry).
+    ready: bool = True
 
 
 @dataclass(frozen=True)

@@ -100,8 +100,9 @@ async def describe_topics(md: MetadataClient, names: list[str]) -> list[dict[str
         topics = [found[n] for n in names]
     else:
         topics = sorted(await md.list_topics(), key=lambda t: t.name)
-    agent_ids = [a.agent_id for a in await md.live_agents()]
-    node_ids = routing.assign_node_ids(agent_ids)
+    live = await md.live_agents()
+    node_ids = routing.assign_node_ids([a.agent_id for a in live])
+    agent_ids = [a.agent_id for a in live if a.ready]  # only ready agents lead (agent.agent_registry)
     keys = [PartitionKey(t.topic_id, p) for t in topics for p in range(t.partition_count)]
     states = iter(await md.partition_states(keys)) if keys else iter(())
     out = []

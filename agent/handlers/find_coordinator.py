@@ -8,7 +8,8 @@ Key type 0 is a group; a principal without DESCRIBE on it gets GROUP_AUTHORIZATI
 (Kafka's ACLs). Key type 1 is a transactional id (DESCRIBE on it, else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), whose coordinator is the rendezvous owner of
 `b"txn:" + id` (`agent.txn_coordinator.TxnCoordinator.coordinator_for`). Any other key type
-gets INVALID_REQUEST, as Kafka answers an unknown one.
+gets INVALID_REQUEST, as Kafka answers an unknown one. Only ready agents coordinate
+(agent.health); with none ready the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def _find(ctx: AgentContext, request: Request, key: str, key_type: int) -> Coord
         return _failed(key, ErrorCode.invalid_group_id, "empty group id")
     else:
         b = ctx.agents.coordinator_for_group(key)
+    if b is None:  # no agent is ready (agent.agent_registry): retriable
+        return _failed(key, ErrorCode.coordinator_not_available, "no agent is ready to coordinate")
     host, port = b.address(request.connection.listener)  # on the listener the client connected through
     return Coordinator(
         key=key,

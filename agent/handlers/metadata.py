@@ -5,7 +5,10 @@ leadership is advice: each partition's leader is the live agent winning the rend
 hash of (topic id, partition) (`agent.routing`), so clients spread over the agents and
 one lost agent moves only its share. Each partition reports a single replica (its
 leader) in sync, and leader epoch -1 (unknown), which tells clients to skip epoch
-validation (KIP-320): leadership here carries no log state to validate.
+validation (KIP-320): leadership here carries no log state to validate. Only ready agents
+lead (agent.health): an agent that is not ready still answers, naming the ready ones; with
+no agent ready every partition is LEADER_NOT_AVAILABLE with leader -1 (Kafka's answer for
+a partition without a leader; clients refresh metadata and retry).
 
 Requested topics:
 - an invalid name -> INVALID_TOPIC_EXCEPTION;
@@ -54,6 +57,7 @@ from kio.schema.metadata.v12.response import (
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32
 
+from agent.agent_registry import NO_LEADER
 from agent.context import AgentContext
 from agent.handlers import (
     NO_THROTTLE,
@@ -120,12 +124,12 @@ def _partitions(leaders: tuple[int, ...]) -> tuple[MetadataResponsePartition, ..
     """Partition entries for a leader assignment (memoized: entries are immutable and shared)."""
     return tuple(
         MetadataResponsePartition(
-            error_code=ErrorCode.none,
+            error_code=ErrorCode.none if leader != NO_LEADER else ErrorCode.leader_not_available,
             partition_index=i32(p),
             leader_id=BrokerId(leader),
             leader_epoch=i32(-1),
-            replica_nodes=(BrokerId(leader),),
-            isr_nodes=(BrokerId(leader),),
+            replica_nodes=(BrokerId(leader),) if leader != NO_LEADER else (),
+            isr_nodes=(BrokerId(leader),) if leader != NO_LEADER else (),
             offline_replicas=(),
         )
         for p, leader in enumerate(leaders)

@@ -350,7 +350,7 @@ async def test_corrupt_batch_in_the_bucket_is_refused_not_served(
     batches = {p: build_batch([(0, 1, None, f"value-{p}".encode() * 10, ())]) for p in range(2)}
     req = produce_request("flip", batches)
     await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)
-    keys = [info.key async for info in running.store.list("")]
+    keys = [info.key async for info in running.store.list("segments/")]
     (key,) = keys
     blob = bytearray(await running.store.get(key))
     batch_position = bytes(blob).index(batches[0])

@@ -230,6 +230,46 @@ async def test_orphans_removed_after_grace(md: LocalMetadataClient, clock: FakeC
     assert "orphans" in await md.last_successes()
 
 
+class _AskSpy:
+    """A metadata client that records which keys the orphan scan asks about."""
+
+    def __init__(self, md: LocalMetadataClient) -> None:
+        self._md = md
+        self.asked: list[str] = []
+
+    async def unknown_object_keys(self, keys: list[str]) -> list[str]:
+        self.asked.extend(keys)
+        return await self._md.unknown_object_keys(keys)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._md, name)
+
+
+async def test_orphan_scan_never_takes_skiff_objects_for_segments(
+    md: LocalMetadataClient, clock: FakeClock
+) -> None:
+    """Objects under _skiff/ (an agent's readiness probe object, fileformat.objectstore.keys)
+    are never asked about as segments; a probe object not rewritten for the orphan grace
+    belongs to a gone agent and is deleted, any other _skiff/ object is left alone."""
+    from fileformat.objectstore.keys import readiness_key
+
+    store = _MemStoreClock(open_store(f"memory://skiffkeys-{uuid.uuid4().hex}"), datetime.now(UTC))
+    store.put(readiness_key("gone-agent"), b"probe")
+    store.put("_skiff/something-else", b"x")
+    store.put("segments/orphan-2.seg", b"never committed")
+    spy = _AskSpy(md)
+    wall = clock.now
+    store.modified = datetime.fromtimestamp(wall / 1000, tz=UTC)
+    g = GarbageCollector(
+        spy, store, orphan_grace_ms=3_600_000, wall_ms=lambda: wall, limiter=RateLimiter(1e9)
+    )  # type: ignore[arg-type]
+    assert await g.collect_orphans() == 0 and store.deleted == []  # a live agent's probe object: young
+    wall += 3_600_000
+    assert await g.collect_orphans() == 2
+    assert sorted(store.deleted) == sorted([readiness_key("gone-agent"), "segments/orphan-2.seg"])
+    assert spy.asked == ["segments/orphan-2.seg"]
+
+
 async def test_rate_limiter_waits_for_tokens() -> None:
     now = [0.0]
     slept: list[float] = []

@@ -117,9 +117,13 @@ def test_two_agents_one_bucket_clients_spread(
     ]
     check_consumed(expected, consume_all_confluent(b.bootstrap, topic, 600, partitions=6))
     check_consumed(expected, consume_all_confluent(a.bootstrap, topic, 600, partitions=6))
-    # the bucket really holds the data: one or more segment files, nothing else
+    # the bucket really holds the data: one or more segment files, and nothing else but each
+    # agent's readiness probe object (agent.health)
     keys = [o["Key"] for o in bucket.client().list_objects_v2(Bucket=bucket.name).get("Contents", [])]
-    assert keys and all(k.startswith("data/segments/") and k.endswith(".seg") for k in keys)
+    probes = [k for k in keys if k.startswith("data/_skiff/readiness/")]
+    segments = [k for k in keys if k not in probes]
+    assert len(probes) == 2
+    assert segments and all(k.startswith("data/segments/") and k.endswith(".seg") for k in segments)
 
 
 def test_agent_killed_mid_produce_loses_no_acked_record(

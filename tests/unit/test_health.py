@@ -1,17 +1,24 @@
-"""agent.health.Readiness: the probe's result is cached for a second (injected clock),
-draining answers 503 without probing, and a failing or raising probe means not ready."""
+"""agent.health: the readiness probe writes and reads the bucket (a store that cannot PUT,
+cannot GET or returns other bytes is not ready, and the cause is named), the monitor's
+state machine logs one ERROR per turn to not ready and one INFO per turn back (nothing per
+probe), runs one probe at a time, and /readyz's view (`Readiness`) answers from the last
+probe, draining first, a stale probe as not ready (injected clock)."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Iterator
+import logging
 
 import pytest
 
-from agent.health import Readiness, dependency_probe
+from agent.health import Failure, Readiness, ReadinessMonitor, dependency_probe
 from agent.read_deadline import ReadDeadline
 from fileformat.objectstore import open_async_store
+from fileformat.objectstore.errors import StorageError
+from fileformat.objectstore.keys import readiness_key
+from fileformat.objectstore.memory import AsyncMemoryStore
+
+KEY = readiness_key("a1")
 
 
 class Clock:
@@ -22,57 +29,14 @@ class Clock:
         return self.now_s
 
 
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    yield loop
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
-    loop.close()
+class _Metadata:
+    def __init__(self) -> None:
+        self.down = False
 
-
-def test_probe_result_is_cached_for_a_second(loop: asyncio.AbstractEventLoop) -> None:
-    answers = [None, "metadata did not answer within 1000 ms"]
-    calls = 0
-
-    async def probe() -> str | None:
-        nonlocal calls
-        calls += 1
-        return answers[min(calls - 1, 1)]
-
-    clock = Clock()
-    r = Readiness(probe, loop, timeout_ms=1000, monotonic_s=clock)
-    assert r.check().ready
-    clock.now_s += 0.999
-    assert r.check().ready and calls == 1
-    clock.now_s += 0.001
-    v = r.check()
-    assert not v.ready and v.reason == "metadata did not answer within 1000 ms" and calls == 2
-
-
-def test_draining_is_not_ready_without_probing(loop: asyncio.AbstractEventLoop) -> None:
-    async def probe() -> str | None:
-        raise AssertionError("must not probe while draining")
-
-    r = Readiness(probe, loop, timeout_ms=1000, monotonic_s=Clock())
-    r.draining = True
-    v = r.check()
-    assert (v.ready, v.reason) == (False, "draining") and r.probes == 0
-
-
-def test_a_raising_probe_means_not_ready(loop: asyncio.AbstractEventLoop) -> None:
-    async def probe() -> str | None:
-        raise RuntimeError("boom")
-
-    v = Readiness(probe, loop, timeout_ms=1000, monotonic_s=Clock()).check()
-    assert not v.ready and "boom" in v.reason
-
-
-class _DeadMetadata:
     async def live_agents(self) -> list[object]:
-        raise ConnectionRefusedError("refused")
+        if self.down:
+            raise ConnectionRefusedError("refused")
+        return []
 
 
 class _SlowMetadata:
@@ -81,12 +45,190 @@ class _SlowMetadata:
         return []
 
 
+class BrokenStore(AsyncMemoryStore):
+    """A memory store whose PUT or GET can be made to fail, or to return other bytes."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.fail_put: str | None = None
+        self.fail_get: str | None = None
+        self.wrong_bytes = False
+        self.puts = 0
+        self.gets = 0
+
+    async def put(self, key: str, data: object) -> None:  # type: ignore[override]
+        self.puts += 1
+        if self.fail_put:
+            raise StorageError(self.fail_put, key=key)
+        await super().put(key, data)  # type: ignore[arg-type]
+
+    async def get(self, key: str) -> bytes:
+        self.gets += 1
+        if self.fail_get:
+            raise StorageError(self.fail_get, key=key)
+        body = await super().get(key)
+        return body[::-1] if self.wrong_bytes else body
+
+
+def _monitor(store: BrokenStore, md: object, clock: Clock, changes: list[bool]) -> ReadinessMonitor:
+    probe = dependency_probe(md, store, 1000, key=KEY, agent_id="a1")  # type: ignore[arg-type]
+    return ReadinessMonitor(
+        probe, agent_id="a1", interval_ms=5000, on_change=changes.append, monotonic_s=clock
+    )
+
+
+def _records(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "agent.health"]
+
+
+def test_the_bucket_probe_writes_and_reads_back(caplog: pytest.LogCaptureFixture) -> None:
+    store = BrokenStore("health-ok")
+    changes: list[bool] = []
+    m = _monitor(store, _Metadata(), Clock(), changes)
+    caplog.set_level(logging.INFO, logger="agent.health")
+    v = asyncio.run(m.probe())
+    assert v.ready and v.reason == "ok"
+    assert (store.puts, store.gets) == (1, 1)  # one PUT and one GET per probe
+    assert store._sync.get(KEY).startswith(b"skiff readiness probe of agent a1: ")
+    assert changes == [True] and _records(caplog) == []  # ready at start: nothing to say
+
+
+@pytest.mark.parametrize(
+    ("broken", "expected"),
+    [
+        ("put", "bucket memory://health-put: PUT _skiff/readiness/a1 failed: StorageError: NoSuchBucket"),
+        ("get", "bucket memory://health-get: GET _skiff/readiness/a1 failed: StorageError: AccessDenied"),
+        ("bytes", "bucket memory://health-bytes: GET _skiff/readiness/a1 returned"),
+    ],
+)
+def test_a_store_that_cannot_write_or_read_is_not_ready_and_says_why(
+    caplog: pytest.LogCaptureFixture, broken: str, expected: str
+) -> None:
+    store = BrokenStore(f"health-{broken}")
+    store.fail_put = "NoSuchBucket: the bucket does not exist" if broken == "put" else None
+    store.fail_get = "AccessDenied: no s3:GetObject" if broken == "get" else None
+    store.wrong_bytes = broken == "bytes"
+    changes: list[bool] = []
+    m = _monitor(store, _Metadata(), Clock(), changes)
+    caplog.set_level(logging.INFO, logger="agent.health")
+    v = asyncio.run(m.probe())
+    assert not v.ready and v.reason.startswith(expected) and v.failed == ("bucket",)
+    assert changes == [False]
+    assert m.failures == {"bucket": 1, "metadata": 0}
+    assert _records(caplog) == [(logging.ERROR, f"agent a1 not ready: {v.reason}")]
+
+
+def test_one_error_per_turn_to_not_ready_and_one_info_per_turn_back(caplog: pytest.LogCaptureFixture) -> None:
+    store = BrokenStore("health-turns")
+    md = _Metadata()
+    clock = Clock()
+    changes: list[bool] = []
+    m = _monitor(store, md, clock, changes)
+    caplog.set_level(logging.DEBUG, logger="agent.health")
+
+    async def main() -> None:
+        assert (await m.probe()).ready
+        store.fail_put = "NoSuchBucket: gone"
+        for _ in range(3):  # still failing: nothing more is logged
+            clock.now_s += 5
+            assert not (await m.probe()).ready
+        md.down = True  # another cause while not ready: not logged either (/readyz shows it)
+        clock.now_s += 5
+        v = await m.probe()
+        assert set(v.failed) == {"bucket", "metadata"} and "metadata: ConnectionRefusedError" in v.reason
+        store.fail_put = None
+        md.down = False
+        for _ in range(2):
+            clock.now_s += 5
+            assert (await m.probe()).ready
+        clock.now_s += 5
+        md.down = True
+        assert not (await m.probe()).ready
+
+    asyncio.run(main())
+    logged = _records(caplog)
+    assert [level for level, _ in logged] == [logging.ERROR, logging.INFO, logging.ERROR]
+    assert "PUT _skiff/readiness/a1 failed: StorageError: NoSuchBucket: gone" in logged[0][1]
+    assert logged[1][1] == "agent a1 ready again after 20.0 s: bucket and metadata answer"
+    assert logged[2][1].startswith("agent a1 not ready: metadata: ConnectionRefusedError")
+    assert changes == [True, False, True, False]
+    assert m.failures == {"bucket": 4, "metadata": 2}
+
+
+def test_one_probe_at_a_time() -> None:
+    release = asyncio.Event()
+    calls = 0
+
+    async def probe() -> list[Failure]:
+        nonlocal calls
+        calls += 1
+        await release.wait()
+        return []
+
+    async def main() -> None:
+        m = ReadinessMonitor(probe, agent_id="a1", interval_ms=5000)
+        waiters = [asyncio.ensure_future(m.probe()) for _ in range(5)]
+        await asyncio.sleep(0)
+        release.set()
+        verdicts = await asyncio.gather(*waiters)
+        assert calls == 1 and all(v.ready for v in verdicts)
+        await m.probe()  # the next one probes again
+        assert calls == 2
+
+    asyncio.run(main())
+
+
+def test_readyz_view_reads_the_last_probe_and_a_stale_one_is_not_ready() -> None:
+    clock = Clock()
+    answers: list[list[Failure]] = [[], [Failure("metadata", "metadata did not answer within 1000 ms")]]
+
+    async def probe() -> list[Failure]:
+        return answers.pop(0)
+
+    m = ReadinessMonitor(probe, agent_id="a1", interval_ms=5000, monotonic_s=clock)
+    r = Readiness(m, timeout_ms=1000, monotonic_s=clock)
+    assert r.check() == r.check() and not r.check().ready  # not probed yet
+    asyncio.run(m.probe())
+    assert r.check().ready
+    clock.now_s += r.stale_s  # the loop has not probed for a while, but not too long
+    assert r.check().ready
+    clock.now_s += 0.001
+    v = r.check()
+    assert not v.ready and "no readiness probe for" in v.reason
+    asyncio.run(m.probe())
+    v = r.check()
+    assert (v.ready, v.reason) == (False, "metadata did not answer within 1000 ms")
+    r.draining = True
+    assert r.check().reason == "draining" and m.probes == 2  # reading never probes
+
+
+def test_a_raising_probe_means_not_ready() -> None:
+    async def probe() -> list[Failure]:
+        raise RuntimeError("boom")
+
+    v = asyncio.run(ReadinessMonitor(probe, agent_id="a1", interval_ms=5000).probe())
+    assert not v.ready and "boom" in v.reason
+
+
 def test_dependency_probe_names_what_failed() -> None:
     store = open_async_store("memory://health-probe")
-    slow = asyncio.run(dependency_probe(_SlowMetadata(), store, 50)())  # type: ignore[arg-type]
-    assert slow == "metadata did not answer within 50 ms"
-    dead = asyncio.run(dependency_probe(_DeadMetadata(), store, 50)())  # type: ignore[arg-type]
-    assert dead is not None and dead.startswith("metadata: ConnectionRefusedError")
+
+    async def failed(md: object) -> list[str]:
+        return [f.message for f in await dependency_probe(md, store, 50, key=KEY)()]  # type: ignore[arg-type]
+
+    assert asyncio.run(failed(_SlowMetadata())) == ["metadata did not answer within 50 ms"]
+    md = _Metadata()
+    md.down = True
+    (dead,) = asyncio.run(failed(md))
+    assert dead.startswith("metadata: ConnectionRefusedError")
+
+
+def test_readiness_keys_are_valid_for_any_agent_id() -> None:
+    from fileformat.objectstore import validate_key
+
+    for agent_id in ("a1", "pod-7f9c.default", ".hidden", "a/b", "..", "é x"):
+        key = readiness_key(agent_id)
+        assert validate_key(key) == key and key.startswith("_skiff/readiness/") and key.count("/") == 2
 
 
 def test_expire_now_ends_the_armed_read_as_a_timeout() -> None:
