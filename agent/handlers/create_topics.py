@@ -59,7 +59,7 @@ from agent.handlers import (
     error_of,
 )
 from agent.handlers._cooperative import pause
-from agent.handlers.describe_configs import ConfigEntry, creatable_topic_configs
+from agent.handlers.describe_configs import TOPIC_CONFIG_NAMES, ConfigEntry, topic_config_entry
 from agent.protocol import convert, to_error_code
 from metadata import configs as topic_configs
 from metadata.api_types import NewTopic, create_batches
@@ -101,7 +101,10 @@ def _succeeded(name: str, topic_id: Any, partitions: int, configs: dict[str, str
         num_partitions=i32(partitions),
         replication_factor=i16(1),
         configs=tuple(
-            _default_config(e) if e.is_default else _config(e) for e in creatable_topic_configs(configs)
+            _config(topic_config_entry(name, configs[name], False))
+            if name in configs
+            else _default_config(name)
+            for name in TOPIC_CONFIG_NAMES
         ),
     )
 
@@ -117,9 +120,9 @@ def _config(e: ConfigEntry) -> CreatableTopicConfigs:
 
 
 @functools.cache
-def _default_config(e: ConfigEntry) -> CreatableTopicConfigs:
+def _default_config(name: str) -> CreatableTopicConfigs:
     """A default-valued config is answered alike for every topic: built once and shared."""
-    return _config(e)
+    return _config(topic_config_entry(name, topic_configs.CONFIG_DEFS[name].default, True))
 
 
 def _without_configs_unless(

@@ -132,15 +132,21 @@ def topic_config_entries(
     """Every topic config (or those in `keys`), with value, source and optional synonyms."""
     wanted = None if keys is None else set(keys)
     return [
-        _topic_entry(name, value, is_default, include_synonyms, include_documentation)
+        topic_config_entry(name, value, is_default, include_synonyms, include_documentation)
         for name, (value, is_default) in sorted(topic_configs.effective_configs(overrides).items())
         if wanted is None or name in wanted
     ]
 
 
-def _topic_entry(
-    name: str, value: str, is_default: bool, include_synonyms: bool, include_documentation: bool
+def topic_config_entry(
+    name: str,
+    value: str,
+    is_default: bool,
+    include_synonyms: bool = False,
+    include_documentation: bool = False,
 ) -> ConfigEntry:
+    """One topic config as described (CreateTopics answers these too, without synonyms or
+    documentation)."""
     d = topic_configs.CONFIG_DEFS[name]
     synonyms: tuple[tuple[str, str | None, int], ...] = ()
     if include_synonyms:
@@ -159,7 +165,7 @@ def _topic_entry(
     )
 
 
-_TOPIC_CONFIG_NAMES = tuple(sorted(topic_configs.CONFIG_DEFS))
+TOPIC_CONFIG_NAMES = tuple(sorted(topic_configs.CONFIG_DEFS))
 
 
 @functools.cache
@@ -169,7 +175,7 @@ def _default_topic_config(
     """A config at its default, as described: the same for every topic, so built once (kio's
     entities are immutable; building ~40 per topic was most of a 10,000-topic request)."""
     d = topic_configs.CONFIG_DEFS[name]
-    return _config_result(_topic_entry(name, d.default, True, include_synonyms, include_documentation))
+    return _config_result(topic_config_entry(name, d.default, True, include_synonyms, include_documentation))
 
 
 def _topic_config_results(
@@ -178,10 +184,12 @@ def _topic_config_results(
     """`topic_config_entries` as kio entities, the default-valued ones shared."""
     wanted = None if keys is None else set(keys)
     return tuple(
-        _config_result(_topic_entry(name, overrides[name], False, include_synonyms, include_documentation))
+        _config_result(
+            topic_config_entry(name, overrides[name], False, include_synonyms, include_documentation)
+        )
         if name in overrides
         else _default_topic_config(name, include_synonyms, include_documentation)
-        for name in _TOPIC_CONFIG_NAMES
+        for name in TOPIC_CONFIG_NAMES
         if wanted is None or name in wanted
     )
 
@@ -230,11 +238,6 @@ def broker_config_entries(ctx: AgentContext, keys: Iterable[str] | None = None) 
         for name, value, ctype in static
         if wanted is None or name in wanted
     ]
-
-
-def creatable_topic_configs(overrides: dict[str, str]) -> list[ConfigEntry]:
-    """What CreateTopics v5+ returns per created topic."""
-    return topic_config_entries(overrides)
 
 
 def _config_result(e: ConfigEntry) -> DescribeConfigsResourceResult:
