@@ -42,6 +42,10 @@ response has a top-level error code; otherwise the connection is closed (which i
 Kafka does for every unsupported non-ApiVersions request; clients that negotiate with
 ApiVersions never send one).
 
+A response estimated to be large (`agent.protocol.sliced_encode`: thousands of entities) is
+converted and encoded in slices that give the loop a turn in between, so one big answer does
+not hold up every other connection.
+
 Idle connections (no request in flight) are closed after `connections_max_idle_ms`.
 
 On SASL listeners (`agent.listeners`) a request other than ApiVersions, SaslHandshake and
@@ -89,6 +93,7 @@ from agent.protocol import (
 )
 from agent.protocol.produce_request import decode_produce_request
 from agent.protocol.produce_response import encode_produce_response
+from agent.protocol.sliced_encode import SLICED_ENCODE_MIN_ENTITIES, encode_cost, encode_response_sliced
 from agent.read_deadline import ReadDeadline
 from agent.response_slots import CLOSE as _CLOSE
 from agent.response_slots import Outcome as _Outcome
@@ -517,11 +522,19 @@ class Connection:
                 raise TypeError(f"handler returned {type(result).__name__}, not a {spec.name} response")
             if key == PRODUCE_KEY and result.__version__ == 9:  # the hot path: kio's bytes, faster
                 return _Outcome(encode_produce_response(corr, version, result))
+            wire = type(result)
             if result.__version__ != version:
                 target = response_schema(key, version)
                 assert target is not None
-                result = convert(result, target)
-            return _Outcome(encode_response(corr, result))
+                wire = target
+            if encode_cost(result) > SLICED_ENCODE_MIN_ENTITIES:
+                # A large answer (DescribeConfigs or Metadata for thousands of topics): its
+                # conversion and encoding give other connections a turn between slices.
+                frame, yields = await encode_response_sliced(corr, result, wire)
+                self.server.responses_encoded_sliced += 1
+                self.server.encode_slice_yields += yields
+                return _Outcome(frame)
+            return _Outcome(encode_response(corr, convert(result, wire)))
         except Exception:
             log.exception("cannot encode the %s v%d response (correlation id %d)", spec.name, version, corr)
             return _CLOSE

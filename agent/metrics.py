@@ -27,7 +27,9 @@ plain integer counters and pay nothing per request for metrics:
 - `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
   `skiff_produce_requests_inline_total`: the produce requests among them handled on the
   synchronous path (the others waited for a topic load, a transaction check, buffer room or
-  an earlier request of their connection);
+  an earlier request of their connection); `skiff_responses_encoded_sliced_total` and
+  `skiff_response_encode_yields_total`: large responses encoded in slices, and the turns
+  they gave the event loop (`agent.protocol.sliced_encode`);
 - the protocol server's bounds (`agent.connection_limits`): `skiff_connections_refused_total{reason}`
   (`max_connections`, `max_connections_per_ip`), `skiff_request_read_timeouts_total` (requests
   whose body did not arrive within `request_read_timeout_ms`), `skiff_connections_muted`
@@ -150,6 +152,16 @@ class AgentCollector(Collector):
             "skiff_produce_requests_inline",
             "Produce requests handled without a task (agent.handlers.produce.start_inline)",
             value=a.server.produce_inline,
+        )
+        yield CounterMetricFamily(
+            "skiff_responses_encoded_sliced",
+            "Large responses encoded in slices that yield to the event loop (agent.protocol.sliced_encode)",
+            value=a.server.responses_encoded_sliced,
+        )
+        yield CounterMetricFamily(
+            "skiff_response_encode_yields",
+            "Turns given to the event loop while encoding large responses",
+            value=a.server.encode_slice_yields,
         )
         refused = CounterMetricFamily(
             "skiff_connections_refused",

@@ -64,6 +64,8 @@ class AgentServer:
         self.connections_total = 0
         self.request_read_timeouts = 0
         self.produce_inline = 0  # produce requests handled without a task
+        self.responses_encoded_sliced = 0  # large responses encoded in slices (agent.protocol.sliced_encode)
+        self.encode_slice_yields = 0  # turns those encodings gave the event loop
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -59,9 +59,66 @@ class StoredGroup:
     group_state: str | None
 
 
+# One `create_topics` call (one HTTP request, one database transaction) holds at most this
+# many topics, partitions (one row each) and bytes of names and configs; `create_batches`
+# cuts a larger request to fit (a single topic over the partition bound goes alone).
+MAX_TOPICS_PER_CREATE_BATCH = 500
+MAX_PARTITIONS_PER_CREATE_BATCH = 100_000
+MAX_CREATE_BATCH_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic to create: what `create_topic` takes."""
+
+    name: str
+    partition_count: int
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class TopicCreation:
+    """One topic's outcome in `create_topics`: the topic, or the Kafka error `create_topic`
+    would have raised for it (TOPIC_ALREADY_EXISTS, INVALID_CONFIG, ...)."""
+
+    name: str
+    topic: Topic | None
+    error_code: int = 0
+    message: str = ""
+
+
+def _create_bytes(t: NewTopic) -> int:
+    return len(t.name) + sum(len(k) + len(v) for k, v in t.configs.items()) + 16
+
+
+def create_batches(new: Sequence[NewTopic]) -> list[list[NewTopic]]:
+    """`new` cut, in order, into batches within the `create_topics` bounds."""
+    batches: list[list[NewTopic]] = []
+    batch: list[NewTopic] = []
+    partitions = size = 0
+    for t in new:
+        n, b = max(t.partition_count, 0), _create_bytes(t)
+        if batch and (
+            len(batch) >= MAX_TOPICS_PER_CREATE_BATCH
+            or partitions + n > MAX_PARTITIONS_PER_CREATE_BATCH
+            or size + b > MAX_CREATE_BATCH_BYTES
+        ):
+            batches.append(batch)
+            batch, partitions, size = [], 0, 0
+        batch.append(t)
+        partitions += n
+        size += b
+    if batch:
+        batches.append(batch)
+    return batches
+
+
 class MetadataClient(Protocol):
     # topics
     async def create_topic(self, name: str, partition_count: int, configs: dict[str, str]) -> Topic: ...
+    # Each topic as `create_topic` would create it (its errors per topic), in one transaction;
+    # at most the `create_batches` bounds per call (else INVALID_REQUEST for the call).
+    async def create_topics(self, new: Sequence[NewTopic]) -> list[TopicCreation]: ...
     async def delete_topic(self, name: str) -> None: ...
     async def list_topics(self) -> list[Topic]: ...
     async def describe_topics(self, names: Sequence[str]) -> dict[str, Topic]: ...  # missing names absent

@@ -40,6 +40,7 @@ from metadata import compaction_serde as cs
 from metadata import scram_serde as ss
 from metadata import serde as s
 from metadata.acl_routes import acl_router
+from metadata.api_types import NewTopic
 from metadata.auth import ADMIN, AGENT, COMPACTOR, READER, MetadataAuth, TokenTable, allow, public
 from metadata.db import is_db_unavailable
 from metadata.errors import (
@@ -209,6 +210,11 @@ def create_app(
     @agent_routes.post("/v1/topics/create", response_model=s.TopicM, tags=["topics"])
     def create_topic(req: s.CreateTopicRequest) -> s.TopicM:
         return s.topic_to_m(svc.create_topic(req.name, req.partition_count, dict(req.configs)))
+
+    @agent_routes.post("/v1/topics/create-batch", response_model=list[s.TopicCreationM], tags=["topics"])
+    def create_topics(req: s.CreateTopicsRequest) -> list[s.TopicCreationM]:
+        new = [NewTopic(t.name, t.partition_count, dict(t.configs)) for t in req.topics]
+        return [s.topic_creation_to_m(r) for r in svc.create_topics(new)]
 
     @agent_routes.post("/v1/topics/delete", response_model=s.OkResponse, tags=["topics"])
     def delete_topic(req: s.TopicNameRequest) -> s.OkResponse:

@@ -36,7 +36,7 @@ from metadata import scram_serde as ss
 from metadata import serde as s
 from metadata import txn_serde as ts
 from metadata.acl_types import AclBinding, AclBindingFilter
-from metadata.api_types import MetadataClient, StoredGroup
+from metadata.api_types import MetadataClient, NewTopic, StoredGroup, TopicCreation
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.credentials import MetadataCredentials
 from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
@@ -77,6 +77,7 @@ _STATES = TypeAdapter(list[s.PartitionStateM])
 _ANSWERS = TypeAdapter(list[s.OffsetAnswerM])
 _TOPIC_LIST = TypeAdapter(list[s.TopicM])
 _TOPIC_MAP = TypeAdapter(dict[str, s.TopicM])
+_TOPIC_CREATIONS = TypeAdapter(list[s.TopicCreationM])
 _GROUP_OFFSETS = TypeAdapter(list[s.GroupOffsetM])
 _GROUP_IDS = TypeAdapter(list[str])
 _LEASE_GRANT = TypeAdapter(s.LeaseGrantM)
@@ -186,6 +187,18 @@ class HttpMetadataClient:
         return s.topic_from_m(
             self._parse(TypeAdapter(s.TopicM), await self._call("POST", "/v1/topics/create", req))
         )
+
+    async def create_topics(self, new: Sequence[NewTopic]) -> list[TopicCreation]:
+        req = s.CreateTopicsRequest.model_construct(
+            topics=[
+                s.CreateTopicRequest.model_construct(
+                    name=t.name, partition_count=t.partition_count, configs=dict(t.configs)
+                )
+                for t in new
+            ]
+        )
+        data = await self._call("POST", "/v1/topics/create-batch", req)
+        return [s.topic_creation_from_m(m) for m in self._parse(_TOPIC_CREATIONS, data)]
 
     async def delete_topic(self, name: str) -> None:
         await self._call("POST", "/v1/topics/delete", s.TopicNameRequest.model_construct(name=name))

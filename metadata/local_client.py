@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from metadata import commit_feed
 from metadata.acl_types import AclBinding, AclBindingFilter
-from metadata.api_types import MetadataClient, StoredGroup
+from metadata.api_types import MetadataClient, NewTopic, StoredGroup, TopicCreation
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.db import is_db_unavailable
 from metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
@@ -87,6 +87,9 @@ class LocalMetadataClient:
     # topics
     async def create_topic(self, name: str, partition_count: int, configs: dict[str, str]) -> Topic:
         return await self._run(self.service.create_topic, name, partition_count, dict(configs))
+
+    async def create_topics(self, new: Sequence[NewTopic]) -> list[TopicCreation]:
+        return await self._run(self.service.create_topics, list(new))
 
     async def delete_topic(self, name: str) -> None:
         await self._run(self.service.delete_topic, name)

@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import Base64Bytes, BaseModel, ConfigDict, Field
 
 from metadata import types as t
+from metadata.api_types import TopicCreation
 from metadata.compaction_types import CheckpointUpdate
 
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
@@ -213,6 +214,17 @@ class CreateTopicRequest(_M):
     name: str
     partition_count: Int32
     configs: dict[str, str] = {}
+
+
+class CreateTopicsRequest(_M):
+    topics: list[CreateTopicRequest]
+
+
+class TopicCreationM(_M):
+    name: str
+    topic: TopicM | None = None
+    error_code: Int32 = 0
+    message: str = ""
 
 
 class TopicNameRequest(_M):
@@ -441,6 +453,21 @@ def topic_to_m(x: t.Topic) -> TopicM:
 def topic_from_m(m: TopicM) -> t.Topic:
     return t.Topic(
         name=m.name, topic_id=m.topic_id, partition_count=m.partition_count, configs=dict(m.configs)
+    )
+
+
+def topic_creation_to_m(x: TopicCreation) -> TopicCreationM:
+    return TopicCreationM(
+        name=x.name,
+        topic=None if x.topic is None else topic_to_m(x.topic),
+        error_code=x.error_code,
+        message=x.message,
+    )
+
+
+def topic_creation_from_m(m: TopicCreationM) -> TopicCreation:
+    return TopicCreation(
+        m.name, None if m.topic is None else topic_from_m(m.topic), int(m.error_code), m.message
     )
 
 

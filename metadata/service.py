@@ -45,7 +45,7 @@ from sqlalchemy import Engine
 from metadata import group_admin, group_leases
 from metadata.acl_types import AclBinding, AclBindingFilter
 from metadata.acls import AclStore
-from metadata.api_types import StoredGroup
+from metadata.api_types import NewTopic, StoredGroup, TopicCreation
 from metadata.commit_feed import CommitFeed, PgCommitListener
 from metadata.commit_path import CommitPath
 from metadata.compaction_leases import CompactionLeases
@@ -192,6 +192,9 @@ class MetadataService:
 
     def create_topic(self, name: str, partition_count: int, configs_: dict[str, str]) -> Topic:
         return self.topics.create_topic(name, partition_count, configs_)
+
+    def create_topics(self, new: Sequence[NewTopic]) -> list[TopicCreation]:
+        return self.topics.create_topics(new)
 
     def delete_topic(self, name: str) -> None:
         self.topics.delete_topic(name)

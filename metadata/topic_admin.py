@@ -14,6 +14,13 @@ included the deleted topic still completes: its `transactions` row keeps naming 
 topic id, and the markers for those partitions are refused by the commit path
 (UNKNOWN_TOPIC_OR_PARTITION for those chunks only) while the file's other markers are
 stored and its `completes` applied.
+
+`create_topics` creates up to `MAX_TOPICS_PER_CREATE_BATCH` topics in one transaction: each is
+validated as `create_topic` validates it (one owner, `_new_topic`), the names that exist are
+read in one query per `IDS_PER_STATEMENT` names, and the new topics and their partitions are
+inserted with one statement each. Per-topic errors are reported in the topic's result. If a
+concurrent create wins a name (IntegrityError), the batch is retried topic by topic so that
+only that topic gets TOPIC_ALREADY_EXISTS.
 """
 
 from __future__ import annotations
@@ -21,14 +28,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from metadata import configs
+from metadata.api_types import MAX_TOPICS_PER_CREATE_BATCH, NewTopic, TopicCreation
 from metadata.db import read_tx, write_tx
 from metadata.errors import (
     INVALID_CONFIG,
     INVALID_PARTITIONS,
+    INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -52,57 +61,114 @@ from metadata.types import Topic
 MAX_PARTITIONS_PER_TOPIC = 100_000
 
 
+def _exists(name: str) -> TopicCreation:
+    return TopicCreation(name, None, TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+
+
+def _new_topic(name: str, partition_count: int, configs_: dict[str, str]) -> Topic:
+    """The topic to insert (a new id, normalized configs); MetadataError if it is invalid."""
+    err = configs.topic_name_error(name)
+    if err:
+        raise MetadataError(INVALID_TOPIC_EXCEPTION, err)
+    if not isinstance(partition_count, int) or partition_count <= 0:
+        raise MetadataError(
+            INVALID_PARTITIONS, f"Number of partitions must be larger than 0, got {partition_count}"
+        )
+    if partition_count > MAX_PARTITIONS_PER_TOPIC:
+        raise MetadataError(
+            INVALID_PARTITIONS,
+            f"Number of partitions {partition_count} exceeds {MAX_PARTITIONS_PER_TOPIC}",
+        )
+    try:
+        normalized = configs.validate_configs(configs_)
+    except configs.ConfigError as e:
+        raise MetadataError(INVALID_CONFIG, str(e)) from None
+    return Topic(name=name, topic_id=uuid.uuid4(), partition_count=partition_count, configs=normalized)
+
+
 class TopicAdmin:
     def __init__(self, db: Db) -> None:
         self._db = db
 
     def create_topic(self, name: str, partition_count: int, configs_: dict[str, str]) -> Topic:
-        err = configs.topic_name_error(name)
-        if err:
-            raise MetadataError(INVALID_TOPIC_EXCEPTION, err)
-        if not isinstance(partition_count, int) or partition_count <= 0:
-            raise MetadataError(
-                INVALID_PARTITIONS, f"Number of partitions must be larger than 0, got {partition_count}"
-            )
-        if partition_count > MAX_PARTITIONS_PER_TOPIC:
-            raise MetadataError(
-                INVALID_PARTITIONS,
-                f"Number of partitions {partition_count} exceeds {MAX_PARTITIONS_PER_TOPIC}",
-            )
-        try:
-            normalized = configs.validate_configs(configs_)
-        except configs.ConfigError as e:
-            raise MetadataError(INVALID_CONFIG, str(e)) from None
-        topic = Topic(name=name, topic_id=uuid.uuid4(), partition_count=partition_count, configs=normalized)
-        now = self._db.clock()
+        topic = _new_topic(name, partition_count, configs_)
         try:
             with write_tx(self._db.engine) as conn:
                 if conn.execute(select(topics.c.topic_id).where(topics.c.name == name)).first() is not None:
                     raise MetadataError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-                conn.execute(
-                    insert(topics).values(
-                        topic_id=topic.topic_id,
-                        name=name,
-                        partition_count=partition_count,
-                        configs=normalized,
-                        created_ms=now,
-                    )
-                )
-                conn.execute(
-                    insert(partitions),
-                    [
-                        {
-                            "topic_id": topic.topic_id,
-                            "partition": p,
-                            "log_start_offset": 0,
-                            "high_watermark": 0,
-                        }
-                        for p in range(partition_count)
-                    ],
-                )
+                self._insert(conn, [topic])
         except IntegrityError:  # a concurrent create of the same name won the race
             raise MetadataError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
         return topic
+
+    def create_topics(self, new: Sequence[NewTopic]) -> list[TopicCreation]:
+        """Each topic as `create_topic` would create it, in one transaction (see the module
+        docstring); per-topic errors in its result, in the order of `new`."""
+        if len(new) > MAX_TOPICS_PER_CREATE_BATCH:
+            raise MetadataError(
+                INVALID_REQUEST, f"{len(new)} topics in one create, over {MAX_TOPICS_PER_CREATE_BATCH}"
+            )
+        results: list[TopicCreation | None] = [None] * len(new)
+        valid: list[tuple[int, Topic]] = []
+        for i, t in enumerate(new):
+            try:
+                valid.append((i, _new_topic(t.name, t.partition_count, t.configs)))
+            except MetadataError as e:
+                results[i] = TopicCreation(t.name, None, e.error_code, e.message)
+        try:
+            with write_tx(self._db.engine) as conn:
+                names = sorted({topic.name for _, topic in valid})
+                existing: set[str] = set()
+                for j in range(0, len(names), IDS_PER_STATEMENT):
+                    q = select(topics.c.name).where(topics.c.name.in_(names[j : j + IDS_PER_STATEMENT]))
+                    existing.update(r[0] for r in conn.execute(q))
+                created: list[Topic] = []
+                for i, topic in valid:
+                    if topic.name in existing:  # also a second copy of a name in this batch
+                        results[i] = _exists(topic.name)
+                    else:
+                        existing.add(topic.name)
+                        created.append(topic)
+                        results[i] = TopicCreation(topic.name, topic)
+                self._insert(conn, created)
+        except IntegrityError:
+            # A concurrent create took one of the names: create them one by one, so that only
+            # that topic gets TOPIC_ALREADY_EXISTS.
+            for i, topic in valid:
+                try:
+                    results[i] = TopicCreation(
+                        topic.name, self.create_topic(topic.name, topic.partition_count, topic.configs)
+                    )
+                except MetadataError as e:
+                    results[i] = TopicCreation(topic.name, None, e.error_code, e.message)
+        return [r for r in results if r is not None]
+
+    def _insert(self, conn: Connection, new: Sequence[Topic]) -> None:
+        """The rows of topics just checked to be absent: the topic and its partitions."""
+        if not new:
+            return
+        now = self._db.clock()
+        conn.execute(
+            insert(topics),
+            [
+                {
+                    "topic_id": t.topic_id,
+                    "name": t.name,
+                    "partition_count": t.partition_count,
+                    "configs": t.configs,
+                    "created_ms": now,
+                }
+                for t in new
+            ],
+        )
+        conn.execute(
+            insert(partitions),
+            [
+                {"topic_id": t.topic_id, "partition": p, "log_start_offset": 0, "high_watermark": 0}
+                for t in new
+                for p in range(t.partition_count)
+            ],
+        )
 
     def delete_topic(self, name: str) -> None:
         now = self._db.clock()

@@ -16,17 +16,25 @@ Each topic is checked in Kafka's order, and gets its own error code:
    the replication); 0 or below -1 -> INVALID_REPLICATION_FACTOR;
 7. configs: unknown names, null or invalid values -> INVALID_CONFIG (`metadata.configs`).
 
-`validate_only` stops there. Otherwise the topic is created in metadata (which checks
-again, atomically: a concurrent create of the same name gets TOPIC_ALREADY_EXISTS) and
-the answer carries the topic id (v7), partition count, replication factor 1 and every
-config with its source (v5+). `timeout` is ignored: creation is synchronous.
+`validate_only` stops there. Otherwise the topics are created in metadata in batches
+(`metadata.api_types.create_batches`: up to 500 topics, one metadata call and one database
+transaction per batch; metadata checks again, atomically: a concurrent create of the same
+name gets TOPIC_ALREADY_EXISTS) and the answer carries the topic id (v7), partition count,
+replication factor 1 and every config with its source (v5+).
+
+`timeout` (ms, > 0): the topics whose batch has not returned by then are answered
+REQUEST_TIMED_OUT, as Kafka does; their creation goes on (they may exist a moment later,
+and a retry gets TOPIC_ALREADY_EXISTS). A timeout of 0 or less waits for the creation.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import logging
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
@@ -51,9 +59,11 @@ from agent.handlers import (
     error_of,
 )
 from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
-from agent.handlers.describe_configs import creatable_topic_configs
-from agent.protocol import convert
+from agent.handlers._cooperative import pause
+from agent.handlers.describe_configs import TOPIC_CONFIG_NAMES, ConfigEntry, topic_config_entry
+from agent.protocol import convert, to_error_code
 from metadata import configs as topic_configs
+from metadata.api_types import NewTopic, create_batches
 from metadata.errors import MetadataUnavailable
 from metadata.types import Topic
 
@@ -92,16 +102,28 @@ def _succeeded(name: str, topic_id: Any, partitions: int, configs: dict[str, str
         num_partitions=i32(partitions),
         replication_factor=i16(1),
         configs=tuple(
-            CreatableTopicConfigs(
-                name=e.name,
-                value=e.value,
-                read_only=e.read_only,
-                config_source=i8(e.source),
-                is_sensitive=e.is_sensitive,
-            )
-            for e in creatable_topic_configs(configs)
+            _config(topic_config_entry(name, configs[name], False))
+            if name in configs
+            else _default_config(name)
+            for name in TOPIC_CONFIG_NAMES
         ),
     )
+
+
+def _config(e: ConfigEntry) -> CreatableTopicConfigs:
+    return CreatableTopicConfigs(
+        name=e.name,
+        value=e.value,
+        read_only=e.read_only,
+        config_source=i8(e.source),
+        is_sensitive=e.is_sensitive,
+    )
+
+
+@functools.cache
+def _default_config(name: str) -> CreatableTopicConfigs:
+    """A default-valued config is answered alike for every topic: built once and shared."""
+    return _config(topic_config_entry(name, topic_configs.CONFIG_DEFS[name].default, True))
 
 
 def _without_configs_unless(
@@ -165,7 +187,6 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, CreateTopicsRequest)
     counts = Counter(t.name for t in body.topics)
     duplicates = {n for n, c in counts.items() if c > 1}
-    results: list[CreatableTopicResult] = []
     cluster_create = authorized_on_cluster(ctx, request, Op.CREATE)
     denied = {
         t.name
@@ -183,63 +204,129 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         except MetadataUnavailable as e:
             lookup_error = error_of(e)
 
-    for t in body.topics:
-        if t.name in duplicates:
-            results.append(
-                _failed(
-                    t.name,
-                    ErrorCode.invalid_request,
-                    f"Create topics request from client `{request.client_id}` contains multiple entries for "
-                    f"the following topics: {t.name}",
-                )
-            )
-            continue
-        if t.name in denied:
-            results.append(_failed(t.name, ErrorCode.topic_authorization_failed, "Authorization failed."))
-            continue
+    results: list[CreatableTopicResult | None] = []
+    to_create: dict[int, NewTopic] = {}  # by index in the request
+    for i, t in enumerate(body.topics):
+        checked = _checked(ctx, request, body, t, duplicates, denied, existing, lookup_error)
+        if isinstance(checked, CreatableTopicResult):
+            results.append(checked)
+        else:
+            results.append(None)
+            to_create[i] = NewTopic(t.name, *checked)
+        await pause(i)
+    if to_create:
+        created = _Creation(ctx, request, to_create)
+        task = asyncio.create_task(created.run())
+        timeout_s = body.timeout.total_seconds()
         try:
-            partitions, configs = validate_topic(ctx, t)
-        except TopicError as e:
-            if e.code != ErrorCode.invalid_topic_exception and t.name in existing:
-                results.append(
-                    _failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+            # The creation goes on after the timeout (as in Kafka, the topics may still be
+            # created); the answer does not wait for it.
+            await asyncio.wait_for(asyncio.shield(task), timeout_s if timeout_s > 0 else None)
+        except TimeoutError:
+            _BACKGROUND.add(task)
+            task.add_done_callback(_BACKGROUND.discard)
+            log.warning(
+                "CreateTopics from %s: %d of %d topic(s) not created within its timeout of %d ms; "
+                "answered REQUEST_TIMED_OUT for them, creation goes on",
+                request.client_id,
+                len(to_create) - len(created.done),
+                len(to_create),
+                int(timeout_s * 1000),
+            )
+        for i in to_create:
+            results[i] = created.done.get(i) or _failed(
+                to_create[i].name,
+                ErrorCode.request_timed_out,
+                f"Topic creation did not finish within the request's timeout of {int(timeout_s * 1000)} ms.",
+            )
+    return CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(r for r in results if r is not None))
+
+
+# Creations still running after their request timed out (a reference, so they finish).
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _checked(
+    ctx: AgentContext,
+    request: Request,
+    body: CreateTopicsRequest,
+    t: CreatableTopic,
+    duplicates: AbstractSet[str],
+    denied: AbstractSet[str],
+    existing: dict[str, Topic],
+    lookup_error: tuple[ErrorCode, str] | None,
+) -> CreatableTopicResult | tuple[int, dict[str, str]]:
+    """The answer for a topic refused by the checks (or answered by validate_only), else its
+    (partition count, normalized configs) to create it with."""
+    if t.name in duplicates:
+        return _failed(
+            t.name,
+            ErrorCode.invalid_request,
+            f"Create topics request from client `{request.client_id}` contains multiple entries for "
+            f"the following topics: {t.name}",
+        )
+    if t.name in denied:
+        return _failed(t.name, ErrorCode.topic_authorization_failed, "Authorization failed.")
+    try:
+        partitions, configs = validate_topic(ctx, t)
+    except TopicError as e:
+        if e.code != ErrorCode.invalid_topic_exception and t.name in existing:
+            return _failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+        return _failed(t.name, e.code, e.message)
+    if lookup_error is not None:
+        return _failed(t.name, *lookup_error)
+    if t.name in existing:
+        return _failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+    if body.validate_only:
+        return _without_configs_unless(ctx, request, _succeeded(t.name, None, partitions, configs))
+    return partitions, configs
+
+
+class _Creation:
+    """Creates the topics in batches (`metadata.api_types.create_batches`: one metadata call
+    and one transaction each), recording each topic's answer in `done` as its batch returns."""
+
+    def __init__(self, ctx: AgentContext, request: Request, to_create: dict[int, NewTopic]) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.to_create = to_create
+        self.done: dict[int, CreatableTopicResult] = {}
+
+    async def run(self) -> None:
+        ctx = self.ctx
+        index = {id(t): i for i, t in self.to_create.items()}
+        for batch in create_batches(list(self.to_create.values())):
+            try:
+                outcomes = await ctx.metadata.create_topics(batch)
+            except Exception as e:
+                code, message = error_of(e)
+                if code == ErrorCode.unknown_server_error:
+                    log.exception("creating %d topic(s) failed", len(batch))
+                for t in batch:
+                    self.done[index[id(t)]] = _failed(t.name, code, message)
+                continue
+            created = 0
+            for n, (t, outcome) in enumerate(zip(batch, outcomes, strict=True)):
+                i = index[id(t)]
+                if outcome.topic is None:
+                    self.done[i] = _failed(t.name, to_error_code(outcome.error_code), outcome.message)
+                else:
+                    topic = outcome.topic
+                    ctx.topics.put(topic)
+                    created += 1
+                    self.done[i] = _without_configs_unless(
+                        ctx,
+                        self.request,
+                        _succeeded(topic.name, topic.topic_id, topic.partition_count, dict(topic.configs)),
+                    )
+                await pause(n)
+            if created:
+                log.info(
+                    "created %d topic(s) (%s%s)",
+                    created,
+                    batch[0].name,
+                    f" ... {batch[-1].name}" if len(batch) > 1 else "",
                 )
-            else:
-                results.append(_failed(t.name, e.code, e.message))
-            continue
-        if lookup_error is not None:
-            results.append(_failed(t.name, *lookup_error))
-            continue
-        if t.name in existing:
-            results.append(
-                _failed(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
-            )
-            continue
-        if body.validate_only:
-            results.append(
-                _without_configs_unless(ctx, request, _succeeded(t.name, None, partitions, configs))
-            )
-            continue
-        try:
-            topic = await ctx.metadata.create_topic(t.name, partitions, configs)
-        except Exception as e:
-            code, message = error_of(e)
-            if code == ErrorCode.unknown_server_error:
-                log.exception("creating topic %r failed", t.name)
-            results.append(_failed(t.name, code, message))
-            continue
-        ctx.topics.put(topic)
-        log.info(
-            "created topic %r (%s) with %d partition(s)", topic.name, topic.topic_id, topic.partition_count
-        )
-        results.append(
-            _without_configs_unless(
-                ctx,
-                request,
-                _succeeded(topic.name, topic.topic_id, topic.partition_count, dict(topic.configs)),
-            )
-        )
-    return CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
 ACCESS = requires(

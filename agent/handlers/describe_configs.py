@@ -18,11 +18,14 @@ CLUSTER_AUTHORIZATION_FAILED.
 
 All topics of a request are looked up in one metadata call; the answers are built in slices
 that yield to the event loop (`agent.handlers._cooperative`), so a request for thousands of
-topics (at most 10,000: `agent.protocol.request_limits`) does not hold up other clients.
+topics (at most 10,000: `agent.protocol.request_limits`) does not hold up other clients (its
+encoding is sliced too: `agent.protocol.sliced_encode`). A config at its default is described
+the same way for every topic, so its kio entity is built once per flag combination and shared.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -129,29 +132,67 @@ def topic_config_entries(
 ) -> list[ConfigEntry]:
     """Every topic config (or those in `keys`), with value, source and optional synonyms."""
     wanted = None if keys is None else set(keys)
-    out: list[ConfigEntry] = []
-    for name, (value, is_default) in sorted(topic_configs.effective_configs(overrides).items()):
-        if wanted is not None and name not in wanted:
-            continue
-        d = topic_configs.CONFIG_DEFS[name]
-        synonyms: tuple[tuple[str, str | None, int], ...] = ()
-        if include_synonyms:
-            syn: list[tuple[str, str | None, int]] = []
-            if not is_default:
-                syn.append((name, value, SOURCE_DYNAMIC_TOPIC_CONFIG))
-            syn.append((BROKER_SYNONYMS.get(name, name), d.default, SOURCE_DEFAULT_CONFIG))
-            synonyms = tuple(syn)
-        out.append(
-            ConfigEntry(
-                name=name,
-                value=value,
-                source=SOURCE_DEFAULT_CONFIG if is_default else SOURCE_DYNAMIC_TOPIC_CONFIG,
-                config_type=d.config_type,
-                documentation=(d.doc or None) if include_documentation else None,
-                synonyms=synonyms,
-            )
+    return [
+        topic_config_entry(name, value, is_default, include_synonyms, include_documentation)
+        for name, (value, is_default) in sorted(topic_configs.effective_configs(overrides).items())
+        if wanted is None or name in wanted
+    ]
+
+
+def topic_config_entry(
+    name: str,
+    value: str,
+    is_default: bool,
+    include_synonyms: bool = False,
+    include_documentation: bool = False,
+) -> ConfigEntry:
+    """One topic config as described (CreateTopics answers these too, without synonyms or
+    documentation)."""
+    d = topic_configs.CONFIG_DEFS[name]
+    synonyms: tuple[tuple[str, str | None, int], ...] = ()
+    if include_synonyms:
+        syn: list[tuple[str, str | None, int]] = []
+        if not is_default:
+            syn.append((name, value, SOURCE_DYNAMIC_TOPIC_CONFIG))
+        syn.append((BROKER_SYNONYMS.get(name, name), d.default, SOURCE_DEFAULT_CONFIG))
+        synonyms = tuple(syn)
+    return ConfigEntry(
+        name=name,
+        value=value,
+        source=SOURCE_DEFAULT_CONFIG if is_default else SOURCE_DYNAMIC_TOPIC_CONFIG,
+        config_type=d.config_type,
+        documentation=(d.doc or None) if include_documentation else None,
+        synonyms=synonyms,
+    )
+
+
+TOPIC_CONFIG_NAMES = tuple(sorted(topic_configs.CONFIG_DEFS))
+
+
+@functools.cache
+def _default_topic_config(
+    name: str, include_synonyms: bool, include_documentation: bool
+) -> DescribeConfigsResourceResult:
+    """A config at its default, as described: the same for every topic, so built once (kio's
+    entities are immutable; building ~40 per topic was most of a 10,000-topic request)."""
+    d = topic_configs.CONFIG_DEFS[name]
+    return _config_result(topic_config_entry(name, d.default, True, include_synonyms, include_documentation))
+
+
+def _topic_config_results(
+    overrides: dict[str, str], keys: Iterable[str] | None, include_synonyms: bool, include_documentation: bool
+) -> tuple[DescribeConfigsResourceResult, ...]:
+    """`topic_config_entries` as kio entities, the default-valued ones shared."""
+    wanted = None if keys is None else set(keys)
+    return tuple(
+        _config_result(
+            topic_config_entry(name, overrides[name], False, include_synonyms, include_documentation)
         )
-    return out
+        if name in overrides
+        else _default_topic_config(name, include_synonyms, include_documentation)
+        for name in TOPIC_CONFIG_NAMES
+        if wanted is None or name in wanted
+    )
 
 
 def broker_config_entries(ctx: AgentContext, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
@@ -200,13 +241,24 @@ def broker_config_entries(ctx: AgentContext, keys: Iterable[str] | None = None) 
     ]
 
 
-def creatable_topic_configs(overrides: dict[str, str]) -> list[ConfigEntry]:
-    """What CreateTopics v5+ returns per created topic."""
-    return topic_config_entries(overrides)
+def _config_result(e: ConfigEntry) -> DescribeConfigsResourceResult:
+    return DescribeConfigsResourceResult(
+        name=e.name,
+        value=e.value,
+        read_only=e.read_only,
+        config_source=i8(e.source),
+        is_sensitive=e.is_sensitive,
+        synonyms=tuple(DescribeConfigsSynonym(name=n, value=v, source=i8(s)) for n, v, s in e.synonyms),
+        config_type=i8(e.config_type),
+        documentation=e.documentation,
+    )
 
 
 def _result(
-    res: DescribeConfigsResource, code: ErrorCode, message: str | None, entries: Sequence[ConfigEntry] = ()
+    res: DescribeConfigsResource,
+    code: ErrorCode,
+    message: str | None,
+    entries: Sequence[ConfigEntry] | tuple[DescribeConfigsResourceResult, ...] = (),
 ) -> DescribeConfigsResult:
     return DescribeConfigsResult(
         error_code=code,
@@ -214,19 +266,7 @@ def _result(
         resource_type=res.resource_type,
         resource_name=res.resource_name,
         configs=tuple(
-            DescribeConfigsResourceResult(
-                name=e.name,
-                value=e.value,
-                read_only=e.read_only,
-                config_source=i8(e.source),
-                is_sensitive=e.is_sensitive,
-                synonyms=tuple(
-                    DescribeConfigsSynonym(name=n, value=v, source=i8(s)) for n, v, s in e.synonyms
-                ),
-                config_type=i8(e.config_type),
-                documentation=e.documentation,
-            )
-            for e in entries
+            e if isinstance(e, DescribeConfigsResourceResult) else _config_result(e) for e in entries
         ),
     )
 
@@ -250,8 +290,10 @@ def _describe_one(
         if topic is None:
             return _result(res, ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
         ctx.topics.put(topic)
-        entries = topic_config_entries(topic.configs, keys, body.include_synonyms, body.include_documentation)
-        return _result(res, ErrorCode.none, None, entries)
+        results = _topic_config_results(
+            topic.configs, keys, body.include_synonyms, body.include_documentation
+        )
+        return _result(res, ErrorCode.none, None, results)
     if res.resource_type == RESOURCE_BROKER:
         own = str(ctx.agents.self_node_id)
         if res.resource_name not in ("", own):

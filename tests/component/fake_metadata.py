@@ -30,7 +30,7 @@ from agent.runtime import build_agent_context, close_parts
 from agent.server import AgentServer, start_agent_server
 from fileformat.objectstore.memory import AsyncMemoryStore
 from metadata.acl_types import AclBinding, AclBindingFilter
-from metadata.api_types import MetadataClient
+from metadata.api_types import MetadataClient, NewTopic, TopicCreation
 from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from metadata.errors import MetadataUnavailable
 from metadata.group_lease_types import LeaseGrant, LeaseToken
@@ -79,6 +79,9 @@ class FlakyMetadataClient:
 
     async def create_topic(self, name: str, partition_count: int, configs: dict[str, str]) -> Topic:
         return await self._go("create_topic", lambda: self.inner.create_topic(name, partition_count, configs))
+
+    async def create_topics(self, new: Sequence[NewTopic]) -> list[TopicCreation]:
+        return await self._go("create_topics", lambda: self.inner.create_topics(new))
 
     async def delete_topic(self, name: str) -> None:
         return await self._go("delete_topic", lambda: self.inner.delete_topic(name))
