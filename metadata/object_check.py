@@ -95,6 +95,11 @@ class ObjectCheck:
                     self._bucket_counts[i] += 1
                     break
 
+    def mean_seconds(self) -> float:
+        """The mean HEAD duration so far (0 before the first check)."""
+        with self._lock:
+            return self._sum_s / self._count if self._count else 0.0
+
     def metrics_lines(self) -> list[str]:
         with self._lock:
             counts = list(self._bucket_counts)
