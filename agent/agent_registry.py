@@ -7,7 +7,8 @@ unreachable it logs, keeps the last view and tries again at the next tick: routi
 advice (any agent serves any partition), so a stale view is harmless.
 
 Identity: metadata refuses a live agent id heartbeated from another address
-(DUPLICATE_BROKER_REGISTRATION). Refused at the first heartbeat, `start()` raises
+(DUPLICATE_BROKER_REGISTRATION), and an id the agent's token is not bound to
+(CLUSTER_AUTHORIZATION_FAILED). Refused at the first heartbeat, `start()` raises
 `AgentIdInUse` and the agent does not start; refused later (this agent was silent past the
 TTL and another took its id), the refusal is logged at every beat.
 
@@ -44,7 +45,7 @@ from dataclasses import dataclass, replace
 
 from agent import routing
 from metadata.api_types import MetadataClient
-from metadata.errors import MetadataError, MetadataUnavailable
+from metadata.errors import CLUSTER_AUTHORIZATION_FAILED, MetadataError, MetadataUnavailable
 from metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION
 from metadata.types import AgentInfo
 
@@ -243,7 +244,7 @@ class AgentRegistry:
             await self._metadata.heartbeat_agent(info)
             agents = await self._metadata.live_agents()
         except MetadataError as e:
-            if e.error_code != DUPLICATE_BROKER_REGISTRATION:
+            if e.error_code not in (DUPLICATE_BROKER_REGISTRATION, CLUSTER_AUTHORIZATION_FAILED):
                 self.failures += 1
                 log.warning("agent heartbeat failed (keeping the last agent list): %s", e)
                 return False

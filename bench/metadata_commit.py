@@ -17,6 +17,15 @@ producer state.
 
 PostgreSQL: a fresh database is created (and dropped) per cell on the server given by
 --pg-admin-url (default postgresql://postgres@127.0.0.1:5432/postgres).
+
+The commit's object check (metadata.object_check: one HEAD per commit, before the
+transaction): with `--stores file,moto`, each cell runs twice over a bucket on that store
+(file:// in a temporary directory; moto's S3 server, started here), with the check off and
+on. The objects are made before the cell (`--objects` of them, each of the file's stated
+size, sparse on file://), so the timed loop is the commit alone; a cell stops early when its
+objects run out (its rate is then over the time it ran).
+
+    python bench/metadata_commit.py --backends sqlite --partitions 1,100 --stores file,moto
 """
 
 from __future__ import annotations
@@ -32,7 +41,11 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,6 +67,9 @@ class Cell:
     seconds: float
     latencies_ms: list[float]
     files_per_txn: float = 1.0
+    store: str = "-"
+    check: str = "-"
+    head_ms: float | None = None  # mean duration of the check's HEAD (from its own histogram)
 
     def row(self) -> list[str]:
         lat = sorted(self.latencies_ms)
@@ -62,6 +78,8 @@ class Cell:
         rate = self.commits / self.seconds
         return [
             self.backend,
+            self.store,
+            self.check,
             str(self.partitions),
             str(self.committers),
             f"{rate:,.0f}",
@@ -70,11 +88,14 @@ class Cell:
             f"{p99:.2f}",
             f"{lat[-1]:.1f}",
             f"{self.files_per_txn:.1f}",
+            "-" if self.head_ms is None else f"{self.head_ms:.3f}",
         ]
 
 
 HEADER = [
     "backend",
+    "store",
+    "HEAD check",
     "partitions/file",
     "committers",
     "commits/s",
@@ -83,6 +104,7 @@ HEADER = [
     "p99 ms",
     "max ms",
     "files/txn",
+    "HEAD mean ms",
 ]
 
 
@@ -103,6 +125,56 @@ def _pg_drop(admin_url: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@dataclass
+class Bucket:
+    """Where a cell's objects live: a store URL and how to make an object of a size."""
+
+    kind: str
+    url: str
+    make: object  # Callable[[str, int], None]
+
+
+@contextmanager
+def open_bucket(kind: str, work: Path) -> Iterator[Bucket]:
+    from fileformat.objectstore import open_store
+
+    if kind == "file":
+        root = work / "bucket"
+        root.mkdir(parents=True)
+
+        def make_file(key: str, size: int) -> None:
+            path = root / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                f.truncate(size)  # sparse: HEAD (stat) sees the size, nothing is written
+
+        yield Bucket(kind, f"file://{root}", make_file)
+        return
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests.support.s3servers import start_moto
+
+    server = start_moto(work)
+    try:
+        name = server.new_bucket()
+        os.environ.update(server.env)  # the service's store finds moto through AWS_ENDPOINT_URL
+        store = open_store(f"s3://{name}")
+
+        def make_s3(key: str, size: int) -> None:
+            store.put(key, bytes(size))
+
+        yield Bucket(kind, f"s3://{name}", make_s3)
+        store.close()
+    finally:
+        server.process.stop(grace=3)
+
+
+def make_objects(bucket: Bucket, count: int, size: int) -> list[str]:
+    keys = [f"bench/{uuid.uuid4().hex}" for _ in range(count)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: bucket.make(k, size), keys))  # type: ignore[operator]
+    return keys
+
+
 def run_cell(
     backend: str,
     partitions: int,
@@ -111,6 +183,8 @@ def run_cell(
     warmup: float,
     idempotent: bool,
     args: argparse.Namespace,
+    bucket: Bucket | None = None,
+    check: bool = False,
 ) -> Cell:
     tmp = None
     pg_name = None
@@ -119,9 +193,19 @@ def run_cell(
         url = f"sqlite:///{tmp.name}/metadata.db"
     else:
         pg_name, url = _pg_database(args.pg_admin_url)
+    keys: list[list[str]] | None = None
+    if bucket is not None:
+        made = make_objects(bucket, args.objects, partitions * BATCH_BYTES)
+        keys = [made[i::committers] for i in range(committers)]
     svc = MetadataService.from_url(
-        url, pool_size=max(8, committers), max_overflow=0, group_commit=args.group_commit
+        url,
+        pool_size=max(8, committers),
+        max_overflow=0,
+        group_commit=args.group_commit,
+        bucket_url=None if bucket is None else bucket.url,
+        verify_objects=check,
     )
+    assert (svc.commits.object_check is not None) == (bucket is not None and check)
     try:
         topic = svc.create_topic("bench", TOPIC_PARTITIONS, {})
         tid = topic.topic_id
@@ -129,6 +213,7 @@ def run_cell(
         stop_at = [0.0]
         measure_from = [0.0]
         results: list[tuple[int, list[float]]] = [(0, [])] * committers
+        ended = [0.0] * committers
         errors: list[BaseException] = []
         start = threading.Barrier(committers + 1)
         gc.collect()
@@ -153,7 +238,10 @@ def run_cell(
                         else:
                             b = BatchSpec(j * BATCH_BYTES, BATCH_BYTES, RECORDS, RECORDS, 1)
                         specs.append(ChunkSpec(tid, p, (b,)))
-                    f = FileSpec(f"bench/{uuid.uuid4().hex}", partitions * BATCH_BYTES, 0, f"c{i}")
+                    if keys is not None and not keys[i]:
+                        break  # out of objects: this committer stops early
+                    key = keys[i].pop() if keys is not None else f"bench/{uuid.uuid4().hex}"
+                    f = FileSpec(key, partitions * BATCH_BYTES, 0, f"c{i}")
                     t0 = time.perf_counter()
                     r = svc.commit_file(f, specs)
                     t1 = time.perf_counter()
@@ -164,6 +252,7 @@ def run_cell(
                         n += 1
                     if t1 >= stop_at[0]:
                         break
+                ended[i] = time.perf_counter()
                 results[i] = (n, lat)
             except BaseException as e:
                 errors.append(e)
@@ -186,7 +275,26 @@ def run_cell(
         per_txn = 1.0
         if svc.commits.combiner is not None and svc.commits.combiner.groups:
             per_txn = svc.commits.combiner.requests / svc.commits.combiner.groups
-        return Cell(backend, partitions, committers, sum(n for n, _ in results), duration, lat, per_txn)
+        seconds = min(duration, max(ended) - measure_from[0])
+        if keys is not None and seconds < duration:
+            print(f"  (out of objects after {seconds:.2f} s: raise --objects)", file=sys.stderr)
+        head_ms = None
+        check_ = svc.commits.object_check
+        if check_ is not None:
+            assert check_.outcomes.keys() == {"ok"}, check_.outcomes
+            head_ms = check_.mean_seconds() * 1000
+        return Cell(
+            backend,
+            partitions,
+            committers,
+            sum(n for n, _ in results),
+            seconds,
+            lat,
+            per_txn,
+            "-" if bucket is None else bucket.kind,
+            "-" if bucket is None else ("on" if check else "off"),
+            head_ms,
+        )
     finally:
         svc.close()
         if tmp is not None:
@@ -228,6 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         "--pg-admin-url",
         default=os.environ.get("SKIFF_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
     )
+    ap.add_argument(
+        "--stores",
+        default="",
+        help="file,moto: run each cell over a bucket on these stores, with the commit's object check"
+        " off and on (default: no bucket, no check)",
+    )
+    ap.add_argument("--objects", type=int, default=6000, help="objects made per cell with --stores")
     args = ap.parse_args(argv)
     print(
         f"# {platform.node()} {platform.machine()} cpus={os.cpu_count()} python={platform.python_version()} "
@@ -235,14 +350,38 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     cells = []
+    stores = [s for s in args.stores.split(",") if s]
     for backend in args.backends.split(","):
         for partitions in (int(x) for x in args.partitions.split(",")):
             for committers in (int(x) for x in args.concurrency.split(",")):
-                cell = run_cell(
-                    backend, partitions, committers, args.duration, args.warmup, args.idempotent, args
-                )
-                print("  " + " ".join(cell.row()), file=sys.stderr, flush=True)
-                cells.append(cell)
+                if not stores:
+                    cell = run_cell(
+                        backend, partitions, committers, args.duration, args.warmup, args.idempotent, args
+                    )
+                    print("  " + " ".join(cell.row()), file=sys.stderr, flush=True)
+                    cells.append(cell)
+    for kind in stores:
+        with (
+            tempfile.TemporaryDirectory(prefix=f"skiff-bench-{kind}-") as work,
+            open_bucket(kind, Path(work)) as b,
+        ):
+            for backend in args.backends.split(","):
+                for partitions in (int(x) for x in args.partitions.split(",")):
+                    for committers in (int(x) for x in args.concurrency.split(",")):
+                        for check in (False, True):
+                            cell = run_cell(
+                                backend,
+                                partitions,
+                                committers,
+                                args.duration,
+                                args.warmup,
+                                args.idempotent,
+                                args,
+                                b,
+                                check,
+                            )
+                            print("  " + " ".join(cell.row()), file=sys.stderr, flush=True)
+                            cells.append(cell)
     print_table(cells)
     return 0
 

@@ -11,7 +11,9 @@ the body, never in the path: group ids may be any string). Errors are JSON
 
 Authentication and roles: metadata.auth (bearer tokens; every route is declared on the
 router of the roles that may call it, `APIRouter(dependencies=[allow(...)])` below; a
-route without a declaration is admin-only).
+route without a declaration is admin-only). Routes that take an agent id from the caller
+(agents' heartbeat/deregister, group leases, a commit's writer) also call
+`check_acting_as`: a token bound to other agent ids is refused with 403.
 `/healthz` (the process answers) and `/readyz` (the database answers a `SELECT 1` within
 `ready_timeout_ms`, else 503) need no token.
 
@@ -41,7 +43,17 @@ from metadata import scram_serde as ss
 from metadata import serde as s
 from metadata.acl_routes import acl_router
 from metadata.api_types import NewTopic
-from metadata.auth import ADMIN, AGENT, COMPACTOR, READER, MetadataAuth, TokenTable, allow, public
+from metadata.auth import (
+    ADMIN,
+    AGENT,
+    COMPACTOR,
+    READER,
+    MetadataAuth,
+    TokenTable,
+    allow,
+    check_acting_as,
+    public,
+)
 from metadata.db import is_db_unavailable
 from metadata.errors import (
     INVALID_REQUEST,
@@ -154,6 +166,9 @@ def create_app(
     svc = service
     auth = MetadataAuth(tokens)
     auth_mod.install(app, auth)  # before any route: every route gets the role check
+    unbound = auth_mod.unbound_agent_warning(tokens)
+    if unbound is not None:
+        log.warning("%s", unbound)
     app.state.auth = auth
     # Who may call what (metadata.auth): each route is declared on the router of its roles.
     agent_routes = APIRouter(dependencies=[allow(AGENT)])
@@ -246,7 +261,8 @@ def create_app(
     # ---------------------------------------------------------------- produce / fetch
 
     @agent_routes.post("/v1/commit-file", response_model=list[s.ChunkResultM], tags=["produce"])
-    def commit_file(req: s.CommitFileRequest) -> list[s.ChunkResultM]:
+    def commit_file(req: s.CommitFileRequest, request: Request) -> list[s.ChunkResultM]:
+        check_acting_as(request, req.file.writer)  # a bound token commits only its own files
         results = svc.commit_file(s.file_from_m(req.file), [s.chunk_spec_from_m(c) for c in req.chunks])
         return [s.chunk_result_to_m(r) for r in results]
 
@@ -390,6 +406,7 @@ def create_app(
                 f'skiff_maintenance_last_success_age_seconds{{task="{task}"}} {(now_ms - ms) / 1000:.3f}'
             )
         lines.extend(auth.metrics_lines())
+        lines.extend(svc.commits.object_check_metrics_lines())
         return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
     # ---------------------------------------------------------------- groups
@@ -397,8 +414,10 @@ def create_app(
     @agent_routes.post(
         "/v1/groups/commit-offsets", response_model=list[s.OffsetCommitResultM], tags=["groups"]
     )
-    def commit_offsets(req: s.CommitOffsetsRequest) -> list[s.OffsetCommitResultM]:
+    def commit_offsets(req: s.CommitOffsetsRequest, request: Request) -> list[s.OffsetCommitResultM]:
         lease = None if req.lease is None else LeaseToken(req.lease.holder, req.lease.epoch)
+        if lease is not None:
+            check_acting_as(request, lease.holder)
         results = svc.commit_offsets(
             req.group_id, [s.t.GroupOffset(**o.__dict__) for o in req.offsets], lease
         )
@@ -433,12 +452,14 @@ def create_app(
     # ---------------------------------------------------------------- agents
 
     @agent_routes.post("/v1/agents/deregister", response_model=s.OkResponse, tags=["agents"])
-    def deregister_agent(req: s.AgentInfoM) -> s.OkResponse:
+    def deregister_agent(req: s.AgentInfoM, request: Request) -> s.OkResponse:
+        check_acting_as(request, req.agent_id)
         svc.deregister_agent(req.to_info())
         return s.OkResponse()
 
     @agent_routes.post("/v1/agents/heartbeat", response_model=s.OkResponse, tags=["agents"])
-    def heartbeat_agent(req: s.AgentInfoM) -> s.OkResponse:
+    def heartbeat_agent(req: s.AgentInfoM, request: Request) -> s.OkResponse:
+        check_acting_as(request, req.agent_id)
         svc.heartbeat_agent(req.to_info())
         return s.OkResponse()
 
@@ -449,24 +470,28 @@ def create_app(
     # ---------------------------------------------------------------- group coordinator leases
 
     @agent_routes.post("/v1/groups/lease/acquire", response_model=s.LeaseGrantM, tags=["groups"])
-    def acquire_group_lease(req: s.AcquireGroupLeaseRequest) -> s.LeaseGrantM:
+    def acquire_group_lease(req: s.AcquireGroupLeaseRequest, request: Request) -> s.LeaseGrantM:
         """Take (or re-take, with a new epoch) the lease on coordinating a group (metadata.group_leases)."""
+        check_acting_as(request, req.agent_id)
         grant = svc.acquire_group_lease(req.group_id, req.agent_id, req.ttl_ms)
         return s.LeaseGrantM.model_construct(**{f: getattr(grant, f) for f in s.LeaseGrantM.model_fields})
 
     @agent_routes.post("/v1/groups/lease/renew", response_model=list[str], tags=["groups"])
-    def renew_group_leases(req: s.RenewGroupLeasesRequest) -> list[str]:
+    def renew_group_leases(req: s.RenewGroupLeasesRequest, request: Request) -> list[str]:
         """Renew an agent's group leases in one transaction; answers the groups renewed."""
+        check_acting_as(request, req.agent_id)
         return svc.renew_group_leases(req.agent_id, [(x.group_id, x.epoch) for x in req.leases], req.ttl_ms)
 
     @agent_routes.post("/v1/groups/lease/release", response_model=s.OkResponse, tags=["groups"])
-    def release_group_leases(req: s.ReleaseGroupLeasesRequest) -> s.OkResponse:
+    def release_group_leases(req: s.ReleaseGroupLeasesRequest, request: Request) -> s.OkResponse:
+        check_acting_as(request, req.agent_id)
         svc.release_group_leases(req.agent_id, [(x.group_id, x.epoch) for x in req.leases])
         return s.OkResponse()
 
     @agent_routes.post("/v1/groups/lease/confirm-generation", response_model=s.OkResponse, tags=["groups"])
-    def confirm_group_generation(req: s.ConfirmGroupGenerationRequest) -> s.OkResponse:
+    def confirm_group_generation(req: s.ConfirmGroupGenerationRequest, request: Request) -> s.OkResponse:
         """A new generation: renew the lease and store the group's state, or NOT_COORDINATOR."""
+        check_acting_as(request, req.lease.holder)
         lease = LeaseToken(req.lease.holder, req.lease.epoch)
         svc.confirm_group_generation(req.group_id, lease, req.ttl_ms, req.group_state)
         return s.OkResponse()
@@ -637,19 +662,28 @@ def run_metadata_server(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
+    commit_verify_objects: bool | None = None,
 ) -> None:
     """Serve the metadata API with uvicorn until interrupted (the `skiff metadata` command).
     Runs the migrations first; several replicas may start at once over one PostgreSQL.
     `bucket_url` (the agents' bucket) is served at GET /v1/cluster for readers such as Spark.
     `tokens` turns authentication on (metadata.auth); `tls_cert`/`tls_key` serve HTTPS, and
-    `tls_client_ca` then also requires client certificates signed by that CA (mTLS)."""
+    `tls_client_ca` then also requires client certificates signed by that CA (mTLS).
+    `commit_verify_objects` (None: on when `bucket_url` is known): one HEAD per file commit
+    checks the object is in the bucket with its stated size (metadata.object_check)."""
     import uvicorn
 
     tls = tls_settings(tls_cert, tls_key, tls_client_ca)
     for warning in auth_mod.exposure_warnings(host, auth_enabled=tokens is not None, tls=bool(tls)):
         log.warning("%s", warning)
 
-    service = MetadataService.from_url(db_url, bucket_url=bucket_url)
+    service = MetadataService.from_url(db_url, bucket_url=bucket_url, verify_objects=commit_verify_objects)
+    if service.commits.object_check is None:
+        log.warning(
+            "file commits are not checked against the bucket (%s): a holder of an agent token can"
+            " commit chunks of an object that does not exist. Configure --bucket (docs/operations.md)",
+            "turned off by --no-commit-verify-objects" if commit_verify_objects is False else "no --bucket",
+        )
     try:
         app = create_app(service, max_body_bytes=max_body_bytes, tokens=tokens)
         # Everything loaded so far lives as long as the process: keep it out of the cyclic

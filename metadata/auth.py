@@ -17,6 +17,18 @@ The same token on several lines has the union of their roles (an agent that also
 compaction: `agent,compactor:TOKEN`); two tokens for one role let a token be rotated
 without downtime. A configured file with no token is an error, never an open service.
 
+Binding agent tokens to agent ids: `agent=ID` in place of `agent` gives the agent role
+for the agent id ID only (`agent=agent-1:TOKEN`; several ids: `agent=a-1,agent=a-2:TOKEN`,
+or the same token on several lines). Every route that takes an agent id from the caller
+(heartbeat and deregistration, the group coordinator leases, a group offset commit under a
+lease, the writer of a committed file: `check_acting_as` in metadata.app) refuses a bound
+token naming another id with 403 CLUSTER_AUTHORIZATION_FAILED. An ID is 1 to 255 printable
+ASCII characters other than `,` `:` `=` `#`. A plain `agent` token stays unbound (any id, as
+before binding existed; the service warns once at start-up that such tokens exist: bind
+them in production); one token both bound and unbound is an error. Admin acts for any id.
+Client certificates (mTLS) only gate the connection: uvicorn does not hand the peer
+certificate to the application, so identities and bindings come from tokens alone.
+
 How requests are checked (auth on):
 
 1. `AuthMiddleware` (outermost, before the body is read): a request to a non-public path
@@ -55,6 +67,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -78,8 +91,13 @@ MIN_TOKEN_CHARS = 16
 ENV_TOKENS = "SKIFF_METADATA_TOKENS"
 ENV_TOKENS_FILE = "SKIFF_METADATA_TOKENS_FILE"
 
-# Where the middleware leaves the caller's roles for the Authorizer (an ASGI scope key).
-_SCOPE_ROLES = "skiff.roles"
+# Where the middleware leaves the caller (`Caller`) for the Authorizer and the routes that
+# check agent ids (an ASGI scope key).
+_SCOPE_CALLER = "skiff.caller"
+
+# The characters an agent id bound in the tokens file may hold (`,` `:` `=` `#` separate).
+_ID_FORBIDDEN = frozenset(",:=#")
+MAX_AGENT_ID_CHARS = 255
 
 # A denied request is logged at most this often (a hostile client must not flood the log);
 # the counts are always in /metrics.
@@ -90,34 +108,71 @@ class TokenConfigError(ValueError):
     """The tokens file or variable is malformed; the message names the line, never a token."""
 
 
-class TokenTable:
-    """Configured tokens (kept only as SHA-256 digests) and their roles."""
+@dataclass(frozen=True)
+class Caller:
+    """Who presented a token: its roles, and the agent ids it may act as (None: any id,
+    for an unbound agent token and for admin)."""
 
-    def __init__(self, roles_by_token: Mapping[str, Iterable[str]]) -> None:
-        if not roles_by_token:
+    roles: frozenset[str]
+    agent_ids: frozenset[str] | None = None
+
+    def may_act_as(self, agent_id: str) -> bool:
+        return ADMIN in self.roles or self.agent_ids is None or agent_id in self.agent_ids
+
+
+class TokenTable:
+    """Configured tokens (kept only as SHA-256 digests), their roles and agent-id bindings."""
+
+    def __init__(
+        self,
+        roles_by_token: Mapping[str, Iterable[str]],
+        agent_ids_by_token: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        """`agent_ids_by_token`: the agent ids each bound token may act as (its role
+        `agent` is implied); tokens not in it are unbound."""
+        bound = {t: frozenset(ids) for t, ids in (agent_ids_by_token or {}).items()}
+        if not roles_by_token and not bound:
             raise TokenConfigError("no tokens configured")
-        self._entries = [
-            (hashlib.sha256(token.encode()).digest(), frozenset(roles))
-            for token, roles in roles_by_token.items()
-        ]
+        entries = []
+        for token in dict.fromkeys([*roles_by_token, *bound]):
+            roles = frozenset(roles_by_token.get(token, ()))
+            ids = bound.get(token)
+            if ids is not None:
+                roles |= {AGENT}
+            entries.append((hashlib.sha256(token.encode()).digest(), Caller(roles, ids)))
+        self._entries = entries
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def roles_for(self, token: str) -> frozenset[str] | None:
-        """The token's roles, or None if it is not configured. Constant time in the token:
+    def caller_for(self, token: str) -> Caller | None:
+        """The token's caller, or None if it is not configured. Constant time in the token:
         every configured digest is compared, whatever matched before."""
         presented = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
-        found: frozenset[str] | None = None
-        for digest, roles in self._entries:
+        found: Caller | None = None
+        for digest, caller in self._entries:
             if hmac.compare_digest(presented, digest):
-                found = roles
+                found = caller
         return found
+
+    def roles_for(self, token: str) -> frozenset[str] | None:
+        """The token's roles, or None if it is not configured (constant time, as caller_for)."""
+        caller = self.caller_for(token)
+        return None if caller is None else caller.roles
+
+    def unbound_agent_tokens(self) -> int:
+        """How many tokens have the agent role without a binding to agent ids (admin aside)."""
+        return sum(
+            1 for _, c in self._entries if AGENT in c.roles and c.agent_ids is None and ADMIN not in c.roles
+        )
 
     @classmethod
     def parse(cls, text: str, source: str) -> TokenTable:
-        """Parse `ROLE[,ROLE...]:TOKEN` entries (one per line, or space-separated)."""
+        """Parse `ROLE[,ROLE...]:TOKEN` entries (one per line, or space-separated); a ROLE
+        may be `agent=ID` (the agent role, bound to agent id ID)."""
         roles_by_token: dict[str, set[str]] = {}
+        ids_by_token: dict[str, set[str]] = {}
+        unbound_agent: set[str] = set()
         for lineno, line in enumerate(text.splitlines(), 1):
             stripped = line.strip()
             if not stripped or stripped.startswith("#"):
@@ -129,19 +184,44 @@ class TokenTable:
                 where = f"{source} line {lineno}"
                 if not sep or not token:
                     raise TokenConfigError(f"{where}: expected ROLE[,ROLE...]:TOKEN")
-                roles = {r.strip() for r in role_part.split(",") if r.strip()}
+                items = [r.strip() for r in role_part.split(",") if r.strip()]
+                ids = {r.partition("=")[2] for r in items if r.startswith(AGENT + "=")}
+                roles = {r for r in items if not r.startswith(AGENT + "=")}
                 unknown = roles - ROLES
-                if not roles or unknown:  # not echoed: a swapped TOKEN:ROLE would print the token
-                    raise TokenConfigError(f"{where}: unknown role; roles are {', '.join(sorted(ROLES))}")
+                if not items or unknown:  # not echoed: a swapped TOKEN:ROLE would print the token
+                    raise TokenConfigError(
+                        f"{where}: unknown role; roles are {', '.join(sorted(ROLES))}"
+                        f" ({AGENT}=ID binds an agent token to agent id ID)"
+                    )
+                if not all(_valid_agent_id(i) for i in ids):  # not echoed either
+                    raise TokenConfigError(
+                        f"{where}: in {AGENT}=ID, ID must be 1 to {MAX_AGENT_ID_CHARS} printable ASCII"
+                        " characters other than , : = #"
+                    )
                 if len(token) < MIN_TOKEN_CHARS or not all(0x21 <= ord(c) <= 0x7E for c in token):
                     raise TokenConfigError(
                         f"{where}: a token must be at least {MIN_TOKEN_CHARS} printable ASCII characters"
                         " without spaces (e.g. `openssl rand -hex 32`)"
                     )
                 roles_by_token.setdefault(token, set()).update(roles)
+                if ids:
+                    ids_by_token.setdefault(token, set()).update(ids)
+                if AGENT in roles:
+                    unbound_agent.add(token)
+                if token in ids_by_token and token in unbound_agent:
+                    raise TokenConfigError(
+                        f"{where}: a token is both bound to agent ids ({AGENT}=ID) and unbound ({AGENT});"
+                        " give it one or the other"
+                    )
         if not roles_by_token:
             raise TokenConfigError(f"{source} holds no token (an empty file would leave the service open)")
-        return cls(roles_by_token)
+        return cls(roles_by_token, ids_by_token)
+
+
+def _valid_agent_id(agent_id: str) -> bool:
+    return 0 < len(agent_id) <= MAX_AGENT_ID_CHARS and all(
+        0x21 <= ord(c) <= 0x7E and c not in _ID_FORBIDDEN for c in agent_id
+    )
 
 
 def load_tokens(tokens_file: str | None, env: Mapping[str, str] | None = None) -> TokenTable | None:
@@ -241,7 +321,7 @@ class AuthError(Exception):
 
 class MetadataAuth:
     """The service's authentication state: the token table (None: open) and the counts of
-    refused requests by reason (`missing`, `invalid`, `forbidden`) for /metrics."""
+    refused requests by reason (`missing`, `invalid`, `forbidden`, `agent_id`) for /metrics."""
 
     def __init__(self, tokens: TokenTable | None, *, clock_s: Callable[[], float] = time.monotonic) -> None:
         self.tokens = tokens
@@ -254,8 +334,8 @@ class MetadataAuth:
     def enabled(self) -> bool:
         return self.tokens is not None
 
-    def authenticate(self, authorization: str | None) -> frozenset[str]:
-        """The caller's roles from an Authorization header value, or AuthError(401)."""
+    def authenticate(self, authorization: str | None) -> Caller:
+        """The caller (roles, bound agent ids) from an Authorization header value, or AuthError(401)."""
         assert self.tokens is not None
         if not authorization:
             raise self._refuse(
@@ -269,8 +349,8 @@ class MetadataAuth:
                 ),
             )
         scheme, _, credentials = authorization.strip().partition(" ")
-        roles = self.tokens.roles_for(credentials.strip()) if scheme.lower() == "bearer" else None
-        if roles is None:
+        caller = self.tokens.caller_for(credentials.strip()) if scheme.lower() == "bearer" else None
+        if caller is None:
             raise self._refuse(
                 "invalid",
                 AuthError(
@@ -280,7 +360,7 @@ class MetadataAuth:
                     'Bearer realm="skiff-metadata", error="invalid_token"',
                 ),
             )
-        return roles
+        return caller
 
     def authorize(self, roles: frozenset[str], route: APIRoute, method: str) -> None:
         allowed = allowed_roles(route)
@@ -293,6 +373,22 @@ class MetadataAuth:
                 CLUSTER_AUTHORIZATION_FAILED,
                 f"{method} {route.path} needs the role {' or '.join(sorted(allowed))};"
                 f" this token has {', '.join(sorted(roles))}",
+            ),
+        )
+
+    def check_agent_id(self, caller: Caller | None, agent_id: str, what: str) -> None:
+        """Refuse (403) a caller whose token is bound to other agent ids than `agent_id`;
+        `what` names the request for the message (e.g. `POST /v1/agents/heartbeat`)."""
+        if not self.enabled or caller is None or caller.may_act_as(agent_id):
+            return
+        assert caller.agent_ids is not None
+        raise self._refuse(
+            "agent_id",
+            AuthError(
+                403,
+                CLUSTER_AUTHORIZATION_FAILED,
+                f"{what}: this token is bound to agent id {', '.join(sorted(caller.agent_ids))}"
+                f" and may not act as agent id {agent_id[:MAX_AGENT_ID_CHARS]!r}",
             ),
         )
 
@@ -319,7 +415,7 @@ class MetadataAuth:
             "# HELP skiff_metadata_requests_refused_total Requests refused by authentication or authorization.",
             "# TYPE skiff_metadata_requests_refused_total counter",
         ]
-        for reason in ("missing", "invalid", "forbidden"):
+        for reason in ("missing", "invalid", "forbidden", "agent_id"):
             lines.append(f'skiff_metadata_requests_refused_total{{reason="{reason}"}} {self.refused[reason]}')
         return lines
 
@@ -369,7 +465,7 @@ class AuthMiddleware:
                     header = v.decode("latin-1")
                     break
             try:
-                scope[_SCOPE_ROLES] = self.auth.authenticate(header)
+                scope[_SCOPE_CALLER] = self.auth.authenticate(header)
             except AuthError as e:
                 await e.response()(scope, receive, send)
                 return
@@ -390,10 +486,35 @@ class Authorizer:
             raise AuthError(403, CLUSTER_AUTHORIZATION_FAILED, "no route")
         if allowed_roles(route) is None:
             return
-        roles = request.scope.get(_SCOPE_ROLES)
-        if roles is None:
-            roles = self.auth.authenticate(request.headers.get("authorization"))
-        self.auth.authorize(roles, route, request.method)
+        caller = request.scope.get(_SCOPE_CALLER)
+        if caller is None:
+            caller = self.auth.authenticate(request.headers.get("authorization"))
+            request.scope[_SCOPE_CALLER] = caller
+        self.auth.authorize(caller.roles, route, request.method)
+
+
+def check_acting_as(request: Request, agent_id: str) -> None:
+    """In a route: refuse (AuthError 403) when the caller's token is bound to other agent
+    ids than `agent_id` (a no-op when authentication is off or the token is unbound)."""
+    auth: MetadataAuth | None = getattr(request.app.state, "auth", None)
+    if auth is None or not auth.enabled:
+        return
+    caller = request.scope.get(_SCOPE_CALLER)
+    if caller is None:  # the Authorizer sets it on every non-public route: fail closed
+        raise AuthError(403, CLUSTER_AUTHORIZATION_FAILED, "no authenticated caller")
+    auth.check_agent_id(caller, agent_id, f"{request.method} {request.url.path}")
+
+
+def unbound_agent_warning(tokens: TokenTable | None) -> str | None:
+    """The start-up warning when agent tokens are not bound to agent ids (None if all are)."""
+    n = 0 if tokens is None else tokens.unbound_agent_tokens()
+    if not n:
+        return None
+    return (
+        f"{n} agent token(s) are not bound to an agent id: any holder can register a broker under"
+        f" any id and address. Bind each agent's token to its id ({AGENT}=ID:TOKEN in the tokens"
+        " file, docs/operations.md)"
+    )
 
 
 def install(app: FastAPI, auth: MetadataAuth) -> None:

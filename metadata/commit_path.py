@@ -20,6 +20,13 @@ Group commit: commits that arrive while another is running (other threads of thi
 process) are committed together in the next transaction (`metadata.group_commit`), in
 arrival order, each with exactly the outcome it would have had alone.
 
+The object check (`metadata.object_check`, when the service knows its bucket): before a
+commit joins a group, ONE HEAD checks that its object exists with the stated size; a
+missing or wrong-sized object refuses the commit (KAFKA_STORAGE_ERROR) and nothing is
+stored. It runs in the caller's thread with no transaction open and no lock held. A
+missing object whose key is already recorded (a retry after a lost answer, the object
+since collected) is answered from what was recorded, as any re-commit.
+
 Commit of a file whose chunks all fail: the file row is still recorded, as `deleting`,
 so that garbage collection removes the object like any other unreferenced file.
 Committing an object key that is already recorded (a retry after a lost answer)
@@ -51,8 +58,10 @@ from metadata.commit_plan import (
     transactional_ids,
     with_locations,
 )
-from metadata.db import write_tx
+from metadata.db import read_tx, write_tx
+from metadata.errors import KAFKA_STORAGE_ERROR, MetadataError
 from metadata.group_commit import GroupCommitter
+from metadata.object_check import ObjectCheck
 from metadata.rows import LOC_COLS, Db, allocate_producer_id, location_of
 from metadata.schema import chunks, files
 from metadata.transactions import apply_commit_events, load_for_commit
@@ -63,9 +72,13 @@ CommitItem = tuple[FileSpec, Sequence[ChunkSpec]]
 
 
 class CommitPath:
-    def __init__(self, db: Db, feed: CommitFeed, *, group_commit: bool = True) -> None:
+    def __init__(
+        self, db: Db, feed: CommitFeed, *, group_commit: bool = True, object_check: ObjectCheck | None = None
+    ) -> None:
         self._db = db
         self._feed = feed
+        # None: no bucket known (or the check turned off): commits are not checked.
+        self.object_check = object_check
         # Public for tests and benchmarks (how many commits were grouped).
         self.combiner: GroupCommitter[CommitItem, list[ChunkResult]] | None = None
         if group_commit:
@@ -94,9 +107,32 @@ class CommitPath:
         the statements and the fsync. A database error fails every file of the group
         (none of them is recorded; each caller may retry)."""
         check_commit(file, chunk_specs)
+        self.verify_object(file)  # before any transaction or lock (one HEAD)
         if self.combiner is None:
             return self.commit_group([(file, chunk_specs)])[0]
         return self.combiner.submit((file, chunk_specs), sum(len(c.batches) for c in chunk_specs))
+
+    def verify_object(self, file: FileSpec) -> None:
+        """Refuse (MetadataError KAFKA_STORAGE_ERROR) a file whose object is not in the
+        bucket with its stated size; a no-op without an object check. A missing object
+        whose key is already recorded passes: its commit is answered as a re-commit."""
+        if self.object_check is None:
+            return
+        problem = self.object_check.problem(file)
+        if problem is None:
+            return
+        if problem.outcome == "missing" and self._recorded(file.object_key):
+            return
+        raise MetadataError(KAFKA_STORAGE_ERROR, problem.message)
+
+    def object_check_metrics_lines(self) -> list[str]:
+        return [] if self.object_check is None else self.object_check.metrics_lines()
+
+    def _recorded(self, object_key: str) -> bool:
+        with read_tx(self._db.engine) as conn:
+            return (
+                conn.execute(select(files.c.id).where(files.c.object_key == object_key)).first() is not None
+            )
 
     def commit_group(self, items: list[CommitItem]) -> list[list[ChunkResult]]:
         """Commit several files in one transaction; files already recorded (or a key twice

@@ -29,6 +29,10 @@ ordered by (topic_id, partition): `SELECT ... ORDER BY ... FOR UPDATE` on Postgr
 on SQLite the transaction starts with `BEGIN IMMEDIATE` (one writer at a time). Producer
 state rows are only touched under their partition's lock.
 
+Commits are checked against the bucket (`metadata.object_check`: one HEAD per file
+commit and per compaction swap with outputs, before any transaction) when the bucket URL is
+known, unless `verify_objects=False`.
+
 Commits wake waiters (`wait_for_commits`) through `commit_feed`; on PostgreSQL a
 listener thread (started by the first wait) also publishes other replicas' commits.
 """
@@ -42,6 +46,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from fileformat.objectstore import ObjectStore, open_store
 from metadata import group_admin, group_leases
 from metadata.acl_types import AclBinding, AclBindingFilter
 from metadata.acls import AclStore
@@ -59,6 +64,7 @@ from metadata.gc import GarbageCollection
 from metadata.group_lease_types import LeaseGrant, LeaseToken
 from metadata.groups import GroupOffsets
 from metadata.membership import DEFAULT_AGENT_TTL_MS, Membership
+from metadata.object_check import ObjectCheck
 from metadata.reads import Reads
 from metadata.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
 from metadata.rows import Clock, Db, system_clock
@@ -88,6 +94,7 @@ from metadata.types import (
     RetentionResult,
     Topic,
 )
+from metadata.validation import file_error
 
 
 class MetadataService:
@@ -100,11 +107,19 @@ class MetadataService:
         owns_engine: bool = False,
         group_commit: bool = True,
         bucket_url: str | None = None,
+        verify_objects: bool | None = None,
     ) -> None:
+        """`verify_objects`: check each committed object in the bucket (one HEAD, see
+        metadata.object_check); None: on when `bucket_url` is known. Without a bucket URL
+        there is nothing to check against: off, whatever is asked."""
         self.engine = engine
         # The bucket URL the agents write to, as configured (`skiff metadata --bucket`): metadata
-        # stores no objects, it only tells readers (Spark) where they are.
+        # stores no objects; it tells readers (Spark) where they are and checks that committed
+        # objects exist there (one HEAD each).
         self.bucket_url = bucket_url
+        self._store: ObjectStore | None = None
+        if bucket_url is not None and verify_objects is not False:
+            self._store = open_store(bucket_url)
         self.dialect = dialect_for(engine)
         self._db = Db(engine, self.dialect, clock or system_clock)
         self._owns_engine = owns_engine
@@ -113,7 +128,12 @@ class MetadataService:
         self._listener_lock = threading.Lock()
         self._listener_started = False  # set once: the listener (if the dialect has one) runs
         self.topics = TopicAdmin(self._db)
-        self.commits = CommitPath(self._db, self.commit_feed, group_commit=group_commit)
+        self.commits = CommitPath(
+            self._db,
+            self.commit_feed,
+            group_commit=group_commit,
+            object_check=None if self._store is None else ObjectCheck(self._store),
+        )
         self.reads = Reads(self._db)
         self.compaction = CompactionSwap(self._db)
         self.compaction_planning = CompactionPlanning(self._db)
@@ -137,6 +157,7 @@ class MetadataService:
         migrate: bool = True,
         group_commit: bool = True,
         bucket_url: str | None = None,
+        verify_objects: bool | None = None,
         **engine_kwargs: Any,
     ) -> MetadataService:
         engine = create_engine_for(db_url, **engine_kwargs)
@@ -153,6 +174,7 @@ class MetadataService:
             owns_engine=True,
             group_commit=group_commit,
             bucket_url=bucket_url,
+            verify_objects=verify_objects,
         )
 
     def close(self) -> None:
@@ -160,6 +182,8 @@ class MetadataService:
             self._listener.stop()
         if self._owns_engine:
             self.engine.dispose()
+        if self._store is not None:
+            self._store.close()
 
     @property
     def clock(self) -> Clock:
@@ -248,6 +272,8 @@ class MetadataService:
         checkpoints: Sequence[CheckpointUpdate] = (),
         lease_token: str | None = None,
     ) -> None:
+        if outputs and file_error(file) is None:  # a malformed file is refused below, unsent
+            self.commits.verify_object(file)  # in the bucket, as an agent's (one HEAD, no lock held)
         self.compaction.replace_chunks(input_chunk_ids, file, outputs, checkpoints, lease_token)
 
     def compaction_candidates(

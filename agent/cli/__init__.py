@@ -3,7 +3,7 @@
     skiff playground [--data-dir DIR] [--port 9092] [--metadata-port 9093]
     skiff agent --bucket URL --metadata URL [--port 9092] [--advertised-host H] [--zone Z] ...
     skiff metadata --db URL [--host H] [--port 9093] [--bucket URL] [--tokens-file PATH]
-                   [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
+                   [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--[no-]commit-verify-objects]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
     skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
     skiff users {list,create,delete} --metadata URL [--mechanism M] [--password P | --password-file F]
@@ -78,6 +78,14 @@ def _build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SKIFF_METADATA_TOKENS_FILE") or None,
         help="bearer tokens and their roles, one ROLE[,ROLE]:TOKEN per line (unset: no authentication"
         " unless SKIFF_METADATA_TOKENS holds them); see docs/operations.md",
+    )
+    md.add_argument(
+        "--commit-verify-objects",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="check that each committed file's object is in the bucket with its stated size (one HEAD"
+        " per commit; default: SKIFF_METADATA_COMMIT_VERIFY_OBJECTS, else on when --bucket is set,"
+        " which it needs); see docs/operations.md",
     )
     md.add_argument(
         "--tls-cert",
@@ -165,12 +173,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_compact(args)
         if args.command == "metadata":
+            from agent.config_values import parse_value
             from agent.runtime import absolute_bucket_url
             from metadata.app import run_metadata_server, tls_settings
             from metadata.auth import load_tokens
 
             bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
             try:  # settings errors are usage errors: one clear line, no traceback
+                verify = args.commit_verify_objects
+                if verify is None and os.environ.get("SKIFF_METADATA_COMMIT_VERIFY_OBJECTS", "").strip():
+                    verify = parse_value(
+                        "metadata_commit_verify_objects",
+                        (bool, False),
+                        os.environ["SKIFF_METADATA_COMMIT_VERIFY_OBJECTS"],
+                    )
                 tokens = load_tokens(args.tokens_file)
                 tls_settings(args.tls_cert, args.tls_key, args.tls_client_ca)
             except ValueError as exc:
@@ -184,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tls_cert=args.tls_cert,
                 tls_key=args.tls_key,
                 tls_client_ca=args.tls_client_ca,
+                commit_verify_objects=verify,
             )
             return 0
         if args.command == "agent":

@@ -299,7 +299,11 @@ def test_run_metadata_server_warns_and_passes_tls(
         app_mod.run_metadata_server(
             db, "0.0.0.0", 1, tokens=TokenTable.parse(f"admin:{A}", "t"), tls_cert="c.pem", tls_key="k.pem"
         )
-    messages = [r.getMessage() for r in caplog.records]
+    unchecked = [r.getMessage() for r in caplog.records if "not checked against the bucket" in r.getMessage()]
+    assert len(unchecked) == 4 and all("no --bucket" in m for m in unchecked)  # one per start, no bucket
+    messages = [
+        r.getMessage() for r in caplog.records if "not checked against the bucket" not in r.getMessage()
+    ]
     assert len(messages) == 2
     assert "without authentication" in messages[0] and "clear text" in messages[1]
     assert [c.get("ssl_certfile") for c in calls] == [None, None, None, "c.pem"]
