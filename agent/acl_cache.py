@@ -29,9 +29,9 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 
-from agent.authorizer import Authorizer, parse_super_users
-from metadata.acl_types import AclBinding, AclOperation, ResourceType
-from metadata.api_types import MetadataClient
+from skiff.agent.authorizer import Authorizer, parse_super_users
+from skiff.metadata.acl_types import AclBinding, AclOperation, ResourceType
+from skiff.metadata.api_types import MetadataClient
 
 log = logging.getLogger(__name__)
 

@@ -43,11 +43,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from agent import routing
-from metadata.api_types import MetadataClient
-from metadata.errors import CLUSTER_AUTHORIZATION_FAILED, MetadataError, MetadataUnavailable
-from metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION
-from metadata.types import AgentInfo
+from skiff.agent import routing
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, MetadataError, MetadataUnavailable
+from skiff.metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION
+from skiff.metadata.types import AgentInfo
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from metadata.types import MAX_CACHEABLE_ABORTED, ChunkLocation, PartitionFetchInfo
+from skiff.metadata.types import MAX_CACHEABLE_ABORTED, ChunkLocation, PartitionFetchInfo
 
 Key = tuple[uuid.UUID, int]
 

@@ -48,10 +48,10 @@ import time
 import uuid
 from collections.abc import Callable
 
-from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
-from agent.timing_wheel import SystemTimer
-from metadata.api_types import MetadataClient
-from metadata.types import PartitionWatermark
+from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
+from skiff.agent.timing_wheel import SystemTimer
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.types import PartitionWatermark
 
 log = logging.getLogger(__name__)
 

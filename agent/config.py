@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agent.listeners import Listener
+    from skiff.agent.listeners import Listener
 
-from agent.config_checks import check_config
-from agent.config_values import ENV_PREFIX, GiB, KiB, MiB, env_var, flag, parse_value
+from skiff.agent.config_checks import check_config
+from skiff.agent.config_values import ENV_PREFIX, GiB, KiB, MiB, env_var, flag, parse_value
 
 __all__ = [
     "ENV_PREFIX",
@@ -527,7 +527,7 @@ class AgentConfig:
 
     def resolved_listeners(self) -> list[Listener]:
         """The listeners to open (`listeners`, else PLAINTEXT on host:port); see agent.listeners."""
-        from agent.listeners import build_listeners
+        from skiff.agent.listeners import build_listeners
 
         return build_listeners(
             self.listeners,

@@ -62,14 +62,13 @@ from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-
-from agent.connection_limits import (
+from skiff.agent.connection_limits import (
     REQUEST_OVERHEAD_BYTES,
     ByteBudget,
     response_reserve_bytes,
     runs_alone,
 )
-from agent.handlers import (
+from skiff.agent.handlers import (
     ConnectionInfo,
     HandlerSpec,
     Request,
@@ -77,8 +76,8 @@ from agent.handlers import (
     produce,
     refusal_response,
 )
-from agent.handlers.api_versions import unsupported_version_response
-from agent.protocol import (
+from skiff.agent.handlers.api_versions import unsupported_version_response
+from skiff.agent.protocol import (
     API_VERSIONS_KEY,
     MIN_REQUEST_HEADER_BYTES,
     MalformedRequest,
@@ -91,17 +90,17 @@ from agent.protocol import (
     peek_header_prefix,
     response_schema,
 )
-from agent.protocol.produce_request import decode_produce_request
-from agent.protocol.produce_response import encode_produce_response
-from agent.protocol.sliced_encode import SLICED_ENCODE_MIN_ENTITIES, encode_cost, encode_response_sliced
-from agent.read_deadline import ReadDeadline
-from agent.response_slots import CLOSE as _CLOSE
-from agent.response_slots import Outcome as _Outcome
-from agent.response_slots import Slot as _Slot
-from agent.sasl import FAILED_AUTH_CLOSE_DELAY_S, PRE_AUTH_KEYS, PRE_AUTH_MAX_REQUEST_BYTES
+from skiff.agent.protocol.produce_request import decode_produce_request
+from skiff.agent.protocol.produce_response import encode_produce_response
+from skiff.agent.protocol.sliced_encode import SLICED_ENCODE_MIN_ENTITIES, encode_cost, encode_response_sliced
+from skiff.agent.read_deadline import ReadDeadline
+from skiff.agent.response_slots import CLOSE as _CLOSE
+from skiff.agent.response_slots import Outcome as _Outcome
+from skiff.agent.response_slots import Slot as _Slot
+from skiff.agent.sasl import FAILED_AUTH_CLOSE_DELAY_S, PRE_AUTH_KEYS, PRE_AUTH_MAX_REQUEST_BYTES
 
 if TYPE_CHECKING:
-    from agent.server import AgentServer
+    from skiff.agent.server import AgentServer
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent.handlers import ConnectionInfo
-from agent.listeners import Listener, tls_principal
-from agent.sasl import CredentialCache, SaslCounts, SaslState
+from skiff.agent.handlers import ConnectionInfo
+from skiff.agent.listeners import Listener, tls_principal
+from skiff.agent.sasl import CredentialCache, SaslCounts, SaslState
 
 log = logging.getLogger(__name__)
 

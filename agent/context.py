@@ -25,20 +25,20 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from agent.acl_cache import AclCache
-from agent.agent_registry import LiveAgents
-from agent.config import AgentConfig
-from agent.topic_cache import TopicCache
-from metadata.api_types import MetadataClient
-from metadata.types import AgentInfo
+from skiff.agent.acl_cache import AclCache
+from skiff.agent.agent_registry import LiveAgents
+from skiff.agent.config import AgentConfig
+from skiff.agent.topic_cache import TopicCache
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.types import AgentInfo
 
 if TYPE_CHECKING:
-    from agent.chunk_cache import ChunkLocationCache
-    from agent.commit_watch import CommitWatch
-    from agent.group_coordinator import GroupCoordinator
-    from agent.produce_buffer import ProduceBuffer
-    from agent.txn_coordinator import TxnCoordinator
-    from fileformat.objectstore.range_cache import RangeCache
+    from skiff.agent.chunk_cache import ChunkLocationCache
+    from skiff.agent.commit_watch import CommitWatch
+    from skiff.agent.group_coordinator import GroupCoordinator
+    from skiff.agent.produce_buffer import ProduceBuffer
+    from skiff.agent.txn_coordinator import TxnCoordinator
+    from skiff.fileformat.objectstore.range_cache import RangeCache
 
 
 class Clock(Protocol):

@@ -17,7 +17,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from metadata.api_types import MetadataClient
+from skiff.metadata.api_types import MetadataClient
 
 log = logging.getLogger(__name__)
 

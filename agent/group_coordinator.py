@@ -48,9 +48,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
-
-from agent.group_fencing import GroupFence
-from agent.group_model import (
+from skiff.agent.group_fencing import GroupFence
+from skiff.agent.group_model import (
     Group,
     GroupDescription,
     GroupState,
@@ -60,15 +59,15 @@ from agent.group_model import (
     MemberDescription,
     SyncResult,
 )
-from agent.group_persistence import GroupPersistence
-from agent.group_rebalance import NEW_MEMBER_JOIN_TIMEOUT_MS, DelayedHeartbeat
-from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
+from skiff.agent.group_persistence import GroupPersistence
+from skiff.agent.group_rebalance import NEW_MEMBER_JOIN_TIMEOUT_MS, DelayedHeartbeat
+from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
-    from agent.agent_registry import LiveAgents
-    from agent.config import AgentConfig
-    from agent.context import AgentContext, Clock
-    from metadata.api_types import MetadataClient
+    from skiff.agent.agent_registry import LiveAgents
+    from skiff.agent.config import AgentConfig
+    from skiff.agent.context import AgentContext, Clock
+    from skiff.metadata.api_types import MetadataClient
 
 log = logging.getLogger(__name__)
 

@@ -38,13 +38,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-
-from metadata.api_types import MetadataClient
-from metadata.errors import MetadataError, MetadataUnavailable
-from metadata.group_lease_types import LeaseToken
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.group_lease_types import LeaseToken
 
 if TYPE_CHECKING:
-    from agent.group_persistence import GroupPersistence
+    from skiff.agent.group_persistence import GroupPersistence
 
 log = logging.getLogger(__name__)
 

@@ -48,12 +48,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-
-from agent.group_model import Group, GroupState, JoinResult, Member, SyncResult
-from agent.group_rebalance import DelayedSync, GroupRebalancer
+from skiff.agent.group_model import Group, GroupState, JoinResult, Member, SyncResult
+from skiff.agent.group_rebalance import DelayedSync, GroupRebalancer
 
 if TYPE_CHECKING:
-    from agent.group_fencing import GroupFence
+    from skiff.agent.group_fencing import GroupFence
 
 log = logging.getLogger(__name__)
 

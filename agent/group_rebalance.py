@@ -70,9 +70,8 @@ import asyncio
 import logging
 
 from kio.schema.errors import ErrorCode
-
-from agent.group_model import Group, GroupState, JoinMember, JoinResult, Member, SyncResult
-from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
+from skiff.agent.group_model import Group, GroupState, JoinMember, JoinResult, Member, SyncResult
+from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 log = logging.getLogger(__name__)
 

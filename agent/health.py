@@ -43,8 +43,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fileformat.objectstore import AsyncObjectStore
-from metadata.api_types import MetadataClient
+from skiff.fileformat.objectstore import AsyncObjectStore
+from skiff.metadata.api_types import MetadataClient
 
 log = logging.getLogger(__name__)
 

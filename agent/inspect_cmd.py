@@ -27,12 +27,11 @@ from urllib.parse import urlparse
 
 from rich.console import Console
 from rich.table import Table
-
-from fileformat.batch_header import RecordBatchError, iter_batches
-from fileformat.objectstore import ObjectStore, open_store
-from fileformat.record_decode import decode_records, validate_batch
-from fileformat.segment import FooterEntry, SegmentFormatError, iter_chunks_stream, read_footer
-from metadata.types import FileChunk, FileChunks
+from skiff.fileformat.batch_header import RecordBatchError, iter_batches
+from skiff.fileformat.objectstore import ObjectStore, open_store
+from skiff.fileformat.record_decode import decode_records, validate_batch
+from skiff.fileformat.segment import FooterEntry, SegmentFormatError, iter_chunks_stream, read_footer
+from skiff.metadata.types import FileChunk, FileChunks
 
 
 @dataclass
@@ -99,7 +98,7 @@ def default_object_key(target: str) -> str:
 
 
 def _ask_metadata(metadata_url: str, object_key: str) -> FileChunks:
-    from metadata.client import open_metadata_client
+    from skiff.metadata.client import open_metadata_client
 
     async def go() -> FileChunks:
         client = open_metadata_client(metadata_url)

@@ -55,15 +55,14 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-from agent.protocol import api_name
+from skiff.agent.protocol import api_name
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-    from agent.health import Readiness
-    from agent.runtime import RunningAgent
-    from agent.server import AgentServer
+    from skiff.agent.health import Readiness
+    from skiff.agent.runtime import RunningAgent
+    from skiff.agent.server import AgentServer
 
 log = logging.getLogger(__name__)
 

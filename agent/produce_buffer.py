@@ -47,11 +47,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from agent.seal_deadline import SealDeadline, waited_s
-from fileformat.segment import ChunkInput, ChunkPlacement, build_segment
-from metadata.api_types import MetadataClient
-from metadata.errors import MetadataError, MetadataUnavailable
-from metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec, FileSpec
+from skiff.agent.seal_deadline import SealDeadline, waited_s
+from skiff.fileformat.segment import ChunkInput, ChunkPlacement, build_segment
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec, FileSpec
 
 log = logging.getLogger(__name__)
 

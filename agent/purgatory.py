@@ -59,7 +59,7 @@ from abc import abstractmethod
 from collections.abc import Collection, Hashable
 from typing import Generic, TypeVar
 
-from agent.timing_wheel import _NIL, AsyncTimerDriver, SystemTimer, TimerTask
+from skiff.agent.timing_wheel import _NIL, AsyncTimerDriver, SystemTimer, TimerTask
 
 __all__ = ["DelayedOperation", "DelayedOperationPurgatory"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from agent.connection_limits import REQUEST_OVERHEAD_BYTES, ByteBudget
+from skiff.agent.connection_limits import REQUEST_OVERHEAD_BYTES, ByteBudget
 
 
 class _Server(Protocol):

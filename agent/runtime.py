@@ -49,11 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from agent.agent_registry import AgentIdInUse, AgentRegistry
-from agent.chunk_cache import ChunkLocationCache
-from agent.commit_watch import CommitWatch
-from agent.config import AgentConfig, env_var
-from agent.context import (
+from skiff.agent.agent_registry import AgentIdInUse, AgentRegistry
+from skiff.agent.chunk_cache import ChunkLocationCache
+from skiff.agent.commit_watch import CommitWatch
+from skiff.agent.config import AgentConfig, env_var
+from skiff.agent.context import (
     AgentContext,
     AgentParts,
     Clock,
@@ -62,18 +62,18 @@ from agent.context import (
     live_agents_view,
     topic_cache,
 )
-from agent.group_activity import GroupActivityReporter
-from agent.group_coordinator import GroupCoordinator
-from agent.health import Readiness, ReadinessMonitor, dependency_probe
-from agent.listener_servers import start_listener_servers
-from agent.produce_buffer import CommittedFile, ProduceBuffer
-from agent.server import AgentServer
-from agent.txn_coordinator import TxnCoordinator
-from fileformat.objectstore import AsyncObjectStore, open_async_store
-from fileformat.objectstore.keys import readiness_key
-from fileformat.objectstore.range_cache import RangeCache
-from metadata.api_types import MetadataClient
-from metadata.errors import (
+from skiff.agent.group_activity import GroupActivityReporter
+from skiff.agent.group_coordinator import GroupCoordinator
+from skiff.agent.health import Readiness, ReadinessMonitor, dependency_probe
+from skiff.agent.listener_servers import start_listener_servers
+from skiff.agent.produce_buffer import CommittedFile, ProduceBuffer
+from skiff.agent.server import AgentServer
+from skiff.agent.txn_coordinator import TxnCoordinator
+from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
+from skiff.fileformat.objectstore.keys import readiness_key
+from skiff.fileformat.objectstore.range_cache import RangeCache
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     SASL_AUTHENTICATION_FAILED,
     MetadataError,
@@ -81,7 +81,7 @@ from metadata.errors import (
 )
 
 if TYPE_CHECKING:
-    from agent.metrics import HttpEndpoint
+    from skiff.agent.metrics import HttpEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class RunningAgent:
 
     def serve_health(self, host: str, port: int) -> None:
         """/metrics, /healthz and /readyz on `port` (agent.metrics); needs the running loop."""
-        from agent.metrics import serve_metrics
+        from skiff.agent.metrics import serve_metrics
 
         self.http = serve_metrics(self, host, port, self.readiness)
 
@@ -404,7 +404,7 @@ def absolute_bucket_url(url: str) -> str:
 def open_agent_store(config: AgentConfig) -> AsyncObjectStore:
     url = absolute_bucket_url(config.bucket_url)
     if url.startswith("s3://"):
-        from fileformat.objectstore.s3 import S3Options
+        from skiff.fileformat.objectstore.s3 import S3Options
 
         options = S3Options(
             connect_timeout=config.s3_connect_timeout_ms / 1000,
@@ -439,8 +439,8 @@ GC_THRESHOLDS = (50_000, 10, 10)
 def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) -> int:
     """`skiff agent`: serve (and run the background roles) until SIGINT/SIGTERM, then shut
     down gracefully; 0 if that finished within `shutdown_timeout_ms`, else 1."""
-    from metadata.client import open_metadata_client
-    from metadata.credentials import CredentialsError
+    from skiff.metadata.client import open_metadata_client
+    from skiff.metadata.credentials import CredentialsError
 
     async def main() -> bool:
         try:
@@ -511,11 +511,10 @@ def run_playground(
     """`skiff playground`: SQLite + file:// bucket under data_dir, one agent, the metadata
     API, and the background roles (the CLI passes compaction, retention and GC on a timer)."""
     import uvicorn
-
-    from metadata.app import create_app
-    from metadata.auth import exposure_warnings, load_tokens
-    from metadata.local_client import LocalMetadataClient
-    from metadata.service import MetadataService
+    from skiff.metadata.app import create_app
+    from skiff.metadata.auth import exposure_warnings, load_tokens
+    from skiff.metadata.local_client import LocalMetadataClient
+    from skiff.metadata.service import MetadataService
 
     root = Path(data_dir).resolve()
     (root / "bucket").mkdir(parents=True, exist_ok=True)

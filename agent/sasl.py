@@ -51,10 +51,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scramp import ScramException, ScramMechanism
-
-from metadata.api_types import MetadataClient
-from metadata.errors import MetadataError, MetadataUnavailable
-from metadata.scram_types import (
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.scram_types import (
     MAX_USER_NAME_CHARS,
     MECHANISM_CODES,
     ScramCredential,

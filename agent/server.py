@@ -23,11 +23,11 @@ import socket
 from collections import Counter
 from typing import Any
 
-from agent.connection import Connection
-from agent.connection_limits import ByteBudget, ConnectionLimiter
-from agent.connection_security import ListenerSecurity
-from agent.context import AgentContext
-from agent.handlers import ConnectionInfo, HandlerRegistry, default_registry
+from skiff.agent.connection import Connection
+from skiff.agent.connection_limits import ByteBudget, ConnectionLimiter
+from skiff.agent.connection_security import ListenerSecurity
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import ConnectionInfo, HandlerRegistry, default_registry
 
 log = logging.getLogger(__name__)
 

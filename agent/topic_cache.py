@@ -25,8 +25,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from metadata.api_types import MetadataClient
-from metadata.types import Topic
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.types import Topic
 
 K = TypeVar("K", str, uuid.UUID)
 

@@ -55,18 +55,18 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from agent import routing
-from agent.produce_buffer import CommittedFile, ObjectPutter
-from agent.txn_pause_hook import TxnPauseHook
-from fileformat.record_build import build_control_batch
-from fileformat.record_decode import ControlRecordType
-from fileformat.segment import ChunkInput, build_segment
-from metadata.api_types import MetadataClient
-from metadata.txn_state import TxnRecord, TxnState
-from metadata.types import BatchSpec, ChunkSpec, FileSpec
+from skiff.agent import routing
+from skiff.agent.produce_buffer import CommittedFile, ObjectPutter
+from skiff.agent.txn_pause_hook import TxnPauseHook
+from skiff.fileformat.record_build import build_control_batch
+from skiff.fileformat.record_decode import ControlRecordType
+from skiff.fileformat.segment import ChunkInput, build_segment
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.txn_state import TxnRecord, TxnState
+from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec
 
 if TYPE_CHECKING:
-    from agent.agent_registry import Broker, LiveAgents
+    from skiff.agent.agent_registry import Broker, LiveAgents
 
 log = logging.getLogger(__name__)
 

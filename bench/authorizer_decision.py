@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.authorizer import Authorizer  # noqa: E402
-from metadata.acl_types import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType  # noqa: E402
+from skiff.agent.authorizer import Authorizer  # noqa: E402
+from skiff.metadata.acl_types import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType  # noqa: E402
 
 
 def main() -> None:

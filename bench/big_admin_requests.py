@@ -42,8 +42,8 @@ from kio.schema.describe_configs.v4.request import (  # noqa: E402
 )
 from kio.schema.types import TopicName  # noqa: E402
 from kio.static.primitive import i8, i16, i32, i32Timedelta  # noqa: E402
+from skiff.agent.protocol import decode_response, encode_request  # noqa: E402
 
-from agent.protocol import decode_response, encode_request  # noqa: E402
 from bench.support import pct, start  # noqa: E402
 from tests.support.agents import free_port  # noqa: E402
 

@@ -39,19 +39,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from compactor.job import run_job
-from compactor.output import Checkpoint
-from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
-from compactor.runner import RunnerConfig, run_pass
-from fileformat.chunk_reader import ChunkLocation, PartitionRead
-from fileformat.objectstore import ObjectStore, open_store
-from fileformat.read_sync import read_fetch
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
-from fileformat.segment import ChunkInput, build_segment
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, OutputChunk
+from skiff.compactor.job import run_job
+from skiff.compactor.output import Checkpoint
+from skiff.compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
+from skiff.compactor.runner import RunnerConfig, run_pass
+from skiff.fileformat.chunk_reader import ChunkLocation, PartitionRead
+from skiff.fileformat.objectstore import ObjectStore, open_store
+from skiff.fileformat.read_sync import read_fetch
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
+from skiff.fileformat.segment import ChunkInput, build_segment
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, OutputChunk
 
 TOPIC = uuid.UUID(int=0xBE)
 VALUE = b"v" * 80

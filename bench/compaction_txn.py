@@ -32,15 +32,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from compactor.job import run_job
-from compactor.output import Checkpoint
-from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
-from fileformat.chunk_reader import ChunkLocation
-from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
-from fileformat.record_build import build_batch, build_control_batch
-from fileformat.record_decode import ControlRecordType, Record
-from fileformat.segment import ChunkInput, build_segment
-from metadata.types import FileSpec, OutputChunk
+from skiff.compactor.job import run_job
+from skiff.compactor.output import Checkpoint
+from skiff.compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
+from skiff.fileformat.chunk_reader import ChunkLocation
+from skiff.fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
+from skiff.fileformat.record_build import build_batch, build_control_batch
+from skiff.fileformat.record_decode import ControlRecordType, Record
+from skiff.fileformat.segment import ChunkInput, build_segment
+from skiff.metadata.types import FileSpec, OutputChunk
 
 TOPIC = uuid.UUID(int=0xBF)
 VALUE = b"v" * 80

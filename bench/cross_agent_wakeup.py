@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from skiff.fileformat.record_build import build_batch  # noqa: E402
 
 from bench.support import pct, start  # noqa: E402
-from fileformat.record_build import build_batch  # noqa: E402
 from tests.support.agents import free_port  # noqa: E402
 from tests.support.kafka_wire import KafkaWire, fetch_request, produce_request  # noqa: E402
 

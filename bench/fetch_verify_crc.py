@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fileformat.chunk_reader import ChunkLocation, PartitionRead, select_fetch  # noqa: E402
-from fileformat.record_build import build_batch  # noqa: E402
-from fileformat.record_decode import Record  # noqa: E402
+from skiff.fileformat.chunk_reader import ChunkLocation, PartitionRead, select_fetch  # noqa: E402
+from skiff.fileformat.record_build import build_batch  # noqa: E402
+from skiff.fileformat.record_decode import Record  # noqa: E402
 
 MiB = 1 << 20
 

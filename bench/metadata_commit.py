@@ -49,9 +49,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from metadata.inspection import count_rows  # noqa: E402
-from metadata.service import MetadataService  # noqa: E402
-from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionKey  # noqa: E402
+from skiff.metadata.inspection import count_rows  # noqa: E402
+from skiff.metadata.service import MetadataService  # noqa: E402
+from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionKey  # noqa: E402
 
 TOPIC_PARTITIONS = 1000
 BATCH_BYTES = 1024
@@ -136,7 +136,7 @@ class Bucket:
 
 @contextmanager
 def open_bucket(kind: str, work: Path) -> Iterator[Bucket]:
-    from fileformat.objectstore import open_store
+    from skiff.fileformat.objectstore import open_store
 
     if kind == "file":
         root = work / "bucket"

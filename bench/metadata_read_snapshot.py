@@ -62,10 +62,10 @@ from sqlalchemy import Connection, Engine, event, text
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from metadata import reads, transactions  # noqa: E402
-from metadata.db import read_tx  # noqa: E402
-from metadata.service import MetadataService  # noqa: E402
-from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey  # noqa: E402
+from skiff.metadata import reads, transactions  # noqa: E402
+from skiff.metadata.db import read_tx  # noqa: E402
+from skiff.metadata.service import MetadataService  # noqa: E402
+from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey  # noqa: E402
 
 CHUNK_BYTES = 256 * 1024
 FETCH_MAX_BYTES = 1 << 20

@@ -17,9 +17,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import boto3
 from botocore.config import Config
+from skiff.fileformat.objectstore import open_store
+from skiff.fileformat.objectstore.s3 import S3Options
 
-from fileformat.objectstore import open_store
-from fileformat.objectstore.s3 import S3Options
 from tests.support.s3servers import ACCESS_KEY, REGION, SECRET_KEY, start_moto, start_seaweed
 
 SIZE = 8 << 20

@@ -57,9 +57,9 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from skiff.fileformat.objectstore import open_store  # noqa: E402
 
 from bench.support import pct  # noqa: E402
-from fileformat.objectstore import open_store  # noqa: E402
 from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
 from tests.support.s3servers import S3Server, start_moto, start_seaweed  # noqa: E402
 
@@ -104,7 +104,7 @@ class Agent:
         log = self.workdir / "agent.log"
         with log.open("ab") as out:
             command = (
-                [sys.executable, "-m", "cProfile", "-o", self.profile_path, "-m", "agent.cli"]
+                [sys.executable, "-m", "cProfile", "-o", self.profile_path, "-m", "skiff.agent.cli"]
                 if self.profile_path
                 else skiff_command()
             )

@@ -37,11 +37,11 @@ from kio.schema.produce.v9.request import (  # noqa: E402
 )
 from kio.schema.types import TopicName  # noqa: E402
 from kio.static.primitive import i16, i32, i32Timedelta  # noqa: E402
+from skiff.agent.protocol import encode_request  # noqa: E402
+from skiff.fileformat.record_build import build_batch  # noqa: E402
+from skiff.fileformat.record_decode import Record  # noqa: E402
 
-from agent.protocol import encode_request  # noqa: E402
 from bench.produce_consume import Agent, proc_cpu_s, scrape  # noqa: E402
-from fileformat.record_build import build_batch  # noqa: E402
-from fileformat.record_decode import Record  # noqa: E402
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.handlers import produce  # noqa: E402
-from fileformat.batch_header import Compression  # noqa: E402
-from fileformat.record_build import build_batch  # noqa: E402
-from fileformat.record_decode import Record  # noqa: E402
+from skiff.agent.handlers import produce  # noqa: E402
+from skiff.fileformat.batch_header import Compression  # noqa: E402
+from skiff.fileformat.record_build import build_batch  # noqa: E402
+from skiff.fileformat.record_decode import Record  # noqa: E402
 
 
 def main() -> None:

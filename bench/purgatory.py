@@ -56,8 +56,8 @@ from collections.abc import Hashable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from agent.purgatory import DelayedOperation, DelayedOperationPurgatory  # noqa: E402
-from agent.timing_wheel import monotonic_ms  # noqa: E402
+from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory  # noqa: E402
+from skiff.agent.timing_wheel import monotonic_ms  # noqa: E402
 
 CASES = {"low": (20.0, 60.0), "high": (200.0, 400.0)}  # (p50, p75) of completion ms
 Z75 = 0.674490  # 75th percentile of N(0, 1), as in Kafka's tool

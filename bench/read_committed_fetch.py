@@ -40,14 +40,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kio.static.primitive import i8  # noqa: E402
+from skiff.agent.config import AgentConfig  # noqa: E402
+from skiff.agent.runtime import RunningAgent, start_agent  # noqa: E402
+from skiff.fileformat.batch_header import iter_batches  # noqa: E402
+from skiff.fileformat.objectstore import open_async_store  # noqa: E402
+from skiff.fileformat.record_build import build_batch  # noqa: E402
+from skiff.fileformat.record_decode import Record  # noqa: E402
+from skiff.metadata.http_client import HttpMetadataClient  # noqa: E402
 
-from agent.config import AgentConfig  # noqa: E402
-from agent.runtime import RunningAgent, start_agent  # noqa: E402
-from fileformat.batch_header import iter_batches  # noqa: E402
-from fileformat.objectstore import open_async_store  # noqa: E402
-from fileformat.record_build import build_batch  # noqa: E402
-from fileformat.record_decode import Record  # noqa: E402
-from metadata.http_client import HttpMetadataClient  # noqa: E402
 from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
 from tests.support.kafka_wire import KafkaWire, fetch_request, produce_request  # noqa: E402
 

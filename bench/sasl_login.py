@@ -50,17 +50,17 @@ sys.path.insert(0, str(REPO))
 
 from aiokafka.conn import create_conn  # noqa: E402
 from scramp import ScramClient  # noqa: E402
-
-from agent.sasl import PLAIN, CredentialCache, SaslState  # noqa: E402
-from bench.support import pct  # noqa: E402
-from metadata.api_types import MetadataClient  # noqa: E402
-from metadata.scram_types import (  # noqa: E402
+from skiff.agent.sasl import PLAIN, CredentialCache, SaslState  # noqa: E402
+from skiff.metadata.api_types import MetadataClient  # noqa: E402
+from skiff.metadata.scram_types import (  # noqa: E402
     SCRAM_SHA_256,
     SCRAM_SHA_512,
     ScramCredential,
     make_credential,
     password_matches,
 )
+
+from bench.support import pct  # noqa: E402
 from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
 
 USER = "bench"

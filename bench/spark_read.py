@@ -55,11 +55,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fileformat.objectstore import open_store  # noqa: E402
-from fileformat.record_build import build_batch  # noqa: E402
-from fileformat.segment import ChunkInput, build_segment  # noqa: E402
-from metadata.http_client import HttpMetadataClient  # noqa: E402
-from metadata.types import BatchSpec, ChunkSpec, FileSpec  # noqa: E402
+from skiff.fileformat.objectstore import open_store  # noqa: E402
+from skiff.fileformat.record_build import build_batch  # noqa: E402
+from skiff.fileformat.segment import ChunkInput, build_segment  # noqa: E402
+from skiff.metadata.http_client import HttpMetadataClient  # noqa: E402
+from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec  # noqa: E402
+
 from tests.support.agents import skiff_command, wait_for_port  # noqa: E402
 from tests.support.s3servers import free_port  # noqa: E402
 
@@ -136,8 +137,8 @@ async def load(
 
 def decode_only(url: str, bucket: str) -> float:
     """Seconds for one core to read and decode every planned task (no Spark)."""
-    from spark.options import parse_options
-    from spark.source import SkiffBatchReader, read_partition
+    from skiff.spark.options import parse_options
+    from skiff.spark.source import SkiffBatchReader, read_partition
 
     tasks = SkiffBatchReader(
         parse_options({"metadata.url": url, "bucket": bucket, "subscribe": "bench"})
@@ -163,8 +164,7 @@ def floor_source(rows: int, tasks: int, batch_rows: int):  # type: ignore[no-unt
         def read(self, partition):  # type: ignore[no-untyped-def]
             import numpy as np
             import pyarrow as pa
-
-            from spark.decode import arrow_schema
+            from skiff.spark.decode import arrow_schema
 
             n = batch_rows
 
@@ -198,7 +198,7 @@ def floor_source(rows: int, tasks: int, batch_rows: int):  # type: ignore[no-unt
             return "skiff_floor"
 
         def schema(self) -> str:
-            from spark.source import schema_ddl
+            from skiff.spark.source import schema_ddl
 
             return schema_ddl(False)
 
@@ -218,8 +218,8 @@ def map_in_arrow_frame(spark, options: dict[str, str]):  # type: ignore[no-untyp
     the timed queries do not include planning, while the source plans on every query."""
     import pickle
 
-    from spark.options import parse_options
-    from spark.source import SkiffBatchReader, schema_ddl
+    from skiff.spark.options import parse_options
+    from skiff.spark.source import SkiffBatchReader, schema_ddl
 
     tasks = SkiffBatchReader(parse_options(options)).partitions()
     rows = [(i, pickle.dumps(t)) for i, t in enumerate(tasks)]
@@ -228,7 +228,7 @@ def map_in_arrow_frame(spark, options: dict[str, str]):  # type: ignore[no-untyp
     def read(batches):  # type: ignore[no-untyped-def]
         import pickle
 
-        from spark.source import read_partition
+        from skiff.spark.source import read_partition
 
         for b in batches:
             for blob in b.column(1).to_pylist():
@@ -306,7 +306,7 @@ def main() -> None:
 
         decode_s = None if args.no_profile else decode_only(url, bucket)
 
-        from spark import skiff_session
+        from skiff.spark import skiff_session
 
         spark = skiff_session(
             "skiff-bench",

@@ -31,13 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
-
-from fileformat.chunk_reader import ChunkLocation, iter_chunk_batches  # noqa: E402
-from fileformat.record_build import build_batch, build_control_batch  # noqa: E402
-from fileformat.record_decode import ControlRecordType  # noqa: E402
-from fileformat.segment import ChunkInput, build_segment  # noqa: E402
-from spark.aborted import AbortedTransactions  # noqa: E402
-from spark.decode import RecordBatchBuilder  # noqa: E402
+from skiff.fileformat.chunk_reader import ChunkLocation, iter_chunk_batches  # noqa: E402
+from skiff.fileformat.record_build import build_batch, build_control_batch  # noqa: E402
+from skiff.fileformat.record_decode import ControlRecordType  # noqa: E402
+from skiff.fileformat.segment import ChunkInput, build_segment  # noqa: E402
+from skiff.spark.aborted import AbortedTransactions  # noqa: E402
+from skiff.spark.decode import RecordBatchBuilder  # noqa: E402
 
 VALUE = b"v" * 100
 

@@ -61,14 +61,19 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 from pyroaring import BitMap
-
-from compactor.keymap import KeyMap
-from compactor.md5_vec import md5_halves
-from compactor.plan import PartitionWork
-from compactor.rebuild import empty_batch, rebuild_batch, rebuild_from_kept, records_payload, scan_records
-from compactor.record_scan import RecordColumns, scan_batches
-from fileformat.batch_header import BatchHeader, parse_header, patch_base_offset
-from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
+from skiff.compactor.keymap import KeyMap
+from skiff.compactor.md5_vec import md5_halves
+from skiff.compactor.plan import PartitionWork
+from skiff.compactor.rebuild import (
+    empty_batch,
+    rebuild_batch,
+    rebuild_from_kept,
+    records_payload,
+    scan_records,
+)
+from skiff.compactor.record_scan import RecordColumns, scan_batches
+from skiff.fileformat.batch_header import BatchHeader, parse_header, patch_base_offset
+from skiff.fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
 
 BytesLike = bytes | bytearray | memoryview
 SCAN_GROUP_BYTES = 8 * 1024 * 1024  # batches scanned as one set of columns (see `_groups`)

@@ -39,9 +39,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from fileformat.objectstore import ObjectInfo, ObjectStore
-from fileformat.objectstore.keys import READINESS_PREFIX, is_internal
-from metadata.api_types import MetadataClient
+from skiff.fileformat.objectstore import ObjectInfo, ObjectStore
+from skiff.fileformat.objectstore.keys import READINESS_PREFIX, is_internal
+from skiff.metadata.api_types import MetadataClient
 
 log = logging.getLogger(__name__)
 

@@ -32,14 +32,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from compactor.dedup import OutBatch, PartitionCleaner, batch_present, location_present, verbatim
-from compactor.keymap import DEFAULT_BUDGET_BYTES, KeyMap
-from compactor.output import DEFAULT_ROLL_BYTES, Checkpoint, OutputFiles, SwapFn
-from compactor.plan import InputChunk, InputFile, JobPlan, JobStats, PartitionWork
-from fileformat.chunk_reader import iter_chunk_batches
-from fileformat.objectstore import ObjectStore
-from fileformat.objectstore.base import ObjectStream
-from fileformat.segment import ChunkHeader, iter_chunks_stream
+from skiff.compactor.dedup import OutBatch, PartitionCleaner, batch_present, location_present, verbatim
+from skiff.compactor.keymap import DEFAULT_BUDGET_BYTES, KeyMap
+from skiff.compactor.output import DEFAULT_ROLL_BYTES, Checkpoint, OutputFiles, SwapFn
+from skiff.compactor.plan import InputChunk, InputFile, JobPlan, JobStats, PartitionWork
+from skiff.fileformat.chunk_reader import iter_chunk_batches
+from skiff.fileformat.objectstore import ObjectStore
+from skiff.fileformat.objectstore.base import ObjectStream
+from skiff.fileformat.segment import ChunkHeader, iter_chunks_stream
 
 PartKey = tuple[bytes, int]
 STREAM_CHUNK_BYTES = 1 << 20

@@ -29,11 +29,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from pyroaring import BitMap
-
-from compactor.dedup import OutBatch
-from fileformat.objectstore import ObjectStore, ObjectWriter
-from fileformat.segment import ChunkInput, SegmentWriter
-from metadata.types import FileSpec, OutputChunk
+from skiff.compactor.dedup import OutBatch
+from skiff.fileformat.objectstore import ObjectStore, ObjectWriter
+from skiff.fileformat.segment import ChunkInput, SegmentWriter
+from skiff.metadata.types import FileSpec, OutputChunk
 
 DEFAULT_ROLL_BYTES = 256 * 1024 * 1024
 DEFAULT_PART_BYTES = 8 * 1024 * 1024

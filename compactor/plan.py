@@ -24,7 +24,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from fileformat.chunk_reader import ChunkLocation
+from skiff.fileformat.chunk_reader import ChunkLocation
 
 
 @dataclass(frozen=True)

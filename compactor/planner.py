@@ -29,10 +29,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
-from metadata.api_types import MetadataClient
-from metadata.compaction_types import CompactionCandidate, MergeRules
-from metadata.types import PartitionKey
+from skiff.compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.compaction_types import CompactionCandidate, MergeRules
+from skiff.metadata.types import PartitionKey
 
 GiB = 1024 * 1024 * 1024
 DEFAULT_MAX_JOB_INPUT_BYTES = 4 * GiB

@@ -34,15 +34,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from fileformat import codecs
-from fileformat.batch_header import (
+from skiff.fileformat import codecs
+from skiff.fileformat.batch_header import (
     BATCH_HEADER_SIZE,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     BatchHeader,
     CorruptBatchError,
     TimestampType,
 )
-from fileformat.record_build import frame_batch, zigzag_varint
+from skiff.fileformat.record_build import frame_batch, zigzag_varint
 
 _DELETE_HORIZON_BIT = 0x40
 _COMPRESSION_MASK = 0x07

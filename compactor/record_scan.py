@@ -28,12 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-
-from compactor.md5_vec import MAX_VECTOR_KEY_BYTES
-from compactor.rebuild import scan_records
-from fileformat import codecs
-from fileformat.batch_header import BATCH_HEADER_SIZE, DEFAULT_MAX_DECOMPRESSED_BYTES
-from fileformat.chunk_reader import ChunkBatch
+from skiff.compactor.md5_vec import MAX_VECTOR_KEY_BYTES
+from skiff.compactor.rebuild import scan_records
+from skiff.fileformat import codecs
+from skiff.fileformat.batch_header import BATCH_HEADER_SIZE, DEFAULT_MAX_DECOMPRESSED_BYTES
+from skiff.fileformat.chunk_reader import ChunkBatch
 
 PAD_BYTES = MAX_VECTOR_KEY_BYTES + 73  # > a key read, > 5 varints of 10 bytes
 LOCKSTEP_MIN_BATCHES = 16

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from metadata.api_types import MetadataClient
-from metadata.types import RetentionResult
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.types import RetentionResult
 
 log = logging.getLogger(__name__)
 

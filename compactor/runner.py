@@ -37,18 +37,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from compactor import retention
-from compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS, GarbageCollector
-from compactor.job import JobResult, planned_stream_bytes, run_job
-from compactor.keymap import DEFAULT_BUDGET_BYTES
-from compactor.output import DEFAULT_ROLL_BYTES, Checkpoint
-from compactor.pause_hook import PauseHook
-from compactor.plan import JobPlan, JobStats
-from compactor.planner import PlannerConfig, claim_jobs
-from fileformat.objectstore import ObjectStore
-from metadata.api_types import MetadataClient
-from metadata.compaction_types import CheckpointUpdate
-from metadata.types import FileSpec, OutputChunk
+from skiff.compactor import retention
+from skiff.compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS, GarbageCollector
+from skiff.compactor.job import JobResult, planned_stream_bytes, run_job
+from skiff.compactor.keymap import DEFAULT_BUDGET_BYTES
+from skiff.compactor.output import DEFAULT_ROLL_BYTES, Checkpoint
+from skiff.compactor.pause_hook import PauseHook
+from skiff.compactor.plan import JobPlan, JobStats
+from skiff.compactor.planner import PlannerConfig, claim_jobs
+from skiff.fileformat.objectstore import ObjectStore
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.compaction_types import CheckpointUpdate
+from skiff.metadata.types import FileSpec, OutputChunk
 
 log = logging.getLogger(__name__)
 

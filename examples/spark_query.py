@@ -96,7 +96,7 @@ def main() -> None:
 
     print(f"produced {len(produce_orders(args.bootstrap, args.topic))} orders to {args.topic}")
 
-    from spark import skiff_session
+    from skiff.spark import skiff_session
 
     spark = skiff_session("skiff-example", "local[2]")
     try:

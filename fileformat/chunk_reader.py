@@ -47,8 +47,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from fileformat.batch_header import BatchHeader, RecordBatchError, iter_batches, patch_base_offset
-from fileformat.record_decode import decode_records, validate_batch
+from skiff.fileformat.batch_header import BatchHeader, RecordBatchError, iter_batches, patch_base_offset
+from skiff.fileformat.record_decode import decode_records, validate_batch
 
 BytesLike = bytes | bytearray | memoryview
 RangeKey = tuple[str, int, int]

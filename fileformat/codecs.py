@@ -34,8 +34,7 @@ import struct
 from collections.abc import Callable
 
 import cramjam
-
-from fileformat.batch_header import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, RecordBatchError
+from skiff.fileformat.batch_header import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, RecordBatchError
 
 __all__ = [
     "XERIAL_BLOCK_SIZE",

@@ -49,8 +49,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NoReturn
 
-from fileformat import codecs
-from fileformat.batch_header import (
+from skiff.fileformat import codecs
+from skiff.fileformat.batch_header import (
     BATCH_HEADER_SIZE,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     BatchHeader,

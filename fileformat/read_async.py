@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from fileformat.chunk_reader import (
+from skiff.fileformat.chunk_reader import (
     BytesLike,
     ChunkLocation,
     FetchSelection,
@@ -30,8 +30,8 @@ from fileformat.chunk_reader import (
     plan_reads,
     select_fetch,
 )
-from fileformat.objectstore import AsyncObjectStore
-from fileformat.objectstore.range_cache import RangeCache
+from skiff.fileformat.objectstore import AsyncObjectStore
+from skiff.fileformat.objectstore.range_cache import RangeCache
 
 
 async def load_chunks(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from fileformat.chunk_reader import (
+from skiff.fileformat.chunk_reader import (
     BytesLike,
     ChunkLocation,
     FetchSelection,
@@ -18,7 +18,7 @@ from fileformat.chunk_reader import (
     plan_reads,
     select_fetch,
 )
-from fileformat.objectstore import ObjectStore
+from skiff.fileformat.objectstore import ObjectStore
 
 
 def load_chunks(

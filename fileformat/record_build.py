@@ -16,9 +16,8 @@ import struct
 from collections.abc import Iterable, Sequence
 
 import crc32c as _crc32c
-
-from fileformat import codecs
-from fileformat.batch_header import (
+from skiff.fileformat import codecs
+from skiff.fileformat.batch_header import (
     _CONTROL_MASK,
     _DELETE_HORIZON_MASK,
     _HEADER,
@@ -32,7 +31,7 @@ from fileformat.batch_header import (
     Compression,
     TimestampType,
 )
-from fileformat.record_decode import _CONTROL_KEY, _TXN_MARKER_VALUE, ControlRecordType, Record
+from skiff.fileformat.record_decode import _CONTROL_KEY, _TXN_MARKER_VALUE, ControlRecordType, Record
 
 __all__ = [
     "build_batch",

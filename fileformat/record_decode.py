@@ -40,8 +40,8 @@ from collections.abc import Iterator, Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
-from fileformat import codecs
-from fileformat.batch_header import (
+from skiff.fileformat import codecs
+from skiff.fileformat.batch_header import (
     _COMPRESSION_MASK,
     _TIMESTAMP_TYPE_MASK,
     BATCH_HEADER_SIZE,

@@ -17,10 +17,9 @@ listener, so they belong with the admin routes.
 from __future__ import annotations
 
 from fastapi import APIRouter
-
-from metadata import acl_serde as m
-from metadata.auth import AGENT, allow
-from metadata.service import MetadataService
+from skiff.metadata import acl_serde as m
+from skiff.metadata.auth import AGENT, allow
+from skiff.metadata.service import MetadataService
 
 
 def acl_router(svc: MetadataService) -> APIRouter:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from metadata.acl_types import (
+from skiff.metadata.acl_types import (
     MAX_NAME_CHARS,
     AclBinding,
     AclBindingFilter,

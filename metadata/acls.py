@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
-
-from metadata.acl_types import (
+from skiff.metadata.acl_types import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -31,10 +29,11 @@ from metadata.acl_types import (
     binding_error,
     filter_error,
 )
-from metadata.db import read_tx, write_tx
-from metadata.errors import INVALID_REQUEST, MetadataError
-from metadata.rows import IDS_PER_STATEMENT, Db
-from metadata.schema import ACL_VERSION_SEQUENCE, acls, sequences
+from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.errors import INVALID_REQUEST, MetadataError
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db
+from skiff.metadata.schema import ACL_VERSION_SEQUENCE, acls, sequences
+from sqlalchemy import Connection, delete, insert, select, update
 
 _COLS = (
     acls.c.id,

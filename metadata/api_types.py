@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from metadata.acl_types import AclBinding, AclBindingFilter
-from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
-from metadata.group_lease_types import LeaseGrant, LeaseToken
-from metadata.scram_types import ScramCredential, ScramCredentialInfo
-from metadata.txn_state import Outcome, Partition, TxnRecord
-from metadata.types import (
+from skiff.metadata.acl_types import AclBinding, AclBindingFilter
+from skiff.metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
+from skiff.metadata.group_lease_types import LeaseGrant, LeaseToken
+from skiff.metadata.scram_types import ScramCredential, ScramCredentialInfo
+from skiff.metadata.txn_state import Outcome, Partition, TxnRecord
+from skiff.metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,

@@ -33,17 +33,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
-
-from metadata import auth as auth_mod
-from metadata import commit_feed
-from metadata import compaction_serde as cs
-from metadata import scram_serde as ss
-from metadata import serde as s
-from metadata.acl_routes import acl_router
-from metadata.api_types import NewTopic
-from metadata.auth import (
+from skiff.metadata import auth as auth_mod
+from skiff.metadata import commit_feed
+from skiff.metadata import compaction_serde as cs
+from skiff.metadata import scram_serde as ss
+from skiff.metadata import serde as s
+from skiff.metadata.acl_routes import acl_router
+from skiff.metadata.api_types import NewTopic
+from skiff.metadata.auth import (
     ADMIN,
     AGENT,
     COMPACTOR,
@@ -54,18 +51,20 @@ from metadata.auth import (
     check_acting_as,
     public,
 )
-from metadata.db import is_db_unavailable
-from metadata.errors import (
+from skiff.metadata.db import is_db_unavailable
+from skiff.metadata.errors import (
     INVALID_REQUEST,
     UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
     ConflictError,
     MetadataError,
 )
-from metadata.group_lease_types import LeaseToken
-from metadata.health import ReadinessProbe
-from metadata.service import MetadataService
-from metadata.txn_routes import txn_router
+from skiff.metadata.group_lease_types import LeaseToken
+from skiff.metadata.health import ReadinessProbe
+from skiff.metadata.service import MetadataService
+from skiff.metadata.txn_routes import txn_router
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 
 log = logging.getLogger(__name__)
 

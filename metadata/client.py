@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from metadata.api_types import MetadataClient
-from metadata.credentials import resolve_credentials
-from metadata.http_client import HttpMetadataClient
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.credentials import resolve_credentials
+from skiff.metadata.http_client import HttpMetadataClient
 
 
 def open_metadata_client(
@@ -43,7 +43,7 @@ def open_metadata_client(
             env=env,
         )
         return HttpMetadataClient(url_or_db, timeout_s=timeout_s, credentials=creds)
-    from metadata.local_client import LocalMetadataClient  # the database side, only when asked for
-    from metadata.service import MetadataService
+    from skiff.metadata.local_client import LocalMetadataClient  # the database side, only when asked for
+    from skiff.metadata.service import MetadataService
 
     return LocalMetadataClient(MetadataService.from_url(url_or_db), owns_service=True)

@@ -42,8 +42,8 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from metadata.errors import INVALID_REQUEST, MetadataError
-from metadata.types import PartitionKey, PartitionState, PartitionWatermark
+from skiff.metadata.errors import INVALID_REQUEST, MetadataError
+from skiff.metadata.types import PartitionKey, PartitionState, PartitionWatermark
 
 log = logging.getLogger(__name__)
 

@@ -38,12 +38,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from sqlalchemy import Connection, select
-from sqlalchemy.exc import IntegrityError
-
-from metadata import idempotence
-from metadata.commit_feed import CommitFeed
-from metadata.commit_plan import (
+from skiff.metadata import idempotence
+from skiff.metadata.commit_feed import CommitFeed
+from skiff.metadata.commit_plan import (
     CommitPlan,
     PartitionRow,
     PKey,
@@ -58,15 +55,17 @@ from metadata.commit_plan import (
     transactional_ids,
     with_locations,
 )
-from metadata.db import read_tx, write_tx
-from metadata.errors import KAFKA_STORAGE_ERROR, MetadataError
-from metadata.group_commit import GroupCommitter
-from metadata.object_check import ObjectCheck
-from metadata.rows import LOC_COLS, Db, allocate_producer_id, location_of
-from metadata.schema import chunks, files
-from metadata.transactions import apply_commit_events, load_for_commit
-from metadata.types import ChunkResult, ChunkSpec, FileSpec
-from metadata.validation import check_commit
+from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.errors import KAFKA_STORAGE_ERROR, MetadataError
+from skiff.metadata.group_commit import GroupCommitter
+from skiff.metadata.object_check import ObjectCheck
+from skiff.metadata.rows import LOC_COLS, Db, allocate_producer_id, location_of
+from skiff.metadata.schema import chunks, files
+from skiff.metadata.transactions import apply_commit_events, load_for_commit
+from skiff.metadata.types import ChunkResult, ChunkSpec, FileSpec
+from skiff.metadata.validation import check_commit
+from sqlalchemy import Connection, select
+from sqlalchemy.exc import IntegrityError
 
 CommitItem = tuple[FileSpec, Sequence[ChunkSpec]]
 

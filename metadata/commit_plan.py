@@ -20,9 +20,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from metadata import configs, idempotence, txn_state
-from metadata.errors import MESSAGE_TOO_LARGE, NONE, UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION
-from metadata.types import BatchResult, BatchSpec, ChunkLocation, ChunkResult, ChunkSpec
+from skiff.metadata import configs, idempotence, txn_state
+from skiff.metadata.errors import MESSAGE_TOO_LARGE, NONE, UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION
+from skiff.metadata.types import BatchResult, BatchSpec, ChunkLocation, ChunkResult, ChunkSpec
 
 TKey = tuple[int, int]  # (topic index, partition)
 PKey = tuple[int, int, int]  # (topic index, partition, producer id)

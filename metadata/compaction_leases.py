@@ -29,21 +29,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import ColumnElement, Connection, func, select, tuple_, update
-
-from metadata.compaction_types import CheckpointUpdate, CompactionLease
-from metadata.db import read_tx, write_tx
-from metadata.dialect import Key
-from metadata.errors import (
+from skiff.metadata.compaction_types import CheckpointUpdate, CompactionLease
+from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.dialect import Key
+from skiff.metadata.errors import (
     CONFLICT,
     INVALID_REQUEST,
     UNKNOWN_TOPIC_OR_PARTITION,
     ConflictError,
     MetadataError,
 )
-from metadata.rows import IDS_PER_STATEMENT, Db
-from metadata.schema import chunks, compaction_state
-from metadata.types import PartitionKey
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db
+from skiff.metadata.schema import chunks, compaction_state
+from skiff.metadata.types import PartitionKey
+from sqlalchemy import ColumnElement, Connection, func, select, tuple_, update
 
 MAX_LEASE_MS = 24 * 3600 * 1000
 MAX_HOLDER_CHARS = 255

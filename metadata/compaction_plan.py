@@ -21,16 +21,15 @@ from dataclasses import replace
 from itertools import groupby
 from typing import Any
 
+from skiff.metadata import configs
+from skiff.metadata.compaction_rules import ChunkStat, cleanable_offsets, merge_start, needs_cleaning
+from skiff.metadata.compaction_types import CandidateChunk, CompactionCandidate, MergeRules
+from skiff.metadata.db import read_tx
+from skiff.metadata.rows import LOC_COLS, Db, location_of
+from skiff.metadata.schema import chunks, compaction_state, files, partitions, topics
+from skiff.metadata.txn_cleanup import aborted_ranges, last_stable_offsets
+from skiff.metadata.types import Topic
 from sqlalchemy import Connection, and_, select
-
-from metadata import configs
-from metadata.compaction_rules import ChunkStat, cleanable_offsets, merge_start, needs_cleaning
-from metadata.compaction_types import CandidateChunk, CompactionCandidate, MergeRules
-from metadata.db import read_tx
-from metadata.rows import LOC_COLS, Db, location_of
-from metadata.schema import chunks, compaction_state, files, partitions, topics
-from metadata.txn_cleanup import aborted_ranges, last_stable_offsets
-from metadata.types import Topic
 
 
 class CompactionPlanning:

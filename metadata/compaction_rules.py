@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from metadata.compaction_types import MergeRules
+from skiff.metadata.compaction_types import MergeRules
 
 
 @dataclass(frozen=True)

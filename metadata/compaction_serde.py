@@ -7,9 +7,8 @@ import uuid
 from typing import Annotated
 
 from pydantic import Field
-
-from metadata import compaction_types as ct
-from metadata.serde import (
+from skiff.metadata import compaction_types as ct
+from skiff.metadata.serde import (
     _M,
     ChunkLocationM,
     Int32,

@@ -23,20 +23,19 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from skiff.metadata import bitmaps
+from skiff.metadata.compaction_leases import check_lease, move_checkpoints
+from skiff.metadata.compaction_types import CheckpointUpdate
+from skiff.metadata.db import write_tx
+from skiff.metadata.dialect import Key
+from skiff.metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting
+from skiff.metadata.schema import FILE_DELETING, FILE_LIVE, chunks, files
+from skiff.metadata.txn_cleanup import drop_aborted_without_marker
+from skiff.metadata.types import FileSpec, OutputChunk
+from skiff.metadata.validation import check_output_chunk, file_error
 from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.exc import IntegrityError
-
-from metadata import bitmaps
-from metadata.compaction_leases import check_lease, move_checkpoints
-from metadata.compaction_types import CheckpointUpdate
-from metadata.db import write_tx
-from metadata.dialect import Key
-from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError
-from metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting
-from metadata.schema import FILE_DELETING, FILE_LIVE, chunks, files
-from metadata.txn_cleanup import drop_aborted_without_marker
-from metadata.types import FileSpec, OutputChunk
-from metadata.validation import check_output_chunk, file_error
 
 
 class CompactionSwap:

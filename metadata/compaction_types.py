@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from fileformat.chunk_reader import ChunkLocation
+from skiff.fileformat.chunk_reader import ChunkLocation
 
 MiB = 1024 * 1024
 

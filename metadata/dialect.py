@@ -28,13 +28,12 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from skiff.metadata import idempotence
+from skiff.metadata.commit_feed import CommitFeed, PgCommitListener
+from skiff.metadata.commit_plan import CommitPlan, PartitionRow, PKey, ProducerStates, TKey, TopicIndex
+from skiff.metadata.db import is_postgresql
+from skiff.metadata.types import FileSpec
 from sqlalchemy import Connection, Engine, Table
-
-from metadata import idempotence
-from metadata.commit_feed import CommitFeed, PgCommitListener
-from metadata.commit_plan import CommitPlan, PartitionRow, PKey, ProducerStates, TKey, TopicIndex
-from metadata.db import is_postgresql
-from metadata.types import FileSpec
 
 Key = tuple[uuid.UUID, int]  # (topic id, partition)
 KeyT = TypeVar("KeyT")
@@ -105,9 +104,9 @@ class Dialect(CommitSql, Protocol):
 
 def dialect_for(engine: Engine) -> Dialect:
     if is_postgresql(engine):
-        from metadata.dialect_pg import PgDialect
+        from skiff.metadata.dialect_pg import PgDialect
 
         return PgDialect()
-    from metadata.dialect_sqlite import SqliteDialect
+    from skiff.metadata.dialect_sqlite import SqliteDialect
 
     return SqliteDialect()

@@ -19,12 +19,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, select, text
-from sqlalchemy.dialects import postgresql as pg_dialect
-
-from metadata import idempotence
-from metadata.commit_feed import NOTIFY_CHANNEL, CommitFeed, PgCommitListener, notify_payload
-from metadata.commit_plan import (
+from skiff.metadata import idempotence
+from skiff.metadata.commit_feed import NOTIFY_CHANNEL, CommitFeed, PgCommitListener, notify_payload
+from skiff.metadata.commit_plan import (
     CommitPlan,
     PartitionRow,
     PKey,
@@ -34,9 +31,11 @@ from metadata.commit_plan import (
     TopicIndex,
     topic_flags,
 )
-from metadata.dialect import Key, KeyT
-from metadata.schema import FILE_DELETING, FILE_LIVE, files
-from metadata.types import FileSpec
+from skiff.metadata.dialect import Key, KeyT
+from skiff.metadata.schema import FILE_DELETING, FILE_LIVE, files
+from skiff.metadata.types import FileSpec
+from sqlalchemy import Connection, Engine, Table, select, text
+from sqlalchemy.dialects import postgresql as pg_dialect
 
 # Lock partitions: the CTE locks the rows in (topic_id, partition) order (MATERIALIZED:
 # FOR UPDATE cannot go with the aggregate in one SELECT); one row back, a JSON array of

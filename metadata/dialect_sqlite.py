@@ -14,12 +14,9 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, insert, select, tuple_
-from sqlalchemy.dialects import sqlite as sqlite_dialect
-
-from metadata import idempotence
-from metadata.commit_feed import CommitFeed, PgCommitListener
-from metadata.commit_plan import (
+from skiff.metadata import idempotence
+from skiff.metadata.commit_feed import CommitFeed, PgCommitListener
+from skiff.metadata.commit_plan import (
     CommitPlan,
     PartitionRow,
     PKey,
@@ -29,9 +26,11 @@ from metadata.commit_plan import (
     TopicIndex,
     topic_flags,
 )
-from metadata.dialect import Key, KeyT
-from metadata.schema import FILE_DELETING, FILE_LIVE, files, partitions, topics
-from metadata.types import FileSpec
+from skiff.metadata.dialect import Key, KeyT
+from skiff.metadata.schema import FILE_DELETING, FILE_LIVE, files, partitions, topics
+from skiff.metadata.types import FileSpec
+from sqlalchemy import Connection, Engine, Table, insert, select, tuple_
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 KEYS_PER_STATEMENT = 4000
 

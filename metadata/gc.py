@@ -32,13 +32,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.errors import INVALID_REQUEST, MetadataError
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db
+from skiff.metadata.schema import FILE_DELETING, files, maintenance_runs
+from skiff.metadata.types import ClaimedFile
 from sqlalchemy import and_, delete, or_, select, update
-
-from metadata.db import read_tx, write_tx
-from metadata.errors import INVALID_REQUEST, MetadataError
-from metadata.rows import IDS_PER_STATEMENT, Db
-from metadata.schema import FILE_DELETING, files, maintenance_runs
-from metadata.types import ClaimedFile
 
 MAX_CLAIM_FILES = 10_000
 _TASK_NAME = re.compile(r"[a-z0-9_-]{1,64}")  # also a Prometheus label value: no quoting needed

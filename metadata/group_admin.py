@@ -22,13 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from skiff.metadata.api_types import StoredGroup
+from skiff.metadata.db import read_tx
+from skiff.metadata.errors import NON_EMPTY_GROUP, MetadataError
+from skiff.metadata.rows import Db
+from skiff.metadata.schema import group_activity, group_leases, group_offsets
 from sqlalchemy import Connection, delete, select, update
-
-from metadata.api_types import StoredGroup
-from metadata.db import read_tx
-from metadata.errors import NON_EMPTY_GROUP, MetadataError
-from metadata.rows import Db
-from metadata.schema import group_activity, group_leases, group_offsets
 
 _L = group_leases.c
 

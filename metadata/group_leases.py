@@ -37,19 +37,18 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select, tuple_, update
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
-
-from metadata.errors import INVALID_REQUEST, MetadataError
-from metadata.group_lease_types import (
+from skiff.metadata.errors import INVALID_REQUEST, MetadataError
+from skiff.metadata.group_lease_types import (
     DUPLICATE_BROKER_REGISTRATION,
     NOT_COORDINATOR,
     LeaseGrant,
     LeaseToken,
 )
-from metadata.schema import agents, group_leases
-from metadata.types import AgentInfo
+from skiff.metadata.schema import agents, group_leases
+from skiff.metadata.types import AgentInfo
+from sqlalchemy import Connection, select, tuple_, update
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 # Bounds on the TTL an agent may ask for.
 MIN_LEASE_TTL_MS = 100

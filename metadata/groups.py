@@ -12,22 +12,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, tuple_
-
-from metadata import group_admin, group_leases
-from metadata.db import read_tx, write_tx
-from metadata.errors import (
+from skiff.metadata import group_admin, group_leases
+from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.errors import (
     GROUP_ID_NOT_FOUND,
     INVALID_REQUEST,
     OFFSET_METADATA_TOO_LARGE,
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataError,
 )
-from metadata.group_lease_types import LeaseToken
-from metadata.rows import IDS_PER_STATEMENT, Db
-from metadata.schema import group_offsets, topics
-from metadata.types import GroupOffset, OffsetCommitResult
-from metadata.validation import MAX_OFFSET_METADATA_BYTES
+from skiff.metadata.group_lease_types import LeaseToken
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db
+from skiff.metadata.schema import group_offsets, topics
+from skiff.metadata.types import GroupOffset, OffsetCommitResult
+from skiff.metadata.validation import MAX_OFFSET_METADATA_BYTES
+from sqlalchemy import Connection, delete, select, tuple_
 
 
 class GroupOffsets:

@@ -29,21 +29,20 @@ from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
-
-from metadata import acl_serde as acl
-from metadata import compaction_serde as cs
-from metadata import scram_serde as ss
-from metadata import serde as s
-from metadata import txn_serde as ts
-from metadata.acl_types import AclBinding, AclBindingFilter
-from metadata.api_types import MetadataClient, NewTopic, StoredGroup, TopicCreation
-from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
-from metadata.credentials import MetadataCredentials
-from metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
-from metadata.group_lease_types import LeaseGrant, LeaseToken
-from metadata.scram_types import ScramCredential, ScramCredentialInfo
-from metadata.txn_state import Outcome, Partition, TxnRecord
-from metadata.types import (
+from skiff.metadata import acl_serde as acl
+from skiff.metadata import compaction_serde as cs
+from skiff.metadata import scram_serde as ss
+from skiff.metadata import serde as s
+from skiff.metadata import txn_serde as ts
+from skiff.metadata.acl_types import AclBinding, AclBindingFilter
+from skiff.metadata.api_types import MetadataClient, NewTopic, StoredGroup, TopicCreation
+from skiff.metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
+from skiff.metadata.credentials import MetadataCredentials
+from skiff.metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
+from skiff.metadata.group_lease_types import LeaseGrant, LeaseToken
+from skiff.metadata.scram_types import ScramCredential, ScramCredentialInfo
+from skiff.metadata.txn_state import Outcome, Partition, TxnRecord
+from skiff.metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,

@@ -6,12 +6,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from skiff.metadata.db import read_tx
+from skiff.metadata.rows import LOC_COLS, location_of
+from skiff.metadata.schema import agents, chunks, files, group_offsets, partitions, producer_state, topics
+from skiff.metadata.types import ChunkLocation
 from sqlalchemy import Engine, func, select
-
-from metadata.db import read_tx
-from metadata.rows import LOC_COLS, location_of
-from metadata.schema import agents, chunks, files, group_offsets, partitions, producer_state, topics
-from metadata.types import ChunkLocation
 
 
 def partition_chunks(engine: Engine, topic_id: uuid.UUID, partition: int) -> list[ChunkLocation]:

@@ -18,19 +18,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from metadata import commit_feed
-from metadata.acl_types import AclBinding, AclBindingFilter
-from metadata.api_types import MetadataClient, NewTopic, StoredGroup, TopicCreation
-from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
-from metadata.db import is_db_unavailable
-from metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
-from metadata.group_lease_types import LeaseGrant, LeaseToken
-from metadata.scram_types import ScramCredential, ScramCredentialInfo
-from metadata.service import MetadataService
-from metadata.txn_state import Outcome, Partition, TxnRecord
-from metadata.types import (
+from skiff.metadata import commit_feed
+from skiff.metadata.acl_types import AclBinding, AclBindingFilter
+from skiff.metadata.api_types import MetadataClient, NewTopic, StoredGroup, TopicCreation
+from skiff.metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
+from skiff.metadata.db import is_db_unavailable
+from skiff.metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
+from skiff.metadata.group_lease_types import LeaseGrant, LeaseToken
+from skiff.metadata.scram_types import ScramCredential, ScramCredentialInfo
+from skiff.metadata.service import MetadataService
+from skiff.metadata.txn_state import Outcome, Partition, TxnRecord
+from skiff.metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,
@@ -52,6 +50,7 @@ from metadata.types import (
     RetentionResult,
     Topic,
 )
+from sqlalchemy.exc import SQLAlchemyError
 
 T = TypeVar("T")
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 
+from skiff.metadata import group_leases
+from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.rows import Db
+from skiff.metadata.schema import agents
+from skiff.metadata.types import AgentInfo
 from sqlalchemy import delete, select
-
-from metadata import group_leases
-from metadata.db import read_tx, write_tx
-from metadata.rows import Db
-from metadata.schema import agents
-from metadata.types import AgentInfo
 
 DEFAULT_AGENT_TTL_MS = 10_000
 

@@ -36,8 +36,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fileformat.objectstore import ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
-from metadata.types import FileSpec
+from skiff.fileformat.objectstore import ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
+from skiff.metadata.types import FileSpec
 
 OUTCOMES = ("ok", "missing", "size_mismatch", "unavailable", "error")
 # Upper bounds (seconds) of the HEAD latency histogram: a local stat is ~10 us, S3 ~5-50 ms.

@@ -27,14 +27,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
-
-from metadata import bitmaps, transactions
-from metadata.db import read_tx
-from metadata.errors import INVALID_REQUEST, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
-from metadata.rows import LOC_COLS, Db, location_of
-from metadata.schema import chunks, files, topics, txn_aborted
-from metadata.types import (
+from skiff.metadata import bitmaps, transactions
+from skiff.metadata.db import read_tx
+from skiff.metadata.errors import INVALID_REQUEST, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
+from skiff.metadata.rows import LOC_COLS, Db, location_of
+from skiff.metadata.schema import chunks, files, topics, txn_aborted
+from skiff.metadata.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_CACHEABLE_ABORTED,
@@ -49,6 +47,7 @@ from metadata.types import (
     PartitionKey,
     PartitionState,
 )
+from sqlalchemy import Connection, select
 
 _FIND_FIRST_PAGE = 4
 READ_COMMITTED = 1

@@ -36,15 +36,14 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from skiff.metadata import configs
+from skiff.metadata.db import write_tx
+from skiff.metadata.errors import NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting
+from skiff.metadata.schema import chunks, group_activity, group_offsets, partitions, topics
+from skiff.metadata.txn_cleanup import drop_aborted_below
+from skiff.metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery, RetentionResult
 from sqlalchemy import Connection, delete, func, select, update
-
-from metadata import configs
-from metadata.db import write_tx
-from metadata.errors import NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
-from metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting
-from metadata.schema import chunks, group_activity, group_offsets, partitions, topics
-from metadata.txn_cleanup import drop_aborted_below
-from metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery, RetentionResult
 
 POLICY_VIOLATION = 44  # Kafka's code for DeleteRecords on a compact-only topic
 

@@ -8,8 +8,7 @@ import binascii
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from metadata.scram_types import MAX_SALT_BYTES, ScramCredential, ScramCredentialInfo
+from skiff.metadata.scram_types import MAX_SALT_BYTES, ScramCredential, ScramCredentialInfo
 
 UserName = Annotated[str, Field(min_length=1, max_length=255)]
 Mechanism = Annotated[str, Field(min_length=1, max_length=32)]

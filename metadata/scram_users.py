@@ -12,21 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, delete, select
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
-
-from metadata.db import read_tx, write_tx
-from metadata.errors import MetadataError
-from metadata.rows import Db
-from metadata.schema import scram_credentials
-from metadata.scram_types import (
+from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.errors import MetadataError
+from skiff.metadata.rows import Db
+from skiff.metadata.schema import scram_credentials
+from skiff.metadata.scram_types import (
     MECHANISM_CODES,
     ScramCredential,
     ScramCredentialInfo,
     check_credential,
     check_user_name,
 )
+from sqlalchemy import Connection, delete, select
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 UNSUPPORTED_SASL_MECHANISM = 33
 RESOURCE_NOT_FOUND = 91

@@ -12,10 +12,9 @@ import uuid
 from typing import Annotated
 
 from pydantic import Base64Bytes, BaseModel, ConfigDict, Field
-
-from metadata import types as t
-from metadata.api_types import TopicCreation
-from metadata.compaction_types import CheckpointUpdate
+from skiff.metadata import types as t
+from skiff.metadata.api_types import TopicCreation
+from skiff.metadata.compaction_types import CheckpointUpdate
 
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]

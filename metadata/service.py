@@ -44,36 +44,34 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Engine
-
-from fileformat.objectstore import ObjectStore, open_store
-from metadata import group_admin, group_leases
-from metadata.acl_types import AclBinding, AclBindingFilter
-from metadata.acls import AclStore
-from metadata.api_types import NewTopic, StoredGroup, TopicCreation
-from metadata.commit_feed import CommitFeed, PgCommitListener
-from metadata.commit_path import CommitPath
-from metadata.compaction_leases import CompactionLeases
-from metadata.compaction_plan import CompactionPlanning
-from metadata.compaction_swap import CompactionSwap
-from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
-from metadata.db import create_engine_for, upgrade_to_head, write_tx
-from metadata.dialect import dialect_for
-from metadata.errors import INVALID_REQUEST, MetadataError
-from metadata.gc import GarbageCollection
-from metadata.group_lease_types import LeaseGrant, LeaseToken
-from metadata.groups import GroupOffsets
-from metadata.membership import DEFAULT_AGENT_TTL_MS, Membership
-from metadata.object_check import ObjectCheck
-from metadata.reads import Reads
-from metadata.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
-from metadata.rows import Clock, Db, system_clock
-from metadata.scram_types import ScramCredential, ScramCredentialInfo
-from metadata.scram_users import ScramUsers
-from metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
-from metadata.transactions import Transactions
-from metadata.txn_state import Outcome, Partition, TxnRecord
-from metadata.types import (
+from skiff.fileformat.objectstore import ObjectStore, open_store
+from skiff.metadata import group_admin, group_leases
+from skiff.metadata.acl_types import AclBinding, AclBindingFilter
+from skiff.metadata.acls import AclStore
+from skiff.metadata.api_types import NewTopic, StoredGroup, TopicCreation
+from skiff.metadata.commit_feed import CommitFeed, PgCommitListener
+from skiff.metadata.commit_path import CommitPath
+from skiff.metadata.compaction_leases import CompactionLeases
+from skiff.metadata.compaction_plan import CompactionPlanning
+from skiff.metadata.compaction_swap import CompactionSwap
+from skiff.metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
+from skiff.metadata.db import create_engine_for, upgrade_to_head, write_tx
+from skiff.metadata.dialect import dialect_for
+from skiff.metadata.errors import INVALID_REQUEST, MetadataError
+from skiff.metadata.gc import GarbageCollection
+from skiff.metadata.group_lease_types import LeaseGrant, LeaseToken
+from skiff.metadata.groups import GroupOffsets
+from skiff.metadata.membership import DEFAULT_AGENT_TTL_MS, Membership
+from skiff.metadata.object_check import ObjectCheck
+from skiff.metadata.reads import Reads
+from skiff.metadata.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
+from skiff.metadata.rows import Clock, Db, system_clock
+from skiff.metadata.scram_types import ScramCredential, ScramCredentialInfo
+from skiff.metadata.scram_users import ScramUsers
+from skiff.metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
+from skiff.metadata.transactions import Transactions
+from skiff.metadata.txn_state import Outcome, Partition, TxnRecord
+from skiff.metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,
@@ -94,7 +92,8 @@ from metadata.types import (
     RetentionResult,
     Topic,
 )
-from metadata.validation import file_error
+from skiff.metadata.validation import file_error
+from sqlalchemy import Engine
 
 
 class MetadataService:

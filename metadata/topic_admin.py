@@ -28,13 +28,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
-
-from metadata import configs
-from metadata.api_types import MAX_TOPICS_PER_CREATE_BATCH, NewTopic, TopicCreation
-from metadata.db import read_tx, write_tx
-from metadata.errors import (
+from skiff.metadata import configs
+from skiff.metadata.api_types import MAX_TOPICS_PER_CREATE_BATCH, NewTopic, TopicCreation
+from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.errors import (
     INVALID_CONFIG,
     INVALID_PARTITIONS,
     INVALID_REQUEST,
@@ -43,8 +40,8 @@ from metadata.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataError,
 )
-from metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting, topic_from_row
-from metadata.schema import (
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting, topic_from_row
+from skiff.metadata.schema import (
     chunks,
     compaction_state,
     group_offsets,
@@ -55,7 +52,9 @@ from metadata.schema import (
     txn_offsets,
     txn_open,
 )
-from metadata.types import Topic
+from skiff.metadata.types import Topic
+from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 # Kafka has no limit; creating a topic inserts one row per partition, so we keep one.
 MAX_PARTITIONS_PER_TOPIC = 100_000

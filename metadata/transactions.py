@@ -31,16 +31,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skiff.metadata import groups, txn_offsets, txn_state
+from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db, allocate_producer_id
+from skiff.metadata.schema import partitions as partitions_table
+from skiff.metadata.schema import transactions, txn_aborted, txn_open
+from skiff.metadata.txn_state import Outcome, Partition, TxnRecord, TxnState
+from skiff.metadata.types import GroupOffset, OffsetCommitResult
 from sqlalchemy import Connection, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
-
-from metadata import groups, txn_offsets, txn_state
-from metadata.db import read_tx, write_tx
-from metadata.rows import IDS_PER_STATEMENT, Db, allocate_producer_id
-from metadata.schema import partitions as partitions_table
-from metadata.schema import transactions, txn_aborted, txn_open
-from metadata.txn_state import Outcome, Partition, TxnRecord, TxnState
-from metadata.types import GroupOffset, OffsetCommitResult
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 OPERATION_NOT_ATTEMPTED = 55

@@ -22,11 +22,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from skiff.metadata import bitmaps
+from skiff.metadata.rows import IDS_PER_STATEMENT
+from skiff.metadata.schema import chunks, txn_aborted, txn_open
 from sqlalchemy import Connection, delete, func, select, tuple_
-
-from metadata import bitmaps
-from metadata.rows import IDS_PER_STATEMENT
-from metadata.schema import chunks, txn_aborted, txn_open
 
 # (producer id, first offset, last offset = the ABORT marker's offset)
 AbortedRange = tuple[int, int, int]

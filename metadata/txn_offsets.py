@@ -29,14 +29,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from skiff.metadata import txn_state
+from skiff.metadata.groups import _check, _partition_counts, _row
+from skiff.metadata.schema import group_offsets, txn_offsets
+from skiff.metadata.txn_state import TxnRecord
+from skiff.metadata.types import GroupOffset, OffsetCommitResult
 from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
-
-from metadata import txn_state
-from metadata.groups import _check, _partition_counts, _row
-from metadata.schema import group_offsets, txn_offsets
-from metadata.txn_state import TxnRecord
-from metadata.types import GroupOffset, OffsetCommitResult
 
 _O = txn_offsets.c
 

@@ -9,11 +9,10 @@ transition is an answer, not an HTTP error), so only malformed input is a 4xx.
 from __future__ import annotations
 
 from fastapi import APIRouter
-
-from metadata import serde as s
-from metadata import txn_serde as ts
-from metadata.auth import AGENT, allow
-from metadata.service import MetadataService
+from skiff.metadata import serde as s
+from skiff.metadata import txn_serde as ts
+from skiff.metadata.auth import AGENT, allow
+from skiff.metadata.service import MetadataService
 
 
 def txn_router(svc: MetadataService) -> APIRouter:

@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import Field
-
-from metadata import txn_state as ts
-from metadata.serde import _M, GroupOffsetM, Int32, Int64, Name, NonNegInt32
+from skiff.metadata import txn_state as ts
+from skiff.metadata.serde import _M, GroupOffsetM, Int32, Int64, Name, NonNegInt32
 
 TxnId = Annotated[str, Field(min_length=1, max_length=32767)]
 StateName = Annotated[str, Field(max_length=32)]

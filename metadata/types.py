@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 
 # Defined beside the reader that interprets it; re-exported here for every user of metadata.
-from fileformat.chunk_reader import ChunkLocation as ChunkLocation
+from skiff.fileformat.chunk_reader import ChunkLocation as ChunkLocation
 
 # ListOffsets special timestamps, as Kafka defines them.
 LATEST_TIMESTAMP = -1

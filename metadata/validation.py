@@ -33,11 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fileformat.batch_header import BATCH_HEADER_SIZE, DEFAULT_MAX_DECOMPRESSED_BYTES
-from fileformat.objectstore.base import validate_key
-from fileformat.objectstore.errors import InvalidKey
-from metadata.errors import INVALID_REQUEST, MetadataError
-from metadata.types import ChunkSpec, FileSpec, OutputChunk
+from skiff.fileformat.batch_header import BATCH_HEADER_SIZE, DEFAULT_MAX_DECOMPRESSED_BYTES
+from skiff.fileformat.objectstore.base import validate_key
+from skiff.fileformat.objectstore.errors import InvalidKey
+from skiff.metadata.errors import INVALID_REQUEST, MetadataError
+from skiff.metadata.types import ChunkSpec, FileSpec, OutputChunk
 
 I32 = 2**31
 I64 = 2**63

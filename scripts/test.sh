@@ -7,6 +7,6 @@ bash scripts/setup.sh
 . .venv/bin/activate
 echo "== ruff"; ruff check .
 echo "== ruff format"; ruff format --check .
-echo "== mypy"; mypy agent metadata compactor fileformat spark examples
+echo "== mypy"; bash scripts/typecheck.sh
 echo "== import contracts"; lint-imports
 echo "== pytest"; python -m pytest -q "$@"

@@ -38,12 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
-
-from fileformat import codecs
-from fileformat.batch_header import BATCH_HEADER_SIZE
-from fileformat.chunk_reader import ChunkBatch, ChunkLocation, ChunkReadError, iter_chunk_batches
-from spark import decode_kernels as k
-from spark.aborted import AbortedTransactions
+from skiff.fileformat import codecs
+from skiff.fileformat.batch_header import BATCH_HEADER_SIZE
+from skiff.fileformat.chunk_reader import ChunkBatch, ChunkLocation, ChunkReadError, iter_chunk_batches
+from skiff.spark import decode_kernels as k
+from skiff.spark.aborted import AbortedTransactions
 
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_MASK = 0x08

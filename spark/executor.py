@@ -23,12 +23,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
-
-from fileformat.chunk_reader import ChunkLocation
-from fileformat.objectstore import ObjectStore, open_store
-from fileformat.objectstore.errors import ObjectNotFound, StorageError
-from spark.decode import RecordBatchBuilder
-from spark.planner import PlannedRead, SkiffSourceError, bucket_read_error
+from skiff.fileformat.chunk_reader import ChunkLocation
+from skiff.fileformat.objectstore import ObjectStore, open_store
+from skiff.fileformat.objectstore.errors import ObjectNotFound, StorageError
+from skiff.spark.decode import RecordBatchBuilder
+from skiff.spark.planner import PlannedRead, SkiffSourceError, bucket_read_error
 
 log = logging.getLogger(__name__)
 

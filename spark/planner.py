@@ -38,15 +38,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fileformat.chunk_reader import ChunkLocation, first_record_at_or_after
-from fileformat.objectstore import open_store
-from fileformat.objectstore.errors import StorageError
-from metadata.credentials import CredentialsError, resolve_credentials
-from metadata.errors import OFFSET_OUT_OF_RANGE, MetadataError, MetadataUnavailable
-from metadata.http_client import HttpMetadataClient
-from metadata.types import FetchQuery, OffsetQuery, PartitionKey, PartitionState, Topic
-from spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
-from spark.ranges import OffsetRange, split_ranges
+from skiff.fileformat.chunk_reader import ChunkLocation, first_record_at_or_after
+from skiff.fileformat.objectstore import open_store
+from skiff.fileformat.objectstore.errors import StorageError
+from skiff.metadata.credentials import CredentialsError, resolve_credentials
+from skiff.metadata.errors import OFFSET_OUT_OF_RANGE, MetadataError, MetadataUnavailable
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.types import FetchQuery, OffsetQuery, PartitionKey, PartitionState, Topic
+from skiff.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
+from skiff.spark.ranges import OffsetRange, split_ranges
 
 # find_chunks answers chunks until their bytes add up to this; longer ranges page on.
 FIND_CHUNKS_PAGE_BYTES = 256 * 1024 * 1024

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from spark.source import SkiffDataSource
+from skiff.spark.source import SkiffDataSource
 
 
 def register(spark: Any) -> Any:

@@ -22,10 +22,9 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
-
-from metadata.http_client import HttpMetadataClient
-from spark.options import SourceOptions, include_headers_option, parse_options
-from spark.planner import PlannedRead, plan_batch, resolve_bucket, run
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.spark.options import SourceOptions, include_headers_option, parse_options
+from skiff.spark.planner import PlannedRead, plan_batch, resolve_bucket, run
 
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long,"
@@ -72,7 +71,7 @@ class SkiffBatchReader(DataSourceReader):
 
 def read_partition(partition: InputPartition) -> Iterator[Any]:
     """An executor's read of one planned task (batch or micro-batch)."""
-    from spark.executor import read_task
+    from skiff.spark.executor import read_task
 
     if not isinstance(partition, SkiffInputPartition):
         return  # nothing was planned: Spark still runs one (placeholder) task
@@ -102,6 +101,6 @@ class SkiffDataSource(DataSource):
         return SkiffBatchReader(self._opts(streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from spark.stream import SkiffStreamReader
+        from skiff.spark.stream import SkiffStreamReader
 
         return SkiffStreamReader(self._opts(streaming=True))

@@ -38,10 +38,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-
-from metadata.http_client import HttpMetadataClient
-from spark.options import SourceOptions
-from spark.planner import (
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.spark.options import SourceOptions
+from skiff.spark.planner import (
     PartitionInfo,
     SkiffSourceError,
     plan_tasks,
@@ -50,8 +49,8 @@ from spark.planner import (
     resolve_partitions,
     run,
 )
-from spark.ranges import OffsetRange
-from spark.source import SkiffInputPartition, read_partition
+from skiff.spark.ranges import OffsetRange
+from skiff.spark.source import SkiffInputPartition, read_partition
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (

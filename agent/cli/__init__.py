@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agent.runtime import BackgroundRole, BackgroundTask
-    from metadata.api_types import MetadataClient
+    from skiff.agent.runtime import BackgroundRole, BackgroundTask
+    from skiff.metadata.api_types import MetadataClient
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from agent import config
+    from skiff.agent import config
 
     parser = argparse.ArgumentParser(prog="skiff", description="A diskless, Kafka-compatible broker.")
     parser.add_argument("--log-level", default=os.environ.get("SKIFF_LOG_LEVEL", "INFO"))
@@ -113,15 +113,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     ins.add_argument("--key", default=None, help="the object key in metadata (default: from segments/ on)")
 
-    from agent.cli.compact import add_arguments as add_compact_arguments
+    from skiff.agent.cli.compact import add_arguments as add_compact_arguments
 
     cp = sub.add_parser("compact", help="retention, compaction, garbage collection and offset expiry")
     add_compact_arguments(cp)
-    from agent.cli.users import add_parser as add_users_parser
+    from skiff.agent.cli.users import add_parser as add_users_parser
 
     add_users_parser(sub)  # `skiff users` (SCRAM users); dispatched through args.run
 
-    from agent.cli import groups, topics
+    from skiff.agent.cli import groups, topics
 
     topics.add_parser(sub)
     groups.add_parser(sub)
@@ -132,7 +132,7 @@ def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
     """Retention, compaction, GC and offset expiry every `interval_ms`, as a background role."""
 
     def role(md: MetadataClient, bucket_url: str) -> BackgroundTask:
-        from agent.cli.compact import maintenance_role
+        from skiff.agent.cli.compact import maintenance_role
 
         return maintenance_role(md, bucket_url, interval_ms, holder)
 
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "run", None) is not None:  # subcommands that dispatch themselves (skiff users)
             return int(args.run(args))
         if args.command == "inspect":
-            from agent.inspect_cmd import run_inspect
+            from skiff.agent.inspect_cmd import run_inspect
 
             return run_inspect(
                 args.target,
@@ -161,22 +161,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 object_key=args.key,
             )
         if args.command == "topics":
-            from agent.cli.topics import run_topics
+            from skiff.agent.cli.topics import run_topics
 
             return run_topics(args)
         if args.command == "groups":
-            from agent.cli.groups import run_groups
+            from skiff.agent.cli.groups import run_groups
 
             return run_groups(args)
         if args.command == "compact":
-            from agent.cli.compact import run_compact
+            from skiff.agent.cli.compact import run_compact
 
             return run_compact(args)
         if args.command == "metadata":
-            from agent.config_values import parse_value
-            from agent.runtime import absolute_bucket_url
-            from metadata.app import run_metadata_server, tls_settings
-            from metadata.auth import load_tokens
+            from skiff.agent.config_values import parse_value
+            from skiff.agent.runtime import absolute_bucket_url
+            from skiff.metadata.app import run_metadata_server, tls_settings
+            from skiff.metadata.auth import load_tokens
 
             bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
             try:  # settings errors are usage errors: one clear line, no traceback
@@ -204,8 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         if args.command == "agent":
-            from agent.config import AgentConfig
-            from agent.runtime import run_agent
+            from skiff.agent.config import AgentConfig
+            from skiff.agent.runtime import run_agent
 
             try:
                 cfg = AgentConfig.from_args(args)
@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return run_agent(cfg, background)
         if args.command == "playground":
-            from agent.runtime import run_playground
+            from skiff.agent.runtime import run_playground
 
             interval_ms = args.compaction_interval_ms
             return run_playground(

@@ -18,8 +18,8 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from metadata.api_types import MetadataClient
-from metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
 
 DEFAULT_METADATA_URL = "http://127.0.0.1:9093"
 
@@ -46,7 +46,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataClient], Awaitable[int]]) -> int:
     """Open the metadata client, run `body`, close; failures become one line on stderr."""
-    from metadata.client import open_metadata_client
+    from skiff.metadata.client import open_metadata_client
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per call is noise here
 

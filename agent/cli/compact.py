@@ -31,25 +31,24 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
-
-from compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
-from compactor.job import planned_bytes_per_stream
-from compactor.keymap import DEFAULT_BUDGET_BYTES
-from compactor.output import DEFAULT_ROLL_BYTES
-from compactor.pause_hook import PauseHook
-from compactor.plan import JobPlan, JobStats
-from compactor.planner import (
+from skiff.compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
+from skiff.compactor.job import planned_bytes_per_stream
+from skiff.compactor.keymap import DEFAULT_BUDGET_BYTES
+from skiff.compactor.output import DEFAULT_ROLL_BYTES
+from skiff.compactor.pause_hook import PauseHook
+from skiff.compactor.plan import JobPlan, JobStats
+from skiff.compactor.planner import (
     DEFAULT_LEASE_MS,
     DEFAULT_MAX_JOB_INPUT_BYTES,
     PlannerConfig,
     describe_plan,
     plan_jobs,
 )
-from compactor.retention import DEFAULT_OFFSETS_RETENTION_MINUTES
-from compactor.runner import DEFAULT_INTERVAL_MS, MaintenanceLoop, PassSummary, RunnerConfig, run_pass
-from fileformat.objectstore import ObjectStore, open_store
-from metadata.api_types import MetadataClient
-from metadata.compaction_types import MergeRules
+from skiff.compactor.retention import DEFAULT_OFFSETS_RETENTION_MINUTES
+from skiff.compactor.runner import DEFAULT_INTERVAL_MS, MaintenanceLoop, PassSummary, RunnerConfig, run_pass
+from skiff.fileformat.objectstore import ObjectStore, open_store
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.compaction_types import MergeRules
 
 
 def _env_int(name: str, default: int) -> int:
@@ -117,7 +116,7 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
 
 
 def open_bucket(url: str) -> ObjectStore:
-    from agent.runtime import absolute_bucket_url
+    from skiff.agent.runtime import absolute_bucket_url
 
     return open_store(absolute_bucket_url(url))
 
@@ -256,7 +255,7 @@ async def _dry_run(md: MetadataClient, config: RunnerConfig, out: Console) -> in
 
 
 async def _compact(args: argparse.Namespace) -> int:
-    from metadata.client import open_metadata_client
+    from skiff.metadata.client import open_metadata_client
 
     config = config_from_args(args)
     md = open_metadata_client(
@@ -298,8 +297,8 @@ async def _compact(args: argparse.Namespace) -> int:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    from metadata.credentials import CredentialsError
-    from metadata.errors import CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FAILED, MetadataError
+    from skiff.metadata.credentials import CredentialsError
+    from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FAILED, MetadataError
 
     if not args.metadata_url:
         raise SystemExit("skiff compact: --metadata URL is required")

@@ -33,16 +33,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.cli.admin_common import (
+from skiff.agent.cli.admin_common import (
     CommandError,
     add_connection_arguments,
     print_json,
     print_table,
     run_command,
 )
-from metadata.api_types import MetadataClient, StoredGroup
-from metadata.errors import NON_EMPTY_GROUP, MetadataError
-from metadata.types import GroupOffset, OffsetQuery, PartitionKey, Topic
+from skiff.metadata.api_types import MetadataClient, StoredGroup
+from skiff.metadata.errors import NON_EMPTY_GROUP, MetadataError
+from skiff.metadata.types import GroupOffset, OffsetQuery, PartitionKey, Topic
 
 
 def add_parser(sub: Any) -> None:

@@ -18,16 +18,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent import routing
-from agent.cli.admin_common import (
+from skiff.agent import routing
+from skiff.agent.cli.admin_common import (
     CommandError,
     add_connection_arguments,
     print_json,
     print_table,
     run_command,
 )
-from metadata.api_types import MetadataClient
-from metadata.types import PartitionKey, Topic
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.types import PartitionKey, Topic
 
 
 def add_parser(sub: Any) -> None:

@@ -30,10 +30,9 @@ import sys
 
 from rich.console import Console
 from rich.table import Table
-
-from metadata.api_types import MetadataClient
-from metadata.errors import MetadataError, MetadataUnavailable
-from metadata.scram_types import DEFAULT_ITERATIONS, MECHANISM_CODES, make_credential
+from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.scram_types import DEFAULT_ITERATIONS, MECHANISM_CODES, make_credential
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -130,7 +129,7 @@ async def _run(args: argparse.Namespace, md: MetadataClient) -> int:
 
 
 def run_users(args: argparse.Namespace) -> int:
-    from metadata.client import open_metadata_client
+    from skiff.metadata.client import open_metadata_client
 
     if not args.metadata_url:
         print("skiff users: --metadata (or SKIFF_METADATA_URL) is required", file=sys.stderr)

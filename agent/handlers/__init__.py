@@ -54,15 +54,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
-
-from agent.handlers._access import Access, Check
-from agent.protocol import RequestHeader, api_name, error_response, kio_version_range, to_error_code
-from agent.sasl import PRE_AUTH_KEYS
-from metadata.acl_types import CLUSTER_NAME, AclOperation, ResourceType
-from metadata.errors import MetadataError, MetadataUnavailable
+from skiff.agent.handlers._access import Access, Check
+from skiff.agent.protocol import RequestHeader, api_name, error_response, kio_version_range, to_error_code
+from skiff.agent.sasl import PRE_AUTH_KEYS
+from skiff.metadata.acl_types import CLUSTER_NAME, AclOperation, ResourceType
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
 
 if TYPE_CHECKING:
-    from agent.context import AgentContext
+    from skiff.agent.context import AgentContext
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 

@@ -18,7 +18,7 @@ Protocols" table, not from memory. It is used four ways:
 3. the SASL gate: the APIs declared `PRE_AUTH` are exactly those served before
    authentication (`agent.sasl.PRE_AUTH_KEYS`; checked at registration);
 4. documentation: `markdown_table()` renders the table in docs/security.md (a test keeps
-   the two equal; `python -m agent.handlers.access_table` prints it).
+   the two equal; `python -m skiff.agent.handlers.access_table` prints it).
 
 Refusals, as Kafka answers them:
 
@@ -40,8 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-
-from metadata.acl_types import AclOperation, ResourceType
+from skiff.metadata.acl_types import AclOperation, ResourceType
 
 Op = AclOperation
 RT = ResourceType

@@ -10,10 +10,9 @@ again and retry.
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
-
-from agent.protocol import to_error_code
-from metadata.errors import MetadataError, MetadataUnavailable
-from metadata.txn_state import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+from skiff.agent.protocol import to_error_code
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.txn_state import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 
 def txn_error(code: int, api_version: int, fenced_since_version: int) -> ErrorCode:

@@ -1,10 +1,10 @@
 """Print the authorization table of docs/security.md, generated from the handlers'
-declarations (agent.handlers._access): `python -m agent.handlers.access_table`."""
+declarations (agent.handlers._access): `python -m skiff.agent.handlers.access_table`."""
 
 from __future__ import annotations
 
-from agent.handlers import default_registry
-from agent.handlers._access import markdown_table
+from skiff.agent.handlers import default_registry
+from skiff.agent.handlers._access import markdown_table
 
 
 def registry_table() -> str:

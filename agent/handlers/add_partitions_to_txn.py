@@ -22,10 +22,17 @@ from kio.schema.add_partitions_to_txn.v4 import response as r4
 from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from kio.static.primitive import i32
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, authorized_on_cluster
-from agent.handlers._access import (
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import (
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    authorized_on_cluster,
+)
+from skiff.agent.handlers._access import (
     CLUSTER_DENIED,
     RT,
     TOPIC_DENIED,
@@ -35,7 +42,7 @@ from agent.handlers._access import (
     request,
     requires,
 )
-from agent.handlers._txn import txn_error, txn_exception_code
+from skiff.agent.handlers._txn import txn_error, txn_exception_code
 
 API_KEY = 24
 MIN_VERSION = 0

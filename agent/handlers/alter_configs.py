@@ -21,9 +21,8 @@ from typing import Any, Protocol, TypeVar
 from kio.schema.alter_configs.v2.request import AlterConfigsRequest, AlterConfigsResource
 from kio.schema.alter_configs.v2.response import AlterConfigsResourceResponse, AlterConfigsResponse
 from kio.schema.errors import ErrorCode
-
-from agent.context import AgentContext
-from agent.handlers import (
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -33,10 +32,10 @@ from agent.handlers import (
     authorized_on_cluster,
     error_of,
 )
-from agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, item, on, requires
-from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
-from agent.protocol import convert
-from metadata import configs as topic_configs
+from skiff.agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, item, on, requires
+from skiff.agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
+from skiff.agent.protocol import convert
+from skiff.metadata import configs as topic_configs
 
 
 class _Resource(Protocol):

@@ -27,11 +27,10 @@ from kio.schema.alter_user_scram_credentials.v0.response import (
     AlterUserScramCredentialsResult,
 )
 from kio.schema.errors import ErrorCode
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, authorized_on_cluster, error_of
-from agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
-from metadata.scram_types import (
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, authorized_on_cluster, error_of
+from skiff.agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
+from skiff.metadata.scram_types import (
     MAX_ITERATIONS,
     MAX_SALT_BYTES,
     MECHANISMS_BY_CODE,

@@ -25,11 +25,10 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersions
 from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerRegistry, HandlerSpec, Request
-from agent.handlers._access import PRE_AUTH
-from agent.protocol import API_VERSIONS_KEY
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerRegistry, HandlerSpec, Request
+from skiff.agent.handlers._access import PRE_AUTH
+from skiff.agent.protocol import API_VERSIONS_KEY
 
 MIN_VERSION = 0
 MAX_VERSION = 3

@@ -21,13 +21,12 @@ from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, Cre
 from kio.schema.create_partitions.v3.response import CreatePartitionsResponse, CreatePartitionsTopicResult
 from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
-from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
-from agent.protocol import convert
-from metadata.configs import topic_name_error
-from metadata.types import Topic
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
+from skiff.agent.protocol import convert
+from skiff.metadata.configs import topic_name_error
+from skiff.metadata.types import Topic
 
 log = logging.getLogger(__name__)
 

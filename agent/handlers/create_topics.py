@@ -46,9 +46,8 @@ from kio.schema.create_topics.v7.response import (
 from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from kio.static.primitive import i8, i16, i32
-
-from agent.context import AgentContext
-from agent.handlers import (
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -58,14 +57,14 @@ from agent.handlers import (
     authorized_on_cluster,
     error_of,
 )
-from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
-from agent.handlers._cooperative import pause
-from agent.handlers.describe_configs import TOPIC_CONFIG_NAMES, ConfigEntry, topic_config_entry
-from agent.protocol import convert, to_error_code
-from metadata import configs as topic_configs
-from metadata.api_types import NewTopic, create_batches
-from metadata.errors import MetadataUnavailable
-from metadata.types import Topic
+from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
+from skiff.agent.handlers._cooperative import pause
+from skiff.agent.handlers.describe_configs import TOPIC_CONFIG_NAMES, ConfigEntry, topic_config_entry
+from skiff.agent.protocol import convert, to_error_code
+from skiff.metadata import configs as topic_configs
+from skiff.metadata.api_types import NewTopic, create_batches
+from skiff.metadata.errors import MetadataUnavailable
+from skiff.metadata.types import Topic
 
 log = logging.getLogger(__name__)
 

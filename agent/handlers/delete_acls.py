@@ -21,13 +21,12 @@ from kio.schema.delete_acls.v3.response import (
 )
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, authorized_on_cluster, error_of
-from agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
-from agent.handlers.create_acls import refresh_after_change
-from agent.handlers.describe_acls import SECURITY_DISABLED_MESSAGE
-from metadata.acl_types import AclBinding, AclBindingFilter, filter_error, filter_of
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, authorized_on_cluster, error_of
+from skiff.agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
+from skiff.agent.handlers.create_acls import refresh_after_change
+from skiff.agent.handlers.describe_acls import SECURITY_DISABLED_MESSAGE
+from skiff.metadata.acl_types import AclBinding, AclBindingFilter, filter_error, filter_of
 
 log = logging.getLogger(__name__)
 

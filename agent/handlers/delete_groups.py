@@ -14,11 +14,10 @@ from typing import Any
 
 from kio.schema.delete_groups.v2.response import DeletableGroupResult, DeleteGroupsResponse
 from kio.schema.errors import ErrorCode
-
-from agent.context import AgentContext
-from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
-from agent.handlers._access import GROUP_DENIED, RT, item, on, requires
+from skiff.agent.context import AgentContext
+from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
+from skiff.agent.handlers._access import GROUP_DENIED, RT, item, on, requires
 
 API_KEY = 42
 MIN_VERSION = 0

@@ -25,12 +25,11 @@ from kio.schema.delete_records.v2.response import (
 from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from kio.static.primitive import i32, i64
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
-from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
-from agent.protocol import convert, to_error_code
-from metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
+from skiff.agent.protocol import convert, to_error_code
+from skiff.metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery
 
 log = logging.getLogger(__name__)
 

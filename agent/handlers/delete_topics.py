@@ -20,12 +20,11 @@ from typing import Any
 from kio.schema.delete_topics.v6.response import DeletableTopicResult, DeleteTopicsResponse
 from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
-from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
-from agent.protocol import uuid_or_none
-from metadata.configs import topic_name_error
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
+from skiff.agent.protocol import uuid_or_none
+from skiff.metadata.configs import topic_name_error
 
 log = logging.getLogger(__name__)
 

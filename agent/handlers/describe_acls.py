@@ -15,11 +15,10 @@ from typing import Any
 from kio.schema.describe_acls.v3.response import AclDescription, DescribeAclsResource, DescribeAclsResponse
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, error_of
-from agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
-from metadata.acl_types import AclBinding, filter_error, filter_of
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, error_of
+from skiff.agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
+from skiff.metadata.acl_types import AclBinding, filter_error, filter_of
 
 API_KEY = 29
 MIN_VERSION = 1

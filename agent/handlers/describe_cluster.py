@@ -16,12 +16,11 @@ from kio.schema.describe_cluster.v2.response import DescribeClusterBroker, Descr
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request
-from agent.handlers._access import RT, Op, on, reported, requires
-from agent.handlers.metadata import OPERATIONS_NOT_REQUESTED, cluster_operations
-from agent.protocol import convert
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request
+from skiff.agent.handlers._access import RT, Op, on, reported, requires
+from skiff.agent.handlers.metadata import OPERATIONS_NOT_REQUESTED, cluster_operations
+from skiff.agent.protocol import convert
 
 API_KEY = 60
 MIN_VERSION = 0

@@ -39,9 +39,8 @@ from kio.schema.describe_configs.v4.response import (
 )
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
-
-from agent.context import AgentContext
-from agent.handlers import (
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -51,12 +50,12 @@ from agent.handlers import (
     authorized_on_cluster,
     error_of,
 )
-from agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, item, on, requires
-from agent.handlers._cooperative import pause
-from agent.protocol import convert
-from metadata import configs as topic_configs
-from metadata.configs import topic_name_error
-from metadata.types import Topic
+from skiff.agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, item, on, requires
+from skiff.agent.handlers._cooperative import pause
+from skiff.agent.protocol import convert
+from skiff.metadata import configs as topic_configs
+from skiff.metadata.configs import topic_name_error
+from skiff.metadata.types import Topic
 
 API_KEY = 32
 MIN_VERSION = 1

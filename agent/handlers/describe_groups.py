@@ -24,11 +24,10 @@ from kio.schema.describe_groups.v6.response import (
 from kio.schema.errors import ErrorCode
 from kio.schema.types import GroupId
 from kio.static.primitive import i32
-
-from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
-from agent.group_model import GroupDescription, GroupState
-from agent.handlers import (
+from skiff.agent.context import AgentContext
+from skiff.agent.group_coordinator import coordinator, owns_group
+from skiff.agent.group_model import GroupDescription, GroupState
+from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -38,8 +37,8 @@ from agent.handlers import (
     authorized,
     authorized_operations,
 )
-from agent.handlers._access import GROUP_DENIED, RT, item, on, reported, requires
-from agent.handlers._cooperative import pause
+from skiff.agent.handlers._access import GROUP_DENIED, RT, item, on, reported, requires
+from skiff.agent.handlers._cooperative import pause
 
 # READ, DESCRIBE and DELETE (Kafka's AclOperation codes): what a group supports.
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)

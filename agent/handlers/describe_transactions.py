@@ -24,12 +24,11 @@ from kio.schema.describe_transactions.v0.response import (
 from kio.schema.errors import ErrorCode
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import TZAware, i16, i32, i32Timedelta
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
-from agent.handlers._access import RT, TXN_ID_DENIED, Op, filtered, item, on, requires
-from agent.handlers._txn import txn_exception_code
-from metadata.txn_state import TxnRecord
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
+from skiff.agent.handlers._access import RT, TXN_ID_DENIED, Op, filtered, item, on, requires
+from skiff.agent.handlers._txn import txn_exception_code
+from skiff.metadata.txn_state import TxnRecord
 
 API_KEY = 65
 MIN_VERSION = 0

@@ -21,11 +21,10 @@ from kio.schema.describe_user_scram_credentials.v0.response import (
 )
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
-from agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
-from metadata.scram_types import MECHANISM_CODES, ScramCredentialInfo
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from skiff.agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
+from skiff.metadata.scram_types import MECHANISM_CODES, ScramCredentialInfo
 
 API_KEY = 50
 

@@ -23,11 +23,10 @@ from typing import Any
 
 from kio.schema.end_txn.v4.response import EndTxnResponse
 from kio.schema.errors import ErrorCode
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
-from agent.handlers._access import RT, TXN_ID_DENIED, on, request, requires
-from agent.handlers._txn import txn_error, txn_exception_code
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers._access import RT, TXN_ID_DENIED, on, request, requires
+from skiff.agent.handlers._txn import txn_error, txn_exception_code
 
 log = logging.getLogger(__name__)
 

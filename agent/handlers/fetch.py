@@ -67,15 +67,14 @@ from kio.schema.fetch.v12.response import (
 )
 from kio.schema.types import ProducerId
 from kio.static.primitive import Records, i32, i64
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
-from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
-from fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
-from fileformat.objectstore import AsyncObjectStore
-from fileformat.objectstore.range_cache import RangeCache
-from fileformat.read_async import read_fetch
-from metadata.types import FetchQuery, PartitionFetchInfo, Topic
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
+from skiff.fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
+from skiff.fileformat.objectstore import AsyncObjectStore
+from skiff.fileformat.objectstore.range_cache import RangeCache
+from skiff.fileformat.read_async import read_fetch
+from skiff.metadata.types import FetchQuery, PartitionFetchInfo, Topic
 
 API_KEY = 1
 MIN_VERSION = 4

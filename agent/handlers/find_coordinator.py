@@ -19,11 +19,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v6.response import Coordinator
 from kio.static.primitive import i32
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
-from agent.handlers._access import GROUP_DENIED, RT, TXN_ID_DENIED, item, on, requires
-from agent.protocol import response_schema
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers._access import GROUP_DENIED, RT, TXN_ID_DENIED, item, on, requires
+from skiff.agent.protocol import response_schema
 
 API_KEY = 10
 MIN_VERSION = 0

@@ -10,12 +10,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.heartbeat.v4.response import HeartbeatResponse
-
-from agent.context import AgentContext
-from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
-from agent.handlers._access import GROUP_DENIED, RT, on, request, requires
-from agent.protocol import convert
+from skiff.agent.context import AgentContext
+from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
+from skiff.agent.protocol import convert
 
 API_KEY = 12
 MIN_VERSION = 0

@@ -29,14 +29,13 @@ from kio.schema.incremental_alter_configs.v1.response import (
     AlterConfigsResourceResponse,
     IncrementalAlterConfigsResponse,
 )
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
-from agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, Op, item, on, requires
-from agent.handlers.alter_configs import BROKER_CONFIGS_ARE_STATIC, alter_each, alter_topic, refusal
-from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
-from agent.protocol import convert
-from metadata import configs as topic_configs
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from skiff.agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, Op, item, on, requires
+from skiff.agent.handlers.alter_configs import BROKER_CONFIGS_ARE_STATIC, alter_each, alter_topic, refusal
+from skiff.agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
+from skiff.agent.protocol import convert
+from skiff.metadata import configs as topic_configs
 
 API_KEY = 44
 MIN_VERSION = 0

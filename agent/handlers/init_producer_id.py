@@ -32,9 +32,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v5.response import InitProducerIdResponse
 from kio.schema.types import ProducerId
 from kio.static.primitive import i16
-
-from agent.context import AgentContext
-from agent.handlers import (
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -44,11 +43,11 @@ from agent.handlers import (
     authorized_for_any,
     authorized_on_cluster,
 )
-from agent.handlers._access import CLUSTER_DENIED, RT, TXN_ID_DENIED, on, on_any, request, requires
-from agent.handlers._txn import txn_error, txn_exception_code
-from agent.protocol import to_error_code
-from metadata.errors import MetadataError, MetadataUnavailable
-from metadata.txn_state import Outcome
+from skiff.agent.handlers._access import CLUSTER_DENIED, RT, TXN_ID_DENIED, on, on_any, request, requires
+from skiff.agent.handlers._txn import txn_error, txn_exception_code
+from skiff.agent.protocol import to_error_code
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.txn_state import Outcome
 
 log = logging.getLogger(__name__)
 

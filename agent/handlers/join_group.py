@@ -18,13 +18,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequest
 from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
 from kio.static.primitive import i32
-
-from agent.context import AgentContext
-from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.group_model import JoinResult
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
-from agent.handlers._access import GROUP_DENIED, RT, on, request, requires
-from agent.protocol import convert
+from skiff.agent.context import AgentContext
+from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.group_model import JoinResult
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
+from skiff.agent.protocol import convert
 
 API_KEY = 11
 MIN_VERSION = 0

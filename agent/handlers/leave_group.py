@@ -12,12 +12,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.schema.leave_group.v5.response import LeaveGroupResponse, MemberResponse
-
-from agent.context import AgentContext
-from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.group_model import LeaveRequest
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
-from agent.handlers._access import GROUP_DENIED, RT, on, request, requires
+from skiff.agent.context import AgentContext
+from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.group_model import LeaveRequest
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 
 API_KEY = 13
 MIN_VERSION = 0

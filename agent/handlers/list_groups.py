@@ -18,11 +18,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.list_groups.v5.response import ListedGroup, ListGroupsResponse
 from kio.schema.types import GroupId
-
-from agent.context import AgentContext
-from agent.group_coordinator import coordinator, owns_group
-from agent.group_model import GroupState
-from agent.handlers import (
+from skiff.agent.context import AgentContext
+from skiff.agent.group_coordinator import coordinator, owns_group
+from skiff.agent.group_model import GroupState
+from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -32,8 +31,8 @@ from agent.handlers import (
     authorized,
     authorized_on_cluster,
 )
-from agent.handlers._access import RT, filtered, on, requires
-from agent.protocol import convert
+from skiff.agent.handlers._access import RT, filtered, on, requires
+from skiff.agent.protocol import convert
 
 API_KEY = 16
 MIN_VERSION = 0

@@ -42,15 +42,14 @@ from kio.schema.list_offsets.v10.response import (
     ListOffsetsTopicResponse,
 )
 from kio.static.primitive import i32, i64
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
-from agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
-from agent.protocol import convert, to_error_code
-from fileformat.chunk_reader import first_record_at_or_after, max_timestamp_record
-from fileformat.read_async import load_chunks
-from metadata.errors import MetadataError, MetadataUnavailable
-from metadata.types import (
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
+from skiff.agent.protocol import convert, to_error_code
+from skiff.fileformat.chunk_reader import first_record_at_or_after, max_timestamp_record
+from skiff.fileformat.read_async import load_chunks
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.types import (
     EARLIEST_TIMESTAMP,
     MAX_TIMESTAMP,
     FetchQuery,

@@ -12,12 +12,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.list_transactions.v1.response import ListTransactionsResponse, TransactionState
 from kio.schema.types import ProducerId, TransactionalId
-
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
-from agent.handlers._access import RT, Op, filtered, on, requires
-from agent.handlers._txn import txn_exception_code
-from metadata.txn_state import TxnState
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
+from skiff.agent.handlers._access import RT, Op, filtered, on, requires
+from skiff.agent.handlers._txn import txn_exception_code
+from skiff.metadata.txn_state import TxnState
 
 API_KEY = 66
 MIN_VERSION = 0

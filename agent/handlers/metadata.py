@@ -56,10 +56,9 @@ from kio.schema.metadata.v12.response import (
 )
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32
-
-from agent.agent_registry import NO_LEADER
-from agent.context import AgentContext
-from agent.handlers import (
+from skiff.agent.agent_registry import NO_LEADER
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -69,13 +68,13 @@ from agent.handlers import (
     authorized_on_cluster,
     authorized_operations,
 )
-from agent.handlers._access import RT, TOPIC_DENIED, filtered, item, on, reported, requires
-from agent.handlers._cooperative import pause
-from agent.protocol import convert, response_schema, to_error_code, uuid_or_none
-from metadata.acl_types import CLUSTER_NAME
-from metadata.configs import topic_name_error
-from metadata.errors import MetadataError, MetadataUnavailable
-from metadata.types import Topic
+from skiff.agent.handlers._access import RT, TOPIC_DENIED, filtered, item, on, reported, requires
+from skiff.agent.handlers._cooperative import pause
+from skiff.agent.protocol import convert, response_schema, to_error_code, uuid_or_none
+from skiff.metadata.acl_types import CLUSTER_NAME
+from skiff.metadata.configs import topic_name_error
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.types import Topic
 
 log = logging.getLogger(__name__)
 

@@ -29,14 +29,13 @@ from kio.schema.offset_commit.v9.response import (
     OffsetCommitResponseTopic,
 )
 from kio.static.primitive import i32
-
-from agent.context import AgentContext
-from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
-from agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
-from agent.protocol import convert
-from metadata.errors import MetadataError
-from metadata.types import GroupOffset, Topic
+from skiff.agent.context import AgentContext
+from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
+from skiff.agent.protocol import convert
+from skiff.metadata.errors import MetadataError
+from skiff.metadata.types import GroupOffset, Topic
 
 API_KEY = 8
 MIN_VERSION = 2

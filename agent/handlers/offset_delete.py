@@ -25,13 +25,12 @@ from kio.schema.offset_delete.v0.response import (
     OffsetDeleteResponsePartition,
     OffsetDeleteResponseTopic,
 )
-
-from agent.context import AgentContext
-from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.group_model import CONSUMER_PROTOCOL_TYPE
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
-from agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
-from metadata.types import Topic
+from skiff.agent.context import AgentContext
+from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.group_model import CONSUMER_PROTOCOL_TYPE
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
+from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
+from skiff.metadata.types import Topic
 
 API_KEY = 47
 MIN_VERSION = 0

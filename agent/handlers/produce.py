@@ -58,9 +58,8 @@ from kio.schema.produce.v9.response import (
     TopicProduceResponse,
 )
 from kio.static.primitive import TZAware, i32, i64
-
-from agent.context import AgentContext
-from agent.handlers import (
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import (
     NO_THROTTLE,
     ConnectionInfo,
     HandlerSpec,
@@ -70,10 +69,10 @@ from agent.handlers import (
     authorized,
     error_of,
 )
-from agent.handlers._access import RT, TOPIC_DENIED, TXN_ID_DENIED, item, on, request, requires
-from agent.produce_buffer import PendingBatch
-from agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
-from fileformat.batch_header import (
+from skiff.agent.handlers._access import RT, TOPIC_DENIED, TXN_ID_DENIED, item, on, request, requires
+from skiff.agent.produce_buffer import PendingBatch
+from skiff.agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
+from skiff.fileformat.batch_header import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     LOG_OVERHEAD,
@@ -85,7 +84,7 @@ from fileformat.batch_header import (
     iter_batches,
     single_batch_header,
 )
-from fileformat.log_validator import (
+from skiff.fileformat.log_validator import (
     UNBOUNDED_MS,
     CorruptRecordsError,
     InvalidRecordError,
@@ -94,8 +93,8 @@ from fileformat.log_validator import (
     timestamp_bounds_ms,
     validate_produced_batch,
 )
-from metadata.configs import config_int, config_value, is_compacted
-from metadata.types import BatchResult, Topic
+from skiff.metadata.configs import config_int, config_value, is_compacted
+from skiff.metadata.types import BatchResult, Topic
 
 log = logging.getLogger(__name__)
 

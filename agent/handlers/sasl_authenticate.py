@@ -20,12 +20,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
 from kio.static.primitive import i64Timedelta
-
-from agent.context import AgentContext
-from agent.handlers import HandlerSpec, Request
-from agent.handlers._access import PRE_AUTH
-from agent.sasl import SASL_AUTHENTICATE_KEY, AuthFailed, SaslState
-from metadata.errors import MetadataError, MetadataUnavailable
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import HandlerSpec, Request
+from skiff.agent.handlers._access import PRE_AUTH
+from skiff.agent.sasl import SASL_AUTHENTICATE_KEY, AuthFailed, SaslState
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
-
-from agent.context import AgentContext
-from agent.handlers import HandlerSpec, Request
-from agent.handlers._access import PRE_AUTH
-from agent.sasl import SASL_HANDSHAKE_KEY, SaslState
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import HandlerSpec, Request
+from skiff.agent.handlers._access import PRE_AUTH
+from skiff.agent.sasl import SASL_HANDSHAKE_KEY, SaslState
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:

@@ -30,13 +30,21 @@ from kio.schema.txn_offset_commit.v3.response import (
     TxnOffsetCommitResponseTopic,
 )
 from kio.static.primitive import i32
-
-from agent.context import AgentContext
-from agent.group_coordinator import coordinator, ensure_coordinator
-from agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
-from agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, TXN_ID_DENIED, item, on, request, requires
-from agent.handlers._txn import txn_error, txn_exception_code
-from metadata.types import GroupOffset
+from skiff.agent.context import AgentContext
+from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers._access import (
+    GROUP_DENIED,
+    RT,
+    TOPIC_DENIED,
+    TXN_ID_DENIED,
+    item,
+    on,
+    request,
+    requires,
+)
+from skiff.agent.handlers._txn import txn_error, txn_exception_code
+from skiff.metadata.types import GroupOffset
 
 API_KEY = 28
 MIN_VERSION = 0

@@ -60,11 +60,11 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 # The schema walk and its errors live in agent.protocol.schema_walk; importers keep using these names here.
-from agent.protocol.schema_walk import MalformedRequest as MalformedRequest
-from agent.protocol.schema_walk import ProtocolError as ProtocolError
-from agent.protocol.schema_walk import RequestLimitExceeded as RequestLimitExceeded
-from agent.protocol.schema_walk import check_bounds as check_bounds
-from agent.protocol.schema_walk import strip_optional as _strip_optional
+from skiff.agent.protocol.schema_walk import MalformedRequest as MalformedRequest
+from skiff.agent.protocol.schema_walk import ProtocolError as ProtocolError
+from skiff.agent.protocol.schema_walk import RequestLimitExceeded as RequestLimitExceeded
+from skiff.agent.protocol.schema_walk import check_bounds as check_bounds
+from skiff.agent.protocol.schema_walk import strip_optional as _strip_optional
 
 API_VERSIONS_KEY = 18
 SIZE_PREFIX = 4

@@ -34,7 +34,7 @@ from __future__ import annotations
 import datetime
 import struct
 
-from agent.protocol.schema_walk import MalformedRequest
+from skiff.agent.protocol.schema_walk import MalformedRequest
 
 MIN_VERSION = 3
 MAX_VERSION = 9

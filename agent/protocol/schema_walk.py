@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from agent.protocol.request_limits import array_limit
+from skiff.agent.protocol.request_limits import array_limit
 
 
 class ProtocolError(Exception):

@@ -47,8 +47,7 @@ from kio.serial.writers import (
     write_unsigned_varint,
 )
 from kio.static.primitive import i32, uvarint
-
-from agent.protocol import SIZE_PREFIX, ByteSink, convert, response_header_version
+from skiff.agent.protocol import SIZE_PREFIX, ByteSink, convert, response_header_version
 
 # Responses estimated above this many entities are encoded in slices (about 10-20 ms of kio
 # work on a 2-core machine; below it, one go is cheaper than the bookkeeping).

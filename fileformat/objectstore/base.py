@@ -65,7 +65,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Literal, NamedTuple, Self, TypeAlias, TypeVar
 
-from fileformat.chunk_reader import Span, coalesce_ranges
+from skiff.fileformat.chunk_reader import Span, coalesce_ranges
 
 from .errors import InvalidKey
 

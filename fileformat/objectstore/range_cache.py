@@ -40,7 +40,7 @@ import bisect
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 
-from fileformat.chunk_reader import coalesce_ranges
+from skiff.fileformat.chunk_reader import coalesce_ranges
 
 from .base import DEFAULT_CHUNK_SIZE, AsyncObjectStore, AsyncObjectStream, BytesLike, ObjectInfo, as_bytes
 

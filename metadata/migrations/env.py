@@ -9,9 +9,8 @@ with `-x url=...`.
 from __future__ import annotations
 
 from alembic import context
+from skiff.metadata.schema import metadata_obj
 from sqlalchemy import Connection
-
-from metadata.schema import metadata_obj
 
 
 def _run(connection: Connection) -> None:
@@ -30,7 +29,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    from metadata.db import create_engine_for  # the command line: -x url=...
+    from skiff.metadata.db import create_engine_for  # the command line: -x url=...
 
     url = context.get_x_argument(as_dictionary=True).get("url") or context.config.get_main_option(
         "sqlalchemy.url"

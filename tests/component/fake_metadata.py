@@ -21,23 +21,23 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.agent_registry import AgentRegistry
-from agent.config import AgentConfig
-from agent.context import AgentContext
-from agent.handlers import HandlerRegistry
-from agent.protocol import decode_response, encode_request, response_schema
-from agent.runtime import build_agent_context, close_parts
-from agent.server import AgentServer, start_agent_server
-from fileformat.objectstore.memory import AsyncMemoryStore
-from metadata.acl_types import AclBinding, AclBindingFilter
-from metadata.api_types import MetadataClient, NewTopic, TopicCreation
-from metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
-from metadata.errors import MetadataUnavailable
-from metadata.group_lease_types import LeaseGrant, LeaseToken
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.txn_state import Outcome, Partition, TxnRecord
-from metadata.types import (
+from skiff.agent.agent_registry import AgentRegistry
+from skiff.agent.config import AgentConfig
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import HandlerRegistry
+from skiff.agent.protocol import decode_response, encode_request, response_schema
+from skiff.agent.runtime import build_agent_context, close_parts
+from skiff.agent.server import AgentServer, start_agent_server
+from skiff.fileformat.objectstore.memory import AsyncMemoryStore
+from skiff.metadata.acl_types import AclBinding, AclBindingFilter
+from skiff.metadata.api_types import MetadataClient, NewTopic, TopicCreation
+from skiff.metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
+from skiff.metadata.errors import MetadataUnavailable
+from skiff.metadata.group_lease_types import LeaseGrant, LeaseToken
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.txn_state import Outcome, Partition, TxnRecord
+from skiff.metadata.types import (
     AgentInfo,
     ChunkResult,
     ChunkSpec,

@@ -14,8 +14,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from metadata.acl_types import (
+from skiff.metadata.acl_types import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -23,10 +22,10 @@ from metadata.acl_types import (
     PatternType,
     ResourceType,
 )
-from metadata.app import create_app
-from metadata.errors import MetadataError
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
+from skiff.metadata.app import create_app
+from skiff.metadata.errors import MetadataError
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
 
 with warnings.catch_warnings():  # starlette deprecates httpx-based TestClient; harmless here
     warnings.simplefilter("ignore")

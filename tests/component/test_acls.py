@@ -41,8 +41,8 @@ from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
+from skiff.metadata import acl_types as m
 
-from metadata import acl_types as m
 from tests.component.fake_metadata import AgentHarness, request_once
 
 TIMEOUT = 15
@@ -366,7 +366,7 @@ def test_another_agent_follows_after_its_refresh(harness):
 def test_the_poll_picks_up_a_change_made_elsewhere(harness):
     """An AclCache with a short interval over the same metadata loads a change made
     through the metadata API, with nobody asking it to."""
-    from agent.acl_cache import AclCache
+    from skiff.agent.acl_cache import AclCache
 
     assert harness.metadata is not None
     cache = AclCache(harness.metadata, enabled=True, refresh_interval_ms=20)

@@ -34,8 +34,8 @@ from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId, TopicName, TransactionalId
 from kio.static.primitive import i8, i16, i32, i32Timedelta
+from skiff.agent import protocol, routing
 
-from agent import protocol, routing
 from tests.component.fake_metadata import AgentHarness, request_once
 from tests.support.kafka_wire import list_offsets_request
 

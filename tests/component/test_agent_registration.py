@@ -7,13 +7,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from agent.agent_registry import AgentIdInUse
-from agent.config import AgentConfig
-from agent.runtime import start_agent
-from fileformat.objectstore import open_async_store
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
+from skiff.agent.agent_registry import AgentIdInUse
+from skiff.agent.config import AgentConfig
+from skiff.agent.runtime import start_agent
+from skiff.fileformat.objectstore import open_async_store
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
 
 
 async def test_a_cleanly_stopped_agent_can_restart_at_another_address(tmp_path: Path) -> None:

@@ -18,16 +18,16 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
+from skiff.metadata.app import create_app
+from skiff.metadata.auth import TokenConfigError, TokenTable
+from skiff.metadata.credentials import MetadataCredentials
+from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, MetadataError
+from skiff.metadata.group_lease_types import LeaseToken
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.inspection import count_rows
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec, PartitionKey
 
-from metadata.app import create_app
-from metadata.auth import TokenConfigError, TokenTable
-from metadata.credentials import MetadataCredentials
-from metadata.errors import CLUSTER_AUTHORIZATION_FAILED, MetadataError
-from metadata.group_lease_types import LeaseToken
-from metadata.http_client import HttpMetadataClient
-from metadata.inspection import count_rows
-from metadata.service import MetadataService
-from metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec, PartitionKey
 from tests.component.test_metadata_auth import Served
 
 BOUND = "bound-token-" + "b" * 24  # agent-1 only
@@ -179,7 +179,7 @@ def test_refusals_are_counted_and_unbound_tokens_warned_about(
     metrics = httpx.get(f"{served.url()}/metrics", headers={"authorization": f"Bearer {READER_T}"}).text
     assert 'skiff_metadata_requests_refused_total{reason="agent_id"} 1' in metrics
 
-    with caplog.at_level(logging.WARNING, logger="metadata.app"):
+    with caplog.at_level(logging.WARNING, logger="skiff.metadata.app"):
         create_app(service, tokens=TokenTable.parse(TOKENS_TEXT, "test"))
         create_app(service, tokens=TokenTable.parse(f"agent=a:{BOUND}\nadmin:{ADMIN_T}", "test"))
     unbound = [r.getMessage() for r in caplog.records if "not bound to an agent id" in r.getMessage()]

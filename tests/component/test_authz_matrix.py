@@ -45,15 +45,14 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64, i64Timedelta
-
-from agent.config import AgentConfig
-from agent.handlers import HandlerSpec, default_registry
-from agent.handlers._access import Refusal
-from agent.protocol import convert
-from agent.runtime import RunningAgent, start_agent
-from fileformat.objectstore.memory import AsyncMemoryStore
-from fileformat.record_build import build_batch
-from metadata.acl_types import (
+from skiff.agent.config import AgentConfig
+from skiff.agent.handlers import HandlerSpec, default_registry
+from skiff.agent.handlers._access import Refusal
+from skiff.agent.protocol import convert
+from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.fileformat.objectstore.memory import AsyncMemoryStore
+from skiff.fileformat.record_build import build_batch
+from skiff.metadata.acl_types import (
     CLUSTER_NAME,
     AclBinding,
     AclOperation,
@@ -61,9 +60,10 @@ from metadata.acl_types import (
     PatternType,
     ResourceType,
 )
-from metadata.local_client import LocalMetadataClient
-from metadata.scram_types import make_credential
-from metadata.service import MetadataService
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.scram_types import make_credential
+from skiff.metadata.service import MetadataService
+
 from tests.component.test_listener_security import sasl_login
 from tests.support.kafka_wire import KafkaWire
 

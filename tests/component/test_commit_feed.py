@@ -13,13 +13,13 @@ import os
 import uuid
 
 import pytest
+from skiff.metadata import commit_feed
+from skiff.metadata.errors import MetadataError
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionWatermark
 
-from metadata import commit_feed
-from metadata.errors import MetadataError
-from metadata.http_client import HttpMetadataClient
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionWatermark
 from tests.component.test_metadata_http import ServerThread
 from tests.support.spies import partition_reads
 

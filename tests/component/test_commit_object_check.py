@@ -14,15 +14,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from skiff.fileformat.objectstore import MemoryStore, ObjectInfo, open_store
+from skiff.metadata.app import create_app
+from skiff.metadata.errors import KAFKA_STORAGE_ERROR, MetadataError
+from skiff.metadata.inspection import count_rows
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.object_check import ObjectCheck
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec, OutputChunk, PartitionKey
 
-from fileformat.objectstore import MemoryStore, ObjectInfo, open_store
-from metadata.app import create_app
-from metadata.errors import KAFKA_STORAGE_ERROR, MetadataError
-from metadata.inspection import count_rows
-from metadata.local_client import LocalMetadataClient
-from metadata.object_check import ObjectCheck
-from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FileSpec, OutputChunk, PartitionKey
 from tests.component.test_metadata_auth import Served
 
 SIZE = 140

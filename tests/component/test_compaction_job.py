@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
+from skiff.agent.config import AgentConfig
+from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.compactor.job import planned_stream_bytes, run_job
+from skiff.compactor.output import Checkpoint
+from skiff.compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
+from skiff.fileformat.objectstore import open_async_store, open_store
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import FetchQuery, FileSpec, OutputChunk
 
-from agent.config import AgentConfig
-from agent.runtime import RunningAgent, start_agent
-from compactor.job import planned_stream_bytes, run_job
-from compactor.output import Checkpoint
-from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
-from fileformat.objectstore import open_async_store, open_store
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import FetchQuery, FileSpec, OutputChunk
 from tests.support.s3servers import S3Bucket
 
 

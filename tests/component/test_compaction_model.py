@@ -30,18 +30,18 @@ from dataclasses import dataclass, field
 
 from hypothesis import given
 from hypothesis import strategies as st
+from skiff.compactor.keymap import SLOT_BYTES, KeyMap
+from skiff.compactor.plan import JobPlan
+from skiff.fileformat.batch_header import Compression
+from skiff.fileformat.objectstore.memory import MemoryStore
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
+from skiff.fileformat.segment import ChunkInput
+from skiff.metadata.compaction_types import MergeRules
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec
 
-from compactor.keymap import SLOT_BYTES, KeyMap
-from compactor.plan import JobPlan
-from fileformat.batch_header import Compression
-from fileformat.objectstore.memory import MemoryStore
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
-from fileformat.segment import ChunkInput
-from metadata.compaction_types import MergeRules
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec
 from tests.support import compaction_model
 from tests.support.compaction_model import (
     LAG_MS,

@@ -7,8 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from compactor.pause_hook import ENV, MARKER, PauseHook
+from skiff.compactor.pause_hook import ENV, MARKER, PauseHook
 
 
 def test_from_env() -> None:

@@ -11,14 +11,14 @@ import uuid
 from collections.abc import Sequence
 
 import pytest
+from skiff.compactor.planner import PlannerConfig, claim_jobs, plan_jobs
+from skiff.metadata.compaction_types import CheckpointUpdate, MergeRules
+from skiff.metadata.errors import ConflictError, MetadataError
+from skiff.metadata.inspection import file_states
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, OutputChunk, PartitionKey
 
-from compactor.planner import PlannerConfig, claim_jobs, plan_jobs
-from metadata.compaction_types import CheckpointUpdate, MergeRules
-from metadata.errors import ConflictError, MetadataError
-from metadata.inspection import file_states
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, OutputChunk, PartitionKey
 from tests.support.metadata_fixtures import T0_MS as T0
 from tests.support.metadata_fixtures import FakeClock
 

@@ -8,11 +8,10 @@ import io
 import uuid
 
 from rich.console import Console
-
-from agent.cli.compact import RichProgress
-from compactor.job import planned_bytes_per_stream, planned_stream_bytes
-from compactor.plan import InputChunk, InputFile, JobPlan, JobStats, PartitionWork
-from fileformat.chunk_reader import ChunkLocation
+from skiff.agent.cli.compact import RichProgress
+from skiff.compactor.job import planned_bytes_per_stream, planned_stream_bytes
+from skiff.compactor.plan import InputChunk, InputFile, JobPlan, JobStats, PartitionWork
+from skiff.fileformat.chunk_reader import ChunkLocation
 
 COMPACT = uuid.UUID(int=1)
 DELETE = uuid.UUID(int=2)

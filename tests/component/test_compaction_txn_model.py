@@ -31,19 +31,19 @@ from dataclasses import dataclass, field
 
 from hypothesis import given
 from hypothesis import strategies as st
+from skiff.compactor.keymap import KeyMap
+from skiff.compactor.plan import JobPlan, PartitionWork
+from skiff.fileformat.objectstore.memory import MemoryStore
+from skiff.fileformat.record_build import build_batch, build_control_batch
+from skiff.fileformat.record_decode import ControlRecordType, Record
+from skiff.fileformat.segment import ChunkInput
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.rows import LOC_COLS, location_of
+from skiff.metadata.schema import chunks, files, txn_aborted
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec
 from sqlalchemy import select
 
-from compactor.keymap import KeyMap
-from compactor.plan import JobPlan, PartitionWork
-from fileformat.objectstore.memory import MemoryStore
-from fileformat.record_build import build_batch, build_control_batch
-from fileformat.record_decode import ControlRecordType, Record
-from fileformat.segment import ChunkInput
-from metadata.local_client import LocalMetadataClient
-from metadata.rows import LOC_COLS, location_of
-from metadata.schema import chunks, files, txn_aborted
-from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FileSpec
 from tests.support import compaction_model
 from tests.support.compaction_model import (
     LAG_MS,

@@ -16,13 +16,13 @@ from pathlib import Path
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
+from skiff.agent.config import AgentConfig
+from skiff.agent.metrics import serve_metrics
+from skiff.agent.runtime import start_agent
+from skiff.fileformat.objectstore import open_async_store
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
 
-from agent.config import AgentConfig
-from agent.metrics import serve_metrics
-from agent.runtime import start_agent
-from fileformat.objectstore import open_async_store
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
 from tests.component.fake_metadata import AgentHarness, connect, is_closed, roundtrip
 from tests.support.agents import free_port
 

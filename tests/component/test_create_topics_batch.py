@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
-from metadata.api_types import (
+from skiff.metadata.api_types import (
     MAX_PARTITIONS_PER_CREATE_BATCH,
     MAX_TOPICS_PER_CREATE_BATCH,
     MetadataClient,
@@ -17,13 +16,13 @@ from metadata.api_types import (
     TopicCreation,
     create_batches,
 )
-from metadata.app import create_app
-from metadata.errors import INVALID_REQUEST, MetadataError
-from metadata.http_client import HttpMetadataClient
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC
-from metadata.types import PartitionKey
+from skiff.metadata.app import create_app
+from skiff.metadata.errors import INVALID_REQUEST, MetadataError
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC
+from skiff.metadata.types import PartitionKey
 
 # Every way a topic can fail, between topics that succeed.
 CASES = [

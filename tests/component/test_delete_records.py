@@ -18,11 +18,11 @@ from kafka import TopicPartition as KpTopicPartition
 from kafka.errors import OffsetOutOfRangeError, PolicyViolationError
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.response import FetchResponse
+from skiff.agent import protocol
+from skiff.agent.config import AgentConfig
+from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.fileformat.objectstore import open_async_store
 
-from agent import protocol
-from agent.config import AgentConfig
-from agent.runtime import RunningAgent, start_agent
-from fileformat.objectstore import open_async_store
 from tests.component.fake_metadata import AgentHarness
 from tests.support.kafka_wire import fetch_request, send_request
 
@@ -77,9 +77,8 @@ def _produce(h: Harness, topic: str, n: int, partition: int = 0) -> None:
 
 
 def _chunk_offsets(h: Harness, topic: str, partition: int = 0) -> list[tuple[int, int]]:
+    from skiff.metadata.schema import chunks, topics
     from sqlalchemy import select
-
-    from metadata.schema import chunks, topics
 
     assert h.service is not None
     with h.service.engine.connect() as conn:
@@ -162,9 +161,8 @@ def test_kafka_python_delete_records(harness: Harness) -> None:
 
 
 def test_files_left_without_chunks_become_deleting(harness: Harness, tmp_path: Path) -> None:
+    from skiff.metadata.schema import FILE_DELETING, chunks, files
     from sqlalchemy import select
-
-    from metadata.schema import FILE_DELETING, chunks, files
 
     topic = _topic(harness)
     _produce(harness, topic, 3)

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
+from skiff.agent.config import AgentConfig
+from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.fileformat.batch_header import iter_batches
+from skiff.fileformat.objectstore import open_async_store
+from skiff.fileformat.record_build import build_batch
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import FetchQuery
 
-from agent.config import AgentConfig
-from agent.runtime import RunningAgent, start_agent
-from fileformat.batch_header import iter_batches
-from fileformat.objectstore import open_async_store
-from fileformat.record_build import build_batch
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import FetchQuery
 from tests.component.fake_metadata import FlakyMetadataClient
 from tests.support.kafka_wire import fetch_request, produce_request, send_request
 from tests.support.spies import parked_fetches

@@ -29,8 +29,8 @@ from kio.schema.offset_delete.v0.request import (
 from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestAssignment
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
+from skiff.metadata.types import GroupOffset
 
-from metadata.types import GroupOffset
 from tests.component.fake_metadata import AgentHarness, connect, request_once, roundtrip
 
 

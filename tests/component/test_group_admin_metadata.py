@@ -11,14 +11,19 @@ import struct
 
 import httpx
 import pytest
+from skiff.agent.cli.groups import assignment_partitions, group_view
+from skiff.metadata.app import create_app
+from skiff.metadata.errors import (
+    GROUP_ID_NOT_FOUND,
+    NON_EMPTY_GROUP,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    MetadataError,
+)
+from skiff.metadata.group_lease_types import LeaseToken
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import GroupOffset
 
-from agent.cli.groups import assignment_partitions, group_view
-from metadata.app import create_app
-from metadata.errors import GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, UNKNOWN_TOPIC_OR_PARTITION, MetadataError
-from metadata.group_lease_types import LeaseToken
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import GroupOffset
 from tests.support.metadata_fixtures import FakeClock
 
 TTL = 10_000

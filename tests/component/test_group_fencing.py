@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
+from skiff.agent.group_coordinator import GroupCoordinator
+from skiff.agent.group_fencing import GroupFence
+from skiff.agent.group_model import GroupState, JoinResult, SyncResult
+from skiff.agent.group_persistence import decode_group_state
+from skiff.agent.group_rebalance import DelayedHeartbeat
+from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
+from skiff.agent.timing_wheel import SystemTimer
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import GroupOffset
 
-from agent.group_coordinator import GroupCoordinator
-from agent.group_fencing import GroupFence
-from agent.group_model import GroupState, JoinResult, SyncResult
-from agent.group_persistence import decode_group_state
-from agent.group_rebalance import DelayedHeartbeat
-from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
-from agent.timing_wheel import SystemTimer
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import GroupOffset
 from tests.component.fake_metadata import FlakyMetadataClient
 from tests.unit.test_group_coordinator import ManualClock
 

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
-from metadata.app import create_app
-from metadata.errors import MetadataError
-from metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION, NOT_COORDINATOR, LeaseToken
-from metadata.http_client import HttpMetadataClient
-from metadata.service import MetadataService
-from metadata.types import AgentInfo, GroupOffset
+from skiff.metadata.app import create_app
+from skiff.metadata.errors import MetadataError
+from skiff.metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION, NOT_COORDINATOR, LeaseToken
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import AgentInfo, GroupOffset
 
 TTL = 10_000
 

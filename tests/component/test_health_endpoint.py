@@ -12,12 +12,13 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from agent.config import AgentConfig
-from agent.metrics import MAX_HTTP_THREADS
-from agent.runtime import start_agent
-from fileformat.objectstore import open_async_store
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
+from skiff.agent.config import AgentConfig
+from skiff.agent.metrics import MAX_HTTP_THREADS
+from skiff.agent.runtime import start_agent
+from skiff.fileformat.objectstore import open_async_store
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+
 from tests.component.fake_metadata import is_closed
 from tests.support.agents import free_port
 

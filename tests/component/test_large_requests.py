@@ -26,12 +26,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
+from skiff.agent.handlers import create_topics as create_topics_handler
+from skiff.agent.protocol import decode_response, encode_request
+from skiff.metadata.api_types import NewTopic, TopicCreation
+from skiff.metadata.errors import MetadataUnavailable
+from skiff.metadata.types import Topic
 
-from agent.handlers import create_topics as create_topics_handler
-from agent.protocol import decode_response, encode_request
-from metadata.api_types import NewTopic, TopicCreation
-from metadata.errors import MetadataUnavailable
-from metadata.types import Topic
 from tests.component.fake_metadata import AgentHarness, connect, is_closed, recv_frame, request_once
 
 SMALL = ApiVersionsRequest(client_software_name="small", client_software_version="1")

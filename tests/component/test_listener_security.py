@@ -36,13 +36,13 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.static.primitive import i8, i32
 from scramp import ScramClient
+from skiff.agent.config import AgentConfig
+from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.fileformat.objectstore.memory import AsyncMemoryStore
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.scram_types import make_credential
+from skiff.metadata.service import MetadataService
 
-from agent.config import AgentConfig
-from agent.runtime import RunningAgent, start_agent
-from fileformat.objectstore.memory import AsyncMemoryStore
-from metadata.local_client import LocalMetadataClient
-from metadata.scram_types import make_credential
-from metadata.service import MetadataService
 from tests.support.kafka_wire import KafkaWire, encode_request
 from tests.support.tls import CLIENT_SUBJECT, Pki, make_pki
 

@@ -14,8 +14,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
+from skiff.agent import protocol
 
-from agent import protocol
 from tests.component.fake_metadata import AgentHarness, connect, is_closed, request_once, roundtrip
 
 

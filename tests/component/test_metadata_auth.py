@@ -32,20 +32,19 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
-from sqlalchemy import create_engine
-
-from metadata.app import create_app, tls_settings
-from metadata.auth import ADMIN, AGENT, COMPACTOR, READER, ROLES, TokenTable, allowed_roles, iter_routes
-from metadata.credentials import MetadataCredentials
-from metadata.errors import (
+from skiff.metadata.app import create_app, tls_settings
+from skiff.metadata.auth import ADMIN, AGENT, COMPACTOR, READER, ROLES, TokenTable, allowed_roles, iter_routes
+from skiff.metadata.credentials import MetadataCredentials
+from skiff.metadata.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     SASL_AUTHENTICATION_FAILED,
     MetadataError,
     MetadataUnavailable,
 )
-from metadata.http_client import HttpMetadataClient
-from metadata.service import MetadataService
-from metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec
+from sqlalchemy import create_engine
 
 TOKENS = {role: f"{role}-token-{'x' * 24}" for role in sorted(ROLES)}
 TOKENS_TEXT = "\n".join(f"{role}:{token}" for role, token in TOKENS.items())
@@ -277,8 +276,7 @@ def test_every_route_declares_its_roles_and_is_enforced(app: FastAPI) -> None:
 
 def test_routes_of_an_included_router_are_admin_only_unless_declared(service: MetadataService) -> None:
     from fastapi import APIRouter
-
-    from metadata.auth import allow
+    from skiff.metadata.auth import allow
 
     app = create_app(service, tokens=TokenTable.parse(TOKENS_TEXT, "test"))
     router = APIRouter()

@@ -22,16 +22,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from skiff.metadata import compaction_swap
+from skiff.metadata.errors import ConflictError, MetadataError
+from skiff.metadata.inspection import count_rows, file_states, partition_chunks
+from skiff.metadata.schema import chunks as chunks_t
+from skiff.metadata.schema import files as files_t
+from skiff.metadata.schema import producer_state as producer_state_t
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec, OutputChunk, PartitionKey
 from sqlalchemy import select
-
-from metadata import compaction_swap
-from metadata.errors import ConflictError, MetadataError
-from metadata.inspection import count_rows, file_states, partition_chunks
-from metadata.schema import chunks as chunks_t
-from metadata.schema import files as files_t
-from metadata.schema import producer_state as producer_state_t
-from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FileSpec, OutputChunk, PartitionKey
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -419,7 +418,7 @@ def test_group_commit_semantics(svc: MetadataService) -> None:
 
 
 def test_group_committer_order_errors_and_handoff() -> None:
-    from metadata.group_commit import GroupCommitter
+    from skiff.metadata.group_commit import GroupCommitter
 
     seen: list[list[int]] = []
     release = threading.Event()

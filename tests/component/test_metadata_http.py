@@ -25,15 +25,14 @@ import pytest
 import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from metadata import bitmaps
-from metadata.app import create_app
-from metadata.client import open_metadata_client
-from metadata.errors import ConflictError, MetadataError, MetadataUnavailable
-from metadata.http_client import HttpMetadataClient
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import (
+from skiff.metadata import bitmaps
+from skiff.metadata.app import create_app
+from skiff.metadata.client import open_metadata_client
+from skiff.metadata.errors import ConflictError, MetadataError, MetadataUnavailable
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import (
     AgentInfo,
     BatchSpec,
     ChunkSpec,
@@ -421,7 +420,7 @@ def test_run_metadata_server_subprocess(tmp_path: os.PathLike[str]) -> None:
         [
             sys.executable,
             "-c",
-            f"from metadata.app import run_metadata_server; run_metadata_server({db!r}, '127.0.0.1', {port})",
+            f"from skiff.metadata.app import run_metadata_server; run_metadata_server({db!r}, '127.0.0.1', {port})",
         ],
         env=env,
         stdout=subprocess.PIPE,

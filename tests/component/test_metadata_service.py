@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 import pytest
 from pyroaring import BitMap
-
-from metadata import bitmaps
-from metadata.errors import ConflictError, MetadataError
-from metadata.inspection import count_rows, file_states
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import (
+from skiff.metadata import bitmaps
+from skiff.metadata.errors import ConflictError, MetadataError
+from skiff.metadata.inspection import count_rows, file_states
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
@@ -36,6 +35,7 @@ from metadata.types import (
     OutputChunk,
     PartitionKey,
 )
+
 from tests.support.metadata_fixtures import T0_MS as T0
 from tests.support.metadata_fixtures import FakeClock
 
@@ -727,9 +727,8 @@ async def test_agents_heartbeat_and_ttl(md: LocalMetadataClient, clock: FakeCloc
 def test_migrations_match_schema_and_rerun(metadata_service: MetadataService) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
-
-    from metadata.db import current_revision, head_revision, upgrade_to_head
-    from metadata.schema import metadata_obj
+    from skiff.metadata.db import current_revision, head_revision, upgrade_to_head
+    from skiff.metadata.schema import metadata_obj
 
     upgrade_to_head(metadata_service.engine)  # again: a no-op
     assert current_revision(metadata_service.engine) == head_revision()

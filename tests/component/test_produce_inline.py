@@ -17,15 +17,15 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.types import TopicName
 from kio.static.primitive import Records, i16, i32, i32Timedelta
+from skiff.agent.config import AgentConfig
+from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.fileformat.batch_header import iter_batches
+from skiff.fileformat.objectstore import open_async_store
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record, decode_records
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
 
-from agent.config import AgentConfig
-from agent.runtime import RunningAgent, start_agent
-from fileformat.batch_header import iter_batches
-from fileformat.objectstore import open_async_store
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record, decode_records
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
 from tests.support.kafka_wire import KafkaWire, encode_request, fetch_request, produce_request, send_request
 
 

@@ -16,17 +16,17 @@ import cramjam
 import crc32c
 import pytest
 from kio.schema.errors import ErrorCode
+from skiff.agent.config import AgentConfig
+from skiff.agent.handlers.produce import validate_batches
+from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.fileformat import batch_header, record_build, record_decode
+from skiff.fileformat.batch_header import Compression
+from skiff.fileformat.objectstore import open_async_store
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
 
-from agent.config import AgentConfig
-from agent.handlers.produce import validate_batches
-from agent.runtime import RunningAgent, start_agent
-from fileformat import batch_header, record_build, record_decode
-from fileformat.batch_header import Compression
-from fileformat.objectstore import open_async_store
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
 from tests.component.fake_metadata import FlakyMetadataClient
 from tests.support.kafka_wire import fetch_request, produce_request, send_request
 

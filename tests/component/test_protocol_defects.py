@@ -22,8 +22,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as FindCoordinatorRequestV3
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.static.primitive import i8
+from skiff.metadata import configs
 
-from metadata import configs
 from tests.component.fake_metadata import AgentHarness, request_once
 
 TIMEOUT = 15

@@ -35,13 +35,13 @@ from kio.schema.metadata.v0.request import MetadataRequest as MetadataRequestV0
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.types import BrokerId, ProducerId, TransactionalId
 from kio.static.primitive import i8, i16, i32, i32Timedelta
+from skiff.agent import protocol
+from skiff.agent.context import AgentContext
+from skiff.agent.handlers import NO_THROTTLE, HandlerRegistry, HandlerSpec, Request, default_registry
+from skiff.agent.handlers._access import no_check
+from skiff.agent.protocol import encode_request
+from skiff.metadata.errors import MetadataError
 
-from agent import protocol
-from agent.context import AgentContext
-from agent.handlers import NO_THROTTLE, HandlerRegistry, HandlerSpec, Request, default_registry
-from agent.handlers._access import no_check
-from agent.protocol import encode_request
-from metadata.errors import MetadataError
 from tests.component.fake_metadata import (
     AgentHarness,
     connect,
@@ -586,7 +586,7 @@ def test_a_connection_with_many_buffered_requests_lets_the_loop_turn(harness):
     """Requests already in the socket buffer are read without suspending; the reader yields
     every `_READ_BURST_REQUESTS` so that other connections, timers and the commit thread get
     the loop (before: all 300 were parsed and dispatched in one loop iteration)."""
-    from agent.connection import _READ_BURST_REQUESTS
+    from skiff.agent.connection import _READ_BURST_REQUESTS
 
     server = harness.agent.server
     most_between_turns = 0

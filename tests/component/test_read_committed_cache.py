@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kio.static.primitive import i8
+from skiff.fileformat.batch_header import iter_batches
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record, iter_records
+from skiff.metadata.types import FetchQuery
 
-from fileformat.batch_header import iter_batches
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record, iter_records
-from metadata.types import FetchQuery
 from tests.component.fake_metadata import AgentHarness, request_once
 from tests.support.kafka_wire import fetch_request, list_offsets_request, produce_request
 from tests.support.spies import parked_fetches

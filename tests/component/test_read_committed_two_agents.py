@@ -19,15 +19,15 @@ from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from kio.schema.types import ProducerId, TransactionalId
 from kio.static.primitive import i8, i16, i32Timedelta
+from skiff.agent.config import AgentConfig
+from skiff.agent.runtime import start_agent
+from skiff.fileformat.batch_header import iter_batches
+from skiff.fileformat.objectstore import open_async_store
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record, iter_records
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
 
-from agent.config import AgentConfig
-from agent.runtime import start_agent
-from fileformat.batch_header import iter_batches
-from fileformat.objectstore import open_async_store
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record, iter_records
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
 from tests.component.fake_metadata import FlakyMetadataClient, request_once
 from tests.component.test_txn_handlers import _add_v3
 from tests.support.kafka_wire import fetch_request, produce_request

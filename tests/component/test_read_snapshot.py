@@ -10,12 +10,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+from skiff.metadata.db import create_engine_for, read_tx, upgrade_to_head, write_tx
+from skiff.metadata.schema import partitions
+from skiff.metadata.service import MetadataService
 from sqlalchemy import Connection, select, text, update
 from sqlalchemy.exc import DBAPIError
-
-from metadata.db import create_engine_for, read_tx, upgrade_to_head, write_tx
-from metadata.schema import partitions
-from metadata.service import MetadataService
 
 WAIT_S = 30  # a bound on waiting for the other thread, never reached when all is well
 

@@ -25,15 +25,15 @@ from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 from kio.static.primitive import i8
+from skiff.agent import routing
+from skiff.agent.config import AgentConfig
+from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.fileformat.objectstore import open_async_store
+from skiff.fileformat.objectstore.errors import StorageError
+from skiff.fileformat.objectstore.memory import AsyncMemoryStore
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
 
-from agent import routing
-from agent.config import AgentConfig
-from agent.runtime import RunningAgent, start_agent
-from fileformat.objectstore import open_async_store
-from fileformat.objectstore.errors import StorageError
-from fileformat.objectstore.memory import AsyncMemoryStore
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
 from tests.component.fake_metadata import request_once
 from tests.support.agents import free_port
 
@@ -106,7 +106,7 @@ def md(tmp_path: Path) -> LocalMetadataClient:
 async def test_an_agent_that_cannot_write_its_bucket_leads_nothing_until_it_can(
     md: LocalMetadataClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="agent.health")
+    caplog.set_level(logging.INFO, logger="skiff.agent.health")
     good = await start_agent(_config("good"), md, open_async_store(f"memory://good-{uuid.uuid4().hex}"))
     store = UnwritableStore(f"bad-{uuid.uuid4().hex}")
     bad = await start_agent(_config("bad"), md, store)
@@ -124,7 +124,9 @@ async def test_an_agent_that_cannot_write_its_bucket_leads_nothing_until_it_can(
             f"not ready: bucket {store.url}: PUT _skiff/readiness/bad failed: StorageError: NoSuchBucket"
         )
         errors = [
-            r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and r.name == "agent.health"
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.ERROR and r.name == "skiff.agent.health"
         ]
         assert errors == ["agent bad not ready: " + body.removeprefix("not ready: ").strip()]
         metrics = (await asyncio.to_thread(_http, port, "/metrics"))[1]
@@ -155,7 +157,9 @@ async def test_an_agent_that_cannot_write_its_bucket_leads_nothing_until_it_can(
             assert await _leaders(asked, topic.name) == expected
         assert {n for _, n in await _coordinators(good, groups)} == {good_id, bad_id}
         infos = [
-            r.getMessage() for r in caplog.records if r.levelno == logging.INFO and r.name == "agent.health"
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.INFO and r.name == "skiff.agent.health"
         ]
         assert len(infos) == 1 and infos[0].startswith("agent bad ready again after ")
         assert "skiff_agent_ready 1.0" in (await asyncio.to_thread(_http, port, "/metrics"))[1]

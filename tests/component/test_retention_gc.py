@@ -8,15 +8,15 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+from skiff.compactor import retention as compactor_retention
+from skiff.compactor.gc import GarbageCollector, RateLimiter
+from skiff.fileformat.objectstore import ObjectInfo, open_store
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.schema import FILE_DELETING, files
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import DeleteRecordsQuery, GroupOffset
 from sqlalchemy import select
 
-from compactor import retention as compactor_retention
-from compactor.gc import GarbageCollector, RateLimiter
-from fileformat.objectstore import ObjectInfo, open_store
-from metadata.local_client import LocalMetadataClient
-from metadata.schema import FILE_DELETING, files
-from metadata.service import MetadataService
-from metadata.types import DeleteRecordsQuery, GroupOffset
 from tests.component import test_metadata_service as _ms
 from tests.component.test_metadata_service import B, commit, layout
 from tests.support.metadata_fixtures import FakeClock
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def _log_start(md: LocalMetadataClient, topic: str) -> int:
-    from metadata.types import OffsetQuery
+    from skiff.metadata.types import OffsetQuery
 
     t = (await md.describe_topics([topic]))[topic]
     (a,) = await md.list_offsets([OffsetQuery(t.topic_id, 0, -2)])
@@ -251,7 +251,7 @@ async def test_orphan_scan_never_takes_skiff_objects_for_segments(
     """Objects under _skiff/ (an agent's readiness probe object, fileformat.objectstore.keys)
     are never asked about as segments; a probe object not rewritten for the orphan grace
     belongs to a gone agent and is deleted, any other _skiff/ object is left alone."""
-    from fileformat.objectstore.keys import readiness_key
+    from skiff.fileformat.objectstore.keys import readiness_key
 
     store = _MemStoreClock(open_store(f"memory://skiffkeys-{uuid.uuid4().hex}"), datetime.now(UTC))
     store.put(readiness_key("gone-agent"), b"probe")

@@ -7,15 +7,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from skiff.metadata.db import upgrade_to_head
+from skiff.metadata.errors import MetadataError
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.scram_types import ScramCredential, ScramCredentialInfo, make_credential, password_matches
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import AgentInfo
 from sqlalchemy import create_engine, text
 
-from metadata.db import upgrade_to_head
-from metadata.errors import MetadataError
-from metadata.http_client import HttpMetadataClient
-from metadata.local_client import LocalMetadataClient
-from metadata.scram_types import ScramCredential, ScramCredentialInfo, make_credential, password_matches
-from metadata.service import MetadataService
-from metadata.types import AgentInfo
 from tests.component.test_metadata_http import ServerThread
 
 
@@ -131,8 +131,7 @@ def test_agent_listeners_are_stored_and_rows_without_them_stay_readable(db_url: 
 def test_migration_0005_keeps_existing_agent_rows(tmp_path: pytest.TempPathFactory) -> None:
     """Upgrade a database at revision 0004 holding an agent row: the row survives, listener-less."""
     from alembic import command
-
-    from metadata.db import _alembic_config
+    from skiff.metadata.db import _alembic_config
 
     url = f"sqlite:///{tmp_path}/old.db"
     engine = create_engine(url)

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
+from skiff.agent.config import AgentConfig
+from skiff.agent.metrics import serve_metrics
+from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.agent.server import AgentServer
+from skiff.fileformat.objectstore.memory import AsyncMemoryStore
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.scram_types import make_credential
+from skiff.metadata.service import MetadataService
 
-from agent.config import AgentConfig
-from agent.metrics import serve_metrics
-from agent.runtime import RunningAgent, start_agent
-from agent.server import AgentServer
-from fileformat.objectstore.memory import AsyncMemoryStore
-from metadata.local_client import LocalMetadataClient
-from metadata.scram_types import make_credential
-from metadata.service import MetadataService
 from tests.component.test_listener_security import sasl_login
 from tests.component.test_metrics import scrape
 from tests.support.agents import free_port

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionKey
 
 TXN_ID = f"stable-{uuid.uuid4().hex[:8]}"  # a new transactional id per run (the database may be shared)
 TS_MS = 1_700_000_000_000

@@ -8,13 +8,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from skiff.metadata import txn_state as ts
+from skiff.metadata.schema import txn_open
+from skiff.metadata.service import MetadataService
+from skiff.metadata.txn_state import TxnState
+from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionFetchInfo
 from sqlalchemy import event, select
 
-from metadata import txn_state as ts
-from metadata.schema import txn_open
-from metadata.service import MetadataService
-from metadata.txn_state import TxnState
-from metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionFetchInfo
 from tests.support.metadata_fixtures import FakeClock
 
 

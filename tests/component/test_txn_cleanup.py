@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import uuid
 
+from skiff.metadata.schema import txn_aborted
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import BatchSpec, ChunkSpec, DeleteRecordsQuery, FileSpec
 from sqlalchemy import select
 
-from metadata.schema import txn_aborted
-from metadata.service import MetadataService
-from metadata.types import BatchSpec, ChunkSpec, DeleteRecordsQuery, FileSpec
 from tests.support import compaction_model
 from tests.support.compaction_model import Clock
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
-from metadata.app import create_app
-from metadata.errors import INVALID_REQUEST, MetadataError
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.txn_state import (
+from skiff.metadata.app import create_app
+from skiff.metadata.errors import INVALID_REQUEST, MetadataError
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.txn_state import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,
     PRODUCER_FENCED,
     TxnState,
 )
-from metadata.types import GroupOffset
+from skiff.metadata.types import GroupOffset
+
 from tests.support.metadata_fixtures import FakeClock
 
 pytestmark = pytest.mark.anyio

@@ -9,20 +9,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-
-from agent import routing
-from agent.agent_registry import LiveAgents
-from agent.produce_buffer import CommittedFile
-from agent.txn_coordinator import TxnCoordinator, txn_key
-from fileformat.batch_header import parse_header
-from fileformat.objectstore import open_async_store
-from fileformat.record_build import build_batch
-from fileformat.record_decode import ControlRecordType, Record, iter_records, parse_control_record
-from fileformat.segment import ChunkInput, build_segment
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.txn_state import TxnState
-from metadata.types import AgentInfo, BatchSpec, ChunkSpec, FetchQuery, FileSpec, Topic
+from skiff.agent import routing
+from skiff.agent.agent_registry import LiveAgents
+from skiff.agent.produce_buffer import CommittedFile
+from skiff.agent.txn_coordinator import TxnCoordinator, txn_key
+from skiff.fileformat.batch_header import parse_header
+from skiff.fileformat.objectstore import open_async_store
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import ControlRecordType, Record, iter_records, parse_control_record
+from skiff.fileformat.segment import ChunkInput, build_segment
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.txn_state import TxnState
+from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FetchQuery, FileSpec, Topic
 
 pytestmark = pytest.mark.anyio
 

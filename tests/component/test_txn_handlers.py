@@ -31,12 +31,12 @@ from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32, i32Timedelta, i64
+from skiff.agent.produce_buffer import PendingBatch
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
+from skiff.metadata.txn_state import TxnState
+from skiff.metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec, PartitionKey
 
-from agent.produce_buffer import PendingBatch
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
-from metadata.txn_state import TxnState
-from metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec, PartitionKey
 from tests.component.fake_metadata import AgentHarness, request_once
 from tests.support.kafka_wire import list_offsets_request, produce_request
 

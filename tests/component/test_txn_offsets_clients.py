@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from skiff.metadata.types import GroupOffset
 
-from metadata.types import GroupOffset
 from tests.component.fake_metadata import AgentHarness
 from tests.component.test_txn_offsets_stable import _add_offsets, _end, _init, _txn_commit
 from tests.support.java_client import JavaClient

@@ -9,12 +9,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-
-from metadata.app import create_app
-from metadata.http_client import HttpMetadataClient
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import GroupOffset
+from skiff.metadata.app import create_app
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import GroupOffset
 
 pytestmark = pytest.mark.anyio
 POLICY_VIOLATION = 44

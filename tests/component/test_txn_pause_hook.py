@@ -9,9 +9,8 @@ import asyncio
 from dataclasses import replace
 
 import pytest
-
-from agent.txn_pause_hook import ENV, MARKER, TxnPauseHook
-from metadata.txn_state import TxnRecord, TxnState
+from skiff.agent.txn_pause_hook import ENV, MARKER, TxnPauseHook
+from skiff.metadata.txn_state import TxnRecord, TxnState
 
 
 def _record(txn_id: str) -> TxnRecord:

@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from skiff.agent.agent_registry import LiveAgents
+from skiff.agent.config import AgentConfig
+from skiff.agent.runtime import build_agent_context
+from skiff.agent.txn_coordinator import TxnCoordinator
+from skiff.fileformat.objectstore import open_async_store
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import AgentInfo
 
-from agent.agent_registry import LiveAgents
-from agent.config import AgentConfig
-from agent.runtime import build_agent_context
-from agent.txn_coordinator import TxnCoordinator
-from fileformat.objectstore import open_async_store
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import AgentInfo
 from tests.component.test_txn_coordinator import Clock
 
 pytestmark = pytest.mark.anyio

@@ -10,16 +10,16 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from skiff.agent.agent_registry import LiveAgents
+from skiff.metadata.app import create_app
+from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.schema import txn_aborted, txn_offsets, txn_open
+from skiff.metadata.service import MetadataService
+from skiff.metadata.txn_state import TxnState
+from skiff.metadata.types import AgentInfo, GroupOffset, Topic
 from sqlalchemy import select
 
-from agent.agent_registry import LiveAgents
-from metadata.app import create_app
-from metadata.http_client import HttpMetadataClient
-from metadata.local_client import LocalMetadataClient
-from metadata.schema import txn_aborted, txn_offsets, txn_open
-from metadata.service import MetadataService
-from metadata.txn_state import TxnState
-from metadata.types import AgentInfo, GroupOffset, Topic
 from tests.component.test_txn_coordinator import Clock, Env
 
 pytestmark = pytest.mark.anyio

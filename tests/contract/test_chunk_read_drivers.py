@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from skiff.fileformat import read_async, read_sync
+from skiff.fileformat.chunk_reader import ChunkLocation, FetchSelection, PartitionRead
+from skiff.fileformat.objectstore import ObjectNotFound, drop_memory_bucket, open_async_store, open_store
+from skiff.fileformat.objectstore.range_cache import RangeCache
 
-from fileformat import read_async, read_sync
-from fileformat.chunk_reader import ChunkLocation, FetchSelection, PartitionRead
-from fileformat.objectstore import ObjectNotFound, drop_memory_bucket, open_async_store, open_store
-from fileformat.objectstore.range_cache import RangeCache
 from tests.support.chunk_logs import Log, build_log, expected_selection, returned_batches
 from tests.support.s3servers import S3Bucket
 

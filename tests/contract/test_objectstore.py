@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 import pytest
-
-from fileformat.objectstore import (
+from skiff.fileformat.objectstore import (
     AsyncObjectStore,
     BytesLike,
     InvalidKey,
@@ -43,8 +42,9 @@ from fileformat.objectstore import (
     open_async_store,
     open_store,
 )
-from fileformat.objectstore.base import MIN_PART_BYTES
-from fileformat.objectstore.s3 import S3Options, crc32c_b64
+from skiff.fileformat.objectstore.base import MIN_PART_BYTES
+from skiff.fileformat.objectstore.s3 import S3Options, crc32c_b64
+
 from tests.support.s3servers import S3Bucket
 
 T = TypeVar("T")
@@ -660,7 +660,7 @@ def test_unreachable_endpoint_fails_fast(
                 call()
             assert time.monotonic() - started < 10
             assert info.value.retriable
-            assert type(info.value).__module__.startswith("fileformat.")
+            assert type(info.value).__module__.startswith("skiff.fileformat.")
         snap = facade.snap()
         assert snap.requests == {"put": 1, "get": 1, "list": 1}
         assert snap.errors == {"put": 1, "get": 1, "list": 1}
@@ -710,7 +710,7 @@ def test_s3_errors_are_translated(
         with pytest.raises(StorageError) as info:
             facade.get("k")
         assert not isinstance(info.value, ObjectNotFound | StorageUnavailable)
-        assert type(info.value).__module__.startswith("fileformat.")
+        assert type(info.value).__module__.startswith("skiff.fileformat.")
     finally:
         facade.close()
     if s3_bucket.server.kind == "seaweedfs":  # moto accepts any credentials
@@ -721,7 +721,7 @@ def test_s3_errors_are_translated(
             with pytest.raises(StorageError) as info:
                 facade.put("k", b"v")
             assert not info.value.retriable
-            assert type(info.value).__module__.startswith("fileformat.")
+            assert type(info.value).__module__.startswith("skiff.fileformat.")
         finally:
             facade.close()
 

@@ -38,12 +38,12 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
+from skiff.compactor.pause_hook import ENV as PAUSE_ENV
+from skiff.compactor.pause_hook import MARKER as PAUSE_MARKER
+from skiff.metadata.schema import files
+from skiff.metadata.service import MetadataService
 from sqlalchemy import select
 
-from compactor.pause_hook import ENV as PAUSE_ENV
-from compactor.pause_hook import MARKER as PAUSE_MARKER
-from metadata.schema import files
-from metadata.service import MetadataService
 from tests.e2e.test_compaction_cli import Record, ShiftedClock, _read_all
 from tests.e2e.test_compaction_cli import metadata_server as metadata_server  # the fixture
 from tests.support.agents import SkiffProcess, agent_args

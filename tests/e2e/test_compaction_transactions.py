@@ -30,10 +30,10 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from skiff.metadata.schema import txn_aborted
+from skiff.metadata.service import MetadataService
 from sqlalchemy import select
 
-from metadata.schema import txn_aborted
-from metadata.service import MetadataService
 from tests.e2e.test_compaction_cli import ShiftedClock, _env, metadata_server  # noqa: F401 (fixture)
 from tests.support.agents import SkiffProcess, agent_args, skiff_command
 from tests.support.s3servers import S3Bucket

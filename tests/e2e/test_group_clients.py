@@ -47,10 +47,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
+from skiff.fileformat.batch_header import iter_batches
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
 
-from fileformat.batch_header import iter_batches
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
 from tests.e2e.test_cluster import Cluster, start_cluster, wait_for_brokers
 from tests.support.agents import SkiffProcess, _spawn
 from tests.support.java_client import JavaClient, JavaGroupMember

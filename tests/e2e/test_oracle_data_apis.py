@@ -17,11 +17,11 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.types import TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
+from skiff.agent import protocol
+from skiff.fileformat.batch_header import Compression
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
 
-from agent import protocol
-from fileformat.batch_header import Compression
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
 from tests.support.java_client import JavaClient
 from tests.support.kafka_wire import KafkaWire
 

@@ -33,11 +33,11 @@ from typing import Any
 import pytest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.types import TransactionalId
+from skiff.agent import routing
+from skiff.agent.txn_coordinator import txn_key
+from skiff.agent.txn_pause_hook import ENV as PAUSE_ENV
+from skiff.agent.txn_pause_hook import MARKER as PAUSE_MARKER
 
-from agent import routing
-from agent.txn_coordinator import txn_key
-from agent.txn_pause_hook import ENV as PAUSE_ENV
-from agent.txn_pause_hook import MARKER as PAUSE_MARKER
 from tests.e2e.test_clients_roundtrip import create_topic
 from tests.e2e.test_cluster import wait_for_brokers
 from tests.support.agents import SkiffProcess, agent_args

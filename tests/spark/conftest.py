@@ -93,7 +93,7 @@ def spark() -> Iterator[object]:
         from pyspark.sql import SparkSession  # noqa: F401
     except ImportError:
         pytest.fail("pyspark is not installed: install the spark extra (pip install -e '.[test,spark]')")
-    from spark import skiff_session
+    from skiff.spark import skiff_session
 
     session = skiff_session(
         "skiff-tests",
@@ -194,12 +194,12 @@ def _produce(bootstrap: str, produced: Produced) -> None:
 def _compact(metadata_url: str, bucket_dir: Path, produced: Produced) -> list[tuple[int, bytes, bytes]]:
     """Replace `compacted`'s chunks by one compactor-style chunk: absolute offsets, only the
     latest record per key, and the bitmap of the offsets present."""
-    from fileformat.objectstore import open_store
-    from fileformat.record_build import build_batch
-    from fileformat.segment import ChunkInput, build_segment
-    from metadata import bitmaps
-    from metadata.http_client import HttpMetadataClient
-    from metadata.types import FetchQuery, FileSpec, OutputChunk
+    from skiff.fileformat.objectstore import open_store
+    from skiff.fileformat.record_build import build_batch
+    from skiff.fileformat.segment import ChunkInput, build_segment
+    from skiff.metadata import bitmaps
+    from skiff.metadata.http_client import HttpMetadataClient
+    from skiff.metadata.types import FetchQuery, FileSpec, OutputChunk
 
     rows = produced.rows["compacted"]
     latest: dict[bytes, tuple] = {}
@@ -263,7 +263,7 @@ def _compact(metadata_url: str, bucket_dir: Path, produced: Produced) -> list[tu
 def _trim(db_path: Path, metadata_url: str, log_start: int) -> None:
     """Move `trimmed`'s log start, as retention or DeleteRecords does (metadata has no
     HTTP operation for it yet, so the test writes the row)."""
-    from metadata.http_client import HttpMetadataClient
+    from skiff.metadata.http_client import HttpMetadataClient
 
     async def topic_id() -> uuid.UUID:
         client = HttpMetadataClient(metadata_url)

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-
-from spark.aborted import AbortedTransactions
-from spark.options import SkiffOptionError, parse_options
+from skiff.spark.aborted import AbortedTransactions
+from skiff.spark.options import SkiffOptionError, parse_options
 
 
 @dataclass
@@ -194,8 +193,8 @@ def test_a_timestamp_answer_at_or_above_the_latest_offset_is_no_answer() -> None
     import asyncio
     import uuid
 
-    from metadata.types import OffsetAnswer
-    from spark.planner import PartitionInfo, SkiffSourceError, _timestamp_offsets
+    from skiff.metadata.types import OffsetAnswer
+    from skiff.spark.planner import PartitionInfo, SkiffSourceError, _timestamp_offsets
 
     class Metadata:
         async def list_offsets(self, queries):  # type: ignore[no-untyped-def]

@@ -13,12 +13,11 @@ one. Tasks cover the whole log (too many aborted transactions past offset 0), it
 from __future__ import annotations
 
 import pytest
-
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import MAX_CACHEABLE_ABORTED, BatchSpec, ChunkSpec, FileSpec
-from spark import planner
-from spark.ranges import OffsetRange
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import MAX_CACHEABLE_ABORTED, BatchSpec, ChunkSpec, FileSpec
+from skiff.spark import planner
+from skiff.spark.ranges import OffsetRange
 
 ABORTED = MAX_CACHEABLE_ABORTED + 6
 BATCH_BYTES = 100

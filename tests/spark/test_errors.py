@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from skiff.fileformat.objectstore import open_store
+from skiff.spark.options import parse_options
+from skiff.spark.planner import SkiffSourceError
+from skiff.spark.source import SkiffBatchReader, read_partition
+from skiff.spark.stream import SkiffStreamReader
 
-from fileformat.objectstore import open_store
-from spark.options import parse_options
-from spark.planner import SkiffSourceError
-from spark.source import SkiffBatchReader, read_partition
-from spark.stream import SkiffStreamReader
 from tests.spark.conftest import Cluster
 from tests.support.s3servers import S3Bucket
 

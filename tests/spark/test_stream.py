@@ -9,10 +9,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from skiff.spark.options import parse_options
+from skiff.spark.planner import SkiffSourceError, resolve_bucket
+from skiff.spark.stream import offsets_json, parse_offsets, rate_limit
 
-from spark.options import parse_options
-from spark.planner import SkiffSourceError, resolve_bucket
-from spark.stream import offsets_json, parse_offsets, rate_limit
 from tests.spark.conftest import Cluster, drain
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from skiff.spark import stream
+from skiff.spark.options import parse_options
+from skiff.spark.source import read_partition
+from skiff.spark.stream import SkiffStreamReader, parse_offsets
 
-from spark import stream
-from spark.options import parse_options
-from spark.source import read_partition
-from spark.stream import SkiffStreamReader, parse_offsets
 from tests.spark.conftest import Cluster
 
 LIMIT = 30

@@ -182,9 +182,9 @@ def test_read_committed_latest_is_the_lso(spark, cluster: Cluster, txn_data: Txn
 def test_plans_carry_the_aborted_transactions_and_end_at_the_lso(cluster: Cluster, txn_data: TxnData) -> None:
     """The driver's side without Spark: tasks end at the LSO and carry the aborted
     transactions of their ranges; the stream reader's latest offsets are the LSOs."""
-    from spark.options import parse_options
-    from spark.source import SkiffBatchReader
-    from spark.stream import SkiffStreamReader
+    from skiff.spark.options import parse_options
+    from skiff.spark.source import SkiffBatchReader
+    from skiff.spark.stream import SkiffStreamReader
 
     base = {
         "metadata.url": cluster.metadata_url,
@@ -252,9 +252,9 @@ def test_a_lost_abort_marker_loses_nothing_more(
     transaction, which a range left open until C's next marker would drop."""
     import asyncio
 
-    from fileformat.objectstore import open_store
-    from metadata.http_client import HttpMetadataClient
-    from metadata.types import FetchQuery
+    from skiff.fileformat.objectstore import open_store
+    from skiff.metadata.http_client import HttpMetadataClient
+    from skiff.metadata.types import FetchQuery
 
     async def marker_chunk():  # type: ignore[no-untyped-def]
         client = HttpMetadataClient(cluster.metadata_url)

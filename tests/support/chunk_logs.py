@@ -13,11 +13,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from fileformat.batch_header import iter_batches
-from fileformat.chunk_reader import ChunkLocation
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record, decode_records, validate_batch
-from fileformat.segment import ChunkInput, build_segment
+from skiff.fileformat.batch_header import iter_batches
+from skiff.fileformat.chunk_reader import ChunkLocation
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record, decode_records, validate_batch
+from skiff.fileformat.segment import ChunkInput, build_segment
 
 TID = uuid.UUID(int=7)
 

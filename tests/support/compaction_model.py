@@ -33,20 +33,19 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-
-from compactor.keymap import SLOT_BYTES
-from compactor.plan import JobPlan
-from compactor.planner import PlannerConfig, claim_jobs
-from compactor.runner import LeasedJob, RunnerConfig, run_leased_job
-from fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
-from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
-from fileformat.record_decode import Record, decode_records
-from fileformat.segment import ChunkInput, ChunkPlacement, build_segment
-from metadata import bitmaps
-from metadata.compaction_types import MergeRules
-from metadata.local_client import LocalMetadataClient
-from metadata.service import MetadataService
-from metadata.types import PartitionKey
+from skiff.compactor.keymap import SLOT_BYTES
+from skiff.compactor.plan import JobPlan
+from skiff.compactor.planner import PlannerConfig, claim_jobs
+from skiff.compactor.runner import LeasedJob, RunnerConfig, run_leased_job
+from skiff.fileformat.chunk_reader import ChunkBatch, ChunkLocation, iter_chunk_batches
+from skiff.fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
+from skiff.fileformat.record_decode import Record, decode_records
+from skiff.fileformat.segment import ChunkInput, ChunkPlacement, build_segment
+from skiff.metadata import bitmaps
+from skiff.metadata.compaction_types import MergeRules
+from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import PartitionKey
 
 T0 = 1_700_000_000_000
 DRT_MS = 1_000  # delete.retention.ms

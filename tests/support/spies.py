@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agent.commit_watch import CommitWatch
-    from metadata.service import MetadataService
+    from skiff.agent.commit_watch import CommitWatch
+    from skiff.metadata.service import MetadataService
 
 DEADLINE_S = 30.0
 

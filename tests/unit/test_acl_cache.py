@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from agent.acl_cache import AclCache
-from metadata.acl_types import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from metadata.errors import MetadataUnavailable
+from skiff.agent.acl_cache import AclCache
+from skiff.metadata.acl_types import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from skiff.metadata.errors import MetadataUnavailable
 
 READ, TOPIC = AclOperation.READ, ResourceType.TOPIC
 ANON = "User:ANONYMOUS"
@@ -107,7 +106,7 @@ def test_fails_closed_until_loaded_then_the_poll_catches_up() -> None:
     ],
 )
 def test_the_client_host_is_the_address_acls_name(peer: str, host: str) -> None:
-    from agent.handlers import ConnectionInfo
+    from skiff.agent.handlers import ConnectionInfo
 
     info = ConnectionInfo(1, peer)
     assert info.client_host == host and info.principal == "User:ANONYMOUS"

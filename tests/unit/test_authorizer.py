@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from agent.authorizer import Authorizer, parse_super_users
-from metadata.acl_types import (
+from skiff.agent.authorizer import Authorizer, parse_super_users
+from skiff.metadata.acl_types import (
     AclBinding,
     AclBindingFilter,
     AclOperation,

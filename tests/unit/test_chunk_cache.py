@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from agent.chunk_cache import ChunkLocationCache
-from metadata.types import ChunkLocation, PartitionFetchInfo
+from skiff.agent.chunk_cache import ChunkLocationCache
+from skiff.metadata.types import ChunkLocation, PartitionFetchInfo
 
 K = (uuid.UUID(int=3), 0)
 

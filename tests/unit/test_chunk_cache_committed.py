@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import uuid
 
-from agent.chunk_cache import ChunkLocationCache
-from metadata.types import PartitionFetchInfo
+from skiff.agent.chunk_cache import ChunkLocationCache
+from skiff.metadata.types import PartitionFetchInfo
+
 from tests.unit.test_chunk_cache import Clock, loc
 
 K = (uuid.UUID(int=5), 0)

@@ -9,8 +9,7 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fileformat.chunk_reader import (
+from skiff.fileformat.chunk_reader import (
     ChunkLocation,
     ChunkReadError,
     FetchSelection,
@@ -25,8 +24,9 @@ from fileformat.chunk_reader import (
     select_batches,
     select_fetch,
 )
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
+
 from tests.support.chunk_logs import Log, build_log, expected_selection, returned_batches
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,9 +9,8 @@ import cramjam
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from fileformat.batch_header import Compression, RecordBatchError
-from fileformat.codecs import (
+from skiff.fileformat.batch_header import Compression, RecordBatchError
+from skiff.fileformat.codecs import (
     XERIAL_MAGIC,
     CodecError,
     DecompressionLimitError,

@@ -11,11 +11,11 @@ import uuid
 from collections.abc import Sequence
 
 import pytest
+from skiff.agent import commit_watch
+from skiff.agent.commit_watch import CommitWatch
+from skiff.agent.timing_wheel import SystemTimer
+from skiff.metadata.types import PartitionWatermark
 
-from agent import commit_watch
-from agent.commit_watch import CommitWatch
-from agent.timing_wheel import SystemTimer
-from metadata.types import PartitionWatermark
 from tests.unit.test_timing_wheel import ManualClock
 
 T = uuid.uuid4()

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from agent.chunk_cache import ChunkLocationCache
-from agent.commit_watch import CommitWatch
-from agent.timing_wheel import SystemTimer
-from metadata.types import PartitionFetchInfo, PartitionWatermark
+from skiff.agent.chunk_cache import ChunkLocationCache
+from skiff.agent.commit_watch import CommitWatch
+from skiff.agent.timing_wheel import SystemTimer
+from skiff.metadata.types import PartitionFetchInfo, PartitionWatermark
+
 from tests.unit.test_chunk_cache import loc
 from tests.unit.test_commit_watch import A, FakeLongPoll, T, settle
 from tests.unit.test_timing_wheel import ManualClock

@@ -8,10 +8,9 @@ import io
 import json
 
 from rich.console import Console
-
-from agent.cli.compact import print_summary
-from compactor.plan import JobPlan, JobStats
-from compactor.runner import PassSummary
+from skiff.agent.cli.compact import print_summary
+from skiff.compactor.plan import JobPlan, JobStats
+from skiff.compactor.runner import PassSummary
 
 ROW = "aborted txn batches / markers dropped"
 

@@ -11,19 +11,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
-
-from compactor.job import run_job
-from compactor.keymap import SLOT_BYTES, KeyMap
-from compactor.output import Checkpoint
-from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
-from fileformat.batch_header import Compression
-from fileformat.chunk_reader import ChunkLocation, iter_chunk_batches
-from fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record, decode_records, validate_batch
-from fileformat.segment import ChunkInput, build_segment, iter_chunks_stream
-from metadata import bitmaps
-from metadata.types import FileSpec, OutputChunk
+from skiff.compactor.job import run_job
+from skiff.compactor.keymap import SLOT_BYTES, KeyMap
+from skiff.compactor.output import Checkpoint
+from skiff.compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
+from skiff.fileformat.batch_header import Compression
+from skiff.fileformat.chunk_reader import ChunkLocation, iter_chunk_batches
+from skiff.fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record, decode_records, validate_batch
+from skiff.fileformat.segment import ChunkInput, build_segment, iter_chunks_stream
+from skiff.metadata import bitmaps
+from skiff.metadata.types import FileSpec, OutputChunk
 
 COMPACT = uuid.UUID(int=0xC0)
 DELETE = uuid.UUID(int=0xD0)
@@ -354,7 +353,7 @@ def test_one_batch_per_column_group_gives_the_same_clean(
 ) -> None:
     """Chunks scanned in groups of one batch (the map can fill between groups) still match
     Kafka's cleaner: the grouping bounds memory, it must not change the answer."""
-    import compactor.dedup
+    import skiff.compactor.dedup as dedup
 
-    monkeypatch.setattr(compactor.dedup, "SCAN_GROUP_BYTES", 1)
+    monkeypatch.setattr(dedup, "SCAN_GROUP_BYTES", 1)
     test_randomised_rounds_match_kafkas_cleaner(store, seed)

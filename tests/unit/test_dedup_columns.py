@@ -11,15 +11,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from compactor.keymap import SLOT_BYTES, KeyMap, digest_halves, key_hash
-from compactor.md5_vec import md5_halves
-from compactor.rebuild import scan_records
-from compactor.record_scan import LOCKSTEP_MIN_BATCHES, PAD_BYTES, batch_payload, scan_batches
-from fileformat.batch_header import Compression, CorruptBatchError
-from fileformat.chunk_reader import ChunkLocation, iter_chunk_batches
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
+from skiff.compactor.keymap import SLOT_BYTES, KeyMap, digest_halves, key_hash
+from skiff.compactor.md5_vec import md5_halves
+from skiff.compactor.rebuild import scan_records
+from skiff.compactor.record_scan import LOCKSTEP_MIN_BATCHES, PAD_BYTES, batch_payload, scan_batches
+from skiff.fileformat.batch_header import Compression, CorruptBatchError
+from skiff.fileformat.chunk_reader import ChunkLocation, iter_chunk_batches
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
 
 # ------------------------------------------------------------------ MD5
 

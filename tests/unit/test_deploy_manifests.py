@@ -19,8 +19,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-
-from agent.config import ENV_PREFIX, AgentConfig
+from skiff.agent.config import ENV_PREFIX, AgentConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"

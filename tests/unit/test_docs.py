@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.config import describe_fields
-from metadata.configs import CONFIG_DEFS
+from skiff.agent.config import describe_fields
+from skiff.metadata.configs import CONFIG_DEFS
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from agent.handlers.fetch import trim_below
-from fileformat.batch_header import iter_batches
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
+from skiff.agent.handlers.fetch import trim_below
+from skiff.fileformat.batch_header import iter_batches
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
 
 
 def _batches(sizes: list[int]) -> tuple[bytes, list[int]]:

@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-
-from agent.group_coordinator import GroupCoordinator
-from agent.group_model import GroupState, JoinResult, LeaveRequest, subscription_topics
-from agent.group_rebalance import DelayedHeartbeat
-from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
-from agent.timing_wheel import SystemTimer
+from skiff.agent.group_coordinator import GroupCoordinator
+from skiff.agent.group_model import GroupState, JoinResult, LeaveRequest, subscription_topics
+from skiff.agent.group_rebalance import DelayedHeartbeat
+from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
+from skiff.agent.timing_wheel import SystemTimer
 
 SESSION = 10_000
 REBALANCE = 30_000
@@ -585,7 +584,7 @@ async def test_started_on_the_loop_the_purgatories_run_by_themselves() -> None:
 
 
 async def test_session_timeout_bounds_and_initial_delay_come_from_the_config() -> None:
-    from agent.config import AgentConfig
+    from skiff.agent.config import AgentConfig
 
     config = AgentConfig.from_env(
         {

@@ -10,13 +10,12 @@ import asyncio
 import logging
 
 import pytest
-
-from agent.health import Failure, Readiness, ReadinessMonitor, dependency_probe
-from agent.read_deadline import ReadDeadline
-from fileformat.objectstore import open_async_store
-from fileformat.objectstore.errors import StorageError
-from fileformat.objectstore.keys import readiness_key
-from fileformat.objectstore.memory import AsyncMemoryStore
+from skiff.agent.health import Failure, Readiness, ReadinessMonitor, dependency_probe
+from skiff.agent.read_deadline import ReadDeadline
+from skiff.fileformat.objectstore import open_async_store
+from skiff.fileformat.objectstore.errors import StorageError
+from skiff.fileformat.objectstore.keys import readiness_key
+from skiff.fileformat.objectstore.memory import AsyncMemoryStore
 
 KEY = readiness_key("a1")
 
@@ -78,14 +77,14 @@ def _monitor(store: BrokenStore, md: object, clock: Clock, changes: list[bool]) 
 
 
 def _records(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
-    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "agent.health"]
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "skiff.agent.health"]
 
 
 def test_the_bucket_probe_writes_and_reads_back(caplog: pytest.LogCaptureFixture) -> None:
     store = BrokenStore("health-ok")
     changes: list[bool] = []
     m = _monitor(store, _Metadata(), Clock(), changes)
-    caplog.set_level(logging.INFO, logger="agent.health")
+    caplog.set_level(logging.INFO, logger="skiff.agent.health")
     v = asyncio.run(m.probe())
     assert v.ready and v.reason == "ok"
     assert (store.puts, store.gets) == (1, 1)  # one PUT and one GET per probe
@@ -110,7 +109,7 @@ def test_a_store_that_cannot_write_or_read_is_not_ready_and_says_why(
     store.wrong_bytes = broken == "bytes"
     changes: list[bool] = []
     m = _monitor(store, _Metadata(), Clock(), changes)
-    caplog.set_level(logging.INFO, logger="agent.health")
+    caplog.set_level(logging.INFO, logger="skiff.agent.health")
     v = asyncio.run(m.probe())
     assert not v.ready and v.reason.startswith(expected) and v.failed == ("bucket",)
     assert changes == [False]
@@ -124,7 +123,7 @@ def test_one_error_per_turn_to_not_ready_and_one_info_per_turn_back(caplog: pyte
     clock = Clock()
     changes: list[bool] = []
     m = _monitor(store, md, clock, changes)
-    caplog.set_level(logging.DEBUG, logger="agent.health")
+    caplog.set_level(logging.DEBUG, logger="skiff.agent.health")
 
     async def main() -> None:
         assert (await m.probe()).ready
@@ -224,7 +223,7 @@ def test_dependency_probe_names_what_failed() -> None:
 
 
 def test_readiness_keys_are_valid_for_any_agent_id() -> None:
-    from fileformat.objectstore import validate_key
+    from skiff.fileformat.objectstore import validate_key
 
     for agent_id in ("a1", "pod-7f9c.default", ".hidden", "a/b", "..", "é x"):
         key = readiness_key(agent_id)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from compactor.keymap import EMPTY_SLOT, SLOT_BYTES, KeyMap, key_hash
+from skiff.compactor.keymap import EMPTY_SLOT, SLOT_BYTES, KeyMap, key_hash
 
 
 def test_default_budget_holds_five_million_keys_in_128_mib() -> None:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import pytest
-
-from agent.config import AgentConfig
-from agent.listeners import Listener, advertised_address, build_listeners, parse_endpoints, parse_protocol_map
+from skiff.agent.config import AgentConfig
+from skiff.agent.listeners import (
+    Listener,
+    advertised_address,
+    build_listeners,
+    parse_endpoints,
+    parse_protocol_map,
+)
 
 
 def _build(listeners: str | None, advertised: str | None = None, pmap: str | None = None) -> list[Listener]:
@@ -103,8 +108,8 @@ def test_config_refuses_tls_listener_without_certificate_and_bad_sasl_settings()
 
 
 def test_every_agent_is_addressed_on_the_clients_listener() -> None:
-    from agent.agent_registry import LiveAgents
-    from metadata.types import AgentInfo
+    from skiff.agent.agent_registry import LiveAgents
+    from skiff.metadata.types import AgentInfo
 
     me = AgentInfo("a", "10.0.0.1", 9092)
     view = LiveAgents(me, wall_ms=lambda: 1_000)

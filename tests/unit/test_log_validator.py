@@ -12,18 +12,17 @@ import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fileformat import batch_header, codecs, record_build, record_decode
-from fileformat.batch_header import Compression, parse_header
-from fileformat.log_validator import (
+from skiff.fileformat import batch_header, codecs, record_build, record_decode
+from skiff.fileformat.batch_header import Compression, parse_header
+from skiff.fileformat.log_validator import (
     CorruptRecordsError,
     InvalidRecordError,
     InvalidTimestampError,
     timestamp_bounds_ms,
     validate_produced_batch,
 )
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record, validate_batch
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record, validate_batch
 
 NOW = 1_700_000_000_000
 U32 = struct.Struct(">I")

@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ["sqlalchemy", "alembic", "psycopg", "fastapi", "metadata.service", "metadata.db", "metadata.app"]
+HEAVY = [
+    "sqlalchemy",
+    "alembic",
+    "psycopg",
+    "fastapi",
+    "skiff.metadata.service",
+    "skiff.metadata.db",
+    "skiff.metadata.app",
+]
 
 
 def _loaded_after(code: str) -> list[str]:
@@ -36,15 +44,15 @@ def _loaded_after(code: str) -> list[str]:
 @pytest.mark.parametrize(
     "code",
     [
-        "import metadata.http_client",
-        "from metadata.client import open_metadata_client\n"
+        "import skiff.metadata.http_client",
+        "from skiff.metadata.client import open_metadata_client\n"
         "c = open_metadata_client('http://127.0.0.1:1')\n"
         "assert type(c).__name__ == 'HttpMetadataClient'",
     ],
 )
 def test_http_client_loads_no_database_code(code: str) -> None:
     modules = _loaded_after(code)
-    assert "httpx" in modules and "metadata.http_client" in modules
+    assert "httpx" in modules and "skiff.metadata.http_client" in modules
     loaded = [m for m in HEAVY if m in modules or any(x.startswith(m + ".") for x in modules)]
     assert loaded == []
 
@@ -52,5 +60,5 @@ def test_http_client_loads_no_database_code(code: str) -> None:
 def test_the_probe_sees_the_database_side_when_it_is_loaded() -> None:
     """The same probe notices SQLAlchemy when the in-process client is imported (so the
     test above cannot pass by looking at the wrong interpreter)."""
-    modules = _loaded_after("import metadata.local_client")
-    assert "sqlalchemy" in modules and "metadata.service" in modules
+    modules = _loaded_after("import skiff.metadata.local_client")
+    assert "sqlalchemy" in modules and "skiff.metadata.service" in modules

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pyroaring import BitMap
-
-from metadata import bitmaps, configs, idempotence
-from metadata.configs import ConfigError, effective_configs, topic_name_error, validate_configs
+from skiff.metadata import bitmaps, configs, idempotence
+from skiff.metadata.configs import ConfigError, effective_configs, topic_name_error, validate_configs
 
 # ------------------------------------------------------------------ configs
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 from pyroaring import BitMap
+from skiff.compactor.dedup import OutBatch
+from skiff.compactor.output import Checkpoint, OutputFiles
+from skiff.fileformat.objectstore import ObjectStore, open_store
+from skiff.fileformat.objectstore.base import MIN_PART_BYTES
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
+from skiff.fileformat.segment import iter_chunks_stream, read_footer_from_bytes
+from skiff.metadata.types import FileSpec, OutputChunk
 
-from compactor.dedup import OutBatch
-from compactor.output import Checkpoint, OutputFiles
-from fileformat.objectstore import ObjectStore, open_store
-from fileformat.objectstore.base import MIN_PART_BYTES
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
-from fileformat.segment import iter_chunks_stream, read_footer_from_bytes
-from metadata.types import FileSpec, OutputChunk
 from tests.support.s3servers import S3Bucket
 
 TOPIC = uuid.UUID(int=0xAB)
@@ -165,11 +165,11 @@ def test_run_job_failing_midway_aborts_the_open_upload(
     """Partition 0 (9 MB of distinct keys) is written into the open output file (on S3 a
     multipart upload with one 8 MiB part done), then partition 1's input file is missing:
     the job raises, the upload is aborted, nothing is left in the bucket but the input."""
-    from compactor.job import run_job
-    from compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
-    from fileformat.chunk_reader import ChunkLocation
-    from fileformat.objectstore import ObjectNotFound
-    from fileformat.segment import ChunkInput, build_segment
+    from skiff.compactor.job import run_job
+    from skiff.compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
+    from skiff.fileformat.chunk_reader import ChunkLocation
+    from skiff.fileformat.objectstore import ObjectNotFound
+    from skiff.fileformat.segment import ChunkInput, build_segment
 
     batches = [
         build_batch([Record(d, 1000, b"key-%d" % (i * 10 + d), b"v" * 3000) for d in range(10)])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from compactor.planner import build_plan, describe_plan, group_candidates
-from metadata.compaction_types import CandidateChunk, CompactionCandidate
-from metadata.types import ChunkLocation
+from skiff.compactor.planner import build_plan, describe_plan, group_candidates
+from skiff.metadata.compaction_types import CandidateChunk, CompactionCandidate
+from skiff.metadata.types import ChunkLocation
 
 T1 = uuid.UUID(int=2)
 T2 = uuid.UUID(int=1)

@@ -7,11 +7,10 @@ import uuid
 from collections.abc import Sequence
 
 import pytest
-
-from agent.produce_buffer import KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT, PendingBatch, ProduceBuffer
-from fileformat.segment import read_footer_from_bytes
-from metadata.errors import MetadataUnavailable
-from metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec
+from skiff.agent.produce_buffer import KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT, PendingBatch, ProduceBuffer
+from skiff.fileformat.segment import read_footer_from_bytes
+from skiff.metadata.errors import MetadataUnavailable
+from skiff.metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec
 
 T1 = uuid.UUID(int=1)
 
@@ -238,7 +237,7 @@ async def test_acks_go_out_oldest_first_one_chunk_per_loop_iteration() -> None:
     """Arrival order is the reverse of the file's (topic, partition) order here; the oldest
     appends are resolved first, and a chunk at a time: when the first ack's callbacks run,
     only the first chunk is resolved (the loop turned before the rest)."""
-    from agent.produce_buffer import _RESOLVE_CHUNK
+    from skiff.agent.produce_buffer import _RESOLVE_CHUNK
 
     store, md = FakeStore(), FakeMetadata()
     n = 3 * _RESOLVE_CHUNK + 5

@@ -11,17 +11,16 @@ from typing import Any
 import pytest
 from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32, i32Timedelta
-
-from agent.protocol import (
+from skiff.agent.protocol import (
     MalformedRequest,
     decode_request_body,
     encode_request,
     parse_request_header,
     request_schema,
 )
-from agent.protocol.produce_request import decode_produce_request
-from fileformat.record_build import build_batch
-from fileformat.record_decode import Record
+from skiff.agent.protocol.produce_request import decode_produce_request
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import Record
 
 
 def _request(

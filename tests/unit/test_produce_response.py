@@ -13,10 +13,9 @@ from kio.schema.produce.v9.response import (
     TopicProduceResponse,
 )
 from kio.static.primitive import i32, i32Timedelta, i64
-
-from agent.handlers.produce import _partition_response
-from agent.protocol import convert, encode_response, response_schema
-from agent.protocol.produce_response import encode_produce_response
+from skiff.agent.handlers.produce import _partition_response
+from skiff.agent.protocol import convert, encode_response, response_schema
+from skiff.agent.protocol.produce_response import encode_produce_response
 
 
 def _responses() -> list[ProduceResponse]:

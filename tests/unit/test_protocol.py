@@ -34,12 +34,11 @@ from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import Records, i16, i32
-
-from agent import protocol
-from agent.config import AgentConfig, MiB, add_arguments, describe_fields, env_var
-from agent.handlers import NO_THROTTLE, HandlerRegistry, HandlerSpec, default_registry
-from agent.handlers._access import PRE_AUTH, Access, no_check
-from agent.protocol import MalformedRequest
+from skiff.agent import protocol
+from skiff.agent.config import AgentConfig, MiB, add_arguments, describe_fields, env_var
+from skiff.agent.handlers import NO_THROTTLE, HandlerRegistry, HandlerSpec, default_registry
+from skiff.agent.handlers._access import PRE_AUTH, Access, no_check
+from skiff.agent.protocol import MalformedRequest
 
 
 def _header_bytes(key: int, version: int, corr: int, client_id: bytes | None, tags: bytes | None) -> bytes:

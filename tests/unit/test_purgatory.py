@@ -9,9 +9,9 @@ import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
+from skiff.agent.timing_wheel import SystemTimer, monotonic_ms
 
-from agent.purgatory import DelayedOperation, DelayedOperationPurgatory
-from agent.timing_wheel import SystemTimer, monotonic_ms
 from tests.unit.test_timing_wheel import ManualClock
 
 

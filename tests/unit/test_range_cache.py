@@ -8,9 +8,13 @@ import asyncio
 import uuid
 
 import pytest
-
-from fileformat.objectstore import AsyncMemoryStore, AsyncObjectStore, ObjectNotFound, drop_memory_bucket
-from fileformat.objectstore.range_cache import ByteBudget, RangeCache
+from skiff.fileformat.objectstore import (
+    AsyncMemoryStore,
+    AsyncObjectStore,
+    ObjectNotFound,
+    drop_memory_bucket,
+)
+from skiff.fileformat.objectstore.range_cache import ByteBudget, RangeCache
 
 BLOB = bytes(range(256)) * 64  # 16 KiB, every offset distinguishable
 

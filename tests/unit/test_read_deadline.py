@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from agent.read_deadline import ReadDeadline
+from skiff.agent.read_deadline import ReadDeadline
 
 
 async def _wait_forever(deadline: ReadDeadline, timeout_s: float) -> bool:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from agent import routing
-from agent.agent_registry import NO_LEADER, AgentRegistry, LiveAgents
-from metadata.types import AgentInfo
+from skiff.agent import routing
+from skiff.agent.agent_registry import NO_LEADER, AgentRegistry, LiveAgents
+from skiff.metadata.types import AgentInfo
 
 TOPIC = uuid.UUID("8d3c4a2e-0f5b-4c1e-9a77-1e2f3a4b5c6d")
 NOW = 1_000_000

@@ -15,8 +15,7 @@ import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fileformat.batch_header import (
+from skiff.fileformat.batch_header import (
     BATCH_HEADER_SIZE,
     DEFAULT_MAX_BATCH_BYTES,
     BatchHeader,
@@ -32,8 +31,8 @@ from fileformat.batch_header import (
     patch_base_offset,
     patch_base_offsets,
 )
-from fileformat.record_build import build_batch, build_control_batch
-from fileformat.record_decode import (
+from skiff.fileformat.record_build import build_batch, build_control_batch
+from skiff.fileformat.record_decode import (
     ControlRecordType,
     Record,
     decode_records,

@@ -13,17 +13,16 @@ from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsets
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 from kio.static.primitive import i8, i32, i64
-
-from agent import protocol
-from agent.handlers import default_registry
-from agent.protocol import (
+from skiff.agent import protocol
+from skiff.agent.handlers import default_registry
+from skiff.agent.protocol import (
     MalformedRequest,
     RequestLimitExceeded,
     decode_request_body,
     encode_request,
     parse_request_header,
 )
-from agent.protocol.request_limits import LIMITS
+from skiff.agent.protocol.request_limits import LIMITS
 
 
 def _decode(body: typing.Any) -> typing.Any:

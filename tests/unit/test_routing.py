@@ -9,11 +9,10 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from agent import routing
-from agent.agent_registry import LiveAgents
-from agent.topic_cache import TopicCache
-from metadata.types import AgentInfo, Topic
+from skiff.agent import routing
+from skiff.agent.agent_registry import LiveAgents
+from skiff.agent.topic_cache import TopicCache
+from skiff.metadata.types import AgentInfo, Topic
 
 AGENTS = ["agent-a", "agent-b", "agent-c"]
 TOPIC = uuid.UUID("8d3c4a2e-0f5b-4c1e-9a77-1e2f3a4b5c6d")

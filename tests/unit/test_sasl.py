@@ -10,9 +10,8 @@ import hmac
 
 import pytest
 from scramp import ScramClient, ScramMechanism
-
-from agent.sasl import PRE_AUTH_KEYS, AuthFailed, CredentialCache, SaslState, parse_mechanisms
-from metadata.scram_types import (
+from skiff.agent.sasl import PRE_AUTH_KEYS, AuthFailed, CredentialCache, SaslState, parse_mechanisms
+from skiff.metadata.scram_types import (
     ScramCredential,
     ScramProofError,
     check_credential,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from agent.seal_deadline import SealDeadline, waited_s
+from skiff.agent.seal_deadline import SealDeadline, waited_s
 
 
 def test_no_history_and_no_wait_seals_at_the_interval() -> None:

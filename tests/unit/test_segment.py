@@ -8,8 +8,7 @@ import uuid
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from fileformat import segment as seg
+from skiff.fileformat import segment as seg
 
 
 class BytesRangeReader:

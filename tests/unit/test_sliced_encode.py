@@ -33,10 +33,9 @@ from kio.schema.metadata.v12.response import (
 )
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
-
-from agent.handlers import NO_THROTTLE
-from agent.protocol import convert, encode_response
-from agent.protocol.sliced_encode import encode_cost, encode_response_sliced
+from skiff.agent.handlers import NO_THROTTLE
+from skiff.agent.protocol import convert, encode_response
+from skiff.agent.protocol.sliced_encode import encode_cost, encode_response_sliced
 
 
 def _describe_configs(topics: int) -> DescribeConfigsResponse:

@@ -8,13 +8,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from pyroaring import BitMap
-
-from fileformat.batch_header import Compression, TimestampType, iter_batches
-from fileformat.chunk_reader import ChunkLocation, ChunkReadError
-from fileformat.record_build import build_batch
-from fileformat.record_decode import decode_records
-from spark import decode_kernels
-from spark.decode import RecordBatchBuilder, arrow_schema
+from skiff.fileformat.batch_header import Compression, TimestampType, iter_batches
+from skiff.fileformat.chunk_reader import ChunkLocation, ChunkReadError
+from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.record_decode import decode_records
+from skiff.spark import decode_kernels
+from skiff.spark.decode import RecordBatchBuilder, arrow_schema
 
 T0 = 1_700_000_000_000
 
@@ -41,7 +40,7 @@ def _chunk(batches: list[bytes], base_offset: int, *, absolute: bool = False, pr
 
 
 def _expected(loc: ChunkLocation, data: bytes) -> list[tuple]:
-    from fileformat.chunk_reader import iter_chunk_batches
+    from skiff.fileformat.chunk_reader import iter_chunk_batches
 
     out = []
     for b in iter_chunk_batches(loc, data):

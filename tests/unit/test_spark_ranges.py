@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark.ranges import OffsetRange, split_ranges
+from skiff.spark.ranges import OffsetRange, split_ranges
 
 
 def _r(p: int, a: int, b: int) -> OffsetRange:

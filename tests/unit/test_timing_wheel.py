@@ -10,8 +10,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from agent.timing_wheel import AsyncTimerDriver, SystemTimer, TimerTask, TimerTaskList, monotonic_ms
+from skiff.agent.timing_wheel import AsyncTimerDriver, SystemTimer, TimerTask, TimerTaskList, monotonic_ms
 
 
 class ManualClock:

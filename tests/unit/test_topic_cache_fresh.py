@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from agent.topic_cache import TopicCache
-from metadata.types import Topic
+from skiff.agent.topic_cache import TopicCache
+from skiff.metadata.types import Topic
 
 
 class _Clock:

@@ -7,9 +7,8 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from metadata import txn_state as ts
-from metadata.txn_state import TxnRecord, TxnState
+from skiff.metadata import txn_state as ts
+from skiff.metadata.txn_state import TxnRecord, TxnState
 
 P0 = ("t", 0)
 P1 = ("t", 1)
