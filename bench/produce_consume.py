@@ -104,7 +104,7 @@ class Agent:
         log = self.workdir / "agent.log"
         with log.open("ab") as out:
             command = (
-                [sys.executable, "-m", "cProfile", "-o", self.profile_path, "-m", "skiff.agent.cli"]
+                [sys.executable, "-m", "cProfile", "-o", self.profile_path, "-m", "skiff.cli"]
                 if self.profile_path
                 else skiff_command()
             )

@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SKIFF_EXTRAS="${SKIFF_EXTRAS:-test}"
 # (again when an older install cannot import the skiff namespace, e.g. after an upgrade)
-.venv/bin/python -c "import skiff.agent.cli" 2>/dev/null || SKIFF_EXTRAS=test bash scripts/setup.sh
+.venv/bin/python -c "import skiff.cli" 2>/dev/null || SKIFF_EXTRAS=test bash scripts/setup.sh
 exec .venv/bin/skiff playground "$@"

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=.typecheck
 mkdir -p "$tree/skiff"
-for pkg in agent metadata compactor fileformat spark; do
+for pkg in agent metadata compactor fileformat spark cli; do
     ln -sfn "../../$pkg" "$tree/skiff/$pkg"
 done
 status=0

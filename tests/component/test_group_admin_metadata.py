@@ -11,7 +11,7 @@ import struct
 
 import httpx
 import pytest
-from skiff.agent.cli.groups import assignment_partitions, group_view
+from skiff.cli.groups import assignment_partitions, group_view
 from skiff.metadata.app import create_app
 from skiff.metadata.errors import (
     GROUP_ID_NOT_FOUND,

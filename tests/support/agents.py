@@ -48,7 +48,7 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s
 
 def skiff_command() -> list[str]:
     exe = shutil.which("skiff", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "skiff.agent.cli"]
+    return [exe] if exe else [sys.executable, "-m", "skiff.cli"]
 
 
 def agent_args(bucket_url: str, metadata_url: str, *extra: str) -> list[str]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from skiff.agent.cli.admin_common import (
+from skiff.cli.admin_common import (
     CommandError,
     add_connection_arguments,
     print_json,

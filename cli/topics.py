@@ -19,7 +19,7 @@ import argparse
 from typing import Any
 
 from skiff.agent import routing
-from skiff.agent.cli.admin_common import (
+from skiff.cli.admin_common import (
     CommandError,
     add_connection_arguments,
     print_json,

@@ -113,15 +113,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     ins.add_argument("--key", default=None, help="the object key in metadata (default: from segments/ on)")
 
-    from skiff.agent.cli.compact import add_arguments as add_compact_arguments
+    from skiff.cli.compact import add_arguments as add_compact_arguments
 
     cp = sub.add_parser("compact", help="retention, compaction, garbage collection and offset expiry")
     add_compact_arguments(cp)
-    from skiff.agent.cli.users import add_parser as add_users_parser
+    from skiff.cli.users import add_parser as add_users_parser
 
     add_users_parser(sub)  # `skiff users` (SCRAM users); dispatched through args.run
 
-    from skiff.agent.cli import groups, topics
+    from skiff.cli import groups, topics
 
     topics.add_parser(sub)
     groups.add_parser(sub)
@@ -132,7 +132,7 @@ def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
     """Retention, compaction, GC and offset expiry every `interval_ms`, as a background role."""
 
     def role(md: MetadataClient, bucket_url: str) -> BackgroundTask:
-        from skiff.agent.cli.compact import maintenance_role
+        from skiff.cli.compact import maintenance_role
 
         return maintenance_role(md, bucket_url, interval_ms, holder)
 
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "run", None) is not None:  # subcommands that dispatch themselves (skiff users)
             return int(args.run(args))
         if args.command == "inspect":
-            from skiff.agent.inspect_cmd import run_inspect
+            from skiff.cli.inspect_cmd import run_inspect
 
             return run_inspect(
                 args.target,
@@ -161,15 +161,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 object_key=args.key,
             )
         if args.command == "topics":
-            from skiff.agent.cli.topics import run_topics
+            from skiff.cli.topics import run_topics
 
             return run_topics(args)
         if args.command == "groups":
-            from skiff.agent.cli.groups import run_groups
+            from skiff.cli.groups import run_groups
 
             return run_groups(args)
         if args.command == "compact":
-            from skiff.agent.cli.compact import run_compact
+            from skiff.cli.compact import run_compact
 
             return run_compact(args)
         if args.command == "metadata":

@@ -1,7 +1,0 @@
-"""`python -m agent.cli`: the `skiff` command."""
-
-import sys
-
-from skiff.agent.cli import main
-
-sys.exit(main())
