@@ -74,14 +74,8 @@ def _refused(body: Any) -> Any:
     )
 
 
-async def handle(ctx: AgentContext, request: Request) -> Any:
-    body = request.body
-    if not authorized_on_cluster(ctx, request, Op.ALTER):
-        return _refused(body)
-    ops = Counter(
-        [(d.name, int(d.mechanism)) for d in body.deletions]
-        + [(u.name, int(u.mechanism)) for u in body.upsertions]
-    )
+def _invalid(body: Any, ops: Counter[tuple[str, int]]) -> dict[str, tuple[ErrorCode, str]]:
+    """Each user with an invalid operation: its first error (Kafka checks them all first)."""
     errors: dict[str, tuple[ErrorCode, str]] = {}
     for (user, _mech), n in ops.items():
         if n > 1:
@@ -98,24 +92,40 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     for u in body.upsertions:
         if (bad := _check(u.name, int(u.mechanism), int(u.iterations), u.salt)) is not None:
             errors.setdefault(u.name, bad)
+    return errors
+
+
+async def _apply(ctx: AgentContext, user: str, body: Any) -> None:
+    """One user's deletions, then its upsertions (one metadata call each)."""
+    for d in body.deletions:
+        if d.name == user:
+            await ctx.metadata.delete_scram_credential(user, MECHANISMS_BY_CODE[int(d.mechanism)])
+    for u in body.upsertions:
+        if u.name == user:
+            mech = MECHANISMS_BY_CODE[int(u.mechanism)]
+            stored, server = keys_from_salted_password(mech, u.salted_password)
+            await ctx.metadata.upsert_scram_credential(
+                ScramCredential(user, mech, u.salt, int(u.iterations), stored, server)
+            )
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = request.body
+    if not authorized_on_cluster(ctx, request, Op.ALTER):
+        return _refused(body)
+    ops = Counter(
+        [(d.name, int(d.mechanism)) for d in body.deletions]
+        + [(u.name, int(u.mechanism)) for u in body.upsertions]
+    )
+    errors = _invalid(body, ops)
     users = list(dict.fromkeys(name for name, _ in ops))
     for user in users:
         if user in errors:
             continue
         try:
-            for d in body.deletions:
-                if d.name == user:
-                    await ctx.metadata.delete_scram_credential(user, MECHANISMS_BY_CODE[int(d.mechanism)])
-            for u in body.upsertions:
-                if u.name == user:
-                    mech = MECHANISMS_BY_CODE[int(u.mechanism)]
-                    stored, server = keys_from_salted_password(mech, u.salted_password)
-                    await ctx.metadata.upsert_scram_credential(
-                        ScramCredential(user, mech, u.salt, int(u.iterations), stored, server)
-                    )
+            await _apply(ctx, user, body)
         except Exception as e:
-            code, message = error_of(e)
-            errors[user] = (code, message)
+            errors[user] = error_of(e)
     results = tuple(
         AlterUserScramCredentialsResult(
             user=user,
