@@ -340,7 +340,7 @@ def test_plaintext_to_a_tls_listener_fails_cleanly(agent: Running, caplog: pytes
     assert security is not None and security.listener.name == "SSL"
     before = security.tls_failures
     security._last_info_s = -1e9  # this test's first failure is the one logged at INFO
-    caplog.set_level(logging.DEBUG, logger="agent")
+    caplog.set_level(logging.DEBUG, logger="skiff.agent")
     for _ in range(5):
         with socket.create_connection(("127.0.0.1", agent.port("SSL")), timeout=10) as s:
             s.sendall(encode_request(_metadata_request(), correlation_id=1))
