@@ -27,7 +27,7 @@ KUBERNETES_VERSION = "1.33.0"
 # Variables read by software other than Skiff's own configuration: botocore's standard AWS
 # settings and the postgres image's, plus variables that only feed `$(VAR)` expansion.
 FOREIGN_ENV = re.compile(r"^(AWS_[A-Z_]+|POSTGRES_[A-Z_]+|PGDATA)$")
-SOURCE_PACKAGES = ("agent", "metadata", "compactor", "spark", "fileformat")
+SOURCE_PACKAGES = ("agent", "metadata", "compactor", "spark", "fileformat", "cli")
 
 
 def _kustomize_dirs() -> list[Path]:
