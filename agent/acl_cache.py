@@ -31,7 +31,7 @@ from collections.abc import Iterable
 
 from skiff.agent.authorizer import Authorizer, parse_super_users
 from skiff.metadata.acl_types import AclBinding, AclOperation, ResourceType
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 class AclCache:
     def __init__(
         self,
-        metadata: MetadataClient | None,
+        metadata: AgentClient | None,
         *,
         enabled: bool,
         super_users: str = "",

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from skiff.agent import routing
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, MetadataError, MetadataUnavailable
 from skiff.metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION
 from skiff.metadata.types import AgentInfo
@@ -222,7 +222,7 @@ class AgentRegistry:
 
     def __init__(
         self,
-        metadata: MetadataClient,
+        metadata: AgentClient,
         view: LiveAgents,
         interval_ms: int = 3_000,
         wall_ms: Callable[[], int] = _wall_ms,

@@ -50,7 +50,7 @@ from collections.abc import Callable
 
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from skiff.agent.timing_wheel import SystemTimer
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 from skiff.metadata.types import PartitionWatermark
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class DelayedFetch(DelayedOperation):
 class CommitWatch:
     def __init__(
         self,
-        metadata: MetadataClient,
+        metadata: AgentClient,
         *,
         retry_interval_ms: int = 100,
         long_poll_ms: int = 10_000,

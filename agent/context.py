@@ -6,7 +6,7 @@ One `AgentContext` per agent process, built once at start-up by
 by name. It holds:
 
 - `config`: the frozen `AgentConfig`;
-- `metadata`: a `metadata.api_types.MetadataClient` (in-process or HTTP);
+- `metadata`: a `metadata.client_api.AgentClient` (in-process or HTTP);
 - `topics`: the `TopicCache` in front of metadata's topic lookups;
 - `agents`: the `LiveAgents` routing view (brokers, leaders, coordinators);
 - `clock`: wall time in ms and a monotonic clock, injectable for tests;
@@ -29,7 +29,7 @@ from skiff.agent.acl_cache import AclCache
 from skiff.agent.agent_registry import LiveAgents
 from skiff.agent.config import AgentConfig
 from skiff.agent.topic_cache import TopicCache
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 from skiff.metadata.types import AgentInfo
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class AgentParts:
 @dataclass(frozen=True)
 class AgentContext:
     config: AgentConfig
-    metadata: MetadataClient
+    metadata: AgentClient
     topics: TopicCache
     agents: LiveAgents
     clock: Clock
@@ -91,7 +91,7 @@ def live_agents_view(config: AgentConfig, clock: Clock, bound_port: int | None =
     return LiveAgents(me, ttl_ms=config.agent_ttl_ms, wall_ms=clock.wall_ms)
 
 
-def acl_cache(config: AgentConfig, metadata: MetadataClient) -> AclCache:
+def acl_cache(config: AgentConfig, metadata: AgentClient) -> AclCache:
     return AclCache(
         metadata,
         enabled=config.authorizer_enabled,
@@ -101,5 +101,5 @@ def acl_cache(config: AgentConfig, metadata: MetadataClient) -> AclCache:
     )
 
 
-def topic_cache(config: AgentConfig, metadata: MetadataClient, clock: Clock) -> TopicCache:
+def topic_cache(config: AgentConfig, metadata: AgentClient, clock: Clock) -> TopicCache:
     return TopicCache(metadata, ttl_ms=config.topic_cache_ttl_ms, monotonic=clock.monotonic)

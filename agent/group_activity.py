@@ -17,7 +17,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ DEFAULT_REPORT_INTERVAL_MS = OFFSETS_RETENTION_CHECK_INTERVAL_MS // 2
 class GroupActivityReporter:
     def __init__(
         self,
-        metadata: MetadataClient,
+        metadata: AgentClient,
         non_empty_groups: Callable[[], list[str]],
         *,
         interval_ms: int = DEFAULT_REPORT_INTERVAL_MS,

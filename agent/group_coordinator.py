@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from skiff.agent.agent_registry import LiveAgents
     from skiff.agent.config import AgentConfig
     from skiff.agent.context import AgentContext, Clock
-    from skiff.metadata.api_types import MetadataClient
+    from skiff.metadata.client_api import AgentClient
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class GroupCoordinator(GroupPersistence):
 
     @classmethod
     def fenced(
-        cls, config: AgentConfig, metadata: MetadataClient, agents: LiveAgents, clock: Clock
+        cls, config: AgentConfig, metadata: AgentClient, agents: LiveAgents, clock: Clock
     ) -> GroupCoordinator:
         """The agent's coordinator, fenced by leases in metadata; it coordinates the groups
         the routing view `agents` gives this agent."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.group_lease_types import LeaseToken
 
@@ -64,7 +64,7 @@ class GroupFence:
 
     def __init__(
         self,
-        metadata: MetadataClient,
+        metadata: AgentClient,
         agent_id: str,
         *,
         ttl_ms: int = 10_000,

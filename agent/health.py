@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skiff.fileformat.objectstore import AsyncObjectStore
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def bucket_check(
 
 
 def metadata_check(
-    metadata: MetadataClient, timeout_ms: int
+    metadata: AgentClient, timeout_ms: int
 ) -> Callable[[], Coroutine[Any, Any, Failure | None]]:
     timeout_s = timeout_ms / 1000.0
 
@@ -120,7 +120,7 @@ def metadata_check(
 
 
 def dependency_probe(
-    metadata: MetadataClient, store: AsyncObjectStore, timeout_ms: int, *, key: str, agent_id: str = ""
+    metadata: AgentClient, store: AsyncObjectStore, timeout_ms: int, *, key: str, agent_id: str = ""
 ) -> Probe:
     """Metadata and the bucket, checked concurrently."""
     checks = (metadata_check(metadata, timeout_ms), bucket_check(store, key, timeout_ms, agent_id))

@@ -49,7 +49,7 @@ from typing import NamedTuple, Protocol
 
 from skiff.agent.seal_deadline import SealDeadline, waited_s
 from skiff.fileformat.segment import ChunkInput, ChunkPlacement, build_segment
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec, FileSpec
 
@@ -127,7 +127,7 @@ class ProduceBuffer:
         self,
         *,
         store: ObjectPutter,
-        metadata: MetadataClient,
+        metadata: AgentClient,
         agent_id: str,
         flush_interval_ms: int = 250,
         seal_lead_max_ms: int = 0,

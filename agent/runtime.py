@@ -72,7 +72,7 @@ from skiff.agent.txn_coordinator import TxnCoordinator
 from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
 from skiff.fileformat.objectstore.keys import readiness_key
 from skiff.fileformat.objectstore.range_cache import RangeCache
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     SASL_AUTHENTICATION_FAILED,

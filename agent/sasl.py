@@ -21,7 +21,7 @@ Mechanisms:
   nonce that only ends with the server's), answered with server-final. Channel binding is
   not offered (Kafka does not either).
 
-Credentials come from metadata (`MetadataClient.scram_credentials`) through
+Credentials come from metadata (`AgentClient.scram_credentials`) through
 `CredentialCache`: each user's list is reused for `scram_credential_cache_ms`, so a
 changed or deleted password takes effect for new logins within that bound; the cache
 holds at most `MAX_CACHED_USERS` users (unknown names included, so a client trying
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scramp import ScramException, ScramMechanism
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.scram_types import (
     MAX_USER_NAME_CHARS,
@@ -100,7 +100,7 @@ class CredentialCache:
 
     def __init__(
         self,
-        metadata: MetadataClient,
+        metadata: AgentClient,
         ttl_ms: int,
         monotonic: Callable[[], float],
         max_users: int = MAX_CACHED_USERS,

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 from skiff.metadata.types import Topic
 
 K = TypeVar("K", str, uuid.UUID)
@@ -34,7 +34,7 @@ K = TypeVar("K", str, uuid.UUID)
 class TopicCache:
     def __init__(
         self,
-        metadata: MetadataClient,
+        metadata: AgentClient,
         ttl_ms: int = 5_000,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -61,7 +61,7 @@ from skiff.agent.txn_pause_hook import TxnPauseHook
 from skiff.fileformat.record_build import build_control_batch
 from skiff.fileformat.record_decode import ControlRecordType
 from skiff.fileformat.segment import ChunkInput, build_segment
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import AgentClient
 from skiff.metadata.txn_state import TxnRecord, TxnState
 from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec
 
@@ -137,7 +137,7 @@ class TxnCoordinator:
     def __init__(
         self,
         *,
-        metadata: MetadataClient,
+        metadata: AgentClient,
         store: ObjectPutter,
         agents: LiveAgents,
         agent_id: str,

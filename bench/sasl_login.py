@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 from aiokafka.conn import create_conn  # noqa: E402
 from scramp import ScramClient  # noqa: E402
 from skiff.agent.sasl import PLAIN, CredentialCache, SaslState  # noqa: E402
-from skiff.metadata.api_types import MetadataClient  # noqa: E402
+from skiff.metadata.client_api import MetadataClient  # noqa: E402
 from skiff.metadata.scram_types import (  # noqa: E402
     SCRAM_SHA_256,
     SCRAM_SHA_512,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from skiff.agent.runtime import BackgroundRole, BackgroundTask
-    from skiff.metadata.api_types import MetadataClient
+    from skiff.metadata.client_api import MetadataClient
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 
 DEFAULT_METADATA_URL = "http://127.0.0.1:9093"

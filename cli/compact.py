@@ -47,7 +47,7 @@ from skiff.compactor.planner import (
 from skiff.compactor.retention import DEFAULT_OFFSETS_RETENTION_MINUTES
 from skiff.compactor.runner import DEFAULT_INTERVAL_MS, MaintenanceLoop, PassSummary, RunnerConfig, run_pass
 from skiff.fileformat.objectstore import ObjectStore, open_store
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.compaction_types import MergeRules
 
 

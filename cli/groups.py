@@ -40,9 +40,9 @@ from skiff.cli.admin_common import (
     print_table,
     run_command,
 )
-from skiff.metadata.api_types import MetadataClient, StoredGroup
+from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.errors import NON_EMPTY_GROUP, MetadataError
-from skiff.metadata.types import GroupOffset, OffsetQuery, PartitionKey, Topic
+from skiff.metadata.types import GroupOffset, OffsetQuery, PartitionKey, StoredGroup, Topic
 
 
 def add_parser(sub: Any) -> None:

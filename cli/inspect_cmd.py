@@ -16,7 +16,6 @@ directory on (where agents write); `--key` names it explicitly.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import sys
@@ -98,16 +97,14 @@ def default_object_key(target: str) -> str:
 
 
 def _ask_metadata(metadata_url: str, object_key: str) -> FileChunks:
-    from skiff.metadata.client import open_metadata_client
+    from skiff.metadata.client import open_sync_metadata_client
 
-    async def go() -> FileChunks:
-        client = open_metadata_client(metadata_url)
-        try:
-            return await client.file_chunks(object_key)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
+    client = open_sync_metadata_client(metadata_url)
+    try:
+        chunks: FileChunks = client.file_chunks(object_key)
+        return chunks
+    finally:
+        client.close()
 
 
 def _rows_of(entry: FooterEntry, known: FileChunks | None) -> list[FileChunk]:

@@ -26,7 +26,7 @@ from skiff.cli.admin_common import (
     print_table,
     run_command,
 )
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.types import PartitionKey, Topic
 
 

@@ -22,15 +22,14 @@ stderr), 2 on usage errors.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import os
 import sys
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from skiff.metadata.api_types import MetadataClient
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.scram_types import DEFAULT_ITERATIONS, MECHANISM_CODES, make_credential
 
@@ -89,10 +88,11 @@ def _password(args: argparse.Namespace) -> str:
     return first
 
 
-async def _run(args: argparse.Namespace, md: MetadataClient) -> int:
+def _run(args: argparse.Namespace, md: Any) -> int:
+    """`md`: a blocking metadata client (metadata.client.open_sync_metadata_client)."""
     out = Console()
     if args.users_command == "list":
-        infos = await md.describe_scram_users(None)
+        infos = md.describe_scram_users(None)
         if args.json:
             users: dict[str, list[dict[str, object]]] = {}
             for i in infos:
@@ -110,40 +110,38 @@ async def _run(args: argparse.Namespace, md: MetadataClient) -> int:
         if not password:
             raise ValueError("the password must not be empty")
         for mech in mechanisms:
-            await md.upsert_scram_credential(
-                make_credential(args.name, mech, password, iterations=args.iterations)
-            )
+            md.upsert_scram_credential(make_credential(args.name, mech, password, iterations=args.iterations))
         out.print(f"user {args.name}: {', '.join(mechanisms)} set")
         return 0
     if args.users_command == "delete":
         if args.mechanism is None:
-            have = {i.mechanism for i in await md.describe_scram_users([args.name])}
+            have = {i.mechanism for i in md.describe_scram_users([args.name])}
             if not have:
                 raise MetadataError(91, f"no user {args.name!r}")
             mechanisms = sorted(have)
         for mech in mechanisms:
-            await md.delete_scram_credential(args.name, mech)
+            md.delete_scram_credential(args.name, mech)
         out.print(f"user {args.name}: {', '.join(mechanisms)} deleted")
         return 0
     raise ValueError(f"unknown users command {args.users_command}")
 
 
 def run_users(args: argparse.Namespace) -> int:
-    from skiff.metadata.client import open_metadata_client
+    from skiff.metadata.client import open_sync_metadata_client
 
     if not args.metadata_url:
         print("skiff users: --metadata (or SKIFF_METADATA_URL) is required", file=sys.stderr)
         return 2
 
-    async def main() -> int:
-        md = open_metadata_client(args.metadata_url)
+    def main() -> int:
+        md = open_sync_metadata_client(args.metadata_url)
         try:
-            return await _run(args, md)
+            return _run(args, md)
         finally:
-            await md.close()
+            md.close()
 
     try:
-        return asyncio.run(main())
+        return main()
     except (MetadataError, ValueError) as e:
         print(f"skiff users: {getattr(e, 'message', None) or e}", file=sys.stderr)
         return 1

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 
 from skiff.fileformat.objectstore import ObjectInfo, ObjectStore
 from skiff.fileformat.objectstore.keys import READINESS_PREFIX, is_internal
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import CompactorClient
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class RateLimiter:
 class GarbageCollector:
     def __init__(
         self,
-        metadata: MetadataClient,
+        metadata: CompactorClient,
         store: ObjectStore,
         *,
         grace_ms: int = DEFAULT_GRACE_MS,

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from skiff.compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import CompactorClient
 from skiff.metadata.compaction_types import CompactionCandidate, MergeRules
 from skiff.metadata.types import PartitionKey
 
@@ -138,14 +138,14 @@ def build_plan(
 
 
 async def _candidate_groups(
-    md: MetadataClient, topic: str | None, config: PlannerConfig
+    md: CompactorClient, topic: str | None, config: PlannerConfig
 ) -> list[list[CompactionCandidate]]:
     found = await md.compaction_candidates(topic, config.rules, config.max_candidates)
     return group_candidates(found, config.max_job_input_bytes)
 
 
 async def plan_jobs(
-    md: MetadataClient, *, topic: str | None = None, config: PlannerConfig | None = None
+    md: CompactorClient, *, topic: str | None = None, config: PlannerConfig | None = None
 ) -> list[JobPlan]:
     """The jobs that would run now, unclaimed (what --dry-run prints)."""
     config = config or PlannerConfig()
@@ -154,7 +154,7 @@ async def plan_jobs(
 
 
 async def claim_jobs(
-    md: MetadataClient, *, topic: str | None = None, config: PlannerConfig | None = None, max_jobs: int = 1
+    md: CompactorClient, *, topic: str | None = None, config: PlannerConfig | None = None, max_jobs: int = 1
 ) -> list[JobPlan]:
     """Plan and claim up to `max_jobs` jobs; each returned plan carries its lease token.
     Jobs another compactor claimed first are skipped. The caller releases (or the swap

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import CompactorClient
 from skiff.metadata.types import RetentionResult
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class RetentionSummary:
     bytes_deleted: int = 0
 
 
-async def enforce_all(metadata: MetadataClient, topics: list[str] | None = None) -> RetentionSummary:
+async def enforce_all(metadata: CompactorClient, topics: list[str] | None = None) -> RetentionSummary:
     names = topics if topics is not None else [t.name for t in await metadata.list_topics()]
     summary = RetentionSummary()
     for name in names:
@@ -55,7 +55,7 @@ async def enforce_all(metadata: MetadataClient, topics: list[str] | None = None)
 
 
 async def expire_offsets(
-    metadata: MetadataClient, offsets_retention_minutes: int = DEFAULT_OFFSETS_RETENTION_MINUTES
+    metadata: CompactorClient, offsets_retention_minutes: int = DEFAULT_OFFSETS_RETENTION_MINUTES
 ) -> int:
     """Delete committed offsets expired by `offsets.retention.minutes`; how many."""
     return await metadata.expire_group_offsets(offsets_retention_minutes * 60_000)

@@ -46,7 +46,7 @@ from skiff.compactor.pause_hook import PauseHook
 from skiff.compactor.plan import JobPlan, JobStats
 from skiff.compactor.planner import PlannerConfig, claim_jobs
 from skiff.fileformat.objectstore import ObjectStore
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import CompactorClient
 from skiff.metadata.compaction_types import CheckpointUpdate
 from skiff.metadata.types import FileSpec, OutputChunk
 
@@ -218,7 +218,7 @@ class NoProgress:
 
 
 async def run_leased_job(
-    md: MetadataClient,
+    md: CompactorClient,
     store: ObjectStore,
     plan: JobPlan,
     config: RunnerConfig,
@@ -300,7 +300,7 @@ async def run_leased_job(
                 log.warning("compaction: releasing lease of job %s failed: %s", plan.job_id, exc)
 
 
-async def _renew(md: MetadataClient, token: str, lease_ms: int) -> None:
+async def _renew(md: CompactorClient, token: str, lease_ms: int) -> None:
     """Renew every third of the lease's lifetime; a lost lease is logged (the swap refuses)."""
     while True:
         await asyncio.sleep(lease_ms / 3000)
@@ -311,7 +311,7 @@ async def _renew(md: MetadataClient, token: str, lease_ms: int) -> None:
 
 
 async def run_pass(
-    md: MetadataClient,
+    md: CompactorClient,
     store: ObjectStore,
     config: RunnerConfig | None = None,
     progress: Progress | None = None,
@@ -398,7 +398,7 @@ class MaintenanceLoop:
 
     def __init__(
         self,
-        md: MetadataClient,
+        md: CompactorClient,
         store: ObjectStore,
         config: RunnerConfig | None = None,
         *,

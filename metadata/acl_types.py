@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Annotated, TypeVar
+
+from annotated_types import MaxLen
 
 
 class ResourceType(enum.IntEnum):
@@ -76,15 +78,16 @@ CLUSTER_NAME = "kafka-cluster"  # the one name of the CLUSTER resource
 
 # Bounds on what is stored (the wire allows 32 KiB strings; nothing real comes close).
 MAX_NAME_CHARS = 1024
+Text = Annotated[str, MaxLen(MAX_NAME_CHARS)]
 
 
 @dataclass(frozen=True, order=True)
 class AclBinding:
     resource_type: ResourceType
-    resource_name: str
+    resource_name: Text
     pattern_type: PatternType
-    principal: str
-    host: str
+    principal: Text
+    host: Text
     operation: AclOperation
     permission: AclPermissionType
 
@@ -92,10 +95,10 @@ class AclBinding:
 @dataclass(frozen=True)
 class AclBindingFilter:
     resource_type: ResourceType = ResourceType.ANY
-    resource_name: str | None = None
+    resource_name: Text | None = None
     pattern_type: PatternType = PatternType.ANY
-    principal: str | None = None
-    host: str | None = None
+    principal: Text | None = None
+    host: Text | None = None
     operation: AclOperation = AclOperation.ANY
     permission: AclPermissionType = AclPermissionType.ANY
 

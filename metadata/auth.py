@@ -75,14 +75,9 @@ from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FAILED
+from skiff.metadata.roles import ADMIN, AGENT, ROLES
 
 log = logging.getLogger(__name__)
-
-AGENT = "agent"
-COMPACTOR = "compactor"
-READER = "reader"
-ADMIN = "admin"
-ROLES = frozenset({AGENT, COMPACTOR, READER, ADMIN})
 
 MIN_TOKEN_CHARS = 16
 

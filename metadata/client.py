@@ -1,4 +1,5 @@
-"""`open_metadata_client`: a `MetadataClient` from a URL, for the command line and tools.
+"""`open_metadata_client` (async) and `open_sync_metadata_client` (blocking): a metadata
+client from a URL, for the command line and tools.
 
 `http(s)://...` gives the HTTP client (`metadata.http_client`); a database URL
 (`sqlite:///...`, `postgresql://...`) gives an in-process client over a service of its
@@ -13,10 +14,11 @@ importing this module (or opening an HTTP client through it) loads no SQLAlchemy
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, cast
 
-from skiff.metadata.api_types import MetadataClient
+from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.credentials import resolve_credentials
-from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.http_client import HttpMetadataClient, SyncHttpMetadataClient
 
 
 def open_metadata_client(
@@ -42,8 +44,38 @@ def open_metadata_client(
             key_file=key_file,
             env=env,
         )
-        return HttpMetadataClient(url_or_db, timeout_s=timeout_s, credentials=creds)
+        return cast(MetadataClient, HttpMetadataClient(url_or_db, timeout_s=timeout_s, credentials=creds))
     from skiff.metadata.local_client import LocalMetadataClient  # the database side, only when asked for
     from skiff.metadata.service import MetadataService
 
-    return LocalMetadataClient(MetadataService.from_url(url_or_db), owns_service=True)
+    return cast(MetadataClient, LocalMetadataClient(MetadataService.from_url(url_or_db), owns_service=True))
+
+
+def open_sync_metadata_client(
+    url_or_db: str,
+    *,
+    timeout_s: float = 10.0,
+    token: str | None = None,
+    token_file: str | None = None,
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Any:
+    """As `open_metadata_client`, blocking: `SyncHttpMetadataClient` or
+    `SyncLocalMetadataClient` (every operation of `metadata.client_api`, without `await`),
+    for code without an event loop (the command line, Spark's driver, compactor jobs)."""
+    if url_or_db.startswith(("http://", "https://")):
+        creds = resolve_credentials(
+            token=token,
+            token_file=token_file,
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            env=env,
+        )
+        return SyncHttpMetadataClient(url_or_db, timeout_s=timeout_s, credentials=creds)
+    from skiff.metadata.local_client import SyncLocalMetadataClient  # the database side, only when asked for
+    from skiff.metadata.service import MetadataService
+
+    return SyncLocalMetadataClient(MetadataService.from_url(url_or_db), owns_service=True)

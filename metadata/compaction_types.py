@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 from skiff.fileformat.chunk_reader import ChunkLocation
+from skiff.metadata.bounds import Int32, NonNegInt32, NonNegInt64, PositiveInt64
 
 MiB = 1024 * 1024
 
@@ -39,10 +40,10 @@ class MergeRules:
     bytes / target_chunk_bytes, plus log2 of the tail), not with time, and each byte is
     rewritten about log2(target / merge size) times at most."""
 
-    target_chunk_bytes: int = DEFAULT_TARGET_CHUNK_BYTES
-    min_level0_bytes: int = DEFAULT_MIN_LEVEL0_BYTES
-    min_level0_chunks: int = DEFAULT_MIN_LEVEL0_CHUNKS
-    max_level0_delay_ms: int = DEFAULT_MAX_LEVEL0_DELAY_MS
+    target_chunk_bytes: PositiveInt64 = DEFAULT_TARGET_CHUNK_BYTES
+    min_level0_bytes: NonNegInt64 = DEFAULT_MIN_LEVEL0_BYTES
+    min_level0_chunks: NonNegInt32 = DEFAULT_MIN_LEVEL0_CHUNKS
+    max_level0_delay_ms: NonNegInt64 = DEFAULT_MAX_LEVEL0_DELAY_MS
 
 
 @dataclass(frozen=True)
@@ -92,5 +93,5 @@ class CheckpointUpdate:
     """Move a partition's cleaner checkpoint (first dirty offset) in the swap."""
 
     topic_id: uuid.UUID
-    partition: int
-    first_dirty_offset: int
+    partition: Int32
+    first_dirty_offset: NonNegInt64

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from skiff.metadata.api_types import StoredGroup
 from skiff.metadata.db import read_tx
 from skiff.metadata.errors import NON_EMPTY_GROUP, MetadataError
 from skiff.metadata.rows import Db
 from skiff.metadata.schema import group_activity, group_leases, group_offsets
+from skiff.metadata.types import StoredGroup
 from sqlalchemy import Connection, delete, select, update
 
 _L = group_leases.c

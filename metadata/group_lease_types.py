@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skiff.metadata.bounds import Id, Int32
+
 # Kafka's error codes these operations answer with (kio's ErrorCode values).
 NOT_COORDINATOR = 16
 DUPLICATE_BROKER_REGISTRATION = 101
@@ -18,8 +20,8 @@ class LeaseToken:
     makes in metadata (offset commits, a new generation) carries this and is refused
     with NOT_COORDINATOR unless it is still the lease's current holder and epoch."""
 
-    holder: str  # agent id
-    epoch: int
+    holder: Id  # agent id
+    epoch: Int32
 
 
 @dataclass(frozen=True, slots=True)

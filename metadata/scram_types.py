@@ -28,6 +28,9 @@ import hashlib
 import hmac
 import os
 from dataclasses import dataclass
+from typing import Annotated
+
+from annotated_types import Interval, Len, MaxLen
 
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
@@ -46,12 +49,12 @@ MAX_USER_NAME_CHARS = 255
 
 @dataclass(frozen=True)
 class ScramCredential:
-    user: str
-    mechanism: str
-    salt: bytes
-    iterations: int
-    stored_key: bytes
-    server_key: bytes
+    user: Annotated[str, Len(1, MAX_USER_NAME_CHARS)]
+    mechanism: Annotated[str, Len(1, 32)]
+    salt: Annotated[bytes, MaxLen(MAX_SALT_BYTES)]
+    iterations: Annotated[int, Interval(ge=0, le=2**31 - 1)]
+    stored_key: Annotated[bytes, MaxLen(128)]
+    server_key: Annotated[bytes, MaxLen(128)]
 
 
 @dataclass(frozen=True)

@@ -39,16 +39,16 @@ listener thread (started by the first wait) also publishes other replicas' commi
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from skiff.fileformat.objectstore import ObjectStore, open_store
-from skiff.metadata import group_admin, group_leases
+from skiff.metadata import commit_feed, group_admin, group_leases
 from skiff.metadata.acl_types import AclBinding, AclBindingFilter
 from skiff.metadata.acls import AclStore
-from skiff.metadata.api_types import NewTopic, StoredGroup, TopicCreation
 from skiff.metadata.commit_feed import CommitFeed, PgCommitListener
 from skiff.metadata.commit_path import CommitPath
 from skiff.metadata.compaction_leases import CompactionLeases
@@ -82,6 +82,7 @@ from skiff.metadata.types import (
     FileChunks,
     FileSpec,
     GroupOffset,
+    NewTopic,
     OffsetAnswer,
     OffsetCommitResult,
     OffsetQuery,
@@ -89,8 +90,11 @@ from skiff.metadata.types import (
     PartitionFetchInfo,
     PartitionKey,
     PartitionState,
+    PartitionWatermark,
     RetentionResult,
+    StoredGroup,
     Topic,
+    TopicCreation,
 )
 from skiff.metadata.validation import file_error
 from sqlalchemy import Engine
@@ -115,7 +119,7 @@ class MetadataService:
         # The bucket URL the agents write to, as configured (`skiff metadata --bucket`): metadata
         # stores no objects; it tells readers (Spark) where they are and checks that committed
         # objects exist there (one HEAD each).
-        self.bucket_url = bucket_url
+        self.configured_bucket_url = bucket_url
         self._store: ObjectStore | None = None
         if bucket_url is not None and verify_objects is not False:
             self._store = open_store(bucket_url)
@@ -196,6 +200,10 @@ class MetadataService:
     def agent_ttl_ms(self, value: int) -> None:
         self.agents.ttl_ms = value
 
+    def bucket_url(self) -> str | None:
+        """The bucket URL the agents write to, as configured (None: not configured)."""
+        return self.configured_bucket_url
+
     def ensure_commit_listener(self) -> None:
         """Start (once) the thread that publishes other replicas' commits into
         `commit_feed` (PostgreSQL; on SQLite every writer is in this process, so the feed
@@ -213,8 +221,8 @@ class MetadataService:
 
     # ------------------------------------------------------------------ topics
 
-    def create_topic(self, name: str, partition_count: int, configs_: dict[str, str]) -> Topic:
-        return self.topics.create_topic(name, partition_count, configs_)
+    def create_topic(self, name: str, partition_count: int, configs: dict[str, str]) -> Topic:
+        return self.topics.create_topic(name, partition_count, configs)
 
     def create_topics(self, new: Sequence[NewTopic]) -> list[TopicCreation]:
         return self.topics.create_topics(new)
@@ -241,8 +249,8 @@ class MetadataService:
 
     # ------------------------------------------------------------------ produce
 
-    def commit_file(self, file: FileSpec, chunk_specs: Sequence[ChunkSpec]) -> list[ChunkResult]:
-        return self.commits.commit_file(file, chunk_specs)
+    def commit_file(self, file: FileSpec, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]:
+        return self.commits.commit_file(file, chunks)
 
     def init_producer_id(self) -> tuple[int, int]:
         return self.commits.init_producer_id()
@@ -251,6 +259,19 @@ class MetadataService:
 
     def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
         return self.reads.partition_states(keys)
+
+    async def wait_for_commits(
+        self, known: Sequence[PartitionWatermark], timeout_ms: int
+    ) -> list[PartitionWatermark]:
+        """Long poll (metadata.commit_feed): answers when a commit moves the high watermark of
+        one of the partitions past the known value, or with [] after timeout_ms. The one
+        async operation: it waits on the event loop, reading states in worker threads."""
+        self.ensure_commit_listener()
+
+        async def read(keys: Sequence[PartitionKey]) -> list[PartitionState]:
+            return await asyncio.to_thread(self.partition_states, list(keys))
+
+        return await commit_feed.wait_for_commits(self.commit_feed, read, list(known), timeout_ms)
 
     def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]:
         return self.reads.find_chunks(queries)

@@ -29,7 +29,6 @@ import uuid
 from collections.abc import Sequence
 
 from skiff.metadata import configs
-from skiff.metadata.api_types import MAX_TOPICS_PER_CREATE_BATCH, NewTopic, TopicCreation
 from skiff.metadata.db import read_tx, write_tx
 from skiff.metadata.errors import (
     INVALID_CONFIG,
@@ -52,7 +51,7 @@ from skiff.metadata.schema import (
     txn_offsets,
     txn_open,
 )
-from skiff.metadata.types import Topic
+from skiff.metadata.types import MAX_TOPICS_PER_CREATE_BATCH, NewTopic, Topic, TopicCreation
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 

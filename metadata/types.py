@@ -16,10 +16,28 @@ offsets it occupies; a chunk occupies `[base_offset, last_offset]`, inclusive.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from annotated_types import Interval, Len, MaxLen
 
 # Defined beside the reader that interprets it; re-exported here for every user of metadata.
 from skiff.fileformat.chunk_reader import ChunkLocation as ChunkLocation
+from skiff.metadata.bounds import (
+    MAX_ITEMS,
+    MAX_PARTITIONS,
+    Id,
+    Int32,
+    Int64,
+    KafkaId,
+    Name,
+    NonNegInt32,
+    NonNegInt64,
+    Port,
+    ShortName,
+    TxnId,
+)
 
 # ListOffsets special timestamps, as Kafka defines them.
 LATEST_TIMESTAMP = -1
@@ -44,35 +62,37 @@ class Topic:
 class FileSpec:
     """An object just written to the bucket, about to be committed."""
 
-    object_key: str
-    size_bytes: int
-    level: int = 0  # 0: written by an agent; 1+: written by the compactor
-    writer: str = ""  # agent or compactor id, for operators
+    object_key: Annotated[str, Len(1, 1024)]
+    size_bytes: NonNegInt64
+    level: NonNegInt32 = 0  # 0: written by an agent; 1+: written by the compactor
+    writer: ShortName = ""  # agent or compactor id, for operators
     # Transactions whose markers this file carries, completed (PREPARE_* -> COMPLETE_*) in
     # the commit's own database transaction: (transactional id, producer id, epoch).
-    completes: tuple[tuple[str, int, int], ...] = ()
+    completes: Annotated[tuple[tuple[TxnId, Int64, Int32], ...], MaxLen(MAX_ITEMS)] = ()
 
 
 @dataclass(frozen=True)
 class BatchSpec:
     """One RecordBatch inside a file, as the agent saw it on the produce path."""
 
-    byte_offset: int  # position of the batch's first byte inside the file
-    byte_length: int
-    offset_count: int  # last_offset_delta + 1
-    record_count: int
-    max_timestamp: int  # ms
-    producer_id: int = -1
-    producer_epoch: int = -1
-    base_sequence: int = -1
+    byte_offset: NonNegInt64  # position of the batch's first byte inside the file
+    byte_length: NonNegInt64
+    offset_count: NonNegInt64  # last_offset_delta + 1
+    record_count: NonNegInt64
+    max_timestamp: Int64  # ms
+    producer_id: Int64 = -1
+    producer_epoch: Int32 = -1
+    base_sequence: Int32 = -1
     # Kafka timestampType of the batch: 0 CreateTime, 1 LogAppendTime.
-    timestamp_type: int = 0
+    timestamp_type: Annotated[int, Interval(ge=0, le=1)] = 0
     is_transactional: bool = False  # attribute bit 4
-    control_type: int = -1  # a control batch (attribute bit 5): 0 ABORT, 1 COMMIT marker; -1 data
+    control_type: Annotated[
+        int, Interval(ge=-1, le=1)
+    ] = -1  # a control batch (attribute bit 5): 0 ABORT, 1 COMMIT marker; -1 data
     # A transactional data batch: its Produce request's transactional id. The commit accepts
     # the batch only if that id's transaction is ongoing, with this producer id and epoch,
     # and holds the partition (metadata.txn_state.check_produce); None on every other batch.
-    transactional_id: str | None = None
+    transactional_id: KafkaId | None = None
 
 
 @dataclass(frozen=True)
@@ -80,8 +100,8 @@ class ChunkSpec:
     """One partition's batches inside one file, contiguous in the file and in order."""
 
     topic_id: uuid.UUID
-    partition: int
-    batches: tuple[BatchSpec, ...]
+    partition: Int32
+    batches: Annotated[tuple[BatchSpec, ...], MaxLen(MAX_PARTITIONS)]
 
 
 @dataclass(frozen=True)
@@ -110,7 +130,7 @@ class ChunkResult:
 @dataclass(frozen=True)
 class PartitionKey:
     topic_id: uuid.UUID
-    partition: int
+    partition: Int32
 
 
 @dataclass(frozen=True)
@@ -119,8 +139,8 @@ class PartitionWatermark:
     as it now is (its answer; `error_code` set if the partition is gone)."""
 
     topic_id: uuid.UUID
-    partition: int
-    high_watermark: int
+    partition: Int32
+    high_watermark: Int64
     error_code: int = 0
     # In answers: the partition's last stable offset at that high watermark (-1: unknown).
     last_stable_offset: int = -1
@@ -129,12 +149,12 @@ class PartitionWatermark:
 @dataclass(frozen=True)
 class FetchQuery:
     topic_id: uuid.UUID
-    partition: int
-    offset: int
-    max_bytes: int
+    partition: Int32
+    offset: Int64
+    max_bytes: Int64
     # Kafka's isolation level: 0 read_uncommitted (up to the high watermark), 1
     # read_committed (up to the last stable offset, with the aborted transactions).
-    isolation_level: int = 0
+    isolation_level: Annotated[int, Interval(ge=0, le=1)] = 0
 
 
 @dataclass(frozen=True)
@@ -167,8 +187,8 @@ class PartitionState:
 @dataclass(frozen=True)
 class OffsetQuery:
     topic_id: uuid.UUID
-    partition: int
-    timestamp: int  # ms, or LATEST_TIMESTAMP / EARLIEST_TIMESTAMP / MAX_TIMESTAMP
+    partition: Int32
+    timestamp: Int64  # ms, or LATEST_TIMESTAMP / EARLIEST_TIMESTAMP / MAX_TIMESTAMP
 
 
 @dataclass(frozen=True)
@@ -183,24 +203,24 @@ class OutputChunk:
     """A chunk of a compactor-written file: absolute offsets, and exact holes."""
 
     topic_id: uuid.UUID
-    partition: int
-    byte_position: int
-    byte_length: int
-    base_offset: int
-    last_offset: int
-    record_count: int
-    batch_count: int
-    max_timestamp: int
+    partition: Int32
+    byte_position: NonNegInt64
+    byte_length: NonNegInt64
+    base_offset: NonNegInt64
+    last_offset: NonNegInt64
+    record_count: NonNegInt64
+    batch_count: NonNegInt32
+    max_timestamp: Int64
     present_offsets: bytes | None = None  # serialized pyroaring BitMap, relative to base_offset
 
 
 @dataclass(frozen=True)
 class GroupOffset:
-    topic: str
-    partition: int
-    offset: int
+    topic: Name
+    partition: Int32
+    offset: Int64
     metadata: str | None = None
-    leader_epoch: int = -1
+    leader_epoch: Int32 = -1
 
 
 @dataclass(frozen=True)
@@ -214,15 +234,15 @@ class OffsetCommitResult:
 
 @dataclass(frozen=True)
 class AgentInfo:
-    agent_id: str
-    host: str
-    port: int
-    zone: str | None = None
-    last_heartbeat_ms: int = 0
+    agent_id: Id
+    host: ShortName
+    port: Port
+    zone: ShortName | None = None
+    last_heartbeat_ms: Int64 = 0
     # Every advertised listener as (listener name, host, port), e.g. ("SASL_SSL", "b1", 9094):
     # Kafka clients are told the address on the listener they connected through. Empty for
     # agents (and rows) from before listeners: then (host, port) is the only address.
-    listeners: tuple[tuple[str, str, int], ...] = ()
+    listeners: Annotated[tuple[tuple[Annotated[str, Len(1, 255)], ShortName, Port], ...], MaxLen(32)] = ()
     # The agent's last readiness probe found its bucket writable and readable and metadata
     # answering (agent.health). Agents that are not ready stay registered (their address and
     # node id keep) but lead no partition and coordinate nothing (agent.agent_registry).
@@ -259,9 +279,9 @@ class DeleteRecordsQuery:
     """DeleteRecords for one partition: move its log start offset up to `offset`
     (-1: the high watermark)."""
 
-    topic: str
-    partition: int
-    offset: int
+    topic: Name
+    partition: Int32
+    offset: Int64
 
 
 @dataclass(frozen=True)
@@ -288,3 +308,73 @@ class ClaimedFile:
 
     file_id: int
     object_key: str
+
+
+# --------------------------------------------------------------------------- topics, groups
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic to create: what `create_topic` takes."""
+
+    name: Name
+    partition_count: Int32
+    configs: dict[Name, str]
+
+
+@dataclass(frozen=True)
+class TopicCreation:
+    """One topic's outcome in `create_topics`: the topic, or the Kafka error `create_topic`
+    would have raised for it (TOPIC_ALREADY_EXISTS, INVALID_CONFIG, ...)."""
+
+    name: str
+    topic: Topic | None
+    error_code: int = 0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class StoredGroup:
+    """A consumer group as metadata holds it (`metadata.group_admin`): `group_state` is the
+    JSON its coordinators last confirmed (format: agent.group_persistence), None if only
+    offsets are stored; `coordinator` the agent whose lease has not lapsed, if any;
+    `active` whether that generation has members under a live lease."""
+
+    group_id: str
+    coordinator: str | None
+    active: bool
+    group_state: str | None
+
+
+# One `create_topics` call (one HTTP request, one database transaction) holds at most this
+# many topics, partitions (one row each) and bytes of names and configs; `create_batches`
+# cuts a larger request to fit (a single topic over the partition bound goes alone).
+MAX_TOPICS_PER_CREATE_BATCH = 500
+MAX_PARTITIONS_PER_CREATE_BATCH = 100_000
+MAX_CREATE_BATCH_BYTES = 1 << 20
+
+
+def _create_bytes(t: NewTopic) -> int:
+    return len(t.name) + sum(len(k) + len(v) for k, v in t.configs.items()) + 16
+
+
+def create_batches(new: Sequence[NewTopic]) -> list[list[NewTopic]]:
+    """`new` cut, in order, into batches within the `create_topics` bounds."""
+    batches: list[list[NewTopic]] = []
+    batch: list[NewTopic] = []
+    partitions = size = 0
+    for t in new:
+        n, b = max(t.partition_count, 0), _create_bytes(t)
+        if batch and (
+            len(batch) >= MAX_TOPICS_PER_CREATE_BATCH
+            or partitions + n > MAX_PARTITIONS_PER_CREATE_BATCH
+            or size + b > MAX_CREATE_BATCH_BYTES
+        ):
+            batches.append(batch)
+            batch, partitions, size = [], 0, 0
+        batch.append(t)
+        partitions += n
+        size += b
+    if batch:
+        batches.append(batch)
+    return batches

@@ -33,7 +33,6 @@ Streaming (`spark.stream`) reuses steps 1, 2 and 4 for each micro-batch.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from skiff.fileformat.objectstore import open_store
 from skiff.fileformat.objectstore.errors import StorageError
 from skiff.metadata.credentials import CredentialsError, resolve_credentials
 from skiff.metadata.errors import OFFSET_OUT_OF_RANGE, MetadataError, MetadataUnavailable
-from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.http_client import SyncHttpMetadataClient
 from skiff.metadata.types import FetchQuery, OffsetQuery, PartitionKey, PartitionState, Topic
 from skiff.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 from skiff.spark.ranges import OffsetRange, split_ranges
@@ -93,7 +92,7 @@ class PlannedRead:
     aborted: tuple[tuple[int, int, int], ...] = ()
 
 
-def metadata_client(opts: SourceOptions) -> HttpMetadataClient:
+def metadata_client(opts: SourceOptions) -> SyncHttpMetadataClient:
     """The driver's client: the options' credentials, else the driver's SKIFF_METADATA_*."""
     try:
         creds = resolve_credentials(
@@ -101,23 +100,23 @@ def metadata_client(opts: SourceOptions) -> HttpMetadataClient:
         )
     except CredentialsError as exc:
         raise SkiffSourceError(str(exc)) from None
-    return HttpMetadataClient(opts.metadata_url, credentials=creds)
+    return SyncHttpMetadataClient(opts.metadata_url, credentials=creds)
 
 
-def run(coro_fn, opts: SourceOptions):  # type: ignore[no-untyped-def]
-    """Run `await coro_fn(client)` with a fresh HTTP client; metadata errors become
+def run(fn, opts: SourceOptions):  # type: ignore[no-untyped-def]
+    """`fn(client)` with a fresh (blocking) HTTP client; metadata errors become
     `SkiffSourceError`s a data engineer can act on."""
     metadata_url = opts.metadata_url
 
-    async def main():  # type: ignore[no-untyped-def]
+    def main():  # type: ignore[no-untyped-def]
         client = metadata_client(opts)
         try:
-            return await coro_fn(client)
+            return fn(client)
         finally:
-            await client.close()
+            client.close()
 
     try:
-        return asyncio.run(main())
+        return main()
     except MetadataUnavailable as exc:
         raise SkiffSourceError(
             f"cannot reach the Skiff metadata service at {metadata_url}: {exc}. Check the option"
@@ -127,25 +126,23 @@ def run(coro_fn, opts: SourceOptions):  # type: ignore[no-untyped-def]
         raise SkiffSourceError(f"the Skiff metadata service at {metadata_url} refused: {exc}") from exc
 
 
-async def resolve_partitions(client: HttpMetadataClient, opts: SourceOptions) -> list[PartitionInfo]:
+def resolve_partitions(client: SyncHttpMetadataClient, opts: SourceOptions) -> list[PartitionInfo]:
     """The partitions the options select, with their log start and high watermark."""
     wanted: list[tuple[Topic, int]] = []
     if opts.subscribe is not None:
-        found = await client.describe_topics(list(opts.subscribe))
+        found = client.describe_topics(list(opts.subscribe))
         missing = [t for t in opts.subscribe if t not in found]
         if missing:
             raise SkiffSourceError(f"unknown topic(s): {', '.join(missing)}")
         wanted = [(found[t], p) for t in opts.subscribe for p in range(found[t].partition_count)]
     elif opts.subscribe_pattern is not None:
         regex = re.compile(opts.subscribe_pattern)
-        topics = sorted(
-            (t for t in await client.list_topics() if regex.fullmatch(t.name)), key=lambda t: t.name
-        )
+        topics = sorted((t for t in client.list_topics() if regex.fullmatch(t.name)), key=lambda t: t.name)
         wanted = [(t, p) for t in topics for p in range(t.partition_count)]
     else:
         assert opts.assign is not None
         names = sorted({t for t, _ in opts.assign})
-        found = await client.describe_topics(names)
+        found = client.describe_topics(names)
         for name, partition in opts.assign:
             topic = found.get(name)
             if topic is None:
@@ -155,7 +152,7 @@ async def resolve_partitions(client: HttpMetadataClient, opts: SourceOptions) ->
                     f"topic {name} has {topic.partition_count} partitions; partition {partition} does not exist"
                 )
             wanted.append((topic, partition))
-    states = await client.partition_states([PartitionKey(t.topic_id, p) for t, p in wanted])
+    states = client.partition_states([PartitionKey(t.topic_id, p) for t, p in wanted])
     for (topic, p), state in zip(wanted, states, strict=True):
         if state.error_code:
             raise SkiffSourceError(
@@ -163,15 +160,15 @@ async def resolve_partitions(client: HttpMetadataClient, opts: SourceOptions) ->
             )
     bounds = [(s.log_start_offset, s.high_watermark, s.high_watermark) for s in states]
     if opts.read_committed and wanted:
-        bounds = await _stable_bounds(client, wanted, states)
+        bounds = _stable_bounds(client, wanted, states)
     return [
         PartitionInfo(topic.name, str(topic.topic_id), p, log_start, hwm, latest)
         for (topic, p), (log_start, hwm, latest) in zip(wanted, bounds, strict=True)
     ]
 
 
-async def _stable_bounds(
-    client: HttpMetadataClient, wanted: list[tuple[Topic, int]], states: Sequence[PartitionState]
+def _stable_bounds(
+    client: SyncHttpMetadataClient, wanted: list[tuple[Topic, int]], states: Sequence[PartitionState]
 ) -> list[tuple[int, int, int]]:
     """(log start, high watermark, last stable offset) per partition: find_chunks at the
     high watermark with isolation level 1 answers the LSO (and, the watermark being the
@@ -182,7 +179,7 @@ async def _stable_bounds(
     out: list[tuple[int, int, int] | None] = [None] * len(wanted)
     todo = list(range(len(wanted)))
     for attempt in range(2):
-        infos = await client.find_chunks(
+        infos = client.find_chunks(
             [
                 FetchQuery(
                     wanted[i][0].topic_id, wanted[i][1], at[i], 1, isolation_level=READ_COMMITTED_LEVEL
@@ -210,8 +207,8 @@ async def _stable_bounds(
     return [b for b in out if b is not None]
 
 
-async def _timestamp_offsets(
-    client: HttpMetadataClient,
+def _timestamp_offsets(
+    client: SyncHttpMetadataClient,
     parts: Sequence[PartitionInfo],
     timestamps_ms: Sequence[int],
     opts: SourceOptions,
@@ -221,7 +218,7 @@ async def _timestamp_offsets(
     offsetsForTimes); none: an error, or the latest offset with strategy `latest`."""
     import uuid
 
-    answers = await client.list_offsets(
+    answers = client.list_offsets(
         [
             OffsetQuery(uuid.UUID(p.topic_id), p.partition, ts)
             for p, ts in zip(parts, timestamps_ms, strict=True)
@@ -235,7 +232,7 @@ async def _timestamp_offsets(
             offset = -1
         if offset >= 0:
             # metadata narrows it to a chunk; the exact record is found inside the chunk
-            info = (await client.find_chunks([FetchQuery(uuid.UUID(p.topic_id), p.partition, offset, 1)]))[0]
+            info = (client.find_chunks([FetchQuery(uuid.UUID(p.topic_id), p.partition, offset, 1)]))[0]
             if info.chunks:
                 if opts.bucket is None:
                     raise SkiffSourceError(
@@ -263,8 +260,12 @@ async def _timestamp_offsets(
     return out
 
 
-async def resolve_offsets(
-    client: HttpMetadataClient, parts: list[PartitionInfo], spec: OffsetSpec, opts: SourceOptions, edge: str
+def resolve_offsets(
+    client: SyncHttpMetadataClient,
+    parts: list[PartitionInfo],
+    spec: OffsetSpec,
+    opts: SourceOptions,
+    edge: str,
 ) -> list[int]:
     if spec.kind == "earliest":
         return [p.log_start for p in parts]
@@ -272,7 +273,7 @@ async def resolve_offsets(
         return [p.latest for p in parts]
     if spec.kind == "timestamp":
         assert spec.timestamp_ms is not None
-        return await _timestamp_offsets(client, parts, [spec.timestamp_ms] * len(parts), opts, edge)
+        return _timestamp_offsets(client, parts, [spec.timestamp_ms] * len(parts), opts, edge)
     per = dict(spec.per_partition or {})
     assigned = {(p.topic, p.partition) for p in parts}
     if set(per) != assigned:
@@ -285,7 +286,7 @@ async def resolve_offsets(
         )
     values = [per[(p.topic, p.partition)] for p in parts]
     if spec.kind == "timestamps":
-        return await _timestamp_offsets(client, parts, values, opts, edge)
+        return _timestamp_offsets(client, parts, values, opts, edge)
     out = []
     for p, v in zip(parts, values, strict=True):
         if v == EARLIEST:
@@ -301,10 +302,10 @@ async def resolve_offsets(
     return out
 
 
-async def plan_batch(client: HttpMetadataClient, opts: SourceOptions) -> list[PlannedRead]:
-    parts = await resolve_partitions(client, opts)
-    starts = await resolve_offsets(client, parts, opts.starting, opts, "starting")
-    ends = await resolve_offsets(client, parts, opts.ending, opts, "ending")
+def plan_batch(client: SyncHttpMetadataClient, opts: SourceOptions) -> list[PlannedRead]:
+    parts = resolve_partitions(client, opts)
+    starts = resolve_offsets(client, parts, opts.starting, opts, "starting")
+    ends = resolve_offsets(client, parts, opts.ending, opts, "ending")
     ranges = []
     for p, start, end in zip(parts, starts, ends, strict=True):
         if start < p.log_start:
@@ -331,11 +332,11 @@ async def plan_batch(client: HttpMetadataClient, opts: SourceOptions) -> list[Pl
             )
         ranges.append(OffsetRange(p.topic, p.partition, start, end))
     ids = {(p.topic, p.partition): p.topic_id for p in parts}
-    return await plan_tasks(client, ranges, ids, opts)
+    return plan_tasks(client, ranges, ids, opts)
 
 
-async def plan_tasks(
-    client: HttpMetadataClient,
+def plan_tasks(
+    client: SyncHttpMetadataClient,
     ranges: list[OffsetRange],
     topic_ids: dict[tuple[str, int], str],
     opts: SourceOptions,
@@ -344,14 +345,14 @@ async def plan_tasks(
     tasks = split_ranges(
         ranges, min_partitions=opts.min_partitions, max_records_per_partition=opts.max_records_per_partition
     )
-    return await attach_chunks(client, tasks, topic_ids, read_committed=opts.read_committed)
+    return attach_chunks(client, tasks, topic_ids, read_committed=opts.read_committed)
 
 
-async def resolve_bucket(client: HttpMetadataClient, opts: SourceOptions) -> str:
+def resolve_bucket(client: SyncHttpMetadataClient, opts: SourceOptions) -> str:
     """The `bucket` option, else the bucket URL metadata was given (`skiff metadata --bucket`)."""
     if opts.bucket:
         return opts.bucket
-    bucket = await client.bucket_url()
+    bucket = client.bucket_url()
     if not bucket:
         raise SkiffSourceError(
             f"no bucket URL: the metadata service at {client.base_url} was not given one (start it"
@@ -361,8 +362,8 @@ async def resolve_bucket(client: HttpMetadataClient, opts: SourceOptions) -> str
     return bucket
 
 
-async def attach_chunks(
-    client: HttpMetadataClient,
+def attach_chunks(
+    client: SyncHttpMetadataClient,
     tasks: list[OffsetRange],
     topic_ids: dict[tuple[str, int], str],
     *,
@@ -388,7 +389,7 @@ async def attach_chunks(
             )
             for i in todo
         ]
-        answers = await client.find_chunks(queries)
+        answers = client.find_chunks(queries)
         next_todo = []
         for i, info in zip(todo, answers, strict=True):
             t = tasks[i]

@@ -22,7 +22,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
-from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.http_client import SyncHttpMetadataClient
 from skiff.spark.options import SourceOptions, include_headers_option, parse_options
 from skiff.spark.planner import PlannedRead, plan_batch, resolve_bucket, run
 
@@ -55,9 +55,9 @@ class SkiffBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        async def plan(client: HttpMetadataClient) -> tuple[str, list[PlannedRead]]:
-            bucket = await resolve_bucket(client, self.opts)
-            return bucket, await plan_batch(client, dataclasses.replace(self.opts, bucket=bucket))
+        def plan(client: SyncHttpMetadataClient) -> tuple[str, list[PlannedRead]]:
+            bucket = resolve_bucket(client, self.opts)
+            return bucket, plan_batch(client, dataclasses.replace(self.opts, bucket=bucket))
 
         bucket, tasks = run(plan, self.opts)
         return [

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.http_client import SyncHttpMetadataClient
 from skiff.spark.options import SourceOptions
 from skiff.spark.planner import (
     PartitionInfo,
@@ -118,11 +118,11 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ offsets
 
     def initialOffset(self) -> dict:
-        async def starts(client: HttpMetadataClient) -> dict[Key, int]:
-            parts = await resolve_partitions(client, self.opts)
-            bucket = await resolve_bucket(client, self.opts)  # timestamps read one chunk
+        def starts(client: SyncHttpMetadataClient) -> dict[Key, int]:
+            parts = resolve_partitions(client, self.opts)
+            bucket = resolve_bucket(client, self.opts)  # timestamps read one chunk
             opts = dataclasses.replace(self.opts, bucket=bucket)
-            offsets = await resolve_offsets(client, parts, opts.starting, opts, "starting")
+            offsets = resolve_offsets(client, parts, opts.starting, opts, "starting")
             return {(p.topic, p.partition): o for p, o in zip(parts, offsets, strict=True)}
 
         return offsets_json(run(starts, self.opts))
@@ -173,13 +173,13 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if all(begin.get(k) == u for k, u in until.items()):
             return []  # nothing new: no metadata call
 
-        async def plan(client: HttpMetadataClient) -> tuple[str, list[Any]]:
-            bucket = self._bucket or await resolve_bucket(client, self.opts)
+        def plan(client: SyncHttpMetadataClient) -> tuple[str, list[Any]]:
+            bucket = self._bucket or resolve_bucket(client, self.opts)
             if not set(until) <= set(self._parts):  # e.g. a batch replayed after a restart
-                self._parts = {(p.topic, p.partition): p for p in await resolve_partitions(client, self.opts)}
+                self._parts = {(p.topic, p.partition): p for p in resolve_partitions(client, self.opts)}
             ranges = self._ranges(begin, until)
             ids = {k: p.topic_id for k, p in self._parts.items()}
-            return bucket, await plan_tasks(client, ranges, ids, self.opts)
+            return bucket, plan_tasks(client, ranges, ids, self.opts)
 
         self._bucket, tasks = run(plan, self.opts)
         self._last_end = end

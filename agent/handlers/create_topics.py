@@ -17,7 +17,7 @@ Each topic is checked in Kafka's order, and gets its own error code:
 7. configs: unknown names, null or invalid values -> INVALID_CONFIG (`metadata.configs`).
 
 `validate_only` stops there. Otherwise the topics are created in metadata in batches
-(`metadata.api_types.create_batches`: up to 500 topics, one metadata call and one database
+(`metadata.types.create_batches`: up to 500 topics, one metadata call and one database
 transaction per batch; metadata checks again, atomically: a concurrent create of the same
 name gets TOPIC_ALREADY_EXISTS) and the answer carries the topic id (v7), partition count,
 replication factor 1 and every config with its source (v5+).
@@ -62,9 +62,8 @@ from skiff.agent.handlers._cooperative import pause
 from skiff.agent.handlers.describe_configs import TOPIC_CONFIG_NAMES, ConfigEntry, topic_config_entry
 from skiff.agent.protocol import convert, to_error_code
 from skiff.metadata import configs as topic_configs
-from skiff.metadata.api_types import NewTopic, create_batches
 from skiff.metadata.errors import MetadataUnavailable
-from skiff.metadata.types import Topic
+from skiff.metadata.types import NewTopic, Topic, create_batches
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +281,7 @@ def _checked(
 
 
 class _Creation:
-    """Creates the topics in batches (`metadata.api_types.create_batches`: one metadata call
+    """Creates the topics in batches (`metadata.types.create_batches`: one metadata call
     and one transaction each), recording each topic's answer in `done` as its batch returns."""
 
     def __init__(self, ctx: AgentContext, request: Request, to_create: dict[int, NewTopic]) -> None:

@@ -16,7 +16,7 @@ import socket
 import struct
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,355 +29,38 @@ from skiff.agent.protocol import decode_response, encode_request, response_schem
 from skiff.agent.runtime import build_agent_context, close_parts
 from skiff.agent.server import AgentServer, start_agent_server
 from skiff.fileformat.objectstore.memory import AsyncMemoryStore
-from skiff.metadata.acl_types import AclBinding, AclBindingFilter
-from skiff.metadata.api_types import MetadataClient, NewTopic, TopicCreation
-from skiff.metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
+from skiff.metadata.client_api import OPERATIONS, MetadataClient
 from skiff.metadata.errors import MetadataUnavailable
-from skiff.metadata.group_lease_types import LeaseGrant, LeaseToken
 from skiff.metadata.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
-from skiff.metadata.txn_state import Outcome, Partition, TxnRecord
-from skiff.metadata.types import (
-    AgentInfo,
-    ChunkResult,
-    ChunkSpec,
-    ClaimedFile,
-    DeleteRecordsAnswer,
-    DeleteRecordsQuery,
-    FetchQuery,
-    FileChunks,
-    FileSpec,
-    GroupOffset,
-    OffsetAnswer,
-    OffsetCommitResult,
-    OffsetQuery,
-    OutputChunk,
-    PartitionFetchInfo,
-    PartitionKey,
-    PartitionState,
-    PartitionWatermark,
-    RetentionResult,
-    Topic,
-)
 
 T = TypeVar("T")
 
 
 class FlakyMetadataClient:
-    """A MetadataClient that forwards to `inner` unless `down` is set."""
+    """A MetadataClient that forwards every operation to `inner` unless `down` is set (then
+    each call raises `MetadataUnavailable`); `calls` records the operations called."""
 
     def __init__(self, inner: MetadataClient) -> None:
         self.inner = inner
         self.down = False
         self.calls: list[str] = []
 
-    async def _go(self, name: str, fn: Callable[[], Awaitable[T]]) -> T:
-        self.calls.append(name)
-        if self.down:
-            raise MetadataUnavailable(f"{name}: metadata is down (test)")
-        return await fn()
+    def __getattr__(self, name: str) -> Any:  # a forwarder of the declared signature
+        if name not in OPERATIONS:
+            raise AttributeError(name)
 
-    async def create_topic(self, name: str, partition_count: int, configs: dict[str, str]) -> Topic:
-        return await self._go("create_topic", lambda: self.inner.create_topic(name, partition_count, configs))
+        async def forward(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            if self.down:
+                raise MetadataUnavailable(f"{name}: metadata is down (test)")
+            return await getattr(self.inner, name)(*args, **kwargs)
 
-    async def create_topics(self, new: Sequence[NewTopic]) -> list[TopicCreation]:
-        return await self._go("create_topics", lambda: self.inner.create_topics(new))
-
-    async def delete_topic(self, name: str) -> None:
-        return await self._go("delete_topic", lambda: self.inner.delete_topic(name))
-
-    async def list_topics(self) -> list[Topic]:
-        return await self._go("list_topics", self.inner.list_topics)
-
-    async def describe_topics(self, names: Sequence[str]) -> dict[str, Topic]:
-        return await self._go("describe_topics", lambda: self.inner.describe_topics(names))
-
-    async def topics_by_id(self, topic_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Topic]:
-        return await self._go("topics_by_id", lambda: self.inner.topics_by_id(topic_ids))
-
-    async def alter_topic_configs(
-        self, name: str, set_configs: dict[str, str], delete_configs: Sequence[str], replace: bool
-    ) -> Topic:
-        return await self._go(
-            "alter_topic_configs",
-            lambda: self.inner.alter_topic_configs(name, set_configs, delete_configs, replace),
-        )
-
-    async def add_partitions(self, name: str, new_partition_count: int) -> Topic:
-        return await self._go("add_partitions", lambda: self.inner.add_partitions(name, new_partition_count))
-
-    async def commit_file(self, file: FileSpec, chunks: Sequence[ChunkSpec]) -> list[ChunkResult]:
-        return await self._go("commit_file", lambda: self.inner.commit_file(file, chunks))
-
-    async def find_chunks(self, queries: Sequence[FetchQuery]) -> list[PartitionFetchInfo]:
-        return await self._go("find_chunks", lambda: self.inner.find_chunks(queries))
-
-    async def file_chunks(self, object_key: str) -> FileChunks:
-        return await self._go("file_chunks", lambda: self.inner.file_chunks(object_key))
-
-    async def partition_states(self, keys: Sequence[PartitionKey]) -> list[PartitionState]:
-        return await self._go("partition_states", lambda: self.inner.partition_states(keys))
-
-    async def wait_for_commits(
-        self, known: Sequence[PartitionWatermark], timeout_ms: int
-    ) -> list[PartitionWatermark]:
-        return await self._go("wait_for_commits", lambda: self.inner.wait_for_commits(known, timeout_ms))
-
-    async def list_offsets(self, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]:
-        return await self._go("list_offsets", lambda: self.inner.list_offsets(queries))
-
-    async def init_producer_id(self) -> tuple[int, int]:
-        return await self._go("init_producer_id", self.inner.init_producer_id)
-
-    async def replace_chunks(
-        self,
-        input_chunk_ids: Sequence[int],
-        file: FileSpec,
-        outputs: Sequence[OutputChunk],
-        checkpoints: Sequence[CheckpointUpdate] = (),
-        lease_token: str | None = None,
-    ) -> None:
-        return await self._go(
-            "replace_chunks",
-            lambda: self.inner.replace_chunks(input_chunk_ids, file, outputs, checkpoints, lease_token),
-        )
-
-    async def compaction_candidates(
-        self, topic: str | None = None, rules: MergeRules | None = None, limit: int = 1000
-    ) -> list[CompactionCandidate]:
-        return await self._go(
-            "compaction_candidates", lambda: self.inner.compaction_candidates(topic, rules, limit)
-        )
-
-    async def claim_compaction_job(
-        self,
-        partitions: Sequence[PartitionKey],
-        holder: str,
-        lease_ms: int,
-        input_chunk_ids: Sequence[int] = (),
-    ) -> CompactionLease | None:
-        return await self._go(
-            "claim_compaction_job",
-            lambda: self.inner.claim_compaction_job(partitions, holder, lease_ms, input_chunk_ids),
-        )
-
-    async def renew_compaction_lease(self, token: str, lease_ms: int) -> CompactionLease:
-        return await self._go(
-            "renew_compaction_lease", lambda: self.inner.renew_compaction_lease(token, lease_ms)
-        )
-
-    async def release_compaction_lease(self, token: str) -> None:
-        return await self._go("release_compaction_lease", lambda: self.inner.release_compaction_lease(token))
-
-    async def delete_records(self, queries: Sequence[DeleteRecordsQuery]) -> list[DeleteRecordsAnswer]:
-        return await self._go("delete_records", lambda: self.inner.delete_records(queries))
-
-    async def enforce_retention(
-        self, topic: str, max_chunks_per_partition: int = 1000
-    ) -> list[RetentionResult]:
-        return await self._go(
-            "enforce_retention", lambda: self.inner.enforce_retention(topic, max_chunks_per_partition)
-        )
-
-    async def touch_groups(self, group_ids: Sequence[str]) -> None:
-        return await self._go("touch_groups", lambda: self.inner.touch_groups(group_ids))
-
-    async def expire_group_offsets(self, retention_ms: int) -> int:
-        return await self._go("expire_group_offsets", lambda: self.inner.expire_group_offsets(retention_ms))
-
-    async def claim_deletable_files(
-        self, token: str, max_files: int, grace_ms: int, claim_ms: int
-    ) -> list[ClaimedFile]:
-        return await self._go(
-            "claim_deletable_files",
-            lambda: self.inner.claim_deletable_files(token, max_files, grace_ms, claim_ms),
-        )
-
-    async def forget_files(self, token: str, file_ids: Sequence[int]) -> int:
-        return await self._go("forget_files", lambda: self.inner.forget_files(token, file_ids))
-
-    async def unknown_object_keys(self, object_keys: Sequence[str]) -> list[str]:
-        return await self._go("unknown_object_keys", lambda: self.inner.unknown_object_keys(object_keys))
-
-    async def record_success(self, task: str) -> None:
-        return await self._go("record_success", lambda: self.inner.record_success(task))
-
-    async def last_successes(self) -> dict[str, int]:
-        return await self._go("last_successes", self.inner.last_successes)
-
-    async def commit_offsets(
-        self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
-    ) -> list[OffsetCommitResult]:
-        return await self._go("commit_offsets", lambda: self.inner.commit_offsets(group_id, offsets, lease))
-
-    async def fetch_offsets(self, group_id: str, topics: Sequence[str] | None) -> list[GroupOffset]:
-        return await self._go("fetch_offsets", lambda: self.inner.fetch_offsets(group_id, topics))
-
-    async def delete_group_offsets(self, group_id: str) -> None:
-        return await self._go("delete_group_offsets", lambda: self.inner.delete_group_offsets(group_id))
-
-    async def delete_partition_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> None:
-        return await self._go(
-            "delete_partition_offsets", lambda: self.inner.delete_partition_offsets(group_id, partitions)
-        )
-
-    async def groups_with_offsets(self, group_ids: Sequence[str] | None) -> list[str]:
-        return await self._go("groups_with_offsets", lambda: self.inner.groups_with_offsets(group_ids))
-
-    async def heartbeat_agent(self, agent: AgentInfo) -> None:
-        return await self._go("heartbeat_agent", lambda: self.inner.heartbeat_agent(agent))
-
-    async def bucket_url(self) -> str | None:
-        return await self._go("bucket_url", self.inner.bucket_url)
-
-    async def deregister_agent(self, agent: AgentInfo) -> None:
-        return await self._go("deregister_agent", lambda: self.inner.deregister_agent(agent))
-
-    async def live_agents(self) -> list[AgentInfo]:
-        return await self._go("live_agents", self.inner.live_agents)
-
-    async def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant:
-        return await self._go(
-            "acquire_group_lease", lambda: self.inner.acquire_group_lease(group_id, agent_id, ttl_ms)
-        )
-
-    async def renew_group_leases(
-        self, agent_id: str, leases: Sequence[tuple[str, int]], ttl_ms: int
-    ) -> list[str]:
-        return await self._go(
-            "renew_group_leases", lambda: self.inner.renew_group_leases(agent_id, leases, ttl_ms)
-        )
-
-    async def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None:
-        return await self._go(
-            "release_group_leases", lambda: self.inner.release_group_leases(agent_id, leases)
-        )
-
-    async def confirm_group_generation(
-        self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str
-    ) -> None:
-        return await self._go(
-            "confirm_group_generation",
-            lambda: self.inner.confirm_group_generation(group_id, lease, ttl_ms, group_state),
-        )
-
-    async def acl_version(self) -> int:
-        return await self._go("acl_version", self.inner.acl_version)
-
-    async def list_acls(self) -> tuple[int, list[AclBinding]]:
-        return await self._go("list_acls", self.inner.list_acls)
-
-    async def describe_acls(self, acl_filter: AclBindingFilter) -> tuple[int, list[AclBinding]]:
-        return await self._go("describe_acls", lambda: self.inner.describe_acls(acl_filter))
-
-    async def create_acls(self, bindings: Sequence[AclBinding]) -> int:
-        return await self._go("create_acls", lambda: self.inner.create_acls(bindings))
-
-    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
-        return await self._go("delete_acls", lambda: self.inner.delete_acls(filters))
-
-    # transactions
-    async def init_txn_producer_id(
-        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
-    ) -> Outcome:
-        return await self._go(
-            "init_txn_producer_id",
-            lambda: self.inner.init_txn_producer_id(transactional_id, timeout_ms, expected),
-        )
-
-    async def add_partitions_to_txn(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        epoch: int,
-        partitions: Sequence[Partition],
-        max_partitions: int | None = None,
-    ) -> dict[Partition, int]:
-        return await self._go(
-            "add_partitions_to_txn",
-            lambda: self.inner.add_partitions_to_txn(
-                transactional_id, producer_id, epoch, partitions, max_partitions
-            ),
-        )
-
-    async def verify_txn_partitions(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[Partition]
-    ) -> int:
-        return await self._go(
-            "verify_txn_partitions",
-            lambda: self.inner.verify_txn_partitions(transactional_id, producer_id, epoch, partitions),
-        )
-
-    async def add_offsets_to_txn(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        epoch: int,
-        group_id: str,
-        max_partitions: int | None = None,
-    ) -> int:
-        return await self._go(
-            "add_offsets_to_txn",
-            lambda: self.inner.add_offsets_to_txn(
-                transactional_id, producer_id, epoch, group_id, max_partitions
-            ),
-        )
-
-    async def txn_offset_commit(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        epoch: int,
-        group_id: str,
-        offsets: Sequence[GroupOffset],
-        max_offsets: int | None = None,
-    ) -> list[OffsetCommitResult]:
-        return await self._go(
-            "txn_offset_commit",
-            lambda: self.inner.txn_offset_commit(
-                transactional_id, producer_id, epoch, group_id, offsets, max_offsets
-            ),
-        )
-
-    async def fetch_stable_offsets(
-        self, group_id: str, topics: Sequence[str] | None
-    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
-        return await self._go(
-            "fetch_stable_offsets", lambda: self.inner.fetch_stable_offsets(group_id, topics)
-        )
-
-    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Outcome:
-        return await self._go(
-            "end_txn", lambda: self.inner.end_txn(transactional_id, producer_id, epoch, commit)
-        )
-
-    async def complete_txn(self, transactional_id: str, producer_id: int, epoch: int) -> TxnRecord | None:
-        return await self._go(
-            "complete_txn", lambda: self.inner.complete_txn(transactional_id, producer_id, epoch)
-        )
-
-    async def expire_txns(self) -> list[Outcome]:
-        return await self._go("expire_txns", self.inner.expire_txns)
-
-    async def preparing_txns(self) -> list[TxnRecord]:
-        return await self._go("preparing_txns", self.inner.preparing_txns)
-
-    async def describe_txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord | None]:
-        return await self._go("describe_txns", lambda: self.inner.describe_txns(transactional_ids))
-
-    async def list_txns(
-        self, states: Sequence[str] = (), producer_ids: Sequence[int] = (), duration_filter_ms: int = -1
-    ) -> list[TxnRecord]:
-        return await self._go(
-            "list_txns", lambda: self.inner.list_txns(states, producer_ids, duration_filter_ms)
-        )
+        self.__dict__[name] = forward
+        return forward
 
     async def close(self) -> None:
         await self.inner.close()
-
-
-def _check_protocol() -> None:
-    _a: type[MetadataClient] = FlakyMetadataClient
 
 
 class RunningAgent:

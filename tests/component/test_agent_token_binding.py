@@ -28,7 +28,7 @@ from skiff.metadata.inspection import count_rows
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec, PartitionKey
 
-from tests.component.test_metadata_auth import Served
+from tests.support.served_app import Served
 
 BOUND = "bound-token-" + "b" * 24  # agent-1 only
 TWO = "two-ids-token-" + "t" * 24  # agent-2 and agent-3
@@ -168,7 +168,7 @@ def test_refusals_are_counted_and_unbound_tokens_warned_about(
 ) -> None:
     r = httpx.post(
         f"{served.url()}/v1/agents/heartbeat",
-        json={"agent_id": "agent-9", "host": "127.0.0.1", "port": 9092},
+        json={"agent": {"agent_id": "agent-9", "host": "127.0.0.1", "port": 9092}},
         headers={"authorization": f"Bearer {BOUND}"},
     )
     assert r.status_code == 403

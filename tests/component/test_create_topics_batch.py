@@ -8,21 +8,21 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from skiff.metadata.api_types import (
-    MAX_PARTITIONS_PER_CREATE_BATCH,
-    MAX_TOPICS_PER_CREATE_BATCH,
-    MetadataClient,
-    NewTopic,
-    TopicCreation,
-    create_batches,
-)
 from skiff.metadata.app import create_app
+from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.errors import INVALID_REQUEST, MetadataError
 from skiff.metadata.http_client import HttpMetadataClient
 from skiff.metadata.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC
-from skiff.metadata.types import PartitionKey
+from skiff.metadata.types import (
+    MAX_PARTITIONS_PER_CREATE_BATCH,
+    MAX_TOPICS_PER_CREATE_BATCH,
+    NewTopic,
+    PartitionKey,
+    TopicCreation,
+    create_batches,
+)
 
 # Every way a topic can fail, between topics that succeed.
 CASES = [

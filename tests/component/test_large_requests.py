@@ -28,9 +28,8 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 from skiff.agent.handlers import create_topics as create_topics_handler
 from skiff.agent.protocol import decode_response, encode_request
-from skiff.metadata.api_types import NewTopic, TopicCreation
 from skiff.metadata.errors import MetadataUnavailable
-from skiff.metadata.types import Topic
+from skiff.metadata.types import NewTopic, Topic, TopicCreation
 
 from tests.component.fake_metadata import AgentHarness, connect, is_closed, recv_frame, request_once
 

@@ -18,14 +18,12 @@ import asyncio
 import datetime
 import socket
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -33,7 +31,7 @@ from cryptography.x509.oid import NameOID
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from skiff.metadata.app import create_app, tls_settings
-from skiff.metadata.auth import ADMIN, AGENT, COMPACTOR, READER, ROLES, TokenTable, allowed_roles, iter_routes
+from skiff.metadata.auth import TokenTable, allowed_roles, iter_routes
 from skiff.metadata.credentials import MetadataCredentials
 from skiff.metadata.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
@@ -42,37 +40,17 @@ from skiff.metadata.errors import (
     MetadataUnavailable,
 )
 from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.roles import ADMIN, AGENT, COMPACTOR, READER, ROLES
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec
 from sqlalchemy import create_engine
+
+from tests.support.served_app import Served
 
 TOKENS = {role: f"{role}-token-{'x' * 24}" for role in sorted(ROLES)}
 TOKENS_TEXT = "\n".join(f"{role}:{token}" for role, token in TOKENS.items())
 PUBLIC_PATHS = {"/healthz", "/readyz"}
 FASTAPI_DOC_PATHS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
-
-
-class Served:
-    """uvicorn serving `app` in a thread on a socket bound and listening before it starts
-    (connections wait in the backlog: no polling for readiness)."""
-
-    def __init__(self, app: FastAPI, **uvicorn_kwargs: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **uvicorn_kwargs))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-
-    def url(self, scheme: str = "http") -> str:
-        return f"{scheme}://127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()
 
 
 @pytest.fixture
@@ -385,7 +363,8 @@ def test_open_service_without_tokens(service: MetadataService) -> None:
         assert httpx.get(f"{served.url()}/v1/topics").status_code == 200
         assert (
             httpx.post(
-                f"{served.url()}/v1/agents/heartbeat", json={"agent_id": "a", "host": "h", "port": 1}
+                f"{served.url()}/v1/agents/heartbeat",
+                json={"agent": {"agent_id": "a", "host": "h", "port": 1}},
             ).status_code
             == 200
         )

@@ -170,8 +170,8 @@ def test_bad_values_are_4xx(api: TestClient) -> None:
             },
         ),
         ("/v1/replace-chunks", {"input_chunk_ids": [], "file": file, "outputs": []}),
-        ("/v1/agents/heartbeat", {"agent_id": "a", "host": "h", "port": 70000}),
-        ("/v1/agents/heartbeat", {"agent_id": "", "host": "h", "port": 1}),
+        ("/v1/agents/heartbeat", {"agent": {"agent_id": "a", "host": "h", "port": 70000}}),
+        ("/v1/agents/heartbeat", {"agent": {"agent_id": "", "host": "h", "port": 1}}),
         ("/v1/groups/commit-offsets", {"group_id": "g", "offsets": [{"topic": "t", "partition": 0}]}),
     ]
     for path, body in cases:
@@ -180,9 +180,9 @@ def test_bad_values_are_4xx(api: TestClient) -> None:
 
 
 def test_error_status_codes(api: TestClient) -> None:
-    r = api.post("/v1/topics/create", json={"name": "t", "partition_count": 1})
+    r = api.post("/v1/topics/create", json={"name": "t", "partition_count": 1, "configs": {}})
     assert r.status_code == 200 and r.json()["name"] == "t"
-    r = api.post("/v1/topics/create", json={"name": "t", "partition_count": 1})
+    r = api.post("/v1/topics/create", json={"name": "t", "partition_count": 1, "configs": {}})
     assert (r.status_code, r.json()["error_code"]) == (400, 36)
     r = api.post("/v1/topics/delete", json={"name": "nope"})
     assert (r.status_code, r.json()["error_code"]) == (404, 3)

@@ -135,7 +135,7 @@ async def test_malformed_txn_bodies_are_422_not_500(metadata_service: MetadataSe
             ("/v1/txn/init-producer-id", {"transactional_id": "", "timeout_ms": 1}),
             (
                 "/v1/txn/end",
-                {"transactional_id": "x", "producer_id": 1, "producer_epoch": 2**40, "commit": True},
+                {"transactional_id": "x", "producer_id": 1, "epoch": 2**40, "commit": True},
             ),
             ("/v1/txn/list", {"states": ["x"] * 100}),
             ("/v1/txn/add-partitions", {"transactional_id": "x", "producer_id": 1, "producer_epoch": 0}),

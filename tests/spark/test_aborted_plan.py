@@ -13,7 +13,7 @@ one. Tasks cover the whole log (too many aborted transactions past offset 0), it
 from __future__ import annotations
 
 import pytest
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.local_client import SyncLocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import MAX_CACHEABLE_ABORTED, BatchSpec, ChunkSpec, FileSpec
 from skiff.spark import planner
@@ -65,8 +65,7 @@ def _write_log(service: MetadataService) -> tuple[str, list[tuple[int, int, int]
 @pytest.mark.parametrize(
     "page_bytes", [planner.FIND_CHUNKS_PAGE_BYTES, 7 * BATCH_BYTES], ids=["one-page", "pages"]
 )
-async def test_tasks_carry_the_last_offsets_of_their_aborted_transactions(
-    md: LocalMetadataClient,
+def test_tasks_carry_the_last_offsets_of_their_aborted_transactions(
     metadata_service: MetadataService,
     monkeypatch: pytest.MonkeyPatch,
     page_bytes: int,
@@ -75,7 +74,8 @@ async def test_tasks_carry_the_last_offsets_of_their_aborted_transactions(
     tid, aborted, end = _write_log(metadata_service)
     tail = end - 3 * (MAX_CACHEABLE_ABORTED // 2)
     tasks = [OffsetRange("t", 0, 0, end), OffsetRange("t", 0, tail, end), OffsetRange("t", 0, 31, 95)]
-    planned = await planner.attach_chunks(md, tasks, {("t", 0): tid}, read_committed=True)  # type: ignore[arg-type]
+    md = SyncLocalMetadataClient(metadata_service)
+    planned = planner.attach_chunks(md, tasks, {("t", 0): tid}, read_committed=True)  # type: ignore[arg-type]
     for task, plan in zip(tasks, planned, strict=True):
         want = [a for a in aborted if a[2] >= task.from_offset and a[1] < task.until_offset]
         assert list(plan.aborted) == want

@@ -5,7 +5,6 @@ arithmetic (Spark's rate limit) and the error when no bucket is known anywhere."
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -84,14 +83,14 @@ def test_no_bucket_anywhere_is_a_clear_error() -> None:
     class NoBucket:
         base_url = "http://metadata:9093"
 
-        async def bucket_url(self) -> None:
+        def bucket_url(self) -> None:
             return None
 
     opts = parse_options({"metadata.url": "http://metadata:9093", "subscribe": "t"})
     with pytest.raises(SkiffSourceError, match="skiff metadata --bucket"):
-        asyncio.run(resolve_bucket(NoBucket(), opts))  # type: ignore[arg-type]
+        resolve_bucket(NoBucket(), opts)  # type: ignore[arg-type]
     with_option = parse_options({"metadata.url": "http://m", "subscribe": "t", "bucket": "file:///b"})
-    assert asyncio.run(resolve_bucket(NoBucket(), with_option)) == "file:///b"  # type: ignore[arg-type]
+    assert resolve_bucket(NoBucket(), with_option) == "file:///b"  # type: ignore[arg-type]
 
 
 def test_rate_limit_shares_like_spark() -> None:

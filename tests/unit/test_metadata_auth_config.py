@@ -12,10 +12,6 @@ import pytest
 from fastapi.routing import APIRoute
 from skiff.agent.config import AgentConfig
 from skiff.metadata.auth import (
-    ADMIN,
-    AGENT,
-    COMPACTOR,
-    READER,
     RoleRequirement,
     TokenConfigError,
     TokenTable,
@@ -28,6 +24,7 @@ from skiff.metadata.auth import (
 )
 from skiff.metadata.credentials import CredentialsError, resolve_credentials
 from skiff.metadata.health import ReadinessProbe
+from skiff.metadata.roles import ADMIN, AGENT, COMPACTOR, READER
 from skiff.spark.options import SkiffOptionError, parse_options
 from skiff.spark.planner import SkiffSourceError, metadata_client
 
@@ -186,7 +183,7 @@ def _auth_header(opts: dict[str, str], monkeypatch: pytest.MonkeyPatch, env: dic
     try:
         return client._http.headers.get("authorization")
     finally:
-        asyncio.run(client.close())
+        client.close()
 
 
 def test_spark_options_reach_the_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
