@@ -39,7 +39,7 @@ maxTimestamp (the agent does the same when a producer's header disagrees).
 
 Speed: this is the produce hot path (about 0.7 us per record in CPython 3.11 on the
 benchmark machine; see docs/benchmarks.md). The walk reads each record's varints inline (one-
-and two-byte forms without a call), compares offset deltas and lengths in zigzag form, never
+and two-byte forms without a call; longer ones by `fileformat.varint.read_uvarint`), compares offset deltas and lengths in zigzag form, never
 slices a key or value, and walks uncompressed batches in place in the request's bytes.
 Timestamp bounds take a second pass, only on topics that set them (by default none does).
 """
@@ -57,6 +57,7 @@ from skiff.fileformat.batch_header import (
     Compression,
     RecordBatchError,
 )
+from skiff.fileformat.varint import read_uvarint as _uvarint
 
 __all__ = [
     "NO_TIMESTAMP",
@@ -136,20 +137,6 @@ def timestamp_bounds_ms(before_max_ms: int, after_max_ms: int, difference_max_ms
     before = before_max_ms if before_max_ms != UNBOUNDED_MS else difference_max_ms
     after = after_max_ms if after_max_ms != UNBOUNDED_MS else difference_max_ms
     return before, after
-
-
-def _uvarint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
-    """An unsigned LEB128 at `pos` (any length up to `max_bytes`): (value, next position)."""
-    result = 0
-    shift = 0
-    for _ in range(max_bytes):
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-    raise ValueError(f"varint longer than {max_bytes} bytes")
 
 
 def _skip_headers(data: bytes, pos: int, zz_count: int) -> int:
