@@ -22,9 +22,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from skiff.fileformat import log_validator, record_decode
+from skiff.fileformat import log_validator, record_build, record_decode
 from skiff.fileformat.batch_header import BATCH_HEADER_SIZE, parse_header
 from skiff.fileformat.record_build import build_batch
+from skiff.fileformat.varint import encode_varint
 
 
 def _batch(records: int, value_bytes: int, headers: bool) -> bytes:
@@ -73,6 +74,8 @@ def main() -> None:
     base = None
     if args.baseline is not None:
         d = args.baseline
+        # checkouts before fileformat.varint: their compactor/rebuild.py imports this name
+        record_build.zigzag_varint = encode_varint  # type: ignore[attr-defined]
         base = _functions(
             _load(d / "fileformat/record_decode.py", "baseline_record_decode"),
             _load(d / "fileformat/log_validator.py", "baseline_log_validator"),

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from skiff.fileformat import codecs
-from skiff.fileformat.batch_header import BatchHeader, TimestampType
+from skiff.fileformat.batch_header import COMPRESSION_MASK, DELETE_HORIZON_MASK, BatchHeader, TimestampType
 from skiff.fileformat.record_build import frame_batch
 from skiff.fileformat.record_decode import ScannedRecord, records_payload, scan_records
 from skiff.fileformat.varint import encode_varint
@@ -50,9 +50,6 @@ __all__ = [
     "scan_records",
 ]
 
-_DELETE_HORIZON_BIT = 0x40
-_COMPRESSION_MASK = 0x07
-
 
 def _assemble(
     header: BatchHeader,
@@ -63,10 +60,10 @@ def _assemble(
     count: int,
     records: bytes,
 ) -> bytes:
-    codec = attributes & _COMPRESSION_MASK
+    codec = attributes & COMPRESSION_MASK
     body = records if codec == 0 or not records else codecs.compress(codec, records)
     if not records:
-        attributes &= ~_COMPRESSION_MASK  # an empty batch is written uncompressed, as Kafka does
+        attributes &= ~COMPRESSION_MASK  # an empty batch is written uncompressed, as Kafka does
     return frame_batch(
         body,
         base_offset=base_offset,
@@ -103,7 +100,7 @@ def rebuild_batch(
         parts_ts = [r.timestamp_delta for r in kept]
     else:
         base_ts = new_delete_horizon_ms
-        attributes |= _DELETE_HORIZON_BIT
+        attributes |= DELETE_HORIZON_MASK
         shift = old_base_ts - base_ts
         pieces = []
         parts_ts = []
@@ -134,5 +131,5 @@ def rebuild_from_kept(
 
 def empty_batch(header: BatchHeader, base_offset: int) -> bytes:
     """The header-only batch Kafka keeps for a producer's last batch (RETAIN_EMPTY)."""
-    attributes = header.attributes & ~(_COMPRESSION_MASK | _DELETE_HORIZON_BIT)
+    attributes = header.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_MASK)
     return _assemble(header, base_offset, attributes, -1, header.max_timestamp, 0, b"")

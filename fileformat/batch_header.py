@@ -50,12 +50,17 @@ import crc32c as _crc32c
 __all__ = [
     "ATTRIBUTES_OFFSET",
     "BATCH_HEADER_SIZE",
+    "COMPRESSION_MASK",
+    "CONTROL_MASK",
     "CRC_OFFSET",
     "DEFAULT_MAX_BATCH_BYTES",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
+    "DELETE_HORIZON_MASK",
     "LOG_OVERHEAD",
     "MAGIC",
     "MAGIC_OFFSET",
+    "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_MASK",
     "BatchHeader",
     "Compression",
     "CorruptBatchError",
@@ -99,11 +104,12 @@ _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
 _U32 = struct.Struct(">I")
 
-_COMPRESSION_MASK = 0x07
-_TIMESTAMP_TYPE_MASK = 0x08
-_TRANSACTIONAL_MASK = 0x10
-_CONTROL_MASK = 0x20
-_DELETE_HORIZON_MASK = 0x40
+# The attributes bits (module docstring); the underscored names are the older spellings.
+COMPRESSION_MASK = _COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = _TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = _TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = _CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = _DELETE_HORIZON_MASK = 0x40
 
 assert _HEADER.size == BATCH_HEADER_SIZE
 

@@ -52,7 +52,10 @@ from typing import NoReturn
 from skiff.fileformat import codecs
 from skiff.fileformat.batch_header import (
     BATCH_HEADER_SIZE,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     Compression,
     RecordBatchError,
@@ -73,9 +76,6 @@ __all__ = [
 NO_TIMESTAMP = -1
 UNBOUNDED_MS = 2**63 - 1
 """Long.MAX_VALUE: the default of the timestamp difference configs (no bound)."""
-
-_TIMESTAMP_TYPE_MASK = 0x08
-_CONTROL_MASK = 0x20
 
 
 RecordErrors = tuple[tuple[int, str], ...]
@@ -347,21 +347,21 @@ def validate_produced_batch(
             " must send recordsCount > 0 and lastOffsetDelta = recordsCount - 1",
             position,
         )
-    if header.attributes & _CONTROL_MASK:
+    if header.attributes & CONTROL_MASK:
         raise InvalidRecordError(f"{where}: clients are not allowed to write control records", position)
     if header.producer_id >= 0 and header.base_sequence < 0:
         raise InvalidRecordError(
             f"{where}: invalid sequence number {header.base_sequence} with producerId {header.producer_id}",
             position,
         )
-    if header.attributes & _TIMESTAMP_TYPE_MASK:
+    if header.attributes & TIMESTAMP_TYPE_MASK:
         raise InvalidTimestampError(
             f"{where}: invalid timestamp type; a producer should not set the timestamp type to LogAppendTime",
             position,
         )
     start = position + BATCH_HEADER_SIZE
     end = position + header.batch_length + 12
-    cid = header.attributes & 0x07
+    cid = header.attributes & COMPRESSION_MASK
     data: bytes = buf
     if cid == Compression.NONE:
         if end != len(buf):  # the walk wants the records to end with `data` (rare: tests, tools)

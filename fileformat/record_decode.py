@@ -27,6 +27,12 @@ A control batch (attributes: transactional + control) holds one control record: 
 version int16 + type int16 (`ControlRecordType`); for ABORT/COMMIT markers its value is
 version int16 + coordinatorEpoch int32.
 
+This module is the one owner of the record grammar and of the batch-payload rule:
+`records_view` / `records_payload` cut a batch's records out (after the 61-byte header, up to
+batchLength) and decompress them under an output cap; `decode_records` decodes them into
+`Record`s; `scan_records` walks them for a log cleaner (`compactor`), keeping byte positions.
+Both walks share `_record_head`; varints follow `fileformat.varint`.
+
 `validate_batch` (and `summarize_batches`, which calls it) live here rather than with the
 header because, with `decode`, the check decodes every record.
 
@@ -58,7 +64,7 @@ from skiff.fileformat.batch_header import (
     check_crc,
     iter_batches,
 )
-from skiff.fileformat.varint import MAX_VARLONG_BYTES, read_uvarint, read_varint
+from skiff.fileformat.varint import MAX_VARLONG_BYTES, read_uvarint
 
 __all__ = [
     "BatchRunSummary",
@@ -235,19 +241,30 @@ def _key_value(data: bytes, pos: int) -> tuple[bytes | None, bytes | None, int]:
 
 
 def _headers(data: bytes, pos: int, rec_end: int) -> tuple[list[tuple[str, bytes | None]], int]:
-    """A record's headers (varint count, then key and nullable value each): (headers, position after)."""
-    hcount, pos = read_varint(data, pos)
-    headers: list[tuple[str, bytes | None]] = []
-    if hcount == 0:
-        return headers, pos
+    """A record's headers (varint count, then key and nullable value each): (headers, position after).
+
+    Counts and key lengths are read inline in their one-byte form (`fileformat.varint` beyond)."""
+    v = data[pos]
+    if v < 0x80:
+        pos += 1
+    else:
+        v, pos = read_uvarint(data, pos)
+    hcount = (v >> 1) ^ -(v & 1)
     if hcount < 0 or hcount > (rec_end - pos) // 2:
         raise ValueError(f"header count {hcount}")
+    headers: list[tuple[str, bytes | None]] = []
     for _ in range(hcount):
-        hkey, pos = _nullable_bytes(data, pos, "header key")
-        if hkey is None:
-            raise ValueError("header key length -1")
-        hval, pos = _nullable_bytes(data, pos, "header value")
-        headers.append((hkey.decode("utf-8", "surrogateescape"), hval))
+        v = data[pos]
+        if v < 0x80:
+            pos += 1
+        else:
+            v, pos = read_uvarint(data, pos)
+        if v & 1:
+            raise ValueError(f"header key length {(v >> 1) ^ -1}")
+        end = pos + (v >> 1)
+        hkey = data[pos:end].decode("utf-8", "surrogateescape")
+        hval, pos = _nullable_bytes(data, end, "header value")
+        headers.append((hkey, hval))
     return headers, pos
 
 

@@ -16,9 +16,11 @@ Readers take the buffer and a position and return (value, next position). They r
 `TruncatedVarintError` (both a ValueError and an IndexError, so a record walk that catches
 IndexError for "ran past the end" keeps working) when the buffer (or `end`) ends first.
 
-Hot loops (`fileformat.record_decode`, `fileformat.log_validator`) read the one-byte form
-inline (``v = data[pos]; if v < 0x80: pos += 1``) and call `read_uvarint` for the rest; the
-compiled kernels (`spark.decode_kernels`, NumPy in `compactor.record_scan`) keep their own
+Hot loops (`fileformat.record_decode`, `fileformat.log_validator`, the protocol's produce
+request reader) read the one-byte form, and where lengths of 64 bytes and more are common the
+two-byte form, inline (``v = data[pos]; if v < 0x80: pos += 1``: a call costs more than the
+read) and call `read_uvarint` for the rest; tests/unit/test_varint.py walks records through
+every length form against this module. The compiled kernels (`spark.decode_kernels`, NumPy in `compactor.record_scan`) keep their own
 code and are tested against this module (tests/unit/test_varint.py).
 
 No asyncio here; nothing else from the project is imported.
