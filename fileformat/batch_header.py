@@ -402,13 +402,14 @@ def _header_at(buf: bytearray | memoryview, position: int) -> BatchHeader:
     return header
 
 
+def _store_crc(buf: bytearray | memoryview, position: int, size: int) -> None:
+    crc = _crc32c.crc32c(_buffer_view(buf)[position + ATTRIBUTES_OFFSET : position + size])
+    _U32.pack_into(buf, position + CRC_OFFSET, crc)
+
+
 def rewrite_crc(buf: bytearray | memoryview, position: int) -> None:
     """Recompute and store the CRC-32C of the batch at `position` (attributes .. end)."""
-    header = _header_at(buf, position)
-    end = position + header.batch_length + LOG_OVERHEAD
-    _U32.pack_into(
-        buf, position + CRC_OFFSET, _crc32c.crc32c(_buffer_view(buf)[position + ATTRIBUTES_OFFSET : end])
-    )
+    _store_crc(buf, position, _header_at(buf, position).size)
 
 
 def set_attribute_bits(buf: bytearray | memoryview, position: int, bits: int) -> None:
@@ -418,23 +419,30 @@ def set_attribute_bits(buf: bytearray | memoryview, position: int, bits: int) ->
     refused: the records would no longer match them."""
     if bits & _COMPRESSION_MASK or bits & ~0xFFFF:
         raise ValueError(f"attribute bits {bits:#x} cannot be set on a framed batch")
-    attributes = _header_at(buf, position).attributes | bits
-    _I16.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes)
-    rewrite_crc(buf, position)
+    header = _header_at(buf, position)
+    _I16.pack_into(buf, position + ATTRIBUTES_OFFSET, header.attributes | bits)
+    _store_crc(buf, position, header.size)
 
 
 def set_max_timestamp(
-    buf: bytearray | memoryview, position: int, max_timestamp_ms: int, *, log_append_time: bool = False
+    buf: bytearray | memoryview,
+    position: int,
+    max_timestamp_ms: int,
+    *,
+    log_append_time: bool = False,
+    header: BatchHeader | None = None,
 ) -> None:
     """Rewrite the maxTimestamp of the batch at `position` (and, with `log_append_time`, set
     its LogAppendTime bit), then recompute its CRC: what Kafka's `setMaxTimestamp` does to a
     produced batch (LogAppendTime topics, or a CreateTime header that disagrees with its
-    records)."""
-    header = _header_at(buf, position)
+    records). `header`, when given, is the batch's as already parsed and length-checked
+    (the produce path has it; parsing it again would cost more than the patch)."""
+    if header is None:
+        header = _header_at(buf, position)
     if log_append_time:
         _I16.pack_into(buf, position + ATTRIBUTES_OFFSET, header.attributes | _TIMESTAMP_TYPE_MASK)
     _I64.pack_into(buf, position + _MAX_TIMESTAMP_OFFSET, max_timestamp_ms)
-    rewrite_crc(buf, position)
+    _store_crc(buf, position, header.size)
 
 
 def with_max_timestamp(
@@ -443,8 +451,9 @@ def with_max_timestamp(
     max_timestamp_ms: int,
     *,
     log_append_time: bool = False,
+    header: BatchHeader | None = None,
 ) -> bytes:
     """A copy of `buf` with `set_max_timestamp` applied to the batch at `position`."""
     out = bytearray(buf)
-    set_max_timestamp(out, position, max_timestamp_ms, log_append_time=log_append_time)
+    set_max_timestamp(out, position, max_timestamp_ms, log_append_time=log_append_time, header=header)
     return bytes(out)

@@ -162,11 +162,11 @@ def validate_batches(
     ts_type = int(header.timestamp_type)
     data = records
     if log_append_time_ms is not None:
-        data = with_max_timestamp(records, pos, log_append_time_ms, log_append_time=True)
+        data = with_max_timestamp(records, pos, log_append_time_ms, log_append_time=True, header=header)
         max_ts = log_append_time_ms
         ts_type = 1
     elif max_ts != header.max_timestamp:
-        data = with_max_timestamp(records, pos, max_ts)
+        data = with_max_timestamp(records, pos, max_ts, header=header)
     return [
         PendingBatch(
             # one batch per partition: keep the request's bytes, no copy

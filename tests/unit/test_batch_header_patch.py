@@ -69,3 +69,11 @@ def test_rewrite_crc_repairs_and_bounds_are_checked() -> None:
     check_crc(buf, 0, parse_header(buf))
     with pytest.raises(TruncatedBatchError):
         set_max_timestamp(buf[:-1], 0, 1)
+
+
+def test_a_known_header_gives_the_same_bytes() -> None:
+    buf = _batch(compression=2)
+    header = parse_header(buf)
+    assert with_max_timestamp(buf, 0, 31, log_append_time=True, header=header) == with_max_timestamp(
+        buf, 0, 31, log_append_time=True
+    )
