@@ -31,7 +31,7 @@ This module is the one owner of the record grammar and of the batch-payload rule
 `records_view` / `records_payload` cut a batch's records out (after the 61-byte header, up to
 batchLength) and decompress them under an output cap; `decode_records` decodes them into
 `Record`s; `scan_records` walks them for a log cleaner (`compactor`), keeping byte positions.
-Both walks share `_record_head`; varints follow `fileformat.varint`.
+Both walks read each record's fixed part and key with `_record_head`; varints follow `fileformat.varint`.
 
 `validate_batch` (and `summarize_batches`, which calls it) live here rather than with the
 header because, with `decode`, the check decodes every record.
@@ -165,13 +165,15 @@ def _batch_payload(
     return header, records_payload(buf, position, header, max_decompressed_bytes)
 
 
-def _record_head(data: bytes, pos: int, n: int) -> tuple[int, int, int, int, int]:
-    """The fixed part of the record at `pos` (length, attributes, timestampDelta, offsetDelta):
-    (record end, timestamp delta, end of the timestampDelta field, offset delta, position after).
+def _record_head(data: bytes, pos: int, n: int) -> tuple[int, int, int, int, bytes | None, int]:
+    """The record at `pos` up to its key (length, attributes, timestampDelta, offsetDelta,
+    key): (record end, timestamp delta, end of the timestampDelta field, offset delta, key or
+    None, position after the key). Both walks (`decode_records`, `scan_records`) call it once
+    a record: one call is what the per-record budget affords.
 
-    Raises ValueError for a length under 6 or past `n`, IndexError for a field past the data.
-    Varints are read inline in their one- and two-byte forms (a call costs more than the
-    read), `fileformat.varint.read_uvarint` for longer ones."""
+    Raises ValueError for a length under 6 or past `n` and for a negative key length other
+    than -1, IndexError for a field past the data. Varints are read inline in their one- and
+    two-byte forms (a call costs more than the read), `fileformat.varint.read_uvarint` beyond."""
     v = data[pos]
     if v < 0x80:
         pos += 1
@@ -184,21 +186,30 @@ def _record_head(data: bytes, pos: int, n: int) -> tuple[int, int, int, int, int
     rec_end = pos + length
     if length < 6 or rec_end > n:
         raise ValueError(f"record length {length} with {n - pos} bytes left")
-    v = data[pos + 1]  # after the attributes byte: timestampDelta (varlong)
-    if v < 0x80:
+    t = data[pos + 1]  # after the attributes byte: timestampDelta (varlong)
+    if t < 0x80:
         pos += 2
     elif data[pos + 2] < 0x80:
-        v = (v & 0x7F) | (data[pos + 2] << 7)
+        t = (t & 0x7F) | (data[pos + 2] << 7)
         pos += 3
     else:
-        v, pos = read_uvarint(data, pos + 1, MAX_VARLONG_BYTES)
+        t, pos = read_uvarint(data, pos + 1, MAX_VARLONG_BYTES)
     ts_end = pos
     o = data[pos]
     if o < 0x80:
         pos += 1
     else:
         o, pos = read_uvarint(data, pos)
-    return rec_end, (v >> 1) ^ -(v & 1), ts_end, (o >> 1) ^ -(o & 1), pos
+    v = data[pos]  # keyLength (-1: null)
+    if v < 0x80:
+        pos += 1
+    else:
+        v, pos = read_uvarint(data, pos)
+    if v & 1 and v != 1:
+        raise ValueError(f"key length {(v >> 1) ^ -1}")
+    key_end = pos if v & 1 else pos + (v >> 1)
+    key = None if v & 1 else data[pos:key_end]
+    return rec_end, (t >> 1) ^ -(t & 1), ts_end, (o >> 1) ^ -(o & 1), key, key_end
 
 
 def _nullable_bytes(data: bytes, pos: int, what: str) -> tuple[bytes | None, int]:
@@ -217,27 +228,6 @@ def _nullable_bytes(data: bytes, pos: int, what: str) -> tuple[bytes | None, int
         return None, pos
     end = pos + (v >> 1)
     return data[pos:end], end
-
-
-def _key_value(data: bytes, pos: int) -> tuple[bytes | None, bytes | None, int]:
-    """A record's key and value (each a varint length, -1 = null, and the bytes): (key, value,
-    position after). `_nullable_bytes` twice, inline: this runs for every record decoded."""
-    v = data[pos]
-    if v < 0x80:
-        pos += 1
-    elif data[pos + 1] < 0x80:
-        v = (v & 0x7F) | (data[pos + 1] << 7)
-        pos += 2
-    else:
-        v, pos = read_uvarint(data, pos)
-    key = None
-    if not v & 1:
-        key = data[pos : pos + (v >> 1)]
-        pos += v >> 1
-    elif v != 1:
-        raise ValueError(f"key length {(v >> 1) ^ -1}")
-    value, pos = _nullable_bytes(data, pos, "value")
-    return key, value, pos
 
 
 def _headers(data: bytes, pos: int, rec_end: int) -> tuple[list[tuple[str, bytes | None]], int]:
@@ -318,14 +308,27 @@ def decode_records(
     out: list[Record] = []
     append = out.append
     head = _record_head
-    key_value = _key_value
     new_record = tuple.__new__  # what Record(...) does, minus a Python-level call
     pos = 0
     i = 0
     try:
         for i in range(count):  # noqa: B007 - i is used in the error message
-            rec_end, ts_delta, _, offset_delta, pos = head(data, pos, n)
-            key, value, pos = key_value(data, pos)
+            rec_end, ts_delta, _, offset_delta, key, pos = head(data, pos, n)
+            v = data[pos]  # valueLength (-1: null), inline as in `_record_head`
+            if v < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                v, pos = read_uvarint(data, pos)
+            if v & 1:
+                if v != 1:
+                    raise ValueError(f"value length {(v >> 1) ^ -1}")
+                value = None
+            else:
+                value = data[pos : pos + (v >> 1)]
+                pos += v >> 1
             if data[pos]:
                 headers, pos = _headers(data, pos, rec_end)
             else:
@@ -363,7 +366,6 @@ def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedReco
     out: list[ScannedRecord] = []
     append = out.append
     head = _record_head
-    nullable = _nullable_bytes
     new_record = tuple.__new__  # what ScannedRecord(...) does, minus a Python-level call
     n = len(data)
     pos = 0
@@ -371,8 +373,7 @@ def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedReco
     try:
         for i in range(count):  # noqa: B007 - i is used in the error message
             start = pos
-            end, ts_delta, ts_end, offset_delta, pos = head(data, pos, n)
-            key, pos = nullable(data, pos, "key")
+            end, ts_delta, ts_end, offset_delta, key, pos = head(data, pos, n)
             v = data[pos]  # the value's length: only whether it is null (zigzag 1 = -1)
             if v >= 0x80:
                 v, pos = read_uvarint(data, pos)
