@@ -24,157 +24,31 @@ Kafka's rules (`LogCleaner.cleanInto` / `MemoryRecords.filterTo`, KIP-534), whic
   maxTimestamp kept) so the producer's last sequence and epoch survive (BatchRetention
   RETAIN_EMPTY).
 
-Records are walked by `scan_records`, which reads only the fields the cleaner needs
-(record bounds, offset and timestamp deltas, key, whether the value is null) and keeps
-the byte positions for copying.
+Records are walked by `fileformat.record_decode.scan_records` (re-exported here with
+`records_payload`, which cuts out and decompresses a batch's records), which reads only the
+fields the cleaner needs (record bounds, offset and timestamp deltas, key, whether the value
+is null) and keeps the byte positions for copying: the record grammar and the batch-payload
+rule have one owner, `fileformat`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from skiff.fileformat import codecs
-from skiff.fileformat.batch_header import (
-    BATCH_HEADER_SIZE,
-    DEFAULT_MAX_DECOMPRESSED_BYTES,
-    BatchHeader,
-    CorruptBatchError,
-    TimestampType,
-)
-from skiff.fileformat.record_build import frame_batch, zigzag_varint
+from skiff.fileformat.batch_header import COMPRESSION_MASK, DELETE_HORIZON_MASK, BatchHeader, TimestampType
+from skiff.fileformat.record_build import frame_batch
+from skiff.fileformat.record_decode import ScannedRecord, records_payload, scan_records
+from skiff.fileformat.varint import encode_varint
 
-_DELETE_HORIZON_BIT = 0x40
-_COMPRESSION_MASK = 0x07
-
-
-class ScannedRecord(NamedTuple):
-    """One encoded record in a batch's (decompressed) records payload."""
-
-    start: int  # first byte (its length varint)
-    end: int  # one past its last byte
-    ts_end: int  # first byte after its timestampDelta field
-    offset_delta: int
-    timestamp_delta: int
-    key: bytes | None
-    tombstone: bool  # null value
-
-
-def records_payload(
-    buf: bytes | bytearray | memoryview,
-    position: int,
-    header: BatchHeader,
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-) -> bytes:
-    """The batch's records, decompressed."""
-    body = memoryview(buf)[position + BATCH_HEADER_SIZE : position + header.size]
-    codec = header.attributes & _COMPRESSION_MASK
-    if codec == 0:
-        return bytes(body)
-    return codecs.decompress(codec, body, max_output=max_decompressed_bytes, position=position)
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag LEB128 value at `pos`: (value, next position)."""
-    result = 0
-    shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedRecord]:
-    """Walk `count` records of a decompressed payload (see `ScannedRecord`).
-
-    Raises CorruptBatchError (at the batch's `position`) on malformed records or when the
-    payload holds more or fewer bytes than the records."""
-    out: list[ScannedRecord] = []
-    append = out.append
-    n = len(data)
-    pos = 0
-    i = 0
-    try:
-        for i in range(count):  # noqa: B007 - i is used in the error message
-            start = pos
-            v = data[pos]
-            if v < 0x80:
-                length = (v >> 1) ^ -(v & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                length = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                length, pos = _varint(data, pos)
-            end = pos + length
-            if length < 6 or end > n:
-                raise ValueError(f"record length {length} with {n - pos} bytes left")
-            pos += 1  # attributes
-            v = data[pos]
-            if v < 0x80:
-                ts_delta = (v >> 1) ^ -(v & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                ts_delta = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                ts_delta, pos = _varint(data, pos)
-            ts_end = pos
-            v = data[pos]
-            if v < 0x80:
-                offset_delta = (v >> 1) ^ -(v & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                offset_delta = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                offset_delta, pos = _varint(data, pos)
-            v = data[pos]
-            if v < 0x80:
-                klen = (v >> 1) ^ -(v & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                klen = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                klen, pos = _varint(data, pos)
-            if klen >= 0:
-                key: bytes | None = data[pos : pos + klen]
-                pos += klen
-            elif klen == -1:
-                key = None
-            else:
-                raise ValueError(f"key length {klen}")
-            v = data[pos]
-            if v < 0x80:
-                vlen = (v >> 1) ^ -(v & 1)
-            elif data[pos + 1] < 0x80:
-                v = (v & 0x7F) | (data[pos + 1] << 7)
-                vlen = (v >> 1) ^ -(v & 1)
-            else:
-                vlen, _ = _varint(data, pos)
-            if vlen < -1 or pos > end:
-                raise ValueError(f"value length {vlen}")
-            append(ScannedRecord(start, end, ts_end, offset_delta, ts_delta, key, vlen == -1))
-            pos = end
-    except (ValueError, IndexError) as exc:
-        raise CorruptBatchError(
-            f"record batch at byte {position}: record {i} of {count} is malformed: {exc}", position
-        ) from None
-    if pos != n:
-        raise CorruptBatchError(
-            f"record batch at byte {position}: {n - pos} bytes left after its {count} records", position
-        )
-    return out
+__all__ = [
+    "ScannedRecord",
+    "empty_batch",
+    "rebuild_batch",
+    "rebuild_from_kept",
+    "records_payload",
+    "scan_records",
+]
 
 
 def _assemble(
@@ -186,10 +60,10 @@ def _assemble(
     count: int,
     records: bytes,
 ) -> bytes:
-    codec = attributes & _COMPRESSION_MASK
+    codec = attributes & COMPRESSION_MASK
     body = records if codec == 0 or not records else codecs.compress(codec, records)
     if not records:
-        attributes &= ~_COMPRESSION_MASK  # an empty batch is written uncompressed, as Kafka does
+        attributes &= ~COMPRESSION_MASK  # an empty batch is written uncompressed, as Kafka does
     return frame_batch(
         body,
         base_offset=base_offset,
@@ -226,15 +100,15 @@ def rebuild_batch(
         parts_ts = [r.timestamp_delta for r in kept]
     else:
         base_ts = new_delete_horizon_ms
-        attributes |= _DELETE_HORIZON_BIT
+        attributes |= DELETE_HORIZON_MASK
         shift = old_base_ts - base_ts
         pieces = []
         parts_ts = []
         for r in kept:
             delta = r.timestamp_delta + shift
             parts_ts.append(delta)
-            body = b"\x00" + zigzag_varint(delta) + payload[r.ts_end : r.end]
-            pieces.append(zigzag_varint(len(body)))
+            body = b"\x00" + encode_varint(delta) + payload[r.ts_end : r.end]
+            pieces.append(encode_varint(len(body)))
             pieces.append(body)
         records = b"".join(pieces)
     max_ts = header.max_timestamp if log_append else base_ts + max(parts_ts)
@@ -257,5 +131,5 @@ def rebuild_from_kept(
 
 def empty_batch(header: BatchHeader, base_offset: int) -> bytes:
     """The header-only batch Kafka keeps for a producer's last batch (RETAIN_EMPTY)."""
-    attributes = header.attributes & ~(_COMPRESSION_MASK | _DELETE_HORIZON_BIT)
+    attributes = header.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_MASK)
     return _assemble(header, base_offset, attributes, -1, header.max_timestamp, 0, b"")

@@ -1,6 +1,6 @@
 """The records of many batches at once, as NumPy columns (the cleaner's vectorised scan).
 
-`compactor.rebuild.scan_records` walks one batch's records in Python (about 0.7 us a
+`fileformat.record_decode.scan_records` walks one batch's records in Python (about 0.7 us a
 record); the cleaner instead scans the data batches of a whole chunk together:
 
 1. The batches' record payloads (decompressed where needed) are joined into one byte
@@ -10,7 +10,7 @@ record); the cleaner instead scans the data batches of a whole chunk together:
    lockstep across batches: step j reads the j-th record's length in every batch that
    has more than j records, as one NumPy gather. Once fewer than
    `LOCKSTEP_MIN_BATCHES` batches are left (a few long batches), their remaining records
-   are walked in Python, reading the length varint only (~0.15 us a record).
+   are walked in Python, reading the length varint only (~0.15 us a record; `fileformat.varint` beyond one byte).
 3. Every other field is decoded from the starts as whole columns: attributes (skipped),
    timestampDelta (varlong), offsetDelta, key length, key position, value length (-1:
    tombstone). Record headers are not read (the cleaner copies records as encoded).
@@ -29,15 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 from skiff.compactor.md5_vec import MAX_VECTOR_KEY_BYTES
-from skiff.compactor.rebuild import scan_records
-from skiff.fileformat import codecs
-from skiff.fileformat.batch_header import BATCH_HEADER_SIZE, DEFAULT_MAX_DECOMPRESSED_BYTES
+from skiff.fileformat.batch_header import DEFAULT_MAX_DECOMPRESSED_BYTES
 from skiff.fileformat.chunk_reader import ChunkBatch
+from skiff.fileformat.record_decode import records_view, scan_records
+from skiff.fileformat.varint import MAX_VARINT_BYTES, VarintError, read_uvarint
 
 PAD_BYTES = MAX_VECTOR_KEY_BYTES + 73  # > a key read, > 5 varints of 10 bytes
 LOCKSTEP_MIN_BATCHES = 16
 MIN_RECORD_BYTES = 7  # a length varint and the 6 bytes a record needs at least
-_COMPRESSION_MASK = 0x07
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
@@ -71,12 +70,8 @@ class _Invalid(Exception):
 
 
 def batch_payload(data: BytesLike, cb: ChunkBatch, max_decompressed_bytes: int) -> BytesLike:
-    h = cb.header
-    body = memoryview(data)[cb.position + BATCH_HEADER_SIZE : cb.position + h.size]
-    codec = h.attributes & _COMPRESSION_MASK
-    if codec == 0:
-        return body
-    return codecs.decompress(codec, body, max_output=max_decompressed_bytes, position=cb.position)
+    """The records of one batch of `data`, decompressed (a view when uncompressed)."""
+    return records_view(data, cb.position, cb.header, max_decompressed_bytes)
 
 
 def scan_batches(
@@ -100,7 +95,11 @@ def scan_batches(
 
 
 def _varint(buf: U8, pos: I64) -> tuple[I64, I64]:
-    """Zigzag LEB128 values at `pos` (vectorised): (values, positions after them)."""
+    """Zigzag varints at `pos` (vectorised): (values, positions after them).
+
+    `fileformat.varint.read_varint` over an array of positions, as a NumPy kernel; the test
+    in tests/unit/test_varint.py holds the two to the same answers. Longer than 10 bytes is
+    `_Invalid` (the scalar scan then names the record)."""
     b = buf[pos]
     val = (b & 0x7F).astype(np.int64)
     nxt = pos + 1
@@ -115,7 +114,8 @@ def _varint(buf: U8, pos: I64) -> tuple[I64, I64]:
         nxt[more] = p + 1
         more = more[b >= 0x80]
         shift += 7
-    return (val >> 1) ^ -(val & 1), nxt
+    # int64 shifts are arithmetic: mask the sign bit back out (ten-byte varlongs, |value| >= 2**62)
+    return ((val >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(val & 1), nxt
 
 
 def _starts(payload: bytes, buf: U8, pstart: I64, counts: I64) -> I64:
@@ -147,14 +147,13 @@ def _starts(payload: bytes, buf: U8, pstart: I64, counts: I64) -> I64:
             starts[r] = q
             v = payload[q]
             if v < 0x80:
-                size = (v >> 1) ^ -(v & 1)
                 q += 1
-            elif q + 1 < end and payload[q + 1] < 0x80:
-                v = (v & 0x7F) | (payload[q + 1] << 7)
-                size = (v >> 1) ^ -(v & 1)
-                q += 2
             else:
-                raise _Invalid  # records of 8 KiB or more: rare, the scalar scan reads them
+                try:
+                    v, q = read_uvarint(payload, q, MAX_VARINT_BYTES, end)
+                except VarintError:
+                    raise _Invalid from None
+            size = (v >> 1) ^ -(v & 1)
             q += size
             if size < 6 or q > end:
                 raise _Invalid

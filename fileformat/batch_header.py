@@ -30,6 +30,11 @@ Because baseOffset lies outside the CRC range, `patch_base_offset` can re-offset
 place without recomputing anything: agents store batches with the producer's relative offsets
 and fetch patches the absolute ones in.
 
+The fields inside the CRC range that a broker rewrites (Kafka's `setMaxTimestamp`: the
+maxTimestamp, and for LogAppendTime topics the timestamp-type attribute bit) are patched by
+`set_max_timestamp` / `with_max_timestamp`, which recompute the CRC-32C after the change
+(`rewrite_crc`): the one place header bytes under the CRC are written after framing.
+
 No asyncio here; nothing else from the project is imported.
 """
 
@@ -45,12 +50,17 @@ import crc32c as _crc32c
 __all__ = [
     "ATTRIBUTES_OFFSET",
     "BATCH_HEADER_SIZE",
+    "COMPRESSION_MASK",
+    "CONTROL_MASK",
     "CRC_OFFSET",
     "DEFAULT_MAX_BATCH_BYTES",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
+    "DELETE_HORIZON_MASK",
     "LOG_OVERHEAD",
     "MAGIC",
     "MAGIC_OFFSET",
+    "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_MASK",
     "BatchHeader",
     "Compression",
     "CorruptBatchError",
@@ -65,7 +75,11 @@ __all__ = [
     "parse_header",
     "patch_base_offset",
     "patch_base_offsets",
+    "rewrite_crc",
+    "set_attribute_bits",
+    "set_max_timestamp",
     "single_batch_header",
+    "with_max_timestamp",
 ]
 
 MAGIC = 2
@@ -77,6 +91,7 @@ CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 """The CRC covers the batch from here to its end."""
 MAGIC_OFFSET = 16
+_MAX_TIMESTAMP_OFFSET = 35
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD  # 49: a batch with no records
 
 DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
@@ -86,12 +101,15 @@ DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+_U32 = struct.Struct(">I")
 
-_COMPRESSION_MASK = 0x07
-_TIMESTAMP_TYPE_MASK = 0x08
-_TRANSACTIONAL_MASK = 0x10
-_CONTROL_MASK = 0x20
-_DELETE_HORIZON_MASK = 0x40
+# The attributes bits (module docstring); the underscored names are the older spellings.
+COMPRESSION_MASK = _COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = _TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = _TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = _CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = _DELETE_HORIZON_MASK = 0x40
 
 assert _HEADER.size == BATCH_HEADER_SIZE
 
@@ -371,3 +389,71 @@ def patch_base_offsets(
         pack(buf, pos, offset)
         offset += header.last_offset_delta + 1
     return offset
+
+
+# ---------------------------------------------------------------------------------------------
+# fields under the CRC: patch, then recompute the CRC
+
+
+def _header_at(buf: bytearray | memoryview, position: int) -> BatchHeader:
+    """The header of the batch at `position`, which must lie wholly inside `buf`."""
+    header = _parse_header(buf, position, len(buf))
+    _check_length(header, position, len(buf), None)
+    return header
+
+
+def _store_crc(buf: bytearray | memoryview, position: int, size: int) -> None:
+    crc = _crc32c.crc32c(_buffer_view(buf)[position + ATTRIBUTES_OFFSET : position + size])
+    _U32.pack_into(buf, position + CRC_OFFSET, crc)
+
+
+def rewrite_crc(buf: bytearray | memoryview, position: int) -> None:
+    """Recompute and store the CRC-32C of the batch at `position` (attributes .. end)."""
+    _store_crc(buf, position, _header_at(buf, position).size)
+
+
+def set_attribute_bits(buf: bytearray | memoryview, position: int, bits: int) -> None:
+    """Set `bits` in the attributes of the batch at `position` and recompute its CRC.
+
+    Only the timestamp-type bit (0x08) is a broker's to set; the codec bits (0-2) are
+    refused: the records would no longer match them."""
+    if bits & _COMPRESSION_MASK or bits & ~0xFFFF:
+        raise ValueError(f"attribute bits {bits:#x} cannot be set on a framed batch")
+    header = _header_at(buf, position)
+    _I16.pack_into(buf, position + ATTRIBUTES_OFFSET, header.attributes | bits)
+    _store_crc(buf, position, header.size)
+
+
+def set_max_timestamp(
+    buf: bytearray | memoryview,
+    position: int,
+    max_timestamp_ms: int,
+    *,
+    log_append_time: bool = False,
+    header: BatchHeader | None = None,
+) -> None:
+    """Rewrite the maxTimestamp of the batch at `position` (and, with `log_append_time`, set
+    its LogAppendTime bit), then recompute its CRC: what Kafka's `setMaxTimestamp` does to a
+    produced batch (LogAppendTime topics, or a CreateTime header that disagrees with its
+    records). `header`, when given, is the batch's as already parsed and length-checked
+    (the produce path has it; parsing it again would cost more than the patch)."""
+    if header is None:
+        header = _header_at(buf, position)
+    if log_append_time:
+        _I16.pack_into(buf, position + ATTRIBUTES_OFFSET, header.attributes | _TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buf, position + _MAX_TIMESTAMP_OFFSET, max_timestamp_ms)
+    _store_crc(buf, position, header.size)
+
+
+def with_max_timestamp(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    max_timestamp_ms: int,
+    *,
+    log_append_time: bool = False,
+    header: BatchHeader | None = None,
+) -> bytes:
+    """A copy of `buf` with `set_max_timestamp` applied to the batch at `position`."""
+    out = bytearray(buf)
+    set_max_timestamp(out, position, max_timestamp_ms, log_append_time=log_append_time, header=header)
+    return bytes(out)

@@ -39,7 +39,7 @@ maxTimestamp (the agent does the same when a producer's header disagrees).
 
 Speed: this is the produce hot path (about 0.7 us per record in CPython 3.11 on the
 benchmark machine; see docs/benchmarks.md). The walk reads each record's varints inline (one-
-and two-byte forms without a call), compares offset deltas and lengths in zigzag form, never
+and two-byte forms without a call; longer ones by `fileformat.varint.read_uvarint`), compares offset deltas and lengths in zigzag form, never
 slices a key or value, and walks uncompressed batches in place in the request's bytes.
 Timestamp bounds take a second pass, only on topics that set them (by default none does).
 """
@@ -52,11 +52,15 @@ from typing import NoReturn
 from skiff.fileformat import codecs
 from skiff.fileformat.batch_header import (
     BATCH_HEADER_SIZE,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     Compression,
     RecordBatchError,
 )
+from skiff.fileformat.varint import read_uvarint as _uvarint
 
 __all__ = [
     "NO_TIMESTAMP",
@@ -72,9 +76,6 @@ __all__ = [
 NO_TIMESTAMP = -1
 UNBOUNDED_MS = 2**63 - 1
 """Long.MAX_VALUE: the default of the timestamp difference configs (no bound)."""
-
-_TIMESTAMP_TYPE_MASK = 0x08
-_CONTROL_MASK = 0x20
 
 
 RecordErrors = tuple[tuple[int, str], ...]
@@ -136,20 +137,6 @@ def timestamp_bounds_ms(before_max_ms: int, after_max_ms: int, difference_max_ms
     before = before_max_ms if before_max_ms != UNBOUNDED_MS else difference_max_ms
     after = after_max_ms if after_max_ms != UNBOUNDED_MS else difference_max_ms
     return before, after
-
-
-def _uvarint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
-    """An unsigned LEB128 at `pos` (any length up to `max_bytes`): (value, next position)."""
-    result = 0
-    shift = 0
-    for _ in range(max_bytes):
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-    raise ValueError(f"varint longer than {max_bytes} bytes")
 
 
 def _skip_headers(data: bytes, pos: int, zz_count: int) -> int:
@@ -360,21 +347,21 @@ def validate_produced_batch(
             " must send recordsCount > 0 and lastOffsetDelta = recordsCount - 1",
             position,
         )
-    if header.attributes & _CONTROL_MASK:
+    if header.attributes & CONTROL_MASK:
         raise InvalidRecordError(f"{where}: clients are not allowed to write control records", position)
     if header.producer_id >= 0 and header.base_sequence < 0:
         raise InvalidRecordError(
             f"{where}: invalid sequence number {header.base_sequence} with producerId {header.producer_id}",
             position,
         )
-    if header.attributes & _TIMESTAMP_TYPE_MASK:
+    if header.attributes & TIMESTAMP_TYPE_MASK:
         raise InvalidTimestampError(
             f"{where}: invalid timestamp type; a producer should not set the timestamp type to LogAppendTime",
             position,
         )
     start = position + BATCH_HEADER_SIZE
     end = position + header.batch_length + 12
-    cid = header.attributes & 0x07
+    cid = header.attributes & COMPRESSION_MASK
     data: bytes = buf
     if cid == Compression.NONE:
         if end != len(buf):  # the walk wants the records to end with `data` (rare: tests, tools)

@@ -1,8 +1,8 @@
-"""Encode records into Kafka RecordBatch v2 batches: varints, records, framing, markers.
+"""Encode records into Kafka RecordBatch v2 batches: records, framing, markers.
 
 The formats are described where they are read: the batch header in
 `fileformat.batch_header`, the records and control records in `fileformat.record_decode`.
-`build_batch` encodes records (zigzag varints, `zigzag_varint`), compresses them with the
+`build_batch` encodes records (zigzag varints, `fileformat.varint`), compresses them with the
 batch codec (`fileformat.codecs`) and frames them; `frame_batch` is the one place a batch
 is framed (header, batchLength, magic, CRC-32C over attributes..end), which the compactor
 also uses for the batches it rebuilds; `build_control_batch` writes transaction markers.
@@ -32,12 +32,12 @@ from skiff.fileformat.batch_header import (
     TimestampType,
 )
 from skiff.fileformat.record_decode import _CONTROL_KEY, _TXN_MARKER_VALUE, ControlRecordType, Record
+from skiff.fileformat.varint import encode_varint
 
 __all__ = [
     "build_batch",
     "build_control_batch",
     "frame_batch",
-    "zigzag_varint",
 ]
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -46,26 +46,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _U32 = struct.Struct(">I")
 
 
-_SMALL_VARINTS = [bytes([i]) for i in range(128)]
-
-
-def _uvarint_bytes(z: int) -> bytes:
-    if z < 0x80:
-        return _SMALL_VARINTS[z]
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def zigzag_varint(v: int) -> bytes:
-    """Zigzag + LEB128 of a signed 64-bit value (Kafka's varint/varlong encoding)."""
-    return _uvarint_bytes((v << 1) ^ (v >> 63))
-
-
-_zz = zigzag_varint
+_zz = encode_varint
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)

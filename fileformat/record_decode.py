@@ -27,6 +27,12 @@ A control batch (attributes: transactional + control) holds one control record: 
 version int16 + type int16 (`ControlRecordType`); for ABORT/COMMIT markers its value is
 version int16 + coordinatorEpoch int32.
 
+This module is the one owner of the record grammar and of the batch-payload rule:
+`records_view` / `records_payload` cut a batch's records out (after the 61-byte header, up to
+batchLength) and decompress them under an output cap; `decode_records` decodes them into
+`Record`s; `scan_records` walks them for a log cleaner (`compactor`), keeping byte positions.
+Both walks read each record's fixed part and key with `_record_head`; varints follow `fileformat.varint`.
+
 `validate_batch` (and `summarize_batches`, which calls it) live here rather than with the
 header because, with `decode`, the check decodes every record.
 
@@ -47,6 +53,7 @@ from skiff.fileformat.batch_header import (
     BATCH_HEADER_SIZE,
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
+    LOG_OVERHEAD,
     BatchHeader,
     Compression,
     CorruptBatchError,
@@ -57,14 +64,19 @@ from skiff.fileformat.batch_header import (
     check_crc,
     iter_batches,
 )
+from skiff.fileformat.varint import MAX_VARLONG_BYTES, read_uvarint
 
 __all__ = [
     "BatchRunSummary",
     "ControlRecordType",
     "Record",
+    "ScannedRecord",
     "decode_records",
     "iter_records",
     "parse_control_record",
+    "records_payload",
+    "records_view",
+    "scan_records",
     "summarize_batches",
     "validate_batch",
 ]
@@ -106,20 +118,37 @@ class BatchRunSummary(NamedTuple):
 # records
 
 
-def _uvarint_slow(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
-    """Decode an unsigned LEB128 at `pos` (first byte already known to have its high bit set)."""
-    result = 0
-    shift = 0
-    limit = 7 * max_bytes
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= limit:
-            raise ValueError(f"varint longer than {max_bytes} bytes")
+def records_view(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    header: BatchHeader,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> bytes | memoryview:
+    """The records of the batch at `position` whose `header` is known: the bytes after its
+    61-byte header up to its batchLength (a view into `buf` when uncompressed), else those
+    bytes decompressed with the batch codec, at most `max_decompressed_bytes` of output
+    (`fileformat.codecs`). The one place a batch's records payload is cut out and
+    decompressed (decode, the cleaner's scans)."""
+    mv = _buffer_view(buf)[position + BATCH_HEADER_SIZE : position + header.batch_length + LOG_OVERHEAD]
+    cid = header.attributes & _COMPRESSION_MASK
+    if cid == Compression.NONE:
+        return mv
+    if cid > Compression.ZSTD:
+        raise CorruptBatchError(
+            f"record batch at byte {position} uses unknown compression codec id {cid}", position
+        )
+    return codecs.decompress(Compression(cid), mv, max_output=max_decompressed_bytes, position=position)
+
+
+def records_payload(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    header: BatchHeader,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> bytes:
+    """`records_view` as bytes (a copy when uncompressed)."""
+    data = records_view(buf, position, header, max_decompressed_bytes)
+    return data if isinstance(data, bytes) else bytes(data)
 
 
 def _batch_payload(
@@ -132,17 +161,128 @@ def _batch_payload(
     end = len(buf) if end is None else min(end, len(buf))
     if header is None:
         header = _parse_header(buf, position, end)
-    size = _check_length(header, position, end, None)
-    mv = _buffer_view(buf)[position + BATCH_HEADER_SIZE : position + size]
-    cid = header.attributes & _COMPRESSION_MASK
-    if cid == Compression.NONE:
-        return header, bytes(mv)
-    if cid > Compression.ZSTD:
+    _check_length(header, position, end, None)
+    return header, records_payload(buf, position, header, max_decompressed_bytes)
+
+
+def _record_head(data: bytes, pos: int, n: int) -> tuple[int, int, int, int, bytes | None, int]:
+    """The record at `pos` up to its key (length, attributes, timestampDelta, offsetDelta,
+    key): (record end, timestamp delta, end of the timestampDelta field, offset delta, key or
+    None, position after the key). Both walks (`decode_records`, `scan_records`) call it once
+    a record: one call is what the per-record budget affords.
+
+    Raises ValueError for a length under 6 or past `n` and for a negative key length other
+    than -1, IndexError for a field past the data. Varints are read inline in their one- and
+    two-byte forms (a call costs more than the read), `fileformat.varint.read_uvarint` beyond."""
+    v = data[pos]
+    if v < 0x80:
+        pos += 1
+    elif data[pos + 1] < 0x80:
+        v = (v & 0x7F) | (data[pos + 1] << 7)
+        pos += 2
+    else:
+        v, pos = read_uvarint(data, pos)
+    length = (v >> 1) ^ -(v & 1)
+    rec_end = pos + length
+    if length < 6 or rec_end > n:
+        raise ValueError(f"record length {length} with {n - pos} bytes left")
+    t = data[pos + 1]  # after the attributes byte: timestampDelta (varlong)
+    if t < 0x80:
+        pos += 2
+    elif data[pos + 2] < 0x80:
+        t = (t & 0x7F) | (data[pos + 2] << 7)
+        pos += 3
+    else:
+        t, pos = read_uvarint(data, pos + 1, MAX_VARLONG_BYTES)
+    ts_end = pos
+    o = data[pos]
+    if o < 0x80:
+        pos += 1
+    else:
+        o, pos = read_uvarint(data, pos)
+    v = data[pos]  # keyLength (-1: null)
+    if v < 0x80:
+        pos += 1
+    else:
+        v, pos = read_uvarint(data, pos)
+    if v & 1 and v != 1:
+        raise ValueError(f"key length {(v >> 1) ^ -1}")
+    key_end = pos if v & 1 else pos + (v >> 1)
+    key = None if v & 1 else data[pos:key_end]
+    return rec_end, (t >> 1) ^ -(t & 1), ts_end, (o >> 1) ^ -(o & 1), key, key_end
+
+
+def _nullable_bytes(data: bytes, pos: int, what: str) -> tuple[bytes | None, int]:
+    """A varint length (-1 = null) and that many bytes: (the bytes or None, position after)."""
+    v = data[pos]
+    if v < 0x80:
+        pos += 1
+    elif data[pos + 1] < 0x80:
+        v = (v & 0x7F) | (data[pos + 1] << 7)
+        pos += 2
+    else:
+        v, pos = read_uvarint(data, pos)
+    if v & 1:
+        if v != 1:
+            raise ValueError(f"{what} length {(v >> 1) ^ -1}")
+        return None, pos
+    end = pos + (v >> 1)
+    return data[pos:end], end
+
+
+def _headers(data: bytes, pos: int, rec_end: int) -> tuple[list[tuple[str, bytes | None]], int]:
+    """A record's headers (varint count, then key and nullable value each): (headers, position after).
+
+    Counts and key lengths are read inline in their one-byte form (`fileformat.varint` beyond)."""
+    v = data[pos]
+    if v < 0x80:
+        pos += 1
+    else:
+        v, pos = read_uvarint(data, pos)
+    hcount = (v >> 1) ^ -(v & 1)
+    if hcount < 0 or hcount > (rec_end - pos) // 2:
+        raise ValueError(f"header count {hcount}")
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(hcount):
+        v = data[pos]
+        if v < 0x80:
+            pos += 1
+        else:
+            v, pos = read_uvarint(data, pos)
+        if v & 1:
+            raise ValueError(f"header key length {(v >> 1) ^ -1}")
+        end = pos + (v >> 1)
+        hkey = data[pos:end].decode("utf-8", "surrogateescape")
+        hval, pos = _nullable_bytes(data, end, "header value")
+        headers.append((hkey, hval))
+    return headers, pos
+
+
+def _check_count(header: BatchHeader, position: int, n: int) -> int:
+    count = header.records_count
+    if count < 0:
+        raise CorruptBatchError(f"record batch at byte {position} has recordsCount {count}", position)
+    if count > n // 7:  # a record takes at least 7 bytes
         raise CorruptBatchError(
-            f"record batch at byte {position} uses unknown compression codec id {cid}", position
+            f"record batch at byte {position} declares {count} records in {n} bytes of records", position
         )
-    data = codecs.decompress(Compression(cid), mv, max_output=max_decompressed_bytes, position=position)
-    return header, data
+    return count
+
+
+def _malformed(exc: Exception, position: int, i: int, count: int) -> CorruptBatchError:
+    if isinstance(exc, IndexError):  # a field (or a varint, `TruncatedVarintError`) past the end
+        exc = ValueError("record runs past the end of the batch")
+    return CorruptBatchError(
+        f"record batch at byte {position}: record {i} of {count} is malformed: {exc}", position
+    )
+
+
+def _left_over(data: bytes, pos: int, position: int, count: int) -> None:
+    if pos != len(data):
+        raise CorruptBatchError(
+            f"record batch at byte {position}: {len(data) - pos} bytes left after its {count} records",
+            position,
+        )
 
 
 def decode_records(
@@ -160,169 +300,92 @@ def decode_records(
     `fileformat.codecs`) on corrupt compressed data or output over `max_decompressed_bytes`.
     """
     header, data = _batch_payload(buf, position, end, header, max_decompressed_bytes)
-    count = header.records_count
-    if count < 0:
-        raise CorruptBatchError(f"record batch at byte {position} has recordsCount {count}", position)
     n = len(data)
-    if count > n // 7:  # a record takes at least 7 bytes
-        raise CorruptBatchError(
-            f"record batch at byte {position} declares {count} records in {n} bytes of records", position
-        )
+    count = _check_count(header, position, n)
     log_append = bool(header.attributes & _TIMESTAMP_TYPE_MASK)
     base_ts = header.base_timestamp
     max_ts = header.max_timestamp
     out: list[Record] = []
     append = out.append
-    uvarint = _uvarint_slow
+    head = _record_head
     new_record = tuple.__new__  # what Record(...) does, minus a Python-level call
     pos = 0
     i = 0
     try:
         for i in range(count):  # noqa: B007 - i is used in the error message
-            # length
-            v = data[pos]
+            rec_end, ts_delta, _, offset_delta, key, pos = head(data, pos, n)
+            v = data[pos]  # valueLength (-1: null), inline as in `_record_head`
             if v < 0x80:
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
             else:
-                v2 = data[pos + 1]
-                if v2 < 0x80:
-                    v = (v & 0x7F) | (v2 << 7)
-                    pos += 2
-                else:
-                    v, pos = uvarint(data, pos, 5)
-            length = (v >> 1) ^ -(v & 1)
-            rec_end = pos + length
-            if length < 6 or rec_end > n:
-                raise ValueError(f"record length {length} with {n - pos} bytes left")
-            pos += 1  # attributes
-            # timestampDelta (varlong)
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            else:
-                v2 = data[pos + 1]
-                if v2 < 0x80:
-                    v = (v & 0x7F) | (v2 << 7)
-                    pos += 2
-                else:
-                    v, pos = uvarint(data, pos, 10)
-            timestamp = max_ts if log_append else base_ts + ((v >> 1) ^ -(v & 1))
-            # offsetDelta
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            else:
-                v2 = data[pos + 1]
-                if v2 < 0x80:
-                    v = (v & 0x7F) | (v2 << 7)
-                    pos += 2
-                else:
-                    v, pos = uvarint(data, pos, 5)
-            offset_delta = (v >> 1) ^ -(v & 1)
-            # key
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            else:
-                v2 = data[pos + 1]
-                if v2 < 0x80:
-                    v = (v & 0x7F) | (v2 << 7)
-                    pos += 2
-                else:
-                    v, pos = uvarint(data, pos, 5)
-            klen = (v >> 1) ^ -(v & 1)
-            if klen >= 0:
-                key: bytes | None = data[pos : pos + klen]
-                pos += klen
-            elif klen == -1:
-                key = None
-            else:
-                raise ValueError(f"key length {klen}")
-            # value
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            else:
-                v2 = data[pos + 1]
-                if v2 < 0x80:
-                    v = (v & 0x7F) | (v2 << 7)
-                    pos += 2
-                else:
-                    v, pos = uvarint(data, pos, 5)
-            vlen = (v >> 1) ^ -(v & 1)
-            if vlen >= 0:
-                value: bytes | None = data[pos : pos + vlen]
-                pos += vlen
-            elif vlen == -1:
+                v, pos = read_uvarint(data, pos)
+            if v & 1:
+                if v != 1:
+                    raise ValueError(f"value length {(v >> 1) ^ -1}")
                 value = None
             else:
-                raise ValueError(f"value length {vlen}")
-            # headers
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
+                value = data[pos : pos + (v >> 1)]
+                pos += v >> 1
+            if data[pos]:
+                headers, pos = _headers(data, pos, rec_end)
             else:
-                v2 = data[pos + 1]
-                if v2 < 0x80:
-                    v = (v & 0x7F) | (v2 << 7)
-                    pos += 2
-                else:
-                    v, pos = uvarint(data, pos, 5)
-            hcount = (v >> 1) ^ -(v & 1)
-            headers: list[tuple[str, bytes | None]] = []
-            if hcount:
-                if hcount < 0 or hcount > (rec_end - pos) // 2:
-                    raise ValueError(f"header count {hcount}")
-                for _ in range(hcount):
-                    v = data[pos]
-                    if v < 0x80:
-                        pos += 1
-                    else:
-                        v2 = data[pos + 1]
-                        if v2 < 0x80:
-                            v = (v & 0x7F) | (v2 << 7)
-                            pos += 2
-                        else:
-                            v, pos = uvarint(data, pos, 5)
-                    hklen = (v >> 1) ^ -(v & 1)
-                    if hklen < 0:
-                        raise ValueError(f"header key length {hklen}")
-                    hkey = data[pos : pos + hklen].decode("utf-8", "surrogateescape")
-                    pos += hklen
-                    v = data[pos]
-                    if v < 0x80:
-                        pos += 1
-                    else:
-                        v2 = data[pos + 1]
-                        if v2 < 0x80:
-                            v = (v & 0x7F) | (v2 << 7)
-                            pos += 2
-                        else:
-                            v, pos = uvarint(data, pos, 5)
-                    hvlen = (v >> 1) ^ -(v & 1)
-                    if hvlen >= 0:
-                        hval: bytes | None = data[pos : pos + hvlen]
-                        pos += hvlen
-                    elif hvlen == -1:
-                        hval = None
-                    else:
-                        raise ValueError(f"header value length {hvlen}")
-                    headers.append((hkey, hval))
+                headers = []
+                pos += 1
             if pos != rec_end:
-                raise ValueError(
-                    f"record fields take {pos - rec_end + length} bytes, its length says {length}"
-                )
+                raise ValueError(f"record fields end at {pos}, its length says {rec_end}")
+            timestamp = max_ts if log_append else base_ts + ts_delta
             append(new_record(Record, (offset_delta, timestamp, key, value, headers)))
     except (ValueError, IndexError) as exc:
-        if isinstance(exc, IndexError):
-            exc = ValueError("record runs past the end of the batch")
+        raise _malformed(exc, position, i, count) from None
+    _left_over(data, pos, position, count)
+    return out
+
+
+class ScannedRecord(NamedTuple):
+    """One encoded record in a batch's (decompressed) records payload, as `scan_records` finds it."""
+
+    start: int  # first byte (its length varint)
+    end: int  # one past its last byte
+    ts_end: int  # first byte after its timestampDelta field
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    tombstone: bool  # null value
+
+
+def scan_records(data: bytes, count: int, position: int = 0) -> list[ScannedRecord]:
+    """Walk `count` records of a decompressed payload for the fields a log cleaner needs
+    (bounds, offset and timestamp deltas, key, whether the value is null), keeping byte
+    positions so records can be copied as encoded; headers are not read.
+
+    Raises CorruptBatchError (at the batch's `position`) on malformed records or when the
+    payload holds more or fewer bytes than the records."""
+    out: list[ScannedRecord] = []
+    append = out.append
+    head = _record_head
+    new_record = tuple.__new__  # what ScannedRecord(...) does, minus a Python-level call
+    n = len(data)
+    pos = 0
+    i = 0
+    try:
+        for i in range(count):  # noqa: B007 - i is used in the error message
+            start = pos
+            end, ts_delta, ts_end, offset_delta, key, pos = head(data, pos, n)
+            v = data[pos]  # the value's length: only whether it is null (zigzag 1 = -1)
+            if v >= 0x80:
+                v, pos = read_uvarint(data, pos)
+            if (v & 1 and v != 1) or pos > end:
+                raise ValueError(f"value length {(v >> 1) ^ -(v & 1)}")
+            append(new_record(ScannedRecord, (start, end, ts_end, offset_delta, ts_delta, key, v == 1)))
+            pos = end
+    except (ValueError, IndexError) as exc:
         raise CorruptBatchError(
             f"record batch at byte {position}: record {i} of {count} is malformed: {exc}", position
         ) from None
-    if pos != n:
-        raise CorruptBatchError(
-            f"record batch at byte {position}: {n - pos} bytes left after its {count} records", position
-        )
+    _left_over(data, pos, position, count)
     return out
 
 

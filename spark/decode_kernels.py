@@ -40,7 +40,10 @@ except ImportError:  # pragma: no cover - numba is part of the spark extra
 
 @jit
 def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
-    """(zigzag-decoded value, next position); next position -1 when malformed."""
+    """(zigzag-decoded value, next position); next position -1 when malformed.
+
+    `fileformat.varint.read_varlong` compiled (tests/unit/test_varint.py holds the two to the
+    same answers); it accepts up to 10 bytes for every field."""
     shift = 0
     raw: Any = np.int64(0)
     while True:
@@ -52,7 +55,9 @@ def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
         if b < 0x80:
             break
         shift += 7
-    return (raw >> 1) ^ -(raw & 1), pos
+    # int64 shifts are arithmetic: mask the sign bit back out so that zigzag values of 2**63
+    # and up (|value| >= 2**62, ten-byte varlongs) decode as `fileformat.varint` does
+    return ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1), pos
 
 
 @jit

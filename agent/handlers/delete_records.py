@@ -89,7 +89,7 @@ def _forget_cached_locations(
     cache = ctx.parts.chunk_locations
     for q, a in zip(queries, answers, strict=True):
         topic = ctx.topics.cached(q.topic)
-        if a.error_code == 0 and topic is not None:
+        if a.error_code == ErrorCode.none and topic is not None:
             cache.invalidate((topic.topic_id, q.partition))
 
 

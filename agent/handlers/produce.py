@@ -45,11 +45,9 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import struct
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar, cast
 
-import crc32c
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.response import (
     BatchIndexAndErrorMessage,
@@ -73,8 +71,6 @@ from skiff.agent.handlers._access import RT, TOPIC_DENIED, TXN_ID_DENIED, item, 
 from skiff.agent.produce_buffer import PendingBatch
 from skiff.agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
 from skiff.fileformat.batch_header import (
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
     LOG_OVERHEAD,
     BatchHeader,
     RecordBatchError,
@@ -83,6 +79,7 @@ from skiff.fileformat.batch_header import (
     check_crc,
     iter_batches,
     single_batch_header,
+    with_max_timestamp,
 )
 from skiff.fileformat.log_validator import (
     UNBOUNDED_MS,
@@ -101,10 +98,6 @@ log = logging.getLogger(__name__)
 API_KEY = 0
 MIN_VERSION = 3
 MAX_VERSION = 9
-
-
-_MAX_TIMESTAMP_OFFSET = 35
-_TIMESTAMP_TYPE_BIT = 0x08
 
 
 class BatchRejected(Exception):
@@ -166,14 +159,14 @@ def validate_batches(
         raise BatchRejected(ErrorCode.invalid_timestamp, str(exc), exc.record_errors) from None
     except CorruptRecordsError as exc:
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
-    ts_type = 1 if header.attributes & _TIMESTAMP_TYPE_BIT else 0
+    ts_type = int(header.timestamp_type)
     data = records
     if log_append_time_ms is not None:
-        data = _with_max_timestamp(records, pos, size, log_append_time_ms, log_append=True)
+        data = with_max_timestamp(records, pos, log_append_time_ms, log_append_time=True, header=header)
         max_ts = log_append_time_ms
         ts_type = 1
     elif max_ts != header.max_timestamp:
-        data = _with_max_timestamp(records, pos, size, max_ts, log_append=False)
+        data = with_max_timestamp(records, pos, max_ts, header=header)
     return [
         PendingBatch(
             # one batch per partition: keep the request's bytes, no copy
@@ -210,16 +203,6 @@ def _one_batch(records: bytes) -> tuple[int, BatchHeader]:
             f"a produce request carries one record batch per partition, this one {len(positions)}",
         )
     return positions[0]
-
-
-def _with_max_timestamp(records: bytes, pos: int, size: int, max_ts: int, *, log_append: bool) -> bytes:
-    """The batch with its maxTimestamp (and LogAppendTime bit) rewritten and its CRC recomputed."""
-    buf = bytearray(records)
-    if log_append:
-        buf[pos + ATTRIBUTES_OFFSET + 1] |= _TIMESTAMP_TYPE_BIT  # low byte of the i16 attributes
-    struct.pack_into(">q", buf, pos + _MAX_TIMESTAMP_OFFSET, max_ts)
-    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c.crc32c(buf[pos + ATTRIBUTES_OFFSET : pos + size]))
-    return bytes(buf)
 
 
 # Parsed topic configs by topic object: Topic values are immutable and the topic cache

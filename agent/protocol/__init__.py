@@ -64,6 +64,7 @@ from skiff.agent.protocol.schema_walk import MalformedRequest as MalformedReques
 from skiff.agent.protocol.schema_walk import ProtocolError as ProtocolError
 from skiff.agent.protocol.schema_walk import RequestLimitExceeded as RequestLimitExceeded
 from skiff.agent.protocol.schema_walk import check_bounds as check_bounds
+from skiff.agent.protocol.schema_walk import read_uvarint as read_uvarint
 from skiff.agent.protocol.schema_walk import strip_optional as _strip_optional
 
 API_VERSIONS_KEY = 18
@@ -153,23 +154,6 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 
 # --- reading ----------------------------------------------------------------------------
-
-
-def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint (at most 5 bytes) at `pos`: (value, next position)."""
-    value = 0
-    shift = 0
-    end = len(buf)
-    for _ in range(5):
-        if pos >= end:
-            raise MalformedRequest("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    raise MalformedRequest("varint longer than 5 bytes")
 
 
 def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import datetime
 import struct
 
-from skiff.agent.protocol.schema_walk import MalformedRequest
+from skiff.agent.protocol.schema_walk import MalformedRequest, read_uvarint
 
 MIN_VERSION = 3
 MAX_VERSION = 9
@@ -91,16 +91,7 @@ def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         b = buf[pos]
         if b < 0x80:  # nearly every length in a produce request
             return b, pos + 1
-    value = 0
-    for shift in (0, 7, 14, 21, 28):
-        if pos >= end:
-            raise MalformedRequest("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-    raise MalformedRequest("varint longer than 5 bytes")
+    return read_uvarint(buf, pos, end)
 
 
 def _null(name: str) -> MalformedRequest:

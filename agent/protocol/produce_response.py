@@ -22,6 +22,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from skiff.fileformat.varint import write_uvarint
+
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 # index, error_code, base_offset, log_append_time_ms
@@ -31,13 +33,6 @@ _FRAME_HEAD = struct.Struct(">ii")  # size, correlation id
 
 MIN_VERSION = 3
 MAX_VERSION = 9
-
-
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
 
 
 def _string(out: bytearray, value: str | None, flexible: bool, nullable: bool) -> None:
@@ -51,7 +46,7 @@ def _string(out: bytearray, value: str | None, flexible: bool, nullable: bool) -
         return
     raw = value.encode("utf-8")
     if flexible:
-        _uvarint(out, len(raw) + 1)
+        write_uvarint(out, len(raw) + 1)
     else:
         out += _I16.pack(len(raw))
     out += raw
@@ -59,7 +54,7 @@ def _string(out: bytearray, value: str | None, flexible: bool, nullable: bool) -
 
 def _array_length(out: bytearray, n: int, flexible: bool) -> None:
     if flexible:
-        _uvarint(out, n + 1)
+        write_uvarint(out, n + 1)
     else:
         out += _I32.pack(n)
 

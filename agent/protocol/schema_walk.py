@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from skiff.agent.protocol.request_limits import array_limit
+from skiff.fileformat.varint import MAX_VARINT_BYTES, VarintError
+from skiff.fileformat.varint import read_uvarint as _read_uvarint
 
 
 class ProtocolError(Exception):
@@ -69,17 +71,14 @@ _FIXED_SIZES = {
 }
 
 
-def _uvarint(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = 0
-    for shift in (0, 7, 14, 21, 28):
-        if pos >= end:
-            raise MalformedRequest("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-    raise MalformedRequest("varint longer than 5 bytes")
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int, end: int | None = None) -> tuple[int, int]:
+    """An unsigned varint (at most 5 bytes, before `end`) at `pos`: (value, next position).
+
+    `fileformat.varint.read_uvarint` with the protocol's error: MalformedRequest."""
+    try:
+        return _read_uvarint(buf, pos, MAX_VARINT_BYTES, end)
+    except VarintError as exc:
+        raise MalformedRequest(str(exc)) from None
 
 
 def _need(pos: int, n: int, end: int, what: str) -> int:
@@ -104,7 +103,7 @@ def _length_prefixed(flexible: bool, wide: bool, nullable: bool, name: str) -> _
 
     def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
         if flexible:
-            v, pos = _uvarint(buf, pos, end)
+            v, pos = read_uvarint(buf, pos, end)
             if v == 0:
                 if not nullable:
                     raise _null(name)
@@ -135,7 +134,7 @@ def _array(
 ) -> _Check:
     def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
         if flexible:
-            v, pos = _uvarint(buf, pos, end)
+            v, pos = read_uvarint(buf, pos, end)
             if v == 0:
                 if not nullable:
                     raise _null(name)
@@ -235,12 +234,12 @@ def _entity_check(cls: Any) -> _Check:
         for field_check in plan.fields:
             pos = field_check(buf, pos, end)
         if plan.flexible:
-            count, pos = _uvarint(buf, pos, end)
+            count, pos = read_uvarint(buf, pos, end)
             if count > end - pos:
                 raise MalformedRequest(f"{count} tagged fields cannot fit in {end - pos} bytes")
             for _ in range(count):
-                tag, pos = _uvarint(buf, pos, end)
-                size, pos = _uvarint(buf, pos, end)
+                tag, pos = read_uvarint(buf, pos, end)
+                size, pos = read_uvarint(buf, pos, end)
                 tag_end = _need(pos, size, end, "tagged field")
                 known = plan.tagged.get(tag)
                 if known is not None and known(buf, pos, tag_end) != tag_end:
