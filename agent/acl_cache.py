@@ -30,8 +30,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from skiff.agent.authorizer import Authorizer, parse_super_users
-from skiff.metadata.acl_types import AclBinding, AclOperation, ResourceType
-from skiff.metadata.client_api import AgentClient
+from skiff.metadata.security.acl_types import AclBinding, AclOperation, ResourceType
+from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
 

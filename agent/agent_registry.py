@@ -44,10 +44,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from skiff.agent import routing
-from skiff.metadata.client_api import AgentClient
 from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, MetadataError, MetadataUnavailable
-from skiff.metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION
+from skiff.metadata.groups.lease_types import DUPLICATE_BROKER_REGISTRATION
 from skiff.metadata.types import AgentInfo
+from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ News of commits comes from two places:
 - this agent's own commits (`committed(key, high_watermark)`, called by the produce
   buffer's commit callback): the watchers of the partition are checked at once;
 - commits made through other agents: a follower task long-polls the metadata service's
-  `wait_for_commits` (metadata.commit_feed) with the partitions this agent follows and
+  `wait_for_commits` (metadata.commits.feed) with the partitions this agent follows and
   the watermarks it knows. Metadata answers as soon as a commit moves one of them, so
   the latency this adds is about one metadata round trip (measured in
   bench/cross_agent_wakeup.py), not a poll interval. Each answer also carries the
@@ -50,8 +50,8 @@ from collections.abc import Callable
 
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from skiff.agent.timing_wheel import SystemTimer
-from skiff.metadata.client_api import AgentClient
 from skiff.metadata.types import PartitionWatermark
+from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
 

@@ -293,7 +293,7 @@ class AgentConfig:
     metadata_timeout_ms: int = field(
         default=10_000, metadata={"help": "timeout of one call to the metadata HTTP service"}
     )
-    # The credentials of `metadata.credentials` (same variable names as every other client).
+    # The credentials of `metadata.wire.credentials` (same variable names as every other client).
     metadata_token: str | None = field(
         default=None,
         repr=False,
@@ -413,7 +413,7 @@ class AgentConfig:
         },
     )
 
-    # --- transactions (agent.txn_coordinator, metadata.transactions) -------------------
+    # --- transactions (agent.txn_coordinator, metadata.transactions.store) -------------------
     transaction_max_partitions: int = field(
         default=10_000,
         metadata={

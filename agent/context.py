@@ -6,7 +6,7 @@ One `AgentContext` per agent process, built once at start-up by
 by name. It holds:
 
 - `config`: the frozen `AgentConfig`;
-- `metadata`: a `metadata.client_api.AgentClient` (in-process or HTTP);
+- `metadata`: a `metadata.wire.operations.AgentClient` (in-process or HTTP);
 - `topics`: the `TopicCache` in front of metadata's topic lookups;
 - `agents`: the `LiveAgents` routing view (brokers, leaders, coordinators);
 - `clock`: wall time in ms and a monotonic clock, injectable for tests;
@@ -29,8 +29,8 @@ from skiff.agent.acl_cache import AclCache
 from skiff.agent.agent_registry import LiveAgents
 from skiff.agent.config import AgentConfig
 from skiff.agent.topic_cache import TopicCache
-from skiff.metadata.client_api import AgentClient
 from skiff.metadata.types import AgentInfo
+from skiff.metadata.wire.operations import AgentClient
 
 if TYPE_CHECKING:
     from skiff.agent.chunk_cache import ChunkLocationCache

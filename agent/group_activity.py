@@ -6,7 +6,7 @@ memory), so each agent reports the groups it coordinates that have members
 (`metadata.touch_groups`, the `group_activity` table) every `interval_ms`, which must
 not exceed Kafka's `offsets.retention.check.interval.ms` (default 10 minutes): a group's
 last-active time is then at most one interval stale, and expiry
-(`metadata.retention`, run by the compactor) never takes a live group's offsets. A
+(`metadata.maintenance.retention`, run by the compactor) never takes a live group's offsets. A
 failed report is logged and retried at the next tick; the agent serves on.
 """
 
@@ -17,7 +17,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from skiff.metadata.client_api import AgentClient
+from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
 

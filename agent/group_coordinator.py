@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from skiff.agent.agent_registry import LiveAgents
     from skiff.agent.config import AgentConfig
     from skiff.agent.context import AgentContext, Clock
-    from skiff.metadata.client_api import AgentClient
+    from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Group coordinator fencing: the agent's side of the leases in `metadata.group_leases`.
+"""Group coordinator fencing: the agent's side of the leases in `metadata.groups.leases`.
 
 Agents choose a group's coordinator by rendezvous hashing over the agents each believes
 alive; those views differ for up to a heartbeat interval whenever an agent starts or
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from skiff.metadata.client_api import AgentClient
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
-from skiff.metadata.group_lease_types import LeaseToken
+from skiff.metadata.groups.lease_types import LeaseToken
+from skiff.metadata.wire.operations import AgentClient
 
 if TYPE_CHECKING:
     from skiff.agent.group_persistence import GroupPersistence

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skiff.fileformat.objectstore import AsyncObjectStore
-from skiff.metadata.client_api import AgentClient
+from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
 

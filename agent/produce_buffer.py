@@ -49,9 +49,9 @@ from typing import NamedTuple, Protocol
 
 from skiff.agent.seal_deadline import SealDeadline, waited_s
 from skiff.fileformat.segment import ChunkInput, ChunkPlacement, build_segment
-from skiff.metadata.client_api import AgentClient
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec, FileSpec
+from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class PendingBatch(NamedTuple):
     timestamp_type: int = 0
     is_transactional: bool = False
     # A transactional batch's Produce request's transactional id: the commit checks the
-    # batch against that id's transaction (metadata.txn_state.check_produce).
+    # batch against that id's transaction (metadata.transactions.state.check_produce).
     transactional_id: str | None = None
 
 

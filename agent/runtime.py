@@ -72,13 +72,13 @@ from skiff.agent.txn_coordinator import TxnCoordinator
 from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
 from skiff.fileformat.objectstore.keys import readiness_key
 from skiff.fileformat.objectstore.range_cache import RangeCache
-from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     SASL_AUTHENTICATION_FAILED,
     MetadataError,
     MetadataUnavailable,
 )
+from skiff.metadata.wire.operations import MetadataClient
 
 if TYPE_CHECKING:
     from skiff.agent.metrics import HttpEndpoint
@@ -439,8 +439,8 @@ GC_THRESHOLDS = (50_000, 10, 10)
 def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) -> int:
     """`skiff agent`: serve (and run the background roles) until SIGINT/SIGTERM, then shut
     down gracefully; 0 if that finished within `shutdown_timeout_ms`, else 1."""
-    from skiff.metadata.client import open_metadata_client
-    from skiff.metadata.credentials import CredentialsError
+    from skiff.metadata.wire.connect import open_metadata_client
+    from skiff.metadata.wire.credentials import CredentialsError
 
     async def main() -> bool:
         try:
@@ -511,9 +511,9 @@ def run_playground(
     """`skiff playground`: SQLite + file:// bucket under data_dir, one agent, the metadata
     API, and the background roles (the CLI passes compaction, retention and GC on a timer)."""
     import uvicorn
-    from skiff.metadata.app import create_app
-    from skiff.metadata.auth import exposure_warnings, load_tokens
-    from skiff.metadata.local_client import LocalMetadataClient
+    from skiff.metadata.server.app import create_app
+    from skiff.metadata.server.auth import exposure_warnings, load_tokens
+    from skiff.metadata.server.local_client import LocalMetadataClient
     from skiff.metadata.service import MetadataService
 
     root = Path(data_dir).resolve()

@@ -12,12 +12,12 @@ Mechanisms:
 
 - PLAIN (RFC 4616): one token `[authzid] NUL user NUL password`; an authzid other than
   the user is refused, as in Kafka. The password is checked against the user's stored
-  SCRAM-SHA-256 credential, else its SCRAM-SHA-512 one (`metadata.scram_types.
+  SCRAM-SHA-256 credential, else its SCRAM-SHA-512 one (`metadata.security.scram_types.
   password_matches`: PBKDF2 with the stored salt and iterations, off the event loop);
   Skiff stores no plaintext passwords.
 - SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802): two tokens, client-first (parsed, and
   answered with server-first, by the `scramp` library) and client-final (the proof checked
-  by `metadata.scram_types.verify_client_final`, which, like Kafka, accepts librdkafka's
+  by `metadata.security.scram_types.verify_client_final`, which, like Kafka, accepts librdkafka's
   nonce that only ends with the server's), answered with server-final. Channel binding is
   not offered (Kafka does not either).
 
@@ -51,9 +51,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scramp import ScramException, ScramMechanism
-from skiff.metadata.client_api import AgentClient
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
-from skiff.metadata.scram_types import (
+from skiff.metadata.security.scram_types import (
     MAX_USER_NAME_CHARS,
     MECHANISM_CODES,
     ScramCredential,
@@ -61,6 +60,7 @@ from skiff.metadata.scram_types import (
     password_matches,
     verify_client_final,
 )
+from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
 

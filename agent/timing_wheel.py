@@ -54,6 +54,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from typing import cast
 
 log = logging.getLogger(__name__)
 
@@ -432,7 +433,7 @@ class SystemTimer:
                 counter = self._counter
                 while True:
                     task: TimerTask = bucket._next  # type: ignore[assignment]  # or the sentinel
-                    if task is bucket:
+                    if cast(object, task) is bucket:
                         break
                     nxt = task._next
                     bucket._next = nxt

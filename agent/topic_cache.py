@@ -25,8 +25,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from skiff.metadata.client_api import AgentClient
 from skiff.metadata.types import Topic
+from skiff.metadata.wire.operations import AgentClient
 
 K = TypeVar("K", str, uuid.UUID)
 

@@ -1,6 +1,6 @@
 """The transaction coordinator's side effects: transaction markers, timeouts, re-drives.
 
-The state of every transactional id lives in metadata (`metadata.transactions`), changed
+The state of every transactional id lives in metadata (`metadata.transactions.store`), changed
 one request at a time under a row lock, so any agent may serve a transactional request;
 FindCoordinator still names one agent per transactional id (rendezvous hashing of
 `b"txn:" + id` over the live agents, as groups) so that one agent normally drives each
@@ -61,9 +61,9 @@ from skiff.agent.txn_pause_hook import TxnPauseHook
 from skiff.fileformat.record_build import build_control_batch
 from skiff.fileformat.record_decode import ControlRecordType
 from skiff.fileformat.segment import ChunkInput, build_segment
-from skiff.metadata.client_api import AgentClient
-from skiff.metadata.txn_state import TxnRecord, TxnState
+from skiff.metadata.transactions.state import TxnRecord, TxnState
 from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec
+from skiff.metadata.wire.operations import AgentClient
 
 if TYPE_CHECKING:
     from skiff.agent.agent_registry import Broker, LiveAgents

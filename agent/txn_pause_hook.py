@@ -30,7 +30,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from skiff.metadata.txn_state import TxnRecord
+from skiff.metadata.transactions.state import TxnRecord
 
 ENV = "SKIFF_TXN_PAUSE_BEFORE_MARKERS"
 MARKER = "skiff txn test hook: paused before markers"

@@ -35,8 +35,8 @@ from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsReques
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic  # noqa: E402
 from kio.schema.types import TopicName  # noqa: E402
 from kio.static.primitive import i8  # noqa: E402
-from skiff.metadata import acl_types as m  # noqa: E402
-from skiff.metadata.http_client import HttpMetadataClient  # noqa: E402
+from skiff.metadata.security import acl_types as m  # noqa: E402
+from skiff.metadata.wire.http_client import HttpMetadataClient  # noqa: E402
 
 from bench.support import pct, start  # noqa: E402
 from tests.support.agents import free_port  # noqa: E402

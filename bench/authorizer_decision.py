@@ -16,7 +16,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from skiff.agent.authorizer import Authorizer  # noqa: E402
-from skiff.metadata.acl_types import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType  # noqa: E402
+from skiff.metadata.security.acl_types import (  # noqa: E402
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 
 
 def main() -> None:

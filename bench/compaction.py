@@ -49,7 +49,7 @@ from skiff.fileformat.read_sync import read_fetch
 from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import Record
 from skiff.fileformat.segment import ChunkInput, build_segment
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, OutputChunk
 

@@ -18,7 +18,7 @@ producer state.
 PostgreSQL: a fresh database is created (and dropped) per cell on the server given by
 --pg-admin-url (default postgresql://postgres@127.0.0.1:5432/postgres).
 
-The commit's object check (metadata.object_check: one HEAD per commit, before the
+The commit's object check (metadata.commits.object_check: one HEAD per commit, before the
 transaction): with `--stores file,moto`, each cell runs twice over a bucket on that store
 (file:// in a temporary directory; moto's S3 server, started here), with the check off and
 on. The objects are made before the cell (`--objects` of them, each of the file's stated

@@ -35,8 +35,8 @@ from kio.schema.offset_fetch.v8.request import (  # noqa: E402
 )
 from kio.schema.types import GroupId, TopicName  # noqa: E402
 from kio.static.primitive import i32  # noqa: E402
-from skiff.metadata.http_client import HttpMetadataClient  # noqa: E402
 from skiff.metadata.types import GroupOffset  # noqa: E402
+from skiff.metadata.wire.http_client import HttpMetadataClient  # noqa: E402
 
 from bench.support import pct, start  # noqa: E402
 from tests.support.agents import free_port  # noqa: E402

@@ -46,7 +46,7 @@ from skiff.fileformat.batch_header import iter_batches  # noqa: E402
 from skiff.fileformat.objectstore import open_async_store  # noqa: E402
 from skiff.fileformat.record_build import build_batch  # noqa: E402
 from skiff.fileformat.record_decode import Record  # noqa: E402
-from skiff.metadata.http_client import HttpMetadataClient  # noqa: E402
+from skiff.metadata.wire.http_client import HttpMetadataClient  # noqa: E402
 
 from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402
 from tests.support.kafka_wire import KafkaWire, fetch_request, produce_request  # noqa: E402

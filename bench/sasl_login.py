@@ -13,7 +13,7 @@ derives SaltedPassword with PBKDF2 for SCRAM) runs outside the timed region. Tim
 thread through `asyncio.to_thread`), so the figure is CPU, not wall time on a loaded
 machine. The client's CPU per login is reported beside it: SCRAM moves the PBKDF2 to the
 client (the server keeps StoredKey/ServerKey and computes two HMACs and a hash), PLAIN makes
-the server derive it (`metadata.scram_types.password_matches`). Also the pure function
+the server derive it (`metadata.security.scram_types.password_matches`). Also the pure function
 `password_matches` alone, per mechanism of the stored credential.
 
 (b) End to end: `skiff playground` as a subprocess (SQLite metadata, file bucket) with a
@@ -51,14 +51,14 @@ sys.path.insert(0, str(REPO))
 from aiokafka.conn import create_conn  # noqa: E402
 from scramp import ScramClient  # noqa: E402
 from skiff.agent.sasl import PLAIN, CredentialCache, SaslState  # noqa: E402
-from skiff.metadata.client_api import MetadataClient  # noqa: E402
-from skiff.metadata.scram_types import (  # noqa: E402
+from skiff.metadata.security.scram_types import (  # noqa: E402
     SCRAM_SHA_256,
     SCRAM_SHA_512,
     ScramCredential,
     make_credential,
     password_matches,
 )
+from skiff.metadata.wire.operations import MetadataClient  # noqa: E402
 
 from bench.support import pct  # noqa: E402
 from tests.support.agents import free_port, skiff_command, wait_for_port  # noqa: E402

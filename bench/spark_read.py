@@ -58,8 +58,8 @@ sys.path.insert(0, str(REPO))
 from skiff.fileformat.objectstore import open_store  # noqa: E402
 from skiff.fileformat.record_build import build_batch  # noqa: E402
 from skiff.fileformat.segment import ChunkInput, build_segment  # noqa: E402
-from skiff.metadata.http_client import HttpMetadataClient  # noqa: E402
 from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec  # noqa: E402
+from skiff.metadata.wire.http_client import HttpMetadataClient  # noqa: E402
 
 from tests.support.agents import skiff_command, wait_for_port  # noqa: E402
 from tests.support.s3servers import free_port  # noqa: E402

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from skiff.agent.runtime import BackgroundRole, BackgroundTask
-    from skiff.metadata.client_api import MetadataClient
+    from skiff.metadata.wire.operations import MetadataClient
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -175,8 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "metadata":
             from skiff.agent.config_values import parse_value
             from skiff.agent.runtime import absolute_bucket_url
-            from skiff.metadata.app import run_metadata_server, tls_settings
-            from skiff.metadata.auth import load_tokens
+            from skiff.metadata.server.app import run_metadata_server, tls_settings
+            from skiff.metadata.server.auth import load_tokens
 
             bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
             try:  # settings errors are usage errors: one clear line, no traceback

@@ -18,8 +18,8 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.wire.operations import MetadataClient
 
 DEFAULT_METADATA_URL = "http://127.0.0.1:9093"
 
@@ -46,7 +46,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataClient], Awaitable[int]]) -> int:
     """Open the metadata client, run `body`, close; failures become one line on stderr."""
-    from skiff.metadata.client import open_metadata_client
+    from skiff.metadata.wire.connect import open_metadata_client
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per call is noise here
 

@@ -47,8 +47,8 @@ from skiff.compactor.planner import (
 from skiff.compactor.retention import DEFAULT_OFFSETS_RETENTION_MINUTES
 from skiff.compactor.runner import DEFAULT_INTERVAL_MS, MaintenanceLoop, PassSummary, RunnerConfig, run_pass
 from skiff.fileformat.objectstore import ObjectStore, open_store
-from skiff.metadata.client_api import MetadataClient
-from skiff.metadata.compaction_types import MergeRules
+from skiff.metadata.compaction.types import MergeRules
+from skiff.metadata.wire.operations import MetadataClient
 
 
 def _env_int(name: str, default: int) -> int:
@@ -255,7 +255,7 @@ async def _dry_run(md: MetadataClient, config: RunnerConfig, out: Console) -> in
 
 
 async def _compact(args: argparse.Namespace) -> int:
-    from skiff.metadata.client import open_metadata_client
+    from skiff.metadata.wire.connect import open_metadata_client
 
     config = config_from_args(args)
     md = open_metadata_client(
@@ -297,8 +297,8 @@ async def _compact(args: argparse.Namespace) -> int:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    from skiff.metadata.credentials import CredentialsError
     from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FAILED, MetadataError
+    from skiff.metadata.wire.credentials import CredentialsError
 
     if not args.metadata_url:
         raise SystemExit("skiff compact: --metadata URL is required")

@@ -9,7 +9,7 @@ the metadata service, as `kafka-consumer-groups.sh` does through a broker.
     skiff groups delete G
 
 Members and assignments are the group's stored generation (`agent.group_persistence`
-writes it; `metadata.group_admin` reads it): the members with their client id and host,
+writes it; `metadata.groups.admin` reads it): the members with their client id and host,
 and each member's assignment decoded as a ConsumerProtocolAssignment (`version: int16,
 [topic: string, [partition: int32]], user_data: bytes`; every version starts so). State:
 `Stable` (members, assignment given), `CompletingRebalance` (members, assignment not yet
@@ -40,9 +40,9 @@ from skiff.cli.admin_common import (
     print_table,
     run_command,
 )
-from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.errors import NON_EMPTY_GROUP, MetadataError
 from skiff.metadata.types import GroupOffset, OffsetQuery, PartitionKey, StoredGroup, Topic
+from skiff.metadata.wire.operations import MetadataClient
 
 
 def add_parser(sub: Any) -> None:

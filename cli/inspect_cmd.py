@@ -97,7 +97,7 @@ def default_object_key(target: str) -> str:
 
 
 def _ask_metadata(metadata_url: str, object_key: str) -> FileChunks:
-    from skiff.metadata.client import open_sync_metadata_client
+    from skiff.metadata.wire.connect import open_sync_metadata_client
 
     client = open_sync_metadata_client(metadata_url)
     try:

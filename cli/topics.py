@@ -26,8 +26,8 @@ from skiff.cli.admin_common import (
     print_table,
     run_command,
 )
-from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.types import PartitionKey, Topic
+from skiff.metadata.wire.operations import MetadataClient
 
 
 def add_parser(sub: Any) -> None:

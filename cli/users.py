@@ -5,7 +5,7 @@
                        [--password P | --password-file FILE] [--iterations N]
     skiff users delete NAME --metadata URL [--mechanism M]...
 
-`create` salts and derives the credential here (`metadata.scram_types.make_credential`:
+`create` salts and derives the credential here (`metadata.security.scram_types.make_credential`:
 random 32-byte salt, PBKDF2 with `--iterations`, default 8192) and sends only salt,
 iterations, StoredKey and ServerKey: the password never leaves this process. Without
 `--mechanism` it creates both SCRAM-SHA-256 and SCRAM-SHA-512 (and replaces existing ones,
@@ -31,7 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
-from skiff.metadata.scram_types import DEFAULT_ITERATIONS, MECHANISM_CODES, make_credential
+from skiff.metadata.security.scram_types import DEFAULT_ITERATIONS, MECHANISM_CODES, make_credential
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -89,7 +89,7 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace, md: Any) -> int:
-    """`md`: a blocking metadata client (metadata.client.open_sync_metadata_client)."""
+    """`md`: a blocking metadata client (metadata.wire.connect.open_sync_metadata_client)."""
     out = Console()
     if args.users_command == "list":
         infos = md.describe_scram_users(None)
@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace, md: Any) -> int:
 
 
 def run_users(args: argparse.Namespace) -> int:
-    from skiff.metadata.client import open_sync_metadata_client
+    from skiff.metadata.wire.connect import open_sync_metadata_client
 
     if not args.metadata_url:
         print("skiff users: --metadata (or SKIFF_METADATA_URL) is required", file=sys.stderr)

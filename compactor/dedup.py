@@ -493,7 +493,8 @@ def _from_first_in_batch(
     """True from each batch's first flagged record to the batch's end."""
     seen = np.concatenate([[0], np.cumsum(flag)])
     before = seen[batch_first[:-1]]
-    return (seen[1:] - np.repeat(before, np.diff(batch_first))) > 0
+    out: npt.NDArray[np.bool_] = (seen[1:] - np.repeat(before, np.diff(batch_first))) > 0
+    return out
 
 
 def _members(bitmap: BitMap, values: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -504,4 +505,5 @@ def _members(bitmap: BitMap, values: npt.NDArray[np.int64]) -> npt.NDArray[np.bo
     if not part.size:
         return np.zeros(len(values), np.bool_)
     at = np.minimum(np.searchsorted(part, values), part.size - 1)
-    return part[at] == values
+    held: npt.NDArray[np.bool_] = part[at] == values
+    return held

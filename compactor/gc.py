@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 
 from skiff.fileformat.objectstore import ObjectInfo, ObjectStore
 from skiff.fileformat.objectstore.keys import READINESS_PREFIX, is_internal
-from skiff.metadata.client_api import CompactorClient
+from skiff.metadata.wire.operations import CompactorClient
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
    `min.cleanable.dirty.ratio`, `min.compaction.lag.ms`, `max.compaction.lag.ms`), each
    with its whole log up to the cleanable end (the clean prefix too: newer keys shadow
    older records there); delete-policy partitions whose level-0 chunks are due for a
-   merge, with the run of chunks the merge takes (`metadata.compaction_types.MergeRules`).
+   merge, with the run of chunks the merge takes (`metadata.compaction.types.MergeRules`).
    Partitions leased by another job are not offered.
 2. Group them into jobs by the files they share: a job reads each of its input files
    whole, twice, as streams from byte 0, so every partition with chunks in a file
@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from skiff.compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
-from skiff.metadata.client_api import CompactorClient
-from skiff.metadata.compaction_types import CompactionCandidate, MergeRules
+from skiff.metadata.compaction.types import CompactionCandidate, MergeRules
 from skiff.metadata.types import PartitionKey
+from skiff.metadata.wire.operations import CompactorClient
 
 GiB = 1024 * 1024 * 1024
 DEFAULT_MAX_JOB_INPUT_BYTES = 4 * GiB

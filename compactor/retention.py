@@ -1,5 +1,5 @@
 """Retention for every topic, and committed-offset expiry: the compactor's driver of
-metadata.retention (which holds the rules; see its docstring for Kafka's semantics).
+metadata.maintenance.retention (which holds the rules; see its docstring for Kafka's semantics).
 
 `enforce_all` asks metadata to apply `retention.ms` / `retention.bytes` (delete-policy
 topics, including compact,delete) and the log-start rule (all topics) to each topic,
@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from skiff.metadata.client_api import CompactorClient
 from skiff.metadata.types import RetentionResult
+from skiff.metadata.wire.operations import CompactorClient
 
 log = logging.getLogger(__name__)
 

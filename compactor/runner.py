@@ -46,9 +46,9 @@ from skiff.compactor.pause_hook import PauseHook
 from skiff.compactor.plan import JobPlan, JobStats
 from skiff.compactor.planner import PlannerConfig, claim_jobs
 from skiff.fileformat.objectstore import ObjectStore
-from skiff.metadata.client_api import CompactorClient
-from skiff.metadata.compaction_types import CheckpointUpdate
+from skiff.metadata.compaction.types import CheckpointUpdate
 from skiff.metadata.types import FileSpec, OutputChunk
+from skiff.metadata.wire.operations import CompactorClient
 
 log = logging.getLogger(__name__)
 

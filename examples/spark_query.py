@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 
 def produce_orders(bootstrap: str, topic: str, count: int = 1000) -> list[dict[str, Any]]:

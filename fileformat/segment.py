@@ -525,14 +525,14 @@ def iter_chunks_stream(
 
         def pieces() -> Iterator[bytes]:
             while True:
-                b = f.read(read_size)  # type: ignore[union-attr]
+                b = f.read(read_size)
                 if not b:
                     return
                 yield b
 
         it: Iterator[bytes] = pieces()
     else:
-        it = iter(chunks)  # type: ignore[arg-type]
+        it = iter(chunks)
     stream = _Stream(it, name)
     parse_file_header(stream.read_exact(HEADER_SIZE, "the file header"), name)
     last_key: tuple[bytes, int] | None = None

@@ -43,12 +43,12 @@ TOPIC_ALREADY_EXISTS = int(ErrorCode.topic_already_exists)
 INVALID_PARTITIONS = int(ErrorCode.invalid_partitions)
 INVALID_CONFIG = int(ErrorCode.invalid_config)
 INVALID_REQUEST = int(ErrorCode.invalid_request)
-# A commit whose object is not in the bucket with the stated size (metadata.object_check).
+# A commit whose object is not in the bucket with the stated size (metadata.commits.object_check).
 KAFKA_STORAGE_ERROR = int(ErrorCode.kafka_storage_error)
 OUT_OF_ORDER_SEQUENCE_NUMBER = int(ErrorCode.out_of_order_sequence_number)
 INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
 UNKNOWN_PRODUCER_ID = int(ErrorCode.unknown_producer_id)
-# The metadata service's refusals of a caller (metadata.auth): no or an unknown token
+# The metadata service's refusals of a caller (metadata.server.auth): no or an unknown token
 # (HTTP 401), a token without the role the route needs (HTTP 403).
 SASL_AUTHENTICATION_FAILED = int(ErrorCode.sasl_authentication_failed)
 CLUSTER_AUTHORIZATION_FAILED = int(ErrorCode.cluster_authorization_failed)

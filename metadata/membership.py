@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from skiff.metadata import group_leases
 from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.groups import leases as group_leases
 from skiff.metadata.rows import Db
 from skiff.metadata.schema import agents
 from skiff.metadata.types import AgentInfo
@@ -29,7 +29,7 @@ class Membership:
 
     def heartbeat_agent(self, agent: AgentInfo) -> None:
         """Register or refresh an agent; last_heartbeat_ms is the service's clock. A live
-        agent id heartbeated from another address is refused (metadata.group_leases)."""
+        agent id heartbeated from another address is refused (metadata.groups.leases)."""
         with write_tx(self._db.engine) as conn:
             group_leases.heartbeat_agent(conn, agent, self._db.clock(), self.ttl_ms)
 

@@ -27,11 +27,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from skiff.metadata import bitmaps, transactions
+from skiff.metadata import bitmaps
 from skiff.metadata.db import read_tx
 from skiff.metadata.errors import INVALID_REQUEST, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
 from skiff.metadata.rows import LOC_COLS, Db, location_of
 from skiff.metadata.schema import chunks, files, topics, txn_aborted
+from skiff.metadata.transactions import store as transactions
 from skiff.metadata.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from skiff.metadata.dialect import Dialect
+from skiff.metadata.commits.storage import Dialect
 from skiff.metadata.schema import FILE_DELETING, FILE_LIVE, PRODUCER_ID_SEQUENCE, chunks, files, sequences
 from skiff.metadata.types import ChunkLocation, Topic
 from sqlalchemy import Connection, Engine, exists, insert, update

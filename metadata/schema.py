@@ -77,7 +77,7 @@ files = Table(
     # When the file became `deleting` (its last chunk went away): GC waits a grace period
     # after this before deleting the object, as readers may still hold its location.
     Column("deleting_since_ms", BigInteger, nullable=True),
-    # The garbage collector's claim on a `deleting` file (metadata.gc): who claimed it and
+    # The garbage collector's claim on a `deleting` file (metadata.maintenance.gc): who claimed it and
     # until when; an expired claim (a crashed collector) may be taken by another one.
     Column("gc_claim_token", String(64), nullable=True),
     Column("gc_claimed_until_ms", BigInteger, nullable=True),
@@ -179,7 +179,7 @@ compaction_state = Table(
 
 
 # Consumer groups seen with members: an agent coordinating a non-empty group reports it
-# (metadata.retention.touch_groups) at least every offsets.retention.check.interval.ms,
+# (metadata.maintenance.retention.touch_groups) at least every offsets.retention.check.interval.ms,
 # so `last_active_ms` is (within that interval) when the group was last non-empty. A
 # group with no row never had members here: a standalone consumer's offsets expire by
 # their commit time; a group with a row expires whole `offsets.retention.minutes` after it.
@@ -191,7 +191,7 @@ group_activity = Table(
 )
 
 # One row per periodic maintenance task ("gc", "orphans"): when it last finished
-# successfully; metadata's /metrics reports the age (metadata.gc).
+# successfully; metadata's /metrics reports the age (metadata.maintenance.gc).
 maintenance_runs = Table(
     "maintenance_runs",
     metadata_obj,
@@ -200,7 +200,7 @@ maintenance_runs = Table(
 )
 
 
-# Who coordinates each consumer group (metadata.group_leases): the holder agent, the
+# Who coordinates each consumer group (metadata.groups.leases): the holder agent, the
 # epoch of its grant (bumped by every acquisition, never reused) and when the lease
 # lapses unless renewed; group_state is the last generation its coordinators confirmed
 # (JSON: generation, protocol, member ids and timeouts), read by the next holder.
@@ -217,7 +217,7 @@ group_leases = Table(
 
 # SCRAM credentials (RFC 5802, KIP-554), one row per user and mechanism ("SCRAM-SHA-256",
 # "SCRAM-SHA-512"): the salt, the iteration count and the two keys derived from the
-# salted password; the password itself is never stored (metadata.scram_users).
+# salted password; the password itself is never stored (metadata.security.scram_users).
 scram_credentials = Table(
     "scram_credentials",
     metadata_obj,
@@ -230,8 +230,8 @@ scram_credentials = Table(
     Column("updated_ms", BigInteger, nullable=False),
 )
 
-# Kafka ACL bindings (metadata.acls; the enum columns hold Kafka's wire codes, see
-# metadata.acl_types). A binding is a set member: creating it again changes nothing. Every
+# Kafka ACL bindings (metadata.security.acls; the enum columns hold Kafka's wire codes, see
+# metadata.security.acl_types). A binding is a set member: creating it again changes nothing. Every
 # change also increments the `acl_version` row of `sequences` in its own transaction, so
 # agents poll that one value and reload the bindings only when it moved.
 acls = Table(
@@ -249,7 +249,7 @@ acls = Table(
     Index(None, "resource_type", "resource_name"),
 )
 ACL_VERSION_SEQUENCE = "acl_version"
-# Transactional producers (metadata.transactions, rules in metadata.txn_state): one row per
+# Transactional producers (metadata.transactions.store, rules in metadata.transactions.state): one row per
 # transactional id, changed only inside a write transaction that locks it. `partitions` is
 # JSON [[topic id, partition], ...]; `groups` JSON [group id, ...] with offsets pending.
 transactions = Table(
@@ -296,7 +296,7 @@ txn_aborted = Table(
     Index(None, "topic_id", "partition", "last_offset"),
 )
 
-# Offsets staged by TxnOffsetCommit until their transaction completes (metadata.txn_offsets).
+# Offsets staged by TxnOffsetCommit until their transaction completes (metadata.transactions.offsets).
 txn_offsets = Table(
     "txn_offsets",
     metadata_obj,

@@ -1,26 +1,26 @@
 """MetadataService: the transactional operations over the metadata tables, one facade.
 
-Blocking (SQLAlchemy Core over an `Engine`); `metadata.local_client.LocalMetadataClient`
-runs it in worker threads, `metadata.app` serves it over HTTP. Safe to use from many
+Blocking (SQLAlchemy Core over an `Engine`); `metadata.server.local_client.LocalMetadataClient`
+runs it in worker threads, `metadata.server.app` serves it over HTTP. Safe to use from many
 threads and from many processes/replicas over one database.
 
 The work is done by one module per concern, all over one `metadata.rows.Db` (engine,
 dialect, clock):
 
 - `metadata.topic_admin.TopicAdmin`: topics and their partitions and configs;
-- `metadata.commit_path.CommitPath`: committing agent files, producer ids;
+- `metadata.commits.path.CommitPath`: committing agent files, producer ids;
 - `metadata.reads.Reads`: partition states, find_chunks, list_offsets;
-- `metadata.compaction_swap.CompactionSwap`: the compactor's replace_chunks;
-- `metadata.compaction_plan.CompactionPlanning`: which partitions need compaction now;
-- `metadata.compaction_leases.CompactionLeases`: compaction job leases, checkpoints;
-- `metadata.groups.GroupOffsets`: consumer groups' committed offsets;
+- `metadata.compaction.swap.CompactionSwap`: the compactor's replace_chunks;
+- `metadata.compaction.planning.CompactionPlanning`: which partitions need compaction now;
+- `metadata.compaction.leases.CompactionLeases`: compaction job leases, checkpoints;
+- `metadata.groups.offsets.GroupOffsets`: consumer groups' committed offsets;
 - `metadata.membership.Membership`: agent heartbeats and the live agents;
-- `metadata.retention.Retention`: retention, DeleteRecords, committed-offset expiry;
-- `metadata.gc.GarbageCollection`: the garbage collector's claims and orphan checks;
-- `metadata.acls.AclStore`: Kafka ACL bindings and their version.
-- `metadata.transactions.Transactions`: transactional ids' state (the coordinator's calls).
+- `metadata.maintenance.retention.Retention`: retention, DeleteRecords, committed-offset expiry;
+- `metadata.maintenance.gc.GarbageCollection`: the garbage collector's claims and orphan checks;
+- `metadata.security.acls.AclStore`: Kafka ACL bindings and their version.
+- `metadata.transactions.store.Transactions`: transactional ids' state (the coordinator's calls).
 
-What differs between PostgreSQL and SQLite is behind `metadata.dialect.Dialect`.
+What differs between PostgreSQL and SQLite is behind `metadata.commits.storage.Dialect`.
 
 Locking (so that concurrent commits never deadlock and offsets are assigned once):
 every operation that changes a partition's offsets or chunks (commit_file,
@@ -29,7 +29,7 @@ ordered by (topic_id, partition): `SELECT ... ORDER BY ... FOR UPDATE` on Postgr
 on SQLite the transaction starts with `BEGIN IMMEDIATE` (one writer at a time). Producer
 state rows are only touched under their partition's lock.
 
-Commits are checked against the bucket (`metadata.object_check`: one HEAD per file
+Commits are checked against the bucket (`metadata.commits.object_check`: one HEAD per file
 commit and per compaction swap with outputs, before any transaction) when the bucket URL is
 known, unless `verify_objects=False`.
 
@@ -46,31 +46,34 @@ from collections.abc import Sequence
 from typing import Any
 
 from skiff.fileformat.objectstore import ObjectStore, open_store
-from skiff.metadata import commit_feed, group_admin, group_leases
-from skiff.metadata.acl_types import AclBinding, AclBindingFilter
-from skiff.metadata.acls import AclStore
-from skiff.metadata.commit_feed import CommitFeed, PgCommitListener
-from skiff.metadata.commit_path import CommitPath
-from skiff.metadata.compaction_leases import CompactionLeases
-from skiff.metadata.compaction_plan import CompactionPlanning
-from skiff.metadata.compaction_swap import CompactionSwap
-from skiff.metadata.compaction_types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
+from skiff.metadata.commits import feed as commit_feed
+from skiff.metadata.commits.feed import CommitFeed, PgCommitListener
+from skiff.metadata.commits.object_check import ObjectCheck
+from skiff.metadata.commits.path import CommitPath
+from skiff.metadata.commits.storage import dialect_for
+from skiff.metadata.commits.validation import file_error
+from skiff.metadata.compaction.leases import CompactionLeases
+from skiff.metadata.compaction.planning import CompactionPlanning
+from skiff.metadata.compaction.swap import CompactionSwap
+from skiff.metadata.compaction.types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from skiff.metadata.db import create_engine_for, upgrade_to_head, write_tx
-from skiff.metadata.dialect import dialect_for
 from skiff.metadata.errors import INVALID_REQUEST, MetadataError
-from skiff.metadata.gc import GarbageCollection
-from skiff.metadata.group_lease_types import LeaseGrant, LeaseToken
-from skiff.metadata.groups import GroupOffsets
+from skiff.metadata.groups import admin as group_admin
+from skiff.metadata.groups import leases as group_leases
+from skiff.metadata.groups.lease_types import LeaseGrant, LeaseToken
+from skiff.metadata.groups.offsets import GroupOffsets
+from skiff.metadata.maintenance.gc import GarbageCollection
+from skiff.metadata.maintenance.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
 from skiff.metadata.membership import DEFAULT_AGENT_TTL_MS, Membership
-from skiff.metadata.object_check import ObjectCheck
 from skiff.metadata.reads import Reads
-from skiff.metadata.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
 from skiff.metadata.rows import Clock, Db, system_clock
-from skiff.metadata.scram_types import ScramCredential, ScramCredentialInfo
-from skiff.metadata.scram_users import ScramUsers
+from skiff.metadata.security.acl_types import AclBinding, AclBindingFilter
+from skiff.metadata.security.acls import AclStore
+from skiff.metadata.security.scram_types import ScramCredential, ScramCredentialInfo
+from skiff.metadata.security.scram_users import ScramUsers
 from skiff.metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
-from skiff.metadata.transactions import Transactions
-from skiff.metadata.txn_state import Outcome, Partition, TxnRecord
+from skiff.metadata.transactions.state import Outcome, Partition, TxnRecord
+from skiff.metadata.transactions.store import Transactions
 from skiff.metadata.types import (
     AgentInfo,
     ChunkResult,
@@ -96,7 +99,6 @@ from skiff.metadata.types import (
     Topic,
     TopicCreation,
 )
-from skiff.metadata.validation import file_error
 from sqlalchemy import Engine
 
 
@@ -113,7 +115,7 @@ class MetadataService:
         verify_objects: bool | None = None,
     ) -> None:
         """`verify_objects`: check each committed object in the bucket (one HEAD, see
-        metadata.object_check); None: on when `bucket_url` is known. Without a bucket URL
+        metadata.commits.object_check); None: on when `bucket_url` is known. Without a bucket URL
         there is nothing to check against: off, whatever is asked."""
         self.engine = engine
         # The bucket URL the agents write to, as configured (`skiff metadata --bucket`): metadata
@@ -263,7 +265,7 @@ class MetadataService:
     async def wait_for_commits(
         self, known: Sequence[PartitionWatermark], timeout_ms: int
     ) -> list[PartitionWatermark]:
-        """Long poll (metadata.commit_feed): answers when a commit moves the high watermark of
+        """Long poll (metadata.commits.feed): answers when a commit moves the high watermark of
         one of the partitions past the known value, or with [] after timeout_ms. The one
         async operation: it waits on the event loop, reading states in worker threads."""
         self.ensure_commit_listener()
@@ -391,7 +393,7 @@ class MetadataService:
     def live_agents(self) -> list[AgentInfo]:
         return self.agents.live_agents()
 
-    # ------------------------------------------------------------------ SCRAM users (metadata.scram_users)
+    # ------------------------------------------------------------------ SCRAM users (metadata.security.scram_users)
 
     def upsert_scram_credential(self, cred: ScramCredential) -> None:
         self.scram_users.upsert(cred)
@@ -406,7 +408,7 @@ class MetadataService:
         return self.scram_users.credentials(user)
 
     # ------------------------------------------------------------------ group coordinator leases
-    # (metadata.group_leases: who coordinates each group, fenced by an epoch)
+    # (metadata.groups.leases: who coordinates each group, fenced by an epoch)
 
     def acquire_group_lease(self, group_id: str, agent_id: str, ttl_ms: int) -> LeaseGrant:
         with write_tx(self.engine) as conn:
@@ -426,7 +428,7 @@ class MetadataService:
         with write_tx(self.engine) as conn:
             group_leases.confirm(conn, group_id, lease, self.clock(), ttl_ms, group_state)
 
-    # ------------------------------------------------------------------ ACLs (metadata.acls)
+    # ------------------------------------------------------------------ ACLs (metadata.security.acls)
 
     def acl_version(self) -> int:
         return self.acls.version()
@@ -444,7 +446,7 @@ class MetadataService:
         return self.acls.delete(filters)
 
     # ------------------------------------------------------------------ transactions
-    # (metadata.transactions: each call one write transaction locking the id's row)
+    # (metadata.transactions.store: each call one write transaction locking the id's row)
 
     def init_txn_producer_id(
         self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None

@@ -24,7 +24,7 @@ from annotated_types import Interval, Len, MaxLen
 
 # Defined beside the reader that interprets it; re-exported here for every user of metadata.
 from skiff.fileformat.chunk_reader import ChunkLocation as ChunkLocation
-from skiff.metadata.bounds import (
+from skiff.metadata.wire.bounds import (
     MAX_ITEMS,
     MAX_PARTITIONS,
     Id,
@@ -91,7 +91,7 @@ class BatchSpec:
     ] = -1  # a control batch (attribute bit 5): 0 ABORT, 1 COMMIT marker; -1 data
     # A transactional data batch: its Produce request's transactional id. The commit accepts
     # the batch only if that id's transaction is ongoing, with this producer id and epoch,
-    # and holds the partition (metadata.txn_state.check_produce); None on every other batch.
+    # and holds the partition (metadata.transactions.state.check_produce); None on every other batch.
     transactional_id: KafkaId | None = None
 
 
@@ -335,7 +335,7 @@ class TopicCreation:
 
 @dataclass(frozen=True)
 class StoredGroup:
-    """A consumer group as metadata holds it (`metadata.group_admin`): `group_state` is the
+    """A consumer group as metadata holds it (`metadata.groups.admin`): `group_state` is the
     JSON its coordinators last confirmed (format: agent.group_persistence), None if only
     offsets are stored; `coordinator` the agent whose lease has not lapsed, if any;
     `active` whether that generation has members under a live lease."""

@@ -1,6 +1,6 @@
 """The driver's plan: options + metadata -> offset ranges -> input partitions with chunks.
 
-Everything here talks to the metadata service over HTTP (`metadata.http_client`; never the
+Everything here talks to the metadata service over HTTP (`metadata.wire.http_client`; never the
 database) and, only to refine a timestamp to an exact offset, reads one chunk from the
 bucket. The steps:
 
@@ -34,20 +34,23 @@ Streaming (`spark.stream`) reuses steps 1, 2 and 4 for each micro-batch.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from skiff.fileformat.chunk_reader import ChunkLocation, first_record_at_or_after
 from skiff.fileformat.objectstore import open_store
 from skiff.fileformat.objectstore.errors import StorageError
-from skiff.metadata.credentials import CredentialsError, resolve_credentials
 from skiff.metadata.errors import OFFSET_OUT_OF_RANGE, MetadataError, MetadataUnavailable
-from skiff.metadata.http_client import SyncHttpMetadataClient
 from skiff.metadata.types import FetchQuery, OffsetQuery, PartitionKey, PartitionState, Topic
+from skiff.metadata.wire.credentials import CredentialsError, resolve_credentials
+from skiff.metadata.wire.http_client import SyncHttpMetadataClient
 from skiff.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 from skiff.spark.ranges import OffsetRange, split_ranges
 
 # find_chunks answers chunks until their bytes add up to this; longer ranges page on.
+T = TypeVar("T")
+
 FIND_CHUNKS_PAGE_BYTES = 256 * 1024 * 1024
 READ_COMMITTED_LEVEL = 1  # Kafka's isolation level in FetchQuery
 
@@ -103,12 +106,12 @@ def metadata_client(opts: SourceOptions) -> SyncHttpMetadataClient:
     return SyncHttpMetadataClient(opts.metadata_url, credentials=creds)
 
 
-def run(fn, opts: SourceOptions):  # type: ignore[no-untyped-def]
+def run(fn: Callable[[SyncHttpMetadataClient], T], opts: SourceOptions) -> T:
     """`fn(client)` with a fresh (blocking) HTTP client; metadata errors become
     `SkiffSourceError`s a data engineer can act on."""
     metadata_url = opts.metadata_url
 
-    def main():  # type: ignore[no-untyped-def]
+    def main() -> T:
         client = metadata_client(opts)
         try:
             return fn(client)
@@ -359,7 +362,7 @@ def resolve_bucket(client: SyncHttpMetadataClient, opts: SourceOptions) -> str:
             " with `skiff metadata --bucket URL` or SKIFF_BUCKET_URL) and the option bucket is not"
             " set; set option bucket to the URL the agents write to (s3://bucket/prefix, file:///path)"
         )
-    return bucket
+    return str(bucket)
 
 
 def attach_chunks(

@@ -22,7 +22,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
-from skiff.metadata.http_client import SyncHttpMetadataClient
+from skiff.metadata.wire.http_client import SyncHttpMetadataClient
 from skiff.spark.options import SourceOptions, include_headers_option, parse_options
 from skiff.spark.planner import PlannedRead, plan_batch, resolve_bucket, run
 

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from skiff.metadata.http_client import SyncHttpMetadataClient
+from skiff.metadata.wire.http_client import SyncHttpMetadataClient
 from skiff.spark.options import SourceOptions
 from skiff.spark.planner import (
     PartitionInfo,
@@ -117,7 +117,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ offsets
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         def starts(client: SyncHttpMetadataClient) -> dict[Key, int]:
             parts = resolve_partitions(client, self.opts)
             bucket = resolve_bucket(client, self.opts)  # timestamps read one chunk
@@ -135,7 +135,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = {k: p.latest for k, p in self._poll().items()}
 
-    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         max_rows: int | None
         if start is None:  # Spark < 4.2: no start, no limit; the source limits itself
             # From the end of the batch it last planned or committed. A reader that has seen
@@ -161,14 +161,14 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_end = offsets_json(until)
         return self._last_end
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         if not self._parts:
             return None
         return offsets_json({k: p.latest for k, p in self._parts.items()})
 
     # ------------------------------------------------------------------ planning and reading
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, until = parse_offsets(start), parse_offsets(end)
         if all(begin.get(k) == u for k, u in until.items()):
             return []  # nothing new: no metadata call
@@ -213,7 +213,7 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.opts.fail_on_data_loss:
             raise SkiffSourceError(message + ". Set failOnDataLoss=false to skip them.")
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self._last_end = end  # metadata keeps no reader state: the checkpoint is Spark's
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

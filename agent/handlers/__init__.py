@@ -57,8 +57,8 @@ from kio.static.primitive import i32Timedelta
 from skiff.agent.handlers._access import Access, Check
 from skiff.agent.protocol import RequestHeader, api_name, error_response, kio_version_range, to_error_code
 from skiff.agent.sasl import PRE_AUTH_KEYS
-from skiff.metadata.acl_types import CLUSTER_NAME, AclOperation, ResourceType
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.security.acl_types import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from skiff.agent.context import AgentContext

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from skiff.metadata.acl_types import AclOperation, ResourceType
+from skiff.metadata.security.acl_types import AclOperation, ResourceType
 
 Op = AclOperation
 RT = ResourceType

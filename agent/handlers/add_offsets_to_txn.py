@@ -1,10 +1,10 @@
 """AddOffsetsToTxn (api key 25), v0-v3: a consumer group's offsets join the transaction
-(`metadata.txn_state.add_offsets`, under the transactional id's row lock).
+(`metadata.transactions.state.add_offsets`, under the transactional id's row lock).
 
 The offsets themselves come next with TxnOffsetCommit (`agent.handlers.txn_offset_commit`),
 which refuses a group not added here. Each group counts as one of the transaction's
 `transaction_max_partitions` partitions (Kafka adds the group's __consumer_offsets
-partition): beyond, POLICY_VIOLATION and nothing changes (`metadata.transactions`).
+partition): beyond, POLICY_VIOLATION and nothing changes (`metadata.transactions.store`).
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@
 v0-v3 (producers) carry one transaction; v4 (brokers, KIP-890) a batch of transactions,
 each possibly `verify_only` (are these partitions already in the ongoing transaction?).
 Topic names are resolved here; metadata checks the partitions exist and applies
-`metadata.txn_state.add_partitions` under the transactional id's row lock. As in Kafka, a
+`metadata.transactions.state.add_partitions` under the transactional id's row lock. As in Kafka, a
 request naming an unknown topic or partition changes nothing: those partitions get
 UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED. ACLs: v4 (sent by brokers) needs
 CLUSTER_ACTION on the cluster (else CLUSTER_AUTHORIZATION_FAILED for the whole request); WRITE on the
 transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on each topic (else
 TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED). A transaction may hold at
 most `transaction_max_partitions` partitions: a request that would take it beyond changes
-nothing and gets POLICY_VIOLATION on every partition (see `metadata.transactions`).
+nothing and gets POLICY_VIOLATION on every partition (see `metadata.transactions.store`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """AlterUserScramCredentials (api key 51), v0: create, replace and delete users' SCRAM
-credentials (KIP-554), stored salted in metadata (metadata.scram_users).
+credentials (KIP-554), stored salted in metadata (metadata.security.scram_users).
 
 An upsertion carries (user, mechanism, iterations, salt, SaltedPassword): the client salts,
-the agent derives StoredKey and ServerKey (`metadata.scram_types.keys_from_salted_password`)
+the agent derives StoredKey and ServerKey (`metadata.security.scram_types.keys_from_salted_password`)
 and stores those, never the salted password. One result per user, as Kafka answers:
 
 - a (user, mechanism) altered twice in the request: DUPLICATE_RESOURCE for that user;
@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, authorized_on_cluster, error_of
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
-from skiff.metadata.scram_types import (
+from skiff.metadata.security.scram_types import (
     MAX_ITERATIONS,
     MAX_SALT_BYTES,
     MECHANISMS_BY_CODE,

@@ -22,7 +22,7 @@ from skiff.agent.context import AgentContext
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, authorized_on_cluster, error_of
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
 from skiff.agent.handlers.describe_acls import SECURITY_DISABLED_MESSAGE
-from skiff.metadata.acl_types import AclBinding, binding_error, binding_of
+from skiff.metadata.security.acl_types import AclBinding, binding_error, binding_of
 
 log = logging.getLogger(__name__)
 

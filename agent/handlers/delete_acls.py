@@ -26,7 +26,7 @@ from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, authoriz
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
 from skiff.agent.handlers.create_acls import refresh_after_change
 from skiff.agent.handlers.describe_acls import SECURITY_DISABLED_MESSAGE
-from skiff.metadata.acl_types import AclBinding, AclBindingFilter, filter_error, filter_of
+from skiff.metadata.security.acl_types import AclBinding, AclBindingFilter, filter_error, filter_of
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """DeleteRecords (api key 21), v0-v2: move partitions' log start offsets forward.
 
 Each partition's request offset becomes its log start offset (-1: the high watermark),
-in metadata (metadata.retention.delete_records): chunks wholly below it are dropped and
+in metadata (metadata.maintenance.retention.delete_records): chunks wholly below it are dropped and
 fetches below it get OFFSET_OUT_OF_RANGE. Answers, per partition, the new low watermark
 or Kafka's error: TOPIC_AUTHORIZATION_FAILED without DELETE on the topic (Kafka's ACLs,
 checked first; such partitions are not sent to metadata), OFFSET_OUT_OF_RANGE for an offset above the high watermark or below

@@ -3,7 +3,7 @@
 As a Kafka broker answers: with authorization off (`authorizer_enabled`) SECURITY_DISABLED;
 a principal without DESCRIBE on the cluster gets CLUSTER_AUTHORIZATION_FAILED; a filter
 with a code Kafka does not define (UNKNOWN) gets INVALID_REQUEST. Otherwise the bindings
-matching it (metadata.acl_types: ANY / MATCH / LITERAL / PREFIXED pattern filters) are
+matching it (metadata.security.acl_types: ANY / MATCH / LITERAL / PREFIXED pattern filters) are
 read from metadata, not from this agent's cache, so an answer is never older than the
 last change, and returned grouped by resource pattern. Metadata out of reach: REQUEST_TIMED_OUT.
 """
@@ -18,7 +18,7 @@ from kio.static.primitive import i8
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, error_of
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
-from skiff.metadata.acl_types import AclBinding, filter_error, filter_of
+from skiff.metadata.security.acl_types import AclBinding, filter_error, filter_of
 
 API_KEY = 29
 MIN_VERSION = 1

@@ -28,7 +28,7 @@ from skiff.agent.context import AgentContext
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
 from skiff.agent.handlers._access import RT, TXN_ID_DENIED, Op, filtered, item, on, requires
 from skiff.agent.handlers._txn import txn_exception_code
-from skiff.metadata.txn_state import TxnRecord
+from skiff.metadata.transactions.state import TxnRecord
 
 API_KEY = 65
 MIN_VERSION = 0

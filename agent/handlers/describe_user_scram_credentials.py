@@ -1,5 +1,5 @@
 """DescribeUserScramCredentials (api key 50), v0: which SCRAM mechanisms (and iteration
-counts) each user has, never salts or keys (metadata.scram_users).
+counts) each user has, never salts or keys (metadata.security.scram_users).
 
 Null or empty `users`: every user with a credential. Named users, as Kafka answers: a
 name asked twice is DUPLICATE_RESOURCE, a user without credentials RESOURCE_NOT_FOUND.
@@ -24,7 +24,7 @@ from kio.static.primitive import i8, i32
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
-from skiff.metadata.scram_types import MECHANISM_CODES, ScramCredentialInfo
+from skiff.metadata.security.scram_types import MECHANISM_CODES, ScramCredentialInfo
 
 API_KEY = 50
 

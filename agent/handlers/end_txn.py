@@ -1,6 +1,6 @@
 """EndTxn (api key 26), v0-v4: commit or abort the producer's ongoing transaction.
 
-Metadata moves the transaction to PREPARE_COMMIT / PREPARE_ABORT (`metadata.txn_state.end_txn`,
+Metadata moves the transaction to PREPARE_COMMIT / PREPARE_ABORT (`metadata.transactions.state.end_txn`,
 under the transactional id's row lock); the agent then writes the markers and completes
 it (`agent.txn_coordinator.TxnCoordinator.finish`) before answering, so a read_committed
 consumer sees a committed transaction as soon as `commit_transaction()` returns. If the

@@ -5,7 +5,7 @@ Non-transactional (`transactional_id` null): a fresh (producer id, epoch) comes 
 As in Kafka, a producer id/epoch sent by the client (v3+, KIP-360) is ignored for a
 non-transactional producer: it always gets a new id.
 
-Transactional: `metadata.txn_state.init_producer_id` under the transactional id's row
+Transactional: `metadata.transactions.state.init_producer_id` under the transactional id's row
 lock: the first call gets a new producer id at epoch 0, every later one the same id with
 the epoch bumped (which fences the previous producer instance: its requests now get
 PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH before v4); a client re-initialising after an
@@ -47,7 +47,7 @@ from skiff.agent.handlers._access import CLUSTER_DENIED, RT, TXN_ID_DENIED, on, 
 from skiff.agent.handlers._txn import txn_error, txn_exception_code
 from skiff.agent.protocol import to_error_code
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
-from skiff.metadata.txn_state import Outcome
+from skiff.metadata.transactions.state import Outcome
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from skiff.agent.context import AgentContext
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
 from skiff.agent.handlers._access import RT, Op, filtered, on, requires
 from skiff.agent.handlers._txn import txn_exception_code
-from skiff.metadata.txn_state import TxnState
+from skiff.metadata.transactions.state import TxnState
 
 API_KEY = 66
 MIN_VERSION = 0

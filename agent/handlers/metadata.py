@@ -71,9 +71,9 @@ from skiff.agent.handlers import (
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, filtered, item, on, reported, requires
 from skiff.agent.handlers._cooperative import pause
 from skiff.agent.protocol import convert, response_schema, to_error_code, uuid_or_none
-from skiff.metadata.acl_types import CLUSTER_NAME
 from skiff.metadata.configs import topic_name_error
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.security.acl_types import CLUSTER_NAME
 from skiff.metadata.types import Topic
 
 log = logging.getLogger(__name__)

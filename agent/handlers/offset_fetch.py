@@ -8,7 +8,7 @@ partition in v1, which has no top-level error).
 
 `require_stable` (v7+, KIP-447; the Java consumer and librdkafka set it with
 isolation.level=read_committed): a partition for which an unfinished transaction holds
-offsets staged by TxnOffsetCommit (`metadata.txn_offsets`) gets UNSTABLE_OFFSET_COMMIT
+offsets staged by TxnOffsetCommit (`metadata.transactions.offsets`) gets UNSTABLE_OFFSET_COMMIT
 (88) with offset -1, at partition level only, in v8+ as in v7 (Kafka's
 GroupMetadataManager.getOffsets and OffsetMetadataManager.fetchOffsets; the group's error
 stays NONE); clients retry until the transaction completes. With `topics` null only

@@ -23,7 +23,7 @@ Per partition of a request:
    corrected the same way (Kafka's `setMaxTimestamp`);
 4. a transactional batch carries the request's transactional id to the produce buffer; the
    file commit decides whether it is stored (KIP-890 part 1, in the database transaction
-   that assigns its offsets: metadata.txn_state.check_produce): the partition must be in
+   that assigns its offsets: metadata.transactions.state.check_produce): the partition must be in
    the producer's ongoing transaction at its current epoch, else the partition's answer is
    INVALID_PRODUCER_EPOCH (a fenced or unknown producer) or INVALID_TXN_STATE, with a
    message. Checking here, before the batch waits in the buffer, would cost a metadata

@@ -1,7 +1,7 @@
 """TxnOffsetCommit (api key 28), v0-v3: a consumer group's offsets inside a transaction
 (`send_offsets_to_transaction`).
 
-Metadata stages them under the transactional id (`metadata.txn_offsets`): they become the
+Metadata stages them under the transactional id (`metadata.transactions.offsets`): they become the
 group's committed offsets in the same database transaction that completes a COMMIT, and
 are dropped by an ABORT; until then OffsetFetch does not see them. The producer must own
 the transactional id at its current epoch (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH
@@ -16,7 +16,7 @@ as Kafka's GroupCoordinator.handleTxnCommitOffsets does
 ILLEGAL_GENERATION on every partition (the Java producer makes the last two an abortable
 CommitFailedException: a zombie consumer cannot commit offsets for partitions it lost);
 generation -1 with no member id skips the check. One transaction may stage at most
-`transaction_max_offsets` offsets: beyond, POLICY_VIOLATION (`metadata.txn_offsets`).
+`transaction_max_offsets` offsets: beyond, POLICY_VIOLATION (`metadata.transactions.offsets`).
 """
 
 from __future__ import annotations

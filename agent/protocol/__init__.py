@@ -384,7 +384,7 @@ def zero_entity(cls: type[E]) -> E:
 def convert(entity: Any, target_cls: type[E]) -> E:
     """Copy `entity` into `target_cls` (another version of the same message), by field name."""
     if type(entity) is target_cls:
-        return cast(E, entity)
+        return entity
     kwargs: dict[str, Any] = {}
     for p in _plan(cast(Any, target_cls)):
         if hasattr(entity, p.name):

@@ -29,10 +29,10 @@ from skiff.agent.protocol import decode_response, encode_request, response_schem
 from skiff.agent.runtime import build_agent_context, close_parts
 from skiff.agent.server import AgentServer, start_agent_server
 from skiff.fileformat.objectstore.memory import AsyncMemoryStore
-from skiff.metadata.client_api import OPERATIONS, MetadataClient
 from skiff.metadata.errors import MetadataUnavailable
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
+from skiff.metadata.wire.operations import OPERATIONS, MetadataClient
 
 T = TypeVar("T")
 

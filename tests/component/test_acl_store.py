@@ -1,4 +1,4 @@
-"""metadata.acls through both clients (in-process and HTTP over the real app) on SQLite and
+"""metadata.security.acls through both clients (in-process and HTTP over the real app) on SQLite and
 PostgreSQL: bindings are a set, every change moves the version, filters follow Kafka's
 AclBindingFilter, deletes report per filter, invalid input changes nothing."""
 
@@ -14,7 +14,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from skiff.metadata.acl_types import (
+from skiff.metadata.errors import MetadataError
+from skiff.metadata.security.acl_types import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -22,9 +23,8 @@ from skiff.metadata.acl_types import (
     PatternType,
     ResourceType,
 )
-from skiff.metadata.app import create_app
-from skiff.metadata.errors import MetadataError
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 with warnings.catch_warnings():  # starlette deprecates httpx-based TestClient; harmless here

@@ -41,7 +41,7 @@ from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
-from skiff.metadata import acl_types as m
+from skiff.metadata.security import acl_types as m
 
 from tests.component.fake_metadata import AgentHarness, request_once
 

@@ -11,7 +11,7 @@ from skiff.agent.agent_registry import AgentIdInUse
 from skiff.agent.config import AgentConfig
 from skiff.agent.runtime import start_agent
 from skiff.fileformat.objectstore import open_async_store
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 

@@ -1,4 +1,4 @@
-"""Agent tokens bound to agent ids (`agent=ID:TOKEN`, metadata.auth), over real HTTP:
+"""Agent tokens bound to agent ids (`agent=ID:TOKEN`, metadata.server.auth), over real HTTP:
 
 - a bound token acting as another agent id (heartbeat, deregistration, group leases, an
   offset commit under a lease, a file commit's writer) is refused with 403
@@ -18,15 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
-from skiff.metadata.app import create_app
-from skiff.metadata.auth import TokenConfigError, TokenTable
-from skiff.metadata.credentials import MetadataCredentials
 from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, MetadataError
-from skiff.metadata.group_lease_types import LeaseToken
-from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.groups.lease_types import LeaseToken
 from skiff.metadata.inspection import count_rows
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.auth import TokenConfigError, TokenTable
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec, PartitionKey
+from skiff.metadata.wire.credentials import MetadataCredentials
+from skiff.metadata.wire.http_client import HttpMetadataClient
 
 from tests.support.served_app import Served
 
@@ -179,7 +179,7 @@ def test_refusals_are_counted_and_unbound_tokens_warned_about(
     metrics = httpx.get(f"{served.url()}/metrics", headers={"authorization": f"Bearer {READER_T}"}).text
     assert 'skiff_metadata_requests_refused_total{reason="agent_id"} 1' in metrics
 
-    with caplog.at_level(logging.WARNING, logger="skiff.metadata.app"):
+    with caplog.at_level(logging.WARNING, logger="skiff.metadata.server.app"):
         create_app(service, tokens=TokenTable.parse(TOKENS_TEXT, "test"))
         create_app(service, tokens=TokenTable.parse(f"agent=a:{BOUND}\nadmin:{ADMIN_T}", "test"))
     unbound = [r.getMessage() for r in caplog.records if "not bound to an agent id" in r.getMessage()]

@@ -52,7 +52,7 @@ from skiff.agent.protocol import convert
 from skiff.agent.runtime import RunningAgent, start_agent
 from skiff.fileformat.objectstore.memory import AsyncMemoryStore
 from skiff.fileformat.record_build import build_batch
-from skiff.metadata.acl_types import (
+from skiff.metadata.security.acl_types import (
     CLUSTER_NAME,
     AclBinding,
     AclOperation,
@@ -60,8 +60,8 @@ from skiff.metadata.acl_types import (
     PatternType,
     ResourceType,
 )
-from skiff.metadata.local_client import LocalMetadataClient
-from skiff.metadata.scram_types import make_credential
+from skiff.metadata.security.scram_types import make_credential
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 from tests.component.test_listener_security import sasl_login

@@ -1,4 +1,4 @@
-"""The commit feed (metadata.commit_feed): a long poll answered by commits.
+"""The commit feed (metadata.commits.feed): a long poll answered by commits.
 
 `wait_for_commits` answers at once when a watched watermark is already past the known one,
 is woken by a commit (not by its timeout) otherwise, answers [] after its timeout, reports
@@ -13,12 +13,12 @@ import os
 import uuid
 
 import pytest
-from skiff.metadata import commit_feed
+from skiff.metadata.commits import feed as commit_feed
 from skiff.metadata.errors import MetadataError
-from skiff.metadata.http_client import HttpMetadataClient
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec, PartitionWatermark
+from skiff.metadata.wire.http_client import HttpMetadataClient
 
 from tests.component.test_metadata_http import ServerThread
 from tests.support.spies import partition_reads

@@ -1,4 +1,4 @@
-"""The file commit checks its object in the bucket (metadata.object_check): one HEAD, before
+"""The file commit checks its object in the bucket (metadata.commits.object_check): one HEAD, before
 any transaction; a missing object or one of another size is refused with
 KAFKA_STORAGE_ERROR and nothing is stored (no file or chunk row, the high watermark
 unchanged), in process (the playground's path) and over HTTP. Without a bucket, or turned
@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 from skiff.fileformat.objectstore import MemoryStore, ObjectInfo, open_store
-from skiff.metadata.app import create_app
+from skiff.metadata.commits.object_check import ObjectCheck
 from skiff.metadata.errors import KAFKA_STORAGE_ERROR, MetadataError
 from skiff.metadata.inspection import count_rows
-from skiff.metadata.local_client import LocalMetadataClient
-from skiff.metadata.object_check import ObjectCheck
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec, OutputChunk, PartitionKey
 

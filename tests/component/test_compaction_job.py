@@ -26,7 +26,7 @@ from skiff.compactor.job import planned_stream_bytes, run_job
 from skiff.compactor.output import Checkpoint
 from skiff.compactor.plan import InputChunk, InputFile, JobPlan, PartitionWork
 from skiff.fileformat.objectstore import open_async_store, open_store
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import FetchQuery, FileSpec, OutputChunk
 

@@ -37,8 +37,8 @@ from skiff.fileformat.objectstore.memory import MemoryStore
 from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import Record
 from skiff.fileformat.segment import ChunkInput
-from skiff.metadata.compaction_types import MergeRules
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.compaction.types import MergeRules
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec
 

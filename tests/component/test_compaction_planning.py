@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import pytest
 from skiff.compactor.planner import PlannerConfig, claim_jobs, plan_jobs
-from skiff.metadata.compaction_types import CheckpointUpdate, MergeRules
+from skiff.metadata.compaction.types import CheckpointUpdate, MergeRules
 from skiff.metadata.errors import ConflictError, MetadataError
 from skiff.metadata.inspection import file_states
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, OutputChunk, PartitionKey
 

@@ -37,9 +37,9 @@ from skiff.fileformat.objectstore.memory import MemoryStore
 from skiff.fileformat.record_build import build_batch, build_control_batch
 from skiff.fileformat.record_decode import ControlRecordType, Record
 from skiff.fileformat.segment import ChunkInput
-from skiff.metadata.local_client import LocalMetadataClient
 from skiff.metadata.rows import LOC_COLS, location_of
 from skiff.metadata.schema import chunks, files, txn_aborted
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec
 from sqlalchemy import select

@@ -20,7 +20,7 @@ from skiff.agent.config import AgentConfig
 from skiff.agent.metrics import serve_metrics
 from skiff.agent.runtime import start_agent
 from skiff.fileformat.objectstore import open_async_store
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 from tests.component.fake_metadata import AgentHarness, connect, is_closed, roundtrip

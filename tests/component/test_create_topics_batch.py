@@ -8,11 +8,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from skiff.metadata.app import create_app
-from skiff.metadata.client_api import MetadataClient
 from skiff.metadata.errors import INVALID_REQUEST, MetadataError
-from skiff.metadata.http_client import HttpMetadataClient
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC
 from skiff.metadata.types import (
@@ -23,6 +21,8 @@ from skiff.metadata.types import (
     TopicCreation,
     create_batches,
 )
+from skiff.metadata.wire.http_client import HttpMetadataClient
+from skiff.metadata.wire.operations import MetadataClient
 
 # Every way a topic can fail, between topics that succeed.
 CASES = [

@@ -23,7 +23,7 @@ from skiff.agent.runtime import RunningAgent, start_agent
 from skiff.fileformat.batch_header import iter_batches
 from skiff.fileformat.objectstore import open_async_store
 from skiff.fileformat.record_build import build_batch
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import FetchQuery
 

@@ -1,4 +1,4 @@
-"""metadata.group_admin through both clients (in-process and HTTP) on SQLite and
+"""metadata.groups.admin through both clients (in-process and HTTP) on SQLite and
 PostgreSQL: which groups are listed with what state, and `reset_group_offsets` /
 `delete_group` refused with NON_EMPTY_GROUP exactly while the group has members under a
 live coordinator lease (injected clock), done otherwise."""
@@ -12,15 +12,15 @@ import struct
 import httpx
 import pytest
 from skiff.cli.groups import assignment_partitions, group_view
-from skiff.metadata.app import create_app
 from skiff.metadata.errors import (
     GROUP_ID_NOT_FOUND,
     NON_EMPTY_GROUP,
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataError,
 )
-from skiff.metadata.group_lease_types import LeaseToken
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.groups.lease_types import LeaseToken
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import GroupOffset
 

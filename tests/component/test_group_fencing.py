@@ -18,7 +18,7 @@ from skiff.agent.group_persistence import decode_group_state
 from skiff.agent.group_rebalance import DelayedHeartbeat
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from skiff.agent.timing_wheel import SystemTimer
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import GroupOffset
 

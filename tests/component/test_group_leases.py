@@ -1,4 +1,4 @@
-"""Group coordinator leases and agent registration in metadata (`metadata.group_leases`),
+"""Group coordinator leases and agent registration in metadata (`metadata.groups.leases`),
 on SQLite and PostgreSQL, with an injected clock; plus two metadata replicas over one
 PostgreSQL racing for one lease, and the HTTP API round trip."""
 
@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from skiff.metadata.app import create_app
 from skiff.metadata.errors import MetadataError
-from skiff.metadata.group_lease_types import DUPLICATE_BROKER_REGISTRATION, NOT_COORDINATOR, LeaseToken
-from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.groups.lease_types import DUPLICATE_BROKER_REGISTRATION, NOT_COORDINATOR, LeaseToken
+from skiff.metadata.server.app import create_app
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo, GroupOffset
+from skiff.metadata.wire.http_client import HttpMetadataClient
 
 TTL = 10_000
 

@@ -39,8 +39,8 @@ from scramp import ScramClient
 from skiff.agent.config import AgentConfig
 from skiff.agent.runtime import RunningAgent, start_agent
 from skiff.fileformat.objectstore.memory import AsyncMemoryStore
-from skiff.metadata.local_client import LocalMetadataClient
-from skiff.metadata.scram_types import make_credential
+from skiff.metadata.security.scram_types import make_credential
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 from tests.support.kafka_wire import KafkaWire, encode_request

@@ -30,19 +30,19 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
-from skiff.metadata.app import create_app, tls_settings
-from skiff.metadata.auth import TokenTable, allowed_roles, iter_routes
-from skiff.metadata.credentials import MetadataCredentials
 from skiff.metadata.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     SASL_AUTHENTICATION_FAILED,
     MetadataError,
     MetadataUnavailable,
 )
-from skiff.metadata.http_client import HttpMetadataClient
-from skiff.metadata.roles import ADMIN, AGENT, COMPACTOR, READER, ROLES
+from skiff.metadata.server.app import create_app, tls_settings
+from skiff.metadata.server.auth import TokenTable, allowed_roles, iter_routes
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec
+from skiff.metadata.wire.credentials import MetadataCredentials
+from skiff.metadata.wire.http_client import HttpMetadataClient
+from skiff.metadata.wire.roles import ADMIN, AGENT, COMPACTOR, READER, ROLES
 from sqlalchemy import create_engine
 
 from tests.support.served_app import Served
@@ -254,7 +254,7 @@ def test_every_route_declares_its_roles_and_is_enforced(app: FastAPI) -> None:
 
 def test_routes_of_an_included_router_are_admin_only_unless_declared(service: MetadataService) -> None:
     from fastapi import APIRouter
-    from skiff.metadata.auth import allow
+    from skiff.metadata.server.auth import allow
 
     app = create_app(service, tokens=TokenTable.parse(TOKENS_TEXT, "test"))
     router = APIRouter()

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from skiff.metadata import compaction_swap
+from skiff.metadata.compaction import swap as compaction_swap
 from skiff.metadata.errors import ConflictError, MetadataError
 from skiff.metadata.inspection import count_rows, file_states, partition_chunks
 from skiff.metadata.schema import chunks as chunks_t
@@ -418,7 +418,7 @@ def test_group_commit_semantics(svc: MetadataService) -> None:
 
 
 def test_group_committer_order_errors_and_handoff() -> None:
-    from skiff.metadata.group_commit import GroupCommitter
+    from skiff.metadata.commits.batching import GroupCommitter
 
     seen: list[list[int]] = []
     release = threading.Event()

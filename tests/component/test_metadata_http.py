@@ -26,11 +26,9 @@ import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from skiff.metadata import bitmaps
-from skiff.metadata.app import create_app
-from skiff.metadata.client import open_metadata_client
 from skiff.metadata.errors import ConflictError, MetadataError, MetadataUnavailable
-from skiff.metadata.http_client import HttpMetadataClient
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import (
     AgentInfo,
@@ -43,6 +41,8 @@ from skiff.metadata.types import (
     OutputChunk,
     PartitionKey,
 )
+from skiff.metadata.wire.connect import open_metadata_client
+from skiff.metadata.wire.http_client import HttpMetadataClient
 
 with warnings.catch_warnings():  # starlette deprecates httpx-based TestClient; harmless here
     warnings.simplefilter("ignore")
@@ -420,7 +420,7 @@ def test_run_metadata_server_subprocess(tmp_path: os.PathLike[str]) -> None:
         [
             sys.executable,
             "-c",
-            f"from skiff.metadata.app import run_metadata_server; run_metadata_server({db!r}, '127.0.0.1', {port})",
+            f"from skiff.metadata.server.app import run_metadata_server; run_metadata_server({db!r}, '127.0.0.1', {port})",
         ],
         env=env,
         stdout=subprocess.PIPE,

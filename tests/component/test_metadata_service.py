@@ -19,7 +19,7 @@ from pyroaring import BitMap
 from skiff.metadata import bitmaps
 from skiff.metadata.errors import ConflictError, MetadataError
 from skiff.metadata.inspection import count_rows, file_states
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import (
     EARLIEST_TIMESTAMP,

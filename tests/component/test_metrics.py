@@ -15,7 +15,7 @@ from skiff.agent.config import AgentConfig
 from skiff.agent.metrics import serve_metrics
 from skiff.agent.runtime import RunningAgent, start_agent
 from skiff.fileformat.objectstore import open_async_store
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 from tests.support.agents import free_port

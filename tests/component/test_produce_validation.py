@@ -24,7 +24,7 @@ from skiff.fileformat.batch_header import Compression
 from skiff.fileformat.objectstore import open_async_store
 from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import Record
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 from tests.component.fake_metadata import FlakyMetadataClient

@@ -25,7 +25,7 @@ from skiff.fileformat.batch_header import iter_batches
 from skiff.fileformat.objectstore import open_async_store
 from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import Record, iter_records
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 from tests.component.fake_metadata import FlakyMetadataClient, request_once

@@ -31,7 +31,7 @@ from skiff.agent.runtime import RunningAgent, start_agent
 from skiff.fileformat.objectstore import open_async_store
 from skiff.fileformat.objectstore.errors import StorageError
 from skiff.fileformat.objectstore.memory import AsyncMemoryStore
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 from tests.component.fake_metadata import request_once

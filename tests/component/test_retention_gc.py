@@ -11,8 +11,8 @@ import pytest
 from skiff.compactor import retention as compactor_retention
 from skiff.compactor.gc import GarbageCollector, RateLimiter
 from skiff.fileformat.objectstore import ObjectInfo, open_store
-from skiff.metadata.local_client import LocalMetadataClient
 from skiff.metadata.schema import FILE_DELETING, files
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import DeleteRecordsQuery, GroupOffset
 from sqlalchemy import select

@@ -1,4 +1,4 @@
-"""SCRAM credentials in metadata (metadata.scram_users) on SQLite and PostgreSQL, through
+"""SCRAM credentials in metadata (metadata.security.scram_users) on SQLite and PostgreSQL, through
 the service, the in-process client and the HTTP client over real TCP; agent rows with
 listeners, and rows from before migration 0005 (no listeners) still readable."""
 
@@ -9,11 +9,16 @@ import asyncio
 import pytest
 from skiff.metadata.db import upgrade_to_head
 from skiff.metadata.errors import MetadataError
-from skiff.metadata.http_client import HttpMetadataClient
-from skiff.metadata.local_client import LocalMetadataClient
-from skiff.metadata.scram_types import ScramCredential, ScramCredentialInfo, make_credential, password_matches
+from skiff.metadata.security.scram_types import (
+    ScramCredential,
+    ScramCredentialInfo,
+    make_credential,
+    password_matches,
+)
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo
+from skiff.metadata.wire.http_client import HttpMetadataClient
 from sqlalchemy import create_engine, text
 
 from tests.component.test_metadata_http import ServerThread

@@ -21,8 +21,8 @@ from skiff.agent.metrics import serve_metrics
 from skiff.agent.runtime import RunningAgent, start_agent
 from skiff.agent.server import AgentServer
 from skiff.fileformat.objectstore.memory import AsyncMemoryStore
-from skiff.metadata.local_client import LocalMetadataClient
-from skiff.metadata.scram_types import make_credential
+from skiff.metadata.security.scram_types import make_credential
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 
 from tests.component.test_listener_security import sasl_login

@@ -1,4 +1,4 @@
-"""Transactional producers' state in metadata (`metadata.transactions`) on SQLite and
+"""Transactional producers' state in metadata (`metadata.transactions.store`) on SQLite and
 PostgreSQL, with an injected clock: the state survives a new service over the same
 database (a coordinator's death), racing coordinators change it one at a time, and the
 schema is the migration's."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from skiff.metadata import txn_state as ts
 from skiff.metadata.schema import txn_open
 from skiff.metadata.service import MetadataService
-from skiff.metadata.txn_state import TxnState
+from skiff.metadata.transactions import state as ts
+from skiff.metadata.transactions.state import TxnState
 from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec, PartitionFetchInfo
 from sqlalchemy import event, select
 

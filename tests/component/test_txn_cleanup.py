@@ -1,4 +1,4 @@
-"""`txn_aborted` rows go with the log they describe (metadata.txn_cleanup): DeleteRecords
+"""`txn_aborted` rows go with the log they describe (metadata.transactions.cleanup): DeleteRecords
 and retention delete the aborted transactions whose ABORT marker falls below the new log
 start, in the transaction that moves it; those at or above it stay. The real metadata
 service on SQLite and PostgreSQL, an injected clock; files are committed as agents

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from skiff.metadata.app import create_app
 from skiff.metadata.errors import INVALID_REQUEST, MetadataError
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
-from skiff.metadata.txn_state import (
+from skiff.metadata.transactions.state import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,

@@ -18,9 +18,9 @@ from skiff.fileformat.objectstore import open_async_store
 from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import ControlRecordType, Record, iter_records, parse_control_record
 from skiff.fileformat.segment import ChunkInput, build_segment
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
-from skiff.metadata.txn_state import TxnState
+from skiff.metadata.transactions.state import TxnState
 from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FetchQuery, FileSpec, Topic
 
 pytestmark = pytest.mark.anyio

@@ -34,7 +34,7 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 from skiff.agent.produce_buffer import PendingBatch
 from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import Record
-from skiff.metadata.txn_state import TxnState
+from skiff.metadata.transactions.state import TxnState
 from skiff.metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec, PartitionKey
 
 from tests.component.fake_metadata import AgentHarness, request_once

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-from skiff.metadata.app import create_app
-from skiff.metadata.http_client import HttpMetadataClient
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import GroupOffset
+from skiff.metadata.wire.http_client import HttpMetadataClient
 
 pytestmark = pytest.mark.anyio
 POLICY_VIOLATION = 44

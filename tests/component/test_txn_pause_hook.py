@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 from skiff.agent.txn_pause_hook import ENV, MARKER, TxnPauseHook
-from skiff.metadata.txn_state import TxnRecord, TxnState
+from skiff.metadata.transactions.state import TxnRecord, TxnState
 
 
 def _record(txn_id: str) -> TxnRecord:

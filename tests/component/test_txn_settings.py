@@ -13,7 +13,7 @@ from skiff.agent.config import AgentConfig
 from skiff.agent.runtime import build_agent_context
 from skiff.agent.txn_coordinator import TxnCoordinator
 from skiff.fileformat.objectstore import open_async_store
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo
 

@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from skiff.agent.agent_registry import LiveAgents
-from skiff.metadata.app import create_app
-from skiff.metadata.http_client import HttpMetadataClient
-from skiff.metadata.local_client import LocalMetadataClient
 from skiff.metadata.schema import txn_aborted, txn_offsets, txn_open
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
-from skiff.metadata.txn_state import TxnState
+from skiff.metadata.transactions.state import TxnState
 from skiff.metadata.types import AgentInfo, GroupOffset, Topic
+from skiff.metadata.wire.http_client import HttpMetadataClient
 from sqlalchemy import select
 
 from tests.component.test_txn_coordinator import Clock, Env

@@ -14,8 +14,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 from kio.static.primitive import i8
-from skiff.metadata import acl_types as m
-from skiff.metadata.http_client import HttpMetadataClient
+from skiff.metadata.security import acl_types as m
+from skiff.metadata.wire.http_client import HttpMetadataClient
 
 from tests.component.fake_metadata import request_once
 from tests.support.agents import SkiffProcess

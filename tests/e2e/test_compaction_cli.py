@@ -40,10 +40,10 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from skiff.compactor.pause_hook import ENV as PAUSE_ENV
 from skiff.compactor.pause_hook import MARKER as PAUSE_MARKER
-from skiff.metadata.http_client import HttpMetadataClient
 from skiff.metadata.rows import system_clock
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import FetchQuery
+from skiff.metadata.wire.http_client import HttpMetadataClient
 
 from tests.component.test_metadata_http import ServerThread
 from tests.support.agents import SkiffProcess, agent_args, skiff_command

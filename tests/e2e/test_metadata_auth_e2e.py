@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from skiff.metadata.credentials import MetadataCredentials
 from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FAILED, MetadataError
-from skiff.metadata.http_client import HttpMetadataClient
 from skiff.metadata.types import AgentInfo, FetchQuery
+from skiff.metadata.wire.credentials import MetadataCredentials
+from skiff.metadata.wire.http_client import HttpMetadataClient
 
 from tests.e2e.test_clients_roundtrip import create_topic
 from tests.support.agents import SkiffProcess, agent_args, skiff_command

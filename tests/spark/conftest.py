@@ -198,8 +198,8 @@ def _compact(metadata_url: str, bucket_dir: Path, produced: Produced) -> list[tu
     from skiff.fileformat.record_build import build_batch
     from skiff.fileformat.segment import ChunkInput, build_segment
     from skiff.metadata import bitmaps
-    from skiff.metadata.http_client import HttpMetadataClient
     from skiff.metadata.types import FetchQuery, FileSpec, OutputChunk
+    from skiff.metadata.wire.http_client import HttpMetadataClient
 
     rows = produced.rows["compacted"]
     latest: dict[bytes, tuple] = {}
@@ -263,7 +263,7 @@ def _compact(metadata_url: str, bucket_dir: Path, produced: Produced) -> list[tu
 def _trim(db_path: Path, metadata_url: str, log_start: int) -> None:
     """Move `trimmed`'s log start, as retention or DeleteRecords does (metadata has no
     HTTP operation for it yet, so the test writes the row)."""
-    from skiff.metadata.http_client import HttpMetadataClient
+    from skiff.metadata.wire.http_client import HttpMetadataClient
 
     async def topic_id() -> uuid.UUID:
         client = HttpMetadataClient(metadata_url)

@@ -13,7 +13,7 @@ one. Tasks cover the whole log (too many aborted transactions past offset 0), it
 from __future__ import annotations
 
 import pytest
-from skiff.metadata.local_client import SyncLocalMetadataClient
+from skiff.metadata.server.local_client import SyncLocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import MAX_CACHEABLE_ABORTED, BatchSpec, ChunkSpec, FileSpec
 from skiff.spark import planner

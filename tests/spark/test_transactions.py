@@ -253,8 +253,8 @@ def test_a_lost_abort_marker_loses_nothing_more(
     import asyncio
 
     from skiff.fileformat.objectstore import open_store
-    from skiff.metadata.http_client import HttpMetadataClient
     from skiff.metadata.types import FetchQuery
+    from skiff.metadata.wire.http_client import HttpMetadataClient
 
     async def marker_chunk():  # type: ignore[no-untyped-def]
         client = HttpMetadataClient(cluster.metadata_url)

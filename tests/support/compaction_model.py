@@ -42,8 +42,8 @@ from skiff.fileformat.objectstore.memory import MemoryStore, drop_memory_bucket
 from skiff.fileformat.record_decode import Record, decode_records
 from skiff.fileformat.segment import ChunkInput, ChunkPlacement, build_segment
 from skiff.metadata import bitmaps
-from skiff.metadata.compaction_types import MergeRules
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.compaction.types import MergeRules
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import PartitionKey
 

@@ -23,10 +23,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-from skiff.metadata.app import create_app
-from skiff.metadata.http_client import HttpMetadataClient
-from skiff.metadata.local_client import LocalMetadataClient
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
+from skiff.metadata.wire.http_client import HttpMetadataClient
 
 T0_MS = 1_700_000_000_000
 

@@ -7,8 +7,14 @@ import asyncio
 
 import pytest
 from skiff.agent.acl_cache import AclCache
-from skiff.metadata.acl_types import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from skiff.metadata.errors import MetadataUnavailable
+from skiff.metadata.security.acl_types import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 
 READ, TOPIC = AclOperation.READ, ResourceType.TOPIC
 ANON = "User:ANONYMOUS"

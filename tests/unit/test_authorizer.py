@@ -1,6 +1,6 @@
 """agent.authorizer against Kafka's documented rules (AclAuthorizerTest, StandardAuthorizerTest,
 AuthorizerInterfaceDefaultTest cases) and Hypothesis properties, including a brute-force
-reference built on the filter's MATCH semantics (metadata.acl_types)."""
+reference built on the filter's MATCH semantics (metadata.security.acl_types)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from skiff.agent.authorizer import Authorizer, parse_super_users
-from skiff.metadata.acl_types import (
+from skiff.metadata.security.acl_types import (
     AclBinding,
     AclBindingFilter,
     AclOperation,

@@ -3,8 +3,8 @@ level merge rules, over chunk statistics, with an explicit clock."""
 
 from __future__ import annotations
 
-from skiff.metadata.compaction_rules import ChunkStat, cleanable_offsets, merge_start, needs_cleaning
-from skiff.metadata.compaction_types import MergeRules
+from skiff.metadata.compaction.rules import ChunkStat, cleanable_offsets, merge_start, needs_cleaning
+from skiff.metadata.compaction.types import MergeRules
 
 NOW = 1_000_000_000
 

@@ -17,16 +17,20 @@ CODE_NAMES = {m.name.upper() for m in ErrorCode}
 # only shrinks (each can import its names from skiff.metadata.errors or use ErrorCode).
 KNOWN_COPIES = {
     "agent/produce_buffer.py": {"REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR", "UNKNOWN_SERVER_ERROR"},
-    "metadata/group_lease_types.py": {"NOT_COORDINATOR", "DUPLICATE_BROKER_REGISTRATION"},
-    "metadata/retention.py": {"POLICY_VIOLATION"},
-    "metadata/scram_users.py": {
+    "metadata/groups/lease_types.py": {"NOT_COORDINATOR", "DUPLICATE_BROKER_REGISTRATION"},
+    "metadata/maintenance/retention.py": {"POLICY_VIOLATION"},
+    "metadata/security/scram_users.py": {
         "UNSUPPORTED_SASL_MECHANISM",
         "RESOURCE_NOT_FOUND",
         "UNACCEPTABLE_CREDENTIAL",
     },
-    "metadata/transactions.py": {"UNKNOWN_TOPIC_OR_PARTITION", "OPERATION_NOT_ATTEMPTED", "POLICY_VIOLATION"},
-    "metadata/txn_offsets.py": {"POLICY_VIOLATION"},
-    "metadata/txn_state.py": {
+    "metadata/transactions/store.py": {
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "OPERATION_NOT_ATTEMPTED",
+        "POLICY_VIOLATION",
+    },
+    "metadata/transactions/offsets.py": {"POLICY_VIOLATION"},
+    "metadata/transactions/state.py": {
         "NONE",
         "INVALID_PRODUCER_EPOCH",
         "INVALID_TXN_STATE",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.routing import APIRoute
 from skiff.agent.config import AgentConfig
-from skiff.metadata.auth import (
+from skiff.metadata.server.auth import (
     RoleRequirement,
     TokenConfigError,
     TokenTable,
@@ -22,9 +22,9 @@ from skiff.metadata.auth import (
     load_tokens,
     public,
 )
-from skiff.metadata.credentials import CredentialsError, resolve_credentials
-from skiff.metadata.health import ReadinessProbe
-from skiff.metadata.roles import ADMIN, AGENT, COMPACTOR, READER
+from skiff.metadata.server.health import ReadinessProbe
+from skiff.metadata.wire.credentials import CredentialsError, resolve_credentials
+from skiff.metadata.wire.roles import ADMIN, AGENT, COMPACTOR, READER
 from skiff.spark.options import SkiffOptionError, parse_options
 from skiff.spark.planner import SkiffSourceError, metadata_client
 
@@ -253,13 +253,13 @@ def test_readiness_probe_reports_a_failing_check() -> None:
 
 
 def test_token_over_plain_http_to_a_remote_host_is_warned(caplog: pytest.LogCaptureFixture) -> None:
-    from skiff.metadata.credentials import MetadataCredentials
-    from skiff.metadata.http_client import HttpMetadataClient
+    from skiff.metadata.wire.credentials import MetadataCredentials
+    from skiff.metadata.wire.http_client import HttpMetadataClient
 
     async def make(url: str, token: str | None) -> None:
         await HttpMetadataClient(url, credentials=MetadataCredentials(token=token)).close()
 
-    with caplog.at_level("WARNING", logger="skiff.metadata.http_client"):
+    with caplog.at_level("WARNING", logger="skiff.metadata.wire.http_client"):
         for url in (
             "http://127.0.0.1:9093",
             "http://localhost:9093",
@@ -281,13 +281,13 @@ def test_run_metadata_server_warns_and_passes_tls(
     """The wiring of `skiff metadata`: the exposure warning is logged and uvicorn gets the
     TLS settings (uvicorn.run replaced: nothing is bound)."""
     import uvicorn
-    from skiff.metadata import app as app_mod
+    from skiff.metadata.server import app as app_mod
 
     calls: list[dict[str, object]] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append(kw))
     monkeypatch.setattr(app_mod, "tls_settings", lambda c, k, ca: {"ssl_certfile": c} if c else {})
     db = f"sqlite:///{tmp_path}/m.db"
-    with caplog.at_level("WARNING", logger="skiff.metadata.app"):
+    with caplog.at_level("WARNING", logger="skiff.metadata.server.app"):
         app_mod.run_metadata_server(db, "0.0.0.0", 1)
         app_mod.run_metadata_server(db, "127.0.0.1", 1)
         app_mod.run_metadata_server(db, "0.0.0.0", 1, tokens=TokenTable.parse(f"admin:{A}", "t"))

@@ -1,5 +1,5 @@
 """The HTTP metadata client is cheap to import: a fresh interpreter that imports it (or
-opens an HTTP client through `metadata.client.open_metadata_client`) has loaded no
+opens an HTTP client through `metadata.wire.connect.open_metadata_client`) has loaded no
 SQLAlchemy, no database driver and none of the service or server modules. The
 import-linter contract in pyproject.toml checks the static imports; this checks what
 actually gets loaded, lazy imports and package __init__ files included."""
@@ -22,7 +22,7 @@ HEAVY = [
     "fastapi",
     "skiff.metadata.service",
     "skiff.metadata.db",
-    "skiff.metadata.app",
+    "skiff.metadata.server.app",
 ]
 
 
@@ -44,15 +44,15 @@ def _loaded_after(code: str) -> list[str]:
 @pytest.mark.parametrize(
     "code",
     [
-        "import skiff.metadata.http_client",
-        "from skiff.metadata.client import open_metadata_client\n"
+        "import skiff.metadata.wire.http_client",
+        "from skiff.metadata.wire.connect import open_metadata_client\n"
         "c = open_metadata_client('http://127.0.0.1:1')\n"
         "assert type(c).__name__ == 'HttpMetadataClient'",
     ],
 )
 def test_http_client_loads_no_database_code(code: str) -> None:
     modules = _loaded_after(code)
-    assert "httpx" in modules and "skiff.metadata.http_client" in modules
+    assert "httpx" in modules and "skiff.metadata.wire.http_client" in modules
     loaded = [m for m in HEAVY if m in modules or any(x.startswith(m + ".") for x in modules)]
     assert loaded == []
 
@@ -60,5 +60,5 @@ def test_http_client_loads_no_database_code(code: str) -> None:
 def test_the_probe_sees_the_database_side_when_it_is_loaded() -> None:
     """The same probe notices SQLAlchemy when the in-process client is imported (so the
     test above cannot pass by looking at the wrong interpreter)."""
-    modules = _loaded_after("import skiff.metadata.local_client")
+    modules = _loaded_after("import skiff.metadata.server.local_client")
     assert "sqlalchemy" in modules and "skiff.metadata.service" in modules

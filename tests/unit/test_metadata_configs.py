@@ -1,6 +1,6 @@
 """Pure parts of the metadata service: topic configs and names (metadata.configs), the
 present-offset bitmaps of compacted chunks (metadata.bitmaps) and the idempotent
-producer rules (metadata.idempotence)."""
+producer rules (metadata.commits.idempotence)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pyroaring import BitMap
-from skiff.metadata import bitmaps, configs, idempotence
+from skiff.metadata import bitmaps, configs
+from skiff.metadata.commits import idempotence
 from skiff.metadata.configs import ConfigError, effective_configs, topic_name_error, validate_configs
 
 # ------------------------------------------------------------------ configs

@@ -1,4 +1,4 @@
-"""Each metadata operation is declared once (metadata.client_api) and everything else
+"""Each metadata operation is declared once (metadata.wire.operations) and everything else
 follows: the service implements it under the same name and parameters, the app serves it
 at its path under its roles, every client forwards it, and its wire codec round-trips the
 domain values (bytes, UUIDs, tuples, sets, tuple-keyed dicts, None)."""
@@ -12,9 +12,15 @@ import uuid
 import pytest
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
-from skiff.metadata.app import create_app
-from skiff.metadata.auth import allowed_roles, iter_routes
-from skiff.metadata.client_api import (
+from skiff.metadata.errors import MetadataError
+from skiff.metadata.security.scram_types import ScramCredential
+from skiff.metadata.server.app import create_app
+from skiff.metadata.server.auth import allowed_roles, iter_routes
+from skiff.metadata.service import MetadataService
+from skiff.metadata.types import FileSpec, GroupOffset, OutputChunk
+from skiff.metadata.wire.codec import operations_of
+from skiff.metadata.wire.http_client import HttpMetadataClient, SyncHttpMetadataClient
+from skiff.metadata.wire.operations import (
     OPERATIONS,
     AdminClient,
     AgentClient,
@@ -22,13 +28,7 @@ from skiff.metadata.client_api import (
     MetadataClient,
     ReaderClient,
 )
-from skiff.metadata.errors import MetadataError
-from skiff.metadata.http_client import HttpMetadataClient, SyncHttpMetadataClient
-from skiff.metadata.operations import operations_of
-from skiff.metadata.roles import ADMIN
-from skiff.metadata.scram_types import ScramCredential
-from skiff.metadata.service import MetadataService
-from skiff.metadata.types import FileSpec, GroupOffset, OutputChunk
+from skiff.metadata.wire.roles import ADMIN
 
 from tests.support.served_app import Served
 

@@ -35,7 +35,7 @@ def test_outside_the_checkout_only_the_skiff_namespace_imports(tmp_path: Path) -
     script = (
         "import importlib.util as u, json\n"
         f"print(json.dumps({{n: u.find_spec(n) is not None for n in {list(FOLDERS)}}}))\n"
-        "import skiff.agent.handlers, skiff.metadata.http_client, skiff.compactor.dedup, "
+        "import skiff.agent.handlers, skiff.metadata.wire.http_client, skiff.compactor.dedup, "
         "skiff.fileformat.segment, skiff.spark, skiff.cli\n"
     )
     done = subprocess.run(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from skiff.compactor.planner import build_plan, describe_plan, group_candidates
-from skiff.metadata.compaction_types import CandidateChunk, CompactionCandidate
+from skiff.metadata.compaction.types import CandidateChunk, CompactionCandidate
 from skiff.metadata.types import ChunkLocation
 
 T1 = uuid.UUID(int=2)

@@ -1,4 +1,4 @@
-"""SCRAM arithmetic (metadata.scram_types), the SASL state machine and the credential cache
+"""SCRAM arithmetic (metadata.security.scram_types), the SASL state machine and the credential cache
 (agent.sasl), on bytes and an injected clock; the SCRAM client is the `scramp` library's."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import hmac
 import pytest
 from scramp import ScramClient, ScramMechanism
 from skiff.agent.sasl import PRE_AUTH_KEYS, AuthFailed, CredentialCache, SaslState, parse_mechanisms
-from skiff.metadata.scram_types import (
+from skiff.metadata.security.scram_types import (
     ScramCredential,
     ScramProofError,
     check_credential,

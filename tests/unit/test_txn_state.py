@@ -1,4 +1,4 @@
-"""Kafka's transaction state machine (metadata.txn_state): the documented transitions and
+"""Kafka's transaction state machine (metadata.transactions.state): the documented transitions and
 error codes, and properties over random request sequences."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from skiff.metadata import txn_state as ts
-from skiff.metadata.txn_state import TxnRecord, TxnState
+from skiff.metadata.transactions import state as ts
+from skiff.metadata.transactions.state import TxnRecord, TxnState
 
 P0 = ("t", 0)
 P1 = ("t", 1)

@@ -5,7 +5,7 @@ Revises: 0005
 Create Date: 2026-11-24
 
 The `acls` table (one row per ACL binding) and the `acl_version` counter row that every
-ACL change increments (metadata.acls).
+ACL change increments (metadata.security.acls).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-11-24
 
-One row per transactional id (metadata.transactions; rules in metadata.txn_state); per
+One row per transactional id (metadata.transactions.store; rules in metadata.transactions.state); per
 partition the open transactions (their first offsets: the last stable offset) and the
 aborted ones (what read_committed fetches skip).
 """

@@ -5,7 +5,7 @@ Revises: 0007
 Create Date: 2026-11-24
 
 Offsets committed inside a transaction, moved into group_offsets when it commits and
-dropped when it aborts (metadata.txn_offsets).
+dropped when it aborts (metadata.transactions.offsets).
 """
 
 from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Retention, DeleteRecords, offset expiry (`retention`) and the garbage collector's
+claims on deletable files (`gc`).
+"""
