@@ -2,7 +2,8 @@
 
 `Db` bundles the engine, its `Dialect` and the service's clock (milliseconds since the
 epoch; tests inject one). The helpers turn rows into values (`location_of`,
-`topic_from_row`) and keep the file-state invariant (`mark_orphan_files_deleting`: a
+`topic_from_row`), write rows keyed by a unique key (`upsert`, `insert_on_conflict`: the
+one place the dialects' INSERT ... ON CONFLICT is spelled) and keep the file-state invariant (`mark_orphan_files_deleting`: a
 live file that no chunk refers to any more becomes `deleting`, and garbage collection
 removes its object after a grace period).
 """
@@ -10,19 +11,40 @@ removes its object after a grace period).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from skiff.metadata.commits.storage import Dialect
 from skiff.metadata.schema import FILE_DELETING, FILE_LIVE, PRODUCER_ID_SEQUENCE, chunks, files, sequences
 from skiff.metadata.types import ChunkLocation, Topic
-from sqlalchemy import Connection, Engine, exists, insert, update
+from sqlalchemy import Connection, Engine, Table, exists, insert, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 Clock = Callable[[], int]
 
 # Lists of ids (chunk ids, file ids, names) are split into statements of this many.
 IDS_PER_STATEMENT = 1000
+
+
+def insert_on_conflict(conn: Connection, table: Table) -> Any:
+    """An INSERT of `table` that takes ON CONFLICT clauses, for the connection's database
+    (PostgreSQL and SQLite both have them; SQLAlchemy spells each in its dialect)."""
+    return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
+
+
+def upsert(conn: Connection, table: Table, keys: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
+    """INSERT `rows` (all with the same columns); a row whose `keys` already exist instead
+    updates the other columns it gives (ON CONFLICT DO UPDATE; columns it does not give keep
+    their values)."""
+    if not rows:
+        return
+    ins = insert_on_conflict(conn, table)
+    stmt = ins.on_conflict_do_update(
+        index_elements=[table.c[k] for k in keys],
+        set_={name: ins.excluded[name] for name in rows[0] if name not in keys},
+    )
+    conn.execute(stmt, list(rows))
 
 
 def system_clock() -> int:

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from skiff.metadata.commits import idempotence
 from skiff.metadata.commits.feed import CommitFeed, PgCommitListener
 from skiff.metadata.commits.plan import CommitPlan, PartitionRow, PKey, ProducerStates, TKey, TopicIndex
 from skiff.metadata.db import is_postgresql
 from skiff.metadata.types import FileSpec
-from sqlalchemy import Connection, Engine, Table
+from sqlalchemy import Connection, Engine
 
 Key = tuple[uuid.UUID, int]  # (topic id, partition)
 KeyT = TypeVar("KeyT")
@@ -75,10 +75,6 @@ class CommitSql(Protocol):
 
 class Dialect(CommitSql, Protocol):
     name: str  # "postgresql" or "sqlite"
-
-    def insert(self, table: Table) -> Any:
-        """An INSERT for `table` that supports `.on_conflict_do_update` (dialect-specific)."""
-        ...
 
     def key_batches(self, keys: Sequence[KeyT]) -> Iterable[Sequence[KeyT]]:
         """`keys` in slices small enough for one statement's bound parameters."""

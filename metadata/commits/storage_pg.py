@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from skiff.metadata.commits import idempotence
 from skiff.metadata.commits.feed import NOTIFY_CHANNEL, CommitFeed, PgCommitListener, notify_payload
@@ -34,8 +33,7 @@ from skiff.metadata.commits.plan import (
 from skiff.metadata.commits.storage import Key, KeyT
 from skiff.metadata.schema import FILE_DELETING, FILE_LIVE, files
 from skiff.metadata.types import FileSpec
-from sqlalchemy import Connection, Engine, Table, select, text
-from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy import Connection, Engine, select, text
 
 # Lock partitions: the CTE locks the rows in (topic_id, partition) order (MATERIALIZED:
 # FOR UPDATE cannot go with the aggregate in one SELECT); one row back, a JSON array of
@@ -128,9 +126,6 @@ def _text_arr(values: Iterable[str]) -> str:
 
 class PgDialect:
     name = "postgresql"
-
-    def insert(self, table: Table) -> Any:
-        return pg_dialect.insert(table)
 
     def key_batches(self, keys: Sequence[KeyT]) -> Iterable[Sequence[KeyT]]:
         yield keys  # arrays: any number of keys in one statement

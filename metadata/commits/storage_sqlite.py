@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from skiff.metadata.commits import idempotence
 from skiff.metadata.commits.feed import CommitFeed, PgCommitListener
@@ -29,8 +28,7 @@ from skiff.metadata.commits.plan import (
 from skiff.metadata.commits.storage import Key, KeyT
 from skiff.metadata.schema import FILE_DELETING, FILE_LIVE, files, partitions, topics
 from skiff.metadata.types import FileSpec
-from sqlalchemy import Connection, Engine, Table, insert, select, tuple_
-from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy import Connection, Engine, insert, select, tuple_
 
 KEYS_PER_STATEMENT = 4000
 
@@ -62,9 +60,6 @@ _SQ_UPSERT_PRODUCER = (
 
 class SqliteDialect:
     name = "sqlite"
-
-    def insert(self, table: Table) -> Any:
-        return sqlite_dialect.insert(table)
 
     def key_batches(self, keys: Sequence[KeyT]) -> Iterable[Sequence[KeyT]]:
         for i in range(0, len(keys), KEYS_PER_STATEMENT):

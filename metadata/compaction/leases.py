@@ -39,7 +39,7 @@ from skiff.metadata.errors import (
     ConflictError,
     MetadataError,
 )
-from skiff.metadata.rows import IDS_PER_STATEMENT, Db
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db, insert_on_conflict, upsert
 from skiff.metadata.schema import chunks, compaction_state
 from skiff.metadata.types import PartitionKey
 from sqlalchemy import ColumnElement, Connection, func, select, tuple_, update
@@ -143,7 +143,7 @@ class CompactionLeases:
                 )
             for batch in self._db.dialect.key_batches(keys):
                 conn.execute(
-                    self._db.dialect.insert(compaction_state)
+                    insert_on_conflict(conn, compaction_state)
                     .values([{"topic_id": t, "partition": p} for t, p in batch])
                     .on_conflict_do_nothing(index_elements=["topic_id", "partition"])
                 )
@@ -199,11 +199,5 @@ def move_checkpoints(
                 INVALID_REQUEST,
                 f"checkpoint {u.first_dirty_offset} of {k[0]}/{k[1]} is outside [0, {locked[k][1]}]",
             )
-        stmt = db.dialect.insert(compaction_state).values(
-            topic_id=u.topic_id, partition=u.partition, first_dirty_offset=u.first_dirty_offset
-        )
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["topic_id", "partition"], set_={"first_dirty_offset": u.first_dirty_offset}
-            )
-        )
+        row = {"topic_id": u.topic_id, "partition": u.partition, "first_dirty_offset": u.first_dirty_offset}
+        upsert(conn, compaction_state, ["topic_id", "partition"], [row])

@@ -44,11 +44,10 @@ from skiff.metadata.groups.lease_types import (
     LeaseGrant,
     LeaseToken,
 )
+from skiff.metadata.rows import insert_on_conflict
 from skiff.metadata.schema import agents, group_leases
 from skiff.metadata.types import AgentInfo
 from sqlalchemy import Connection, select, tuple_, update
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 # Bounds on the TTL an agent may ask for.
 MIN_LEASE_TTL_MS = 100
@@ -57,10 +56,6 @@ MAX_GROUP_STATE_CHARS = 4 * 1024 * 1024
 _KEYS_PER_STATEMENT = 400  # (group, epoch) pairs: within SQLite's bound-parameter limit
 
 _L = group_leases.c
-
-
-def _insert(conn: Connection) -> Any:
-    return pg_dialect.insert if conn.dialect.name == "postgresql" else sqlite_dialect.insert
 
 
 def _check_ttl(ttl_ms: int) -> None:
@@ -78,7 +73,7 @@ def _batches(keys: Sequence[tuple[str, int]]) -> Iterable[Sequence[tuple[str, in
 def acquire(conn: Connection, group_id: str, agent_id: str, now_ms: int, ttl_ms: int) -> LeaseGrant:
     _check_ttl(ttl_ms)
     expires = now_ms + ttl_ms
-    ins = _insert(conn)(group_leases).values(
+    ins = insert_on_conflict(conn, group_leases).values(
         group_id=group_id, holder=agent_id, epoch=1, expires_ms=expires, group_state=None
     )
     stmt = ins.on_conflict_do_update(
@@ -168,7 +163,7 @@ def heartbeat_agent(conn: Connection, agent: AgentInfo, now_ms: int, ttl_ms: int
     """Register or refresh an agent (see the module docstring for the refusal rule)."""
     a = agents.c
     listeners = json.dumps([list(e) for e in agent.listeners]) if agent.listeners else None
-    ins = _insert(conn)(agents).values(
+    ins = insert_on_conflict(conn, agents).values(
         agent_id=agent.agent_id,
         host=agent.host,
         port=agent.port,

@@ -24,10 +24,13 @@ from skiff.metadata.errors import (
 from skiff.metadata.groups import admin as group_admin
 from skiff.metadata.groups import leases as group_leases
 from skiff.metadata.groups.lease_types import LeaseToken
-from skiff.metadata.rows import IDS_PER_STATEMENT, Db
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db, upsert
 from skiff.metadata.schema import group_offsets, topics
 from skiff.metadata.types import GroupOffset, OffsetCommitResult
 from sqlalchemy import Connection, delete, select, tuple_
+
+# A committed offset's key (the primary key of `group_offsets`).
+OFFSET_KEY = ("group_id", "topic", "partition")
 
 
 class GroupOffsets:
@@ -83,20 +86,8 @@ class GroupOffsets:
             if not result.error_code:
                 latest[(o.topic, o.partition)] = o
         if latest:
-            conn.execute(self._upsert(), [_row(group_id, o, now) for o in latest.values()])
+            upsert(conn, group_offsets, OFFSET_KEY, [_row(group_id, o, now) for o in latest.values()])
         return results
-
-    def _upsert(self) -> Any:
-        stmt = self._db.dialect.insert(group_offsets)
-        return stmt.on_conflict_do_update(
-            index_elements=[group_offsets.c.group_id, group_offsets.c.topic, group_offsets.c.partition],
-            set_={
-                "committed_offset": stmt.excluded.committed_offset,
-                "metadata": stmt.excluded.metadata,
-                "leader_epoch": stmt.excluded.leader_epoch,
-                "commit_time_ms": stmt.excluded.commit_time_ms,
-            },
-        )
 
     def fetch_offsets(self, group_id: str, topics_: Sequence[str] | None) -> list[GroupOffset]:
         with read_tx(self._db.engine) as conn:

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from skiff.metadata.db import read_tx, write_tx
 from skiff.metadata.errors import INVALID_REQUEST, MetadataError
-from skiff.metadata.rows import IDS_PER_STATEMENT, Db
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db, upsert
 from skiff.metadata.schema import FILE_DELETING, files, maintenance_runs
 from skiff.metadata.types import ClaimedFile
 from sqlalchemy import and_, delete, or_, select, update
@@ -117,12 +117,8 @@ class GarbageCollection:
         if not _TASK_NAME.fullmatch(task):
             raise MetadataError(INVALID_REQUEST, "task name must be 1..64 of [a-z0-9_-]")
         now = self._db.clock()
-        stmt = self._db.dialect.insert(maintenance_runs)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[maintenance_runs.c.task], set_={"last_success_ms": stmt.excluded.last_success_ms}
-        )
         with write_tx(self._db.engine) as conn:
-            conn.execute(stmt, {"task": task, "last_success_ms": now})
+            upsert(conn, maintenance_runs, ["task"], [{"task": task, "last_success_ms": now}])
 
     def last_successes(self) -> dict[str, int]:
         """task -> when it last succeeded (ms since the epoch)."""

@@ -39,7 +39,7 @@ from typing import Any
 from skiff.metadata import configs
 from skiff.metadata.db import write_tx
 from skiff.metadata.errors import NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
-from skiff.metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting
+from skiff.metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting, upsert
 from skiff.metadata.schema import chunks, group_activity, group_offsets, partitions, topics
 from skiff.metadata.transactions.cleanup import drop_aborted_below
 from skiff.metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery, RetentionResult
@@ -209,15 +209,10 @@ class Retention:
         if not ids:
             return
         now = self._db.clock()
-        stmt = self._db.dialect.insert(group_activity)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[group_activity.c.group_id], set_={"last_active_ms": stmt.excluded.last_active_ms}
-        )
         with write_tx(self._db.engine) as conn:
             for i in range(0, len(ids), IDS_PER_STATEMENT):
-                conn.execute(
-                    stmt, [{"group_id": g, "last_active_ms": now} for g in ids[i : i + IDS_PER_STATEMENT]]
-                )
+                rows = [{"group_id": g, "last_active_ms": now} for g in ids[i : i + IDS_PER_STATEMENT]]
+                upsert(conn, group_activity, ["group_id"], rows)
 
     def expire_group_offsets(self, retention_ms: int) -> int:
         """Delete the committed offsets that `offsets.retention.minutes` (as ms) has

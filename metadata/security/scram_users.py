@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from skiff.metadata.db import read_tx, write_tx
 from skiff.metadata.errors import MetadataError
-from skiff.metadata.rows import Db
+from skiff.metadata.rows import Db, upsert
 from skiff.metadata.schema import scram_credentials
 from skiff.metadata.security.scram_types import (
     MECHANISM_CODES,
@@ -23,9 +23,7 @@ from skiff.metadata.security.scram_types import (
     check_credential,
     check_user_name,
 )
-from sqlalchemy import Connection, delete, select
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy import delete, select
 
 UNSUPPORTED_SASL_MECHANISM = 33
 RESOURCE_NOT_FOUND = 91
@@ -33,10 +31,6 @@ UNACCEPTABLE_CREDENTIAL = 93
 
 # A describe of named users reads at most this many names (the rest of a hostile list is refused).
 MAX_USERS_PER_DESCRIBE = 10_000
-
-
-def _insert(conn: Connection):  # type: ignore[no-untyped-def]
-    return pg_dialect.insert if conn.dialect.name == "postgresql" else sqlite_dialect.insert
 
 
 def check_mechanism(mechanism: str) -> None:
@@ -57,7 +51,6 @@ class ScramUsers:
             check_credential(cred)
         except ValueError as e:
             raise MetadataError(UNACCEPTABLE_CREDENTIAL, str(e)) from None
-        c = scram_credentials.c
         values = {
             "salt": cred.salt,
             "iterations": cred.iterations,
@@ -66,12 +59,12 @@ class ScramUsers:
             "updated_ms": self._db.clock(),
         }
         with write_tx(self._db.engine) as conn:
-            stmt = (
-                _insert(conn)(scram_credentials)
-                .values(user_name=cred.user, mechanism=cred.mechanism, **values)
-                .on_conflict_do_update(index_elements=[c.user_name, c.mechanism], set_=values)
+            upsert(
+                conn,
+                scram_credentials,
+                ["user_name", "mechanism"],
+                [{"user_name": cred.user, "mechanism": cred.mechanism, **values}],
             )
-            conn.execute(stmt)
 
     def delete(self, user: str, mechanism: str) -> None:
         """Remove one credential; RESOURCE_NOT_FOUND if there is none."""

@@ -30,26 +30,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from skiff.metadata.groups.offsets import _check, _partition_counts, _row
+from skiff.metadata.rows import upsert
 from skiff.metadata.schema import group_offsets, txn_offsets
 from skiff.metadata.transactions import state as txn_state
 from skiff.metadata.transactions.state import TxnRecord
 from skiff.metadata.types import GroupOffset, OffsetCommitResult
 from sqlalchemy import Connection, delete, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 _O = txn_offsets.c
 
 POLICY_VIOLATION = 44
-
-
-def _upsert(conn: Connection, table: Any, keys: list[str], rows: list[dict[str, Any]]) -> None:
-    # The dialect's INSERT ... ON CONFLICT DO UPDATE (both PostgreSQL and SQLite have it).
-    ins = postgresql.insert(table) if conn.dialect.name == "postgresql" else sqlite.insert(table)
-    stmt = ins.on_conflict_do_update(
-        index_elements=[table.c[k] for k in keys],
-        set_={c.name: ins.excluded[c.name] for c in table.c if c.name not in keys},
-    )
-    conn.execute(stmt, rows)
 
 
 def stage_in(
@@ -96,7 +86,7 @@ def stage_in(
     ):
         return [OffsetCommitResult(POLICY_VIOLATION)] * len(offsets)
     if latest:
-        _upsert(
+        upsert(
             conn, txn_offsets, ["transactional_id", "group_id", "topic", "partition"], list(latest.values())
         )
     return results
@@ -121,7 +111,7 @@ def settle(conn: Connection, transactional_id: str, *, commit: bool) -> None:
     if commit:
         rows = conn.execute(select(txn_offsets).where(where)).all()
         if rows:
-            _upsert(
+            upsert(
                 conn,
                 group_offsets,
                 ["group_id", "topic", "partition"],
