@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from skiff.agent.listeners import Listener
+    from skiff.agent.network.listeners import Listener
 
 from skiff.agent.config_checks import check_config
 from skiff.agent.config_values import ENV_PREFIX, GiB, KiB, MiB, env_var, flag, parse_value
@@ -413,7 +413,7 @@ class AgentConfig:
         },
     )
 
-    # --- transactions (agent.txn_coordinator, metadata.transactions.store) -------------------
+    # --- transactions (agent.transactions.coordinator, metadata.transactions.store) -------------------
     transaction_max_partitions: int = field(
         default=10_000,
         metadata={
@@ -527,7 +527,7 @@ class AgentConfig:
 
     def resolved_listeners(self) -> list[Listener]:
         """The listeners to open (`listeners`, else PLAINTEXT on host:port); see agent.listeners."""
-        from skiff.agent.listeners import build_listeners
+        from skiff.agent.network.listeners import build_listeners
 
         return build_listeners(
             self.listeners,

@@ -100,10 +100,10 @@ def check_config(config: AgentConfig) -> None:
     positive("ssl_handshake_timeout_ms")
     listeners = config.resolved_listeners()  # ValueError names the bad setting
     if any(li.tls for li in listeners):
-        from skiff.agent.listeners import server_ssl_context
+        from skiff.agent.network.listeners import server_ssl_context
 
         server_ssl_context(config.ssl_certfile, config.ssl_keyfile, config.ssl_cafile, config.ssl_client_auth)
-    from skiff.agent.sasl import parse_mechanisms
+    from skiff.agent.network.sasl import parse_mechanisms
 
     parse_mechanisms(config.sasl_enabled_mechanisms)
     if not 100 <= config.group_lease_ttl_ms <= 600_000:

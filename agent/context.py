@@ -35,9 +35,9 @@ from skiff.metadata.wire.operations import AgentClient
 if TYPE_CHECKING:
     from skiff.agent.chunk_cache import ChunkLocationCache
     from skiff.agent.commit_watch import CommitWatch
-    from skiff.agent.group_coordinator import GroupCoordinator
+    from skiff.agent.groups.coordinator import GroupCoordinator
     from skiff.agent.produce_buffer import ProduceBuffer
-    from skiff.agent.txn_coordinator import TxnCoordinator
+    from skiff.agent.transactions.coordinator import TxnCoordinator
     from skiff.fileformat.objectstore.range_cache import RangeCache
 
 

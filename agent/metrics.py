@@ -30,7 +30,7 @@ plain integer counters and pay nothing per request for metrics:
   an earlier request of their connection); `skiff_responses_encoded_sliced_total` and
   `skiff_response_encode_yields_total`: large responses encoded in slices, and the turns
   they gave the event loop (`agent.protocol.sliced_encode`);
-- the protocol server's bounds (`agent.connection_limits`): `skiff_connections_refused_total{reason}`
+- the protocol server's bounds (`agent.network.limits`): `skiff_connections_refused_total{reason}`
   (`max_connections`, `max_connections_per_ip`), `skiff_request_read_timeouts_total` (requests
   whose body did not arrive within `request_read_timeout_ms`), `skiff_connections_muted`
   (connections not read while their byte budget is full), `skiff_connection_held_bytes`
@@ -61,8 +61,8 @@ if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
     from skiff.agent.health import Readiness
+    from skiff.agent.network.server import AgentServer
     from skiff.agent.runtime import RunningAgent
-    from skiff.agent.server import AgentServer
 
 log = logging.getLogger(__name__)
 

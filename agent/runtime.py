@@ -33,7 +33,7 @@ tasks (`BackgroundRole`: given the metadata client and the bucket URL, an object
 `start()` and `async close()`). The `skiff` command line passes the compactor's
 maintenance loop (retention, compaction, GC, offset expiry on a timer) through them, so
 this module never imports the compactor (the import contract in pyproject.toml). Every
-agent also reports its non-empty consumer groups to metadata (`agent.group_activity`).
+agent also reports its non-empty consumer groups to metadata (`agent.groups.activity`).
 """
 
 from __future__ import annotations
@@ -62,13 +62,13 @@ from skiff.agent.context import (
     live_agents_view,
     topic_cache,
 )
-from skiff.agent.group_activity import GroupActivityReporter
-from skiff.agent.group_coordinator import GroupCoordinator
+from skiff.agent.groups.activity import GroupActivityReporter
+from skiff.agent.groups.coordinator import GroupCoordinator
 from skiff.agent.health import Readiness, ReadinessMonitor, dependency_probe
-from skiff.agent.listener_servers import start_listener_servers
+from skiff.agent.network.listener_servers import start_listener_servers
+from skiff.agent.network.server import AgentServer
 from skiff.agent.produce_buffer import CommittedFile, ProduceBuffer
-from skiff.agent.server import AgentServer
-from skiff.agent.txn_coordinator import TxnCoordinator
+from skiff.agent.transactions.coordinator import TxnCoordinator
 from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
 from skiff.fileformat.objectstore.keys import readiness_key
 from skiff.fileformat.objectstore.range_cache import RangeCache

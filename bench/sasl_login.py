@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from aiokafka.conn import create_conn  # noqa: E402
 from scramp import ScramClient  # noqa: E402
-from skiff.agent.sasl import PLAIN, CredentialCache, SaslState  # noqa: E402
+from skiff.agent.network.sasl import PLAIN, CredentialCache, SaslState  # noqa: E402
 from skiff.metadata.security.scram_types import (  # noqa: E402
     SCRAM_SHA_256,
     SCRAM_SHA_512,

@@ -8,7 +8,7 @@ the metadata service, as `kafka-consumer-groups.sh` does through a broker.
         (--to-earliest | --to-latest | --to-datetime ISO | --to-offset N) [--dry-run | --execute]
     skiff groups delete G
 
-Members and assignments are the group's stored generation (`agent.group_persistence`
+Members and assignments are the group's stored generation (`agent.groups.persistence`
 writes it; `metadata.groups.admin` reads it): the members with their client id and host,
 and each member's assignment decoded as a ConsumerProtocolAssignment (`version: int16,
 [topic: string, [partition: int32]], user_data: bytes`; every version starts so). State:
@@ -133,7 +133,7 @@ def assignment_partitions(data: bytes) -> list[tuple[str, int]]:
 
 
 def group_view(stored: StoredGroup) -> GroupView:
-    """What the stored generation says (agent.group_persistence's JSON), for display."""
+    """What the stored generation says (agent.groups.persistence's JSON), for display."""
     state: dict[str, Any] = {}
     if stored.group_state:
         try:

@@ -336,7 +336,7 @@ class TopicCreation:
 @dataclass(frozen=True)
 class StoredGroup:
     """A consumer group as metadata holds it (`metadata.groups.admin`): `group_state` is the
-    JSON its coordinators last confirmed (format: agent.group_persistence), None if only
+    JSON its coordinators last confirmed (format: agent.groups.persistence), None if only
     offsets are stored; `coordinator` the agent whose lease has not lapsed, if any;
     `active` whether that generation has members under a live lease."""
 

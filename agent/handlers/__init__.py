@@ -11,7 +11,7 @@ A handler is `async def handle(ctx: AgentContext, request: Request) -> response 
   ApiVersions and DescribeCluster requests run concurrently; every other request (the
   APIs that change or read group, offset and admin state) runs alone on its connection:
   after every earlier request of that connection has finished, and before any later one
-  starts (`agent.connection_limits.runs_alone`; a spec with `exclusive=True` runs alone
+  starts (`agent.network.limits.runs_alone`; a spec with `exclusive=True` runs alone
   too). Responses are written in request order. Handlers are *started* in request order,
   so whatever a handler does before its first `await` happens in arrival order (the
   produce path relies on this);
@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 from skiff.agent.handlers._access import Access, Check
+from skiff.agent.network.sasl import PRE_AUTH_KEYS
 from skiff.agent.protocol import RequestHeader, api_name, error_response, kio_version_range, to_error_code
-from skiff.agent.sasl import PRE_AUTH_KEYS
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.security.acl_types import CLUSTER_NAME, AclOperation, ResourceType
 

@@ -15,7 +15,7 @@ from typing import Any
 from kio.schema.delete_groups.v2.response import DeletableGroupResult, DeleteGroupsResponse
 from kio.schema.errors import ErrorCode
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, item, on, requires
 

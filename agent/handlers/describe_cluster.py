@@ -19,7 +19,7 @@ from kio.static.primitive import i8, i32
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request
 from skiff.agent.handlers._access import RT, Op, on, reported, requires
-from skiff.agent.handlers.metadata import OPERATIONS_NOT_REQUESTED, cluster_operations
+from skiff.agent.handlers.kafka_metadata import OPERATIONS_NOT_REQUESTED, cluster_operations
 from skiff.agent.protocol import convert
 
 API_KEY = 60

@@ -25,8 +25,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import GroupId
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import coordinator, owns_group
-from skiff.agent.group_model import GroupDescription, GroupState
+from skiff.agent.groups.coordinator import coordinator, owns_group
+from skiff.agent.groups.model import GroupDescription, GroupState
 from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,

@@ -2,7 +2,7 @@
 
 Metadata moves the transaction to PREPARE_COMMIT / PREPARE_ABORT (`metadata.transactions.state.end_txn`,
 under the transactional id's row lock); the agent then writes the markers and completes
-it (`agent.txn_coordinator.TxnCoordinator.finish`) before answering, so a read_committed
+it (`agent.transactions.coordinator.TxnCoordinator.finish`) before answering, so a read_committed
 consumer sees a committed transaction as soon as `commit_transaction()` returns. If the
 markers cannot be written now the answer is still success, as in Kafka (the outcome is
 durable once prepared): the background scan finishes the transaction, and until then the

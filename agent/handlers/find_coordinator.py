@@ -7,7 +7,7 @@ v0-v3 ask for one key, v4+ for a batch (`coordinator_keys`), answered one entry 
 Key type 0 is a group; a principal without DESCRIBE on it gets GROUP_AUTHORIZATION_FAILED
 (Kafka's ACLs). Key type 1 is a transactional id (DESCRIBE on it, else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), whose coordinator is the rendezvous owner of
-`b"txn:" + id` (`agent.txn_coordinator.TxnCoordinator.coordinator_for`). Any other key type
+`b"txn:" + id` (`agent.transactions.coordinator.TxnCoordinator.coordinator_for`). Any other key type
 gets INVALID_REQUEST, as Kafka answers an unknown one. Only ready agents coordinate
 (agent.health); with none ready the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
 """

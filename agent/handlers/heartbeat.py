@@ -1,6 +1,6 @@
 """Heartbeat (api key 12), v0-v4: keeps a member's session alive; tells it to rejoin
 (REBALANCE_IN_PROGRESS) or that it is out of date (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-FENCED_INSTANCE_ID). See `agent.group_coordinator`. Without READ on the group:
+FENCED_INSTANCE_ID). See `agent.groups.coordinator`. Without READ on the group:
 GROUP_AUTHORIZATION_FAILED (Kafka's ACLs)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.heartbeat.v4.response import HeartbeatResponse
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 from skiff.agent.protocol import convert

@@ -1,7 +1,7 @@
 """JoinGroup (api key 11), v0-v9: the join phase of the classic group protocol.
 
-The state machine is `agent.group_coordinator`; this module translates. A group this
-agent does not coordinate (or whose lease it cannot take, `agent.group_fencing`) gets
+The state machine is `agent.groups.coordinator`; this module translates. A group this
+agent does not coordinate (or whose lease it cannot take, `agent.groups.fencing`) gets
 NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again).
 v4+ clients are asked to rejoin with a member id the coordinator hands out
 (MEMBER_ID_REQUIRED, KIP-394); older ones get a member id at once. The answer waits
@@ -19,8 +19,8 @@ from kio.schema.join_group.v9.request import JoinGroupRequest
 from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import coordinator, ensure_coordinator
-from skiff.agent.group_model import JoinResult
+from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.model import JoinResult
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 from skiff.agent.protocol import convert

@@ -2,7 +2,7 @@
 
 v0-v2 name one member (`member_id`) and get one error code; v3+ (KIP-345) name a batch
 of members by member id and/or `group.instance.id` and get one answer each. The group
-rebalances without them. See `agent.group_coordinator`. Without READ on the group:
+rebalances without them. See `agent.groups.coordinator`. Without READ on the group:
 GROUP_AUTHORIZATION_FAILED (Kafka's ACLs).
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.leave_group.v5.response import LeaveGroupResponse, MemberResponse
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import coordinator, ensure_coordinator
-from skiff.agent.group_model import LeaveRequest
+from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.model import LeaveRequest
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 

@@ -19,8 +19,8 @@ from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.list_groups.v5.response import ListedGroup, ListGroupsResponse
 from kio.schema.types import GroupId
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import coordinator, owns_group
-from skiff.agent.group_model import GroupState
+from skiff.agent.groups.coordinator import coordinator, owns_group
+from skiff.agent.groups.model import GroupState
 from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,

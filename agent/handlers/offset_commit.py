@@ -6,7 +6,7 @@ member and generation must be the group's current ones (ILLEGAL_GENERATION,
 UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while assignments are being
 handed out), as `GroupCoordinator.validate_commit` decides. A group this agent does not
 coordinate gets NOT_COORDINATOR on every partition; so does a commit whose group lease
-(`agent.group_fencing`) metadata no longer confirms in the commit's own transaction. Unknown topics or partitions get
+(`agent.groups.fencing`) metadata no longer confirms in the commit's own transaction. Unknown topics or partitions get
 UNKNOWN_TOPIC_OR_PARTITION, metadata strings over 4096 bytes OFFSET_METADATA_TOO_LARGE;
 the rest is written in one metadata call, which answers each partition (offsets below -1:
 INVALID_REQUEST) and whose failure is reported on every partition (REQUEST_TIMED_OUT when
@@ -30,7 +30,7 @@ from kio.schema.offset_commit.v9.response import (
 )
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
 from skiff.agent.protocol import convert

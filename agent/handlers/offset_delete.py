@@ -26,8 +26,8 @@ from kio.schema.offset_delete.v0.response import (
     OffsetDeleteResponseTopic,
 )
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import coordinator, ensure_coordinator
-from skiff.agent.group_model import CONSUMER_PROTOCOL_TYPE
+from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.model import CONSUMER_PROTOCOL_TYPE
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
 from skiff.metadata.types import Topic

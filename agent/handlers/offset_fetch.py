@@ -47,7 +47,7 @@ from kio.schema.offset_fetch.v9.response import (
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import owns_group
+from skiff.agent.groups.coordinator import owns_group
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
 from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, filtered, item, on, requires
 from skiff.metadata.types import GroupOffset

@@ -23,7 +23,7 @@ from kio.static.primitive import i64Timedelta
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import HandlerSpec, Request
 from skiff.agent.handlers._access import PRE_AUTH
-from skiff.agent.sasl import SASL_AUTHENTICATE_KEY, AuthFailed, SaslState
+from skiff.agent.network.sasl import SASL_AUTHENTICATE_KEY, AuthFailed, SaslState
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 
 log = logging.getLogger(__name__)

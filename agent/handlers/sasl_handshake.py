@@ -22,7 +22,7 @@ from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import HandlerSpec, Request
 from skiff.agent.handlers._access import PRE_AUTH
-from skiff.agent.sasl import SASL_HANDSHAKE_KEY, SaslState
+from skiff.agent.network.sasl import SASL_HANDSHAKE_KEY, SaslState
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:

@@ -1,7 +1,7 @@
 """SyncGroup (api key 14), v0-v5: the leader hands out assignments, everyone gets theirs.
 
 Followers wait until the leader's SyncGroup arrives (or the group rebalances, which
-answers REBALANCE_IN_PROGRESS). Assignments are opaque bytes; see `agent.group_coordinator`.
+answers REBALANCE_IN_PROGRESS). Assignments are opaque bytes; see `agent.groups.coordinator`.
 Without READ on the group: GROUP_AUTHORIZATION_FAILED (Kafka's ACLs).
 """
 
@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.sync_group.v5.request import SyncGroupRequest
 from kio.schema.sync_group.v5.response import SyncGroupResponse
 from skiff.agent.context import AgentContext
-from skiff.agent.group_coordinator import coordinator, ensure_coordinator
-from skiff.agent.group_model import SyncResult
+from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.model import SyncResult
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 from skiff.agent.protocol import convert

@@ -3,7 +3,7 @@ and the two changes an operator may make, as Kafka's kafka-consumer-groups.sh al
 
 - `stored_groups`: every group with committed offsets or a stored generation: the state
   its coordinators last confirmed (`group_leases.group_state`, written by
-  `agent.group_persistence`: generation, protocol, members and their assignments), the
+  `agent.groups.persistence`: generation, protocol, members and their assignments), the
   agent holding the lease and whether the group has active members.
 - `reset_offsets` (--reset-offsets --execute) and `delete_group` (--delete): refused with
   NON_EMPTY_GROUP while the group has active members, as Kafka refuses them unless the

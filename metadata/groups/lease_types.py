@@ -28,7 +28,7 @@ class LeaseToken:
 class LeaseGrant:
     """The answer to an acquisition. `granted` False: `holder` holds the lease (`epoch`)
     until `expires_ms`. `group_state` is the last generation the group's coordinators
-    confirmed (JSON, `agent.group_fencing` writes and reads it), None if none yet."""
+    confirmed (JSON, `agent.groups.fencing` writes and reads it), None if none yet."""
 
     group_id: str
     granted: bool

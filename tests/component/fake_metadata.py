@@ -25,9 +25,9 @@ from skiff.agent.agent_registry import AgentRegistry
 from skiff.agent.config import AgentConfig
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import HandlerRegistry
+from skiff.agent.network.server import AgentServer, start_agent_server
 from skiff.agent.protocol import decode_response, encode_request, response_schema
 from skiff.agent.runtime import build_agent_context, close_parts
-from skiff.agent.server import AgentServer, start_agent_server
 from skiff.fileformat.objectstore.memory import AsyncMemoryStore
 from skiff.metadata.errors import MetadataUnavailable
 from skiff.metadata.server.local_client import LocalMetadataClient

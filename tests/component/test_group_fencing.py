@@ -1,4 +1,4 @@
-"""Group coordinator fencing (`agent.group_fencing`): coordinators over a real metadata
+"""Group coordinator fencing (`agent.groups.fencing`): coordinators over a real metadata
 service (SQLite), with injected clocks: metadata's clock, each agent's monotonic clock,
 and the purgatories' manual clock (tests.unit.test_group_coordinator.ManualClock)."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
-from skiff.agent.group_coordinator import GroupCoordinator
-from skiff.agent.group_fencing import GroupFence
-from skiff.agent.group_model import GroupState, JoinResult, SyncResult
-from skiff.agent.group_persistence import decode_group_state
-from skiff.agent.group_rebalance import DelayedHeartbeat
+from skiff.agent.groups.coordinator import GroupCoordinator
+from skiff.agent.groups.fencing import GroupFence
+from skiff.agent.groups.model import GroupState, JoinResult, SyncResult
+from skiff.agent.groups.persistence import decode_group_state
+from skiff.agent.groups.rebalance import DelayedHeartbeat
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from skiff.agent.timing_wheel import SystemTimer
 from skiff.metadata.server.local_client import LocalMetadataClient

@@ -586,7 +586,7 @@ def test_a_connection_with_many_buffered_requests_lets_the_loop_turn(harness):
     """Requests already in the socket buffer are read without suspending; the reader yields
     every `_READ_BURST_REQUESTS` so that other connections, timers and the commit thread get
     the loop (before: all 300 were parsed and dispatched in one loop iteration)."""
-    from skiff.agent.connection import _READ_BURST_REQUESTS
+    from skiff.agent.network.connection import _READ_BURST_REQUESTS
 
     server = harness.agent.server
     most_between_turns = 0

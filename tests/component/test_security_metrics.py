@@ -18,8 +18,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from skiff.agent.config import AgentConfig
 from skiff.agent.metrics import serve_metrics
+from skiff.agent.network.server import AgentServer
 from skiff.agent.runtime import RunningAgent, start_agent
-from skiff.agent.server import AgentServer
 from skiff.fileformat.objectstore.memory import AsyncMemoryStore
 from skiff.metadata.security.scram_types import make_credential
 from skiff.metadata.server.local_client import LocalMetadataClient

@@ -1,4 +1,4 @@
-"""`agent.txn_coordinator.TxnCoordinator` over a real metadata service (SQLite and
+"""`agent.transactions.coordinator.TxnCoordinator` over a real metadata service (SQLite and
 PostgreSQL) and a memory bucket, with injected clocks: the markers it writes are Kafka's
 control batches and their commit completes the transaction and moves the last stable
 offset; its scan finishes prepared transactions of a dead coordinator (only the ones it
@@ -12,7 +12,7 @@ import pytest
 from skiff.agent import routing
 from skiff.agent.agent_registry import LiveAgents
 from skiff.agent.produce_buffer import CommittedFile
-from skiff.agent.txn_coordinator import TxnCoordinator, txn_key
+from skiff.agent.transactions.coordinator import TxnCoordinator, txn_key
 from skiff.fileformat.batch_header import parse_header
 from skiff.fileformat.objectstore import open_async_store
 from skiff.fileformat.record_build import build_batch

@@ -1,4 +1,4 @@
-"""The transaction coordinator's test hook (`agent.txn_pause_hook`,
+"""The transaction coordinator's test hook (`agent.transactions.pause_hook`,
 `SKIFF_TXN_PAUSE_BEFORE_MARKERS`): off unless the variable is set, pauses the first matching
 transaction of the process (writing its line, once) without blocking the event loop, holds
 every later `finish` of that same transaction, and lets other transactions through. The agent-level use is tests/e2e/test_txn_coordinator_kill.py."""
@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import replace
 
 import pytest
-from skiff.agent.txn_pause_hook import ENV, MARKER, TxnPauseHook
+from skiff.agent.transactions.pause_hook import ENV, MARKER, TxnPauseHook
 from skiff.metadata.transactions.state import TxnRecord, TxnState
 
 

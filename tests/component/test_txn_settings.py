@@ -11,7 +11,7 @@ import pytest
 from skiff.agent.agent_registry import LiveAgents
 from skiff.agent.config import AgentConfig
 from skiff.agent.runtime import build_agent_context
-from skiff.agent.txn_coordinator import TxnCoordinator
+from skiff.agent.transactions.coordinator import TxnCoordinator
 from skiff.fileformat.objectstore import open_async_store
 from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService

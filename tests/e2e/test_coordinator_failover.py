@@ -6,7 +6,7 @@ with all three. The group's coordinator is found with a raw FindCoordinator (all
 and killed mid-consumption. Until its TTL runs out the survivors still name it (it is
 unreachable); then rendezvous hashing moves the group to a survivor, which takes the group's
 lease once the dead agent's has lapsed and loads its last stored generation, with the leader's
-assignment (agent.group_fencing; as Kafka's coordinator loads a group on failover): the members
+assignment (agent.groups.fencing; as Kafka's coordinator loads a group on failover): the members
 get NOT_COORDINATOR (or cannot connect), find the new coordinator and go on in their generation,
 with their partitions, without a rebalance (a client may still rejoin on its own, e.g. when its
 own session check gave up on the dead coordinator). Then a third member joins: the taken-over

@@ -5,7 +5,7 @@ Three agents (`skiff metadata` on PostgreSQL, a moto S3 bucket). The transaction
 chosen so that agent-0 coordinates the committed one and agent-1 the aborted one (the
 rendezvous hash FindCoordinator uses; checked against FindCoordinator), and each of those
 two agents runs with the test hook `SKIFF_TXN_PAUSE_BEFORE_MARKERS=<its id>`
-(agent.txn_pause_hook): its EndTxn handler makes the PREPARE_* durable, logs the hook's line
+(agent.transactions.pause_hook): its EndTxn handler makes the PREPARE_* durable, logs the hook's line
 and waits. For each case a confluent-kafka transactional producer produces 9 records over 3
 partitions and calls commit_transaction() / abort_transaction() in a thread; once the line is
 in the coordinator's log, read_committed consumers are still held at the open transaction
@@ -34,9 +34,9 @@ import pytest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.types import TransactionalId
 from skiff.agent import routing
-from skiff.agent.txn_coordinator import txn_key
-from skiff.agent.txn_pause_hook import ENV as PAUSE_ENV
-from skiff.agent.txn_pause_hook import MARKER as PAUSE_MARKER
+from skiff.agent.transactions.coordinator import txn_key
+from skiff.agent.transactions.pause_hook import ENV as PAUSE_ENV
+from skiff.agent.transactions.pause_hook import MARKER as PAUSE_MARKER
 
 from tests.e2e.test_clients_roundtrip import create_topic
 from tests.e2e.test_cluster import wait_for_brokers

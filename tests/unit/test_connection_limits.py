@@ -10,14 +10,14 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.types import TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 from skiff.agent.config import AgentConfig
-from skiff.agent.connection_limits import (
+from skiff.agent.handlers import default_registry
+from skiff.agent.network.limits import (
     CONCURRENT_API_KEYS,
     ByteBudget,
     ConnectionLimiter,
     response_reserve_bytes,
     runs_alone,
 )
-from skiff.agent.handlers import default_registry
 
 # Every API the agent serves that changes state, or reads state another request may change.
 STATE_APIS = {

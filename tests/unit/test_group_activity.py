@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from skiff.agent.group_activity import (
+from skiff.agent.groups.activity import (
     DEFAULT_REPORT_INTERVAL_MS,
     OFFSETS_RETENTION_CHECK_INTERVAL_MS,
     GroupActivityReporter,

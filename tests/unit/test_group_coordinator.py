@@ -1,4 +1,4 @@
-"""The classic group protocol state machine (`agent.group_coordinator`) on a manual clock:
+"""The classic group protocol state machine (`agent.groups.coordinator`) on a manual clock:
 its purgatories run on `SystemTimer`s reading a `ManualClock`, driven by `advance()`."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from skiff.agent.group_coordinator import GroupCoordinator
-from skiff.agent.group_model import GroupState, JoinResult, LeaveRequest, subscription_topics
-from skiff.agent.group_rebalance import DelayedHeartbeat
+from skiff.agent.groups.coordinator import GroupCoordinator
+from skiff.agent.groups.model import GroupState, JoinResult, LeaveRequest, subscription_topics
+from skiff.agent.groups.rebalance import DelayedHeartbeat
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from skiff.agent.timing_wheel import SystemTimer
 

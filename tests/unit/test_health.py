@@ -11,7 +11,7 @@ import logging
 
 import pytest
 from skiff.agent.health import Failure, Readiness, ReadinessMonitor, dependency_probe
-from skiff.agent.read_deadline import ReadDeadline
+from skiff.agent.network.read_deadline import ReadDeadline
 from skiff.fileformat.objectstore import open_async_store
 from skiff.fileformat.objectstore.errors import StorageError
 from skiff.fileformat.objectstore.keys import readiness_key

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from skiff.agent.config import AgentConfig
-from skiff.agent.listeners import (
+from skiff.agent.network.listeners import (
     Listener,
     advertised_address,
     build_listeners,

@@ -1,11 +1,11 @@
-"""agent.read_deadline: one lazily re-armed timer cancels a read that overruns its deadline."""
+"""agent.network.read_deadline: one lazily re-armed timer cancels a read that overruns its deadline."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from skiff.agent.read_deadline import ReadDeadline
+from skiff.agent.network.read_deadline import ReadDeadline
 
 
 async def _wait_forever(deadline: ReadDeadline, timeout_s: float) -> bool:

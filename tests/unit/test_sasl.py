@@ -10,7 +10,7 @@ import hmac
 
 import pytest
 from scramp import ScramClient, ScramMechanism
-from skiff.agent.sasl import PRE_AUTH_KEYS, AuthFailed, CredentialCache, SaslState, parse_mechanisms
+from skiff.agent.network.sasl import PRE_AUTH_KEYS, AuthFailed, CredentialCache, SaslState, parse_mechanisms
 from skiff.metadata.security.scram_types import (
     ScramCredential,
     ScramProofError,

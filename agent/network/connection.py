@@ -9,7 +9,7 @@ Per connection there are two tasks:
   that is not there yet is awaited (with its deadline). A negative size, or one above
   `max_request_bytes`, closes the connection at once without reading the body (so a
   bogus size costs no memory). Before reading a body it waits for room for it in the
-  connection's byte budget and in the agent's (see `agent.connection_limits`: requests
+  connection's byte budget and in the agent's (see `agent.network.limits`: requests
   being handled plus responses not yet sent, by bytes; while there is no room the
   connection is *muted*: nothing more is read from it). Once the size has arrived, the
   body must arrive within `request_read_timeout_ms`, else the connection is closed (a
@@ -20,7 +20,7 @@ Per connection there are two tasks:
   affected), or reserves the response bytes a Fetch asks for (muting again while they
   do not fit) and starts the handler as a task, and queues one slot per request.
   Requests of the APIs that change state run alone on their connection, in order
-  (`agent.connection_limits.runs_alone`); the others run concurrently. Besides the
+  (`agent.network.limits.runs_alone`); the others run concurrently. Besides the
   bytes, at most `max_inflight_requests` requests per connection are read and not yet
   answered: the reader takes a permit before reading each request and the writer
   returns it once the response is written.
@@ -62,12 +62,6 @@ from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from skiff.agent.connection_limits import (
-    REQUEST_OVERHEAD_BYTES,
-    ByteBudget,
-    response_reserve_bytes,
-    runs_alone,
-)
 from skiff.agent.handlers import (
     ConnectionInfo,
     HandlerSpec,
@@ -77,6 +71,17 @@ from skiff.agent.handlers import (
     refusal_response,
 )
 from skiff.agent.handlers.api_versions import unsupported_version_response
+from skiff.agent.network.limits import (
+    REQUEST_OVERHEAD_BYTES,
+    ByteBudget,
+    response_reserve_bytes,
+    runs_alone,
+)
+from skiff.agent.network.read_deadline import ReadDeadline
+from skiff.agent.network.response_slots import CLOSE as _CLOSE
+from skiff.agent.network.response_slots import Outcome as _Outcome
+from skiff.agent.network.response_slots import Slot as _Slot
+from skiff.agent.network.sasl import FAILED_AUTH_CLOSE_DELAY_S, PRE_AUTH_KEYS, PRE_AUTH_MAX_REQUEST_BYTES
 from skiff.agent.protocol import (
     API_VERSIONS_KEY,
     MIN_REQUEST_HEADER_BYTES,
@@ -93,14 +98,9 @@ from skiff.agent.protocol import (
 from skiff.agent.protocol.produce_request import decode_produce_request
 from skiff.agent.protocol.produce_response import encode_produce_response
 from skiff.agent.protocol.sliced_encode import SLICED_ENCODE_MIN_ENTITIES, encode_cost, encode_response_sliced
-from skiff.agent.read_deadline import ReadDeadline
-from skiff.agent.response_slots import CLOSE as _CLOSE
-from skiff.agent.response_slots import Outcome as _Outcome
-from skiff.agent.response_slots import Slot as _Slot
-from skiff.agent.sasl import FAILED_AUTH_CLOSE_DELAY_S, PRE_AUTH_KEYS, PRE_AUTH_MAX_REQUEST_BYTES
 
 if TYPE_CHECKING:
-    from skiff.agent.server import AgentServer
+    from skiff.agent.network.server import AgentServer
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ class Connection:
     async def _read_within(self, n: int, timeout_s: float) -> bytes:
         """`readexactly(n)`, or TimeoutError after `timeout_s`. This runs twice per request:
         a lazily re-armed deadline, not a task or an asyncio.timeout() per read (see
-        agent.read_deadline)."""
+        agent.network.read_deadline)."""
         deadline = self.deadline
         deadline.arm(timeout_s)
         try:

@@ -3,7 +3,7 @@
 The server's reader queues one `Slot` per request it has read; the writer takes them in
 order, awaits each one's `Outcome` (the response frame to write, and whether to close the
 connection after it) and writes it. A slot also carries what its request holds of the
-byte budgets (see `agent.connection_limits`): the request's bytes charged to the agent
+byte budgets (see `agent.network.limits`): the request's bytes charged to the agent
 until the handler is done, and the connection's charge, swapped for the response's size
 when the handler is done and given back once the response has been written.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from skiff.agent.connection_limits import REQUEST_OVERHEAD_BYTES, ByteBudget
+from skiff.agent.network.limits import REQUEST_OVERHEAD_BYTES, ByteBudget
 
 
 class _Server(Protocol):

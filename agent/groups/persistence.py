@@ -1,7 +1,7 @@
 """What a fenced group coordinator stores in metadata under the group's lease, and how a
 next coordinator takes a group over from it: `GroupPersistence`, between the state machine
-(`agent.group_rebalance`) and the handler-facing `agent.group_coordinator`; the leases
-themselves are `agent.group_fencing`.
+(`agent.groups.rebalance`) and the handler-facing `agent.groups.coordinator`; the leases
+themselves are `agent.groups.fencing`.
 
 Every group state a member can learn is stored first, with the lease renewed and checked
 (holder, epoch) in the same conditional UPDATE (`GroupFence.confirm`); if that fails the
@@ -48,11 +48,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from skiff.agent.group_model import Group, GroupState, JoinResult, Member, SyncResult
-from skiff.agent.group_rebalance import DelayedSync, GroupRebalancer
+from skiff.agent.groups.model import Group, GroupState, JoinResult, Member, SyncResult
+from skiff.agent.groups.rebalance import DelayedSync, GroupRebalancer
 
 if TYPE_CHECKING:
-    from skiff.agent.group_fencing import GroupFence
+    from skiff.agent.groups.fencing import GroupFence
 
 log = logging.getLogger(__name__)
 

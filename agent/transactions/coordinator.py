@@ -40,7 +40,7 @@ file gives both). EndTxn's answer waits for them after its PREPARE write; nothin
 waits on a timer or on the produce buffer (measured in docs/benchmarks.md, "Transactions:
 where a transaction's time goes").
 
-Test hook: `SKIFF_TXN_PAUSE_BEFORE_MARKERS` (agent.txn_pause_hook, environment only, never
+Test hook: `SKIFF_TXN_PAUSE_BEFORE_MARKERS` (agent.transactions.pause_hook, environment only, never
 for production) makes `finish` stop before it writes the markers, so a test can kill the
 coordinator between EndTxn's durable PREPARE_* and the markers.
 """
@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING
 
 from skiff.agent import routing
 from skiff.agent.produce_buffer import CommittedFile, ObjectPutter
-from skiff.agent.txn_pause_hook import TxnPauseHook
+from skiff.agent.transactions.pause_hook import TxnPauseHook
 from skiff.fileformat.record_build import build_control_batch
 from skiff.fileformat.record_decode import ControlRecordType
 from skiff.fileformat.segment import ChunkInput, build_segment

@@ -10,12 +10,12 @@ address, and the first listener's is the agent's primary address.
 
 from __future__ import annotations
 
-from skiff.agent.connection_security import ListenerSecurity
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import HandlerRegistry, default_registry
-from skiff.agent.listeners import advertised_address, bind_host, server_ssl_context
-from skiff.agent.sasl import CredentialCache, parse_mechanisms
-from skiff.agent.server import AgentServer, start_agent_server
+from skiff.agent.network.listeners import advertised_address, bind_host, server_ssl_context
+from skiff.agent.network.sasl import CredentialCache, parse_mechanisms
+from skiff.agent.network.server import AgentServer, start_agent_server
+from skiff.agent.network.tls import ListenerSecurity
 
 
 async def start_listener_servers(

@@ -6,15 +6,15 @@ One `GroupCoordinator` per agent holds, in memory, the groups this agent coordin
 agent chosen for a group id by rendezvous hashing, `LiveAgents.coordinator_for_group`). It
 is built in layers, one module each:
 
-- `agent.group_rebalance`: the state machine (states, join and sync phases, sessions, on
+- `agent.groups.rebalance`: the state machine (states, join and sync phases, sessions, on
   the two purgatories), Kafka's GroupMetadata and the rebalance half of its GroupCoordinator;
-- `agent.group_persistence`: every group state a member can learn (a new generation, the
+- `agent.groups.persistence`: every group state a member can learn (a new generation, the
   leader's assignment) is stored in metadata under the group's coordinator lease before
   the answers go out, and a next coordinator takes the group over from it, as Kafka's
   coordinator loads a group on failover: if the coordinator moves (an agent joins or
   leaves, or dies), clients get NOT_COORDINATOR, find the new one, and go on in their
   generation there;
-- `agent.group_fencing`: the leases (acquired on a group's first request, renewed in
+- `agent.groups.fencing`: the leases (acquired on a group's first request, renewed in
   batches, released when the group leaves the agent);
 - this module: the requests, validated as Kafka's GroupCoordinator does (unknown member,
   illegal generation, fenced instance id, inconsistent protocol, session timeout bounds).
@@ -48,8 +48,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
-from skiff.agent.group_fencing import GroupFence
-from skiff.agent.group_model import (
+from skiff.agent.groups.fencing import GroupFence
+from skiff.agent.groups.model import (
     Group,
     GroupDescription,
     GroupState,
@@ -59,8 +59,8 @@ from skiff.agent.group_model import (
     MemberDescription,
     SyncResult,
 )
-from skiff.agent.group_persistence import GroupPersistence
-from skiff.agent.group_rebalance import NEW_MEMBER_JOIN_TIMEOUT_MS, DelayedHeartbeat
+from skiff.agent.groups.persistence import GroupPersistence
+from skiff.agent.groups.rebalance import NEW_MEMBER_JOIN_TIMEOUT_MS, DelayedHeartbeat
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
@@ -286,7 +286,7 @@ class GroupCoordinator(GroupPersistence):
             given = {mid: bytes(a) for mid, a in assignments}
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
-            self._assignment_given(group)  # Stable, now or once stored (agent.group_persistence)
+            self._assignment_given(group)  # Stable, now or once stored (agent.groups.persistence)
         self._synced(group, member_id)
         return fut
 
@@ -451,7 +451,7 @@ def owns_group(ctx: AgentContext, group_id: str) -> bool:
 async def ensure_coordinator(ctx: AgentContext, group_id: str) -> ErrorCode:
     """Whether this agent may serve a request for `group_id` now: NONE, NOT_COORDINATOR
     (routed elsewhere, or another agent holds its lease) or COORDINATOR_NOT_AVAILABLE
-    (metadata out of reach). Acquires the group's lease if needed (agent.group_fencing)."""
+    (metadata out of reach). Acquires the group's lease if needed (agent.groups.fencing)."""
     fence = coordinator(ctx).fence
     if fence is None:
         return ErrorCode.none if owns_group(ctx, group_id) else ErrorCode.not_coordinator

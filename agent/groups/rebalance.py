@@ -1,6 +1,6 @@
 """The classic consumer-group protocol's state machine (Kafka's GroupMetadata and the
 rebalance half of its GroupCoordinator): `GroupRebalancer`, the base of
-`agent.group_coordinator.GroupCoordinator`, which adds the handler-facing requests.
+`agent.groups.coordinator.GroupCoordinator`, which adds the handler-facing requests.
 
 States, as in Kafka's GroupMetadata:
 
@@ -58,7 +58,7 @@ Purgatory callbacks run on the event loop: the state machine is loop-confined, l
 purgatory (the coordinator's `start()` / `close()` drive and stop them).
 
 Hooks where a group's state must be stored before anyone learns it (overridden by
-`agent.group_persistence` when the coordinator is fenced, answered at once here):
+`agent.groups.persistence` when the coordinator is fenced, answered at once here):
 `_generation_formed` (the join answers of a new generation), `_assignment_given` (the
 leader's assignment, i.e. the SyncGroup answers), `_members_replaced` (a static member's
 new id without a rebalance), `_forgotten` (an emptied group leaves memory), `_new_group`.
@@ -70,7 +70,7 @@ import asyncio
 import logging
 
 from kio.schema.errors import ErrorCode
-from skiff.agent.group_model import Group, GroupState, JoinMember, JoinResult, Member, SyncResult
+from skiff.agent.groups.model import Group, GroupState, JoinMember, JoinResult, Member, SyncResult
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 log = logging.getLogger(__name__)
@@ -225,7 +225,7 @@ class GroupRebalancer:
             self.rebalance_purgatory.check_and_complete(group.join_key)
 
     def _maybe_forget(self, group: Group) -> None:
-        """Drop an Empty group with nobody in it (why: agent.group_coordinator's docstring)."""
+        """Drop an Empty group with nobody in it (why: agent.groups.coordinator's docstring)."""
         if group.state == GroupState.EMPTY and not group.members and not group.pending:
             if self.groups.get(group.group_id) is group:
                 del self.groups[group.group_id]

@@ -11,10 +11,10 @@ stops. So coordinating a group also takes a lease in metadata, held with an epoc
   (one request per group however many clients ask at once). Refused (another agent holds
   it) -> NOT_COORDINATOR, metadata out of reach -> COORDINATOR_NOT_AVAILABLE; clients find
   the coordinator again and retry. An acquisition loads the group's last stored state
-  (`GroupPersistence.load_group`, agent.group_persistence: the takeover, as Kafka's).
+  (`GroupPersistence.load_group`, agent.groups.persistence: the takeover, as Kafka's).
 - Every group state a member can learn is stored in metadata first, with the lease renewed
   and checked (holder, epoch) in the same conditional UPDATE (`confirm`); see
-  agent.group_persistence. Offset commits carry the lease (`token`), checked in the
+  agent.groups.persistence. Offset commits carry the lease (`token`), checked in the
   commit's transaction.
 - Leases are renewed every `renew_interval_ms`, all groups in one request. The agent
   trusts a lease until `sent + ttl_ms - ttl_ms / 4` (by its monotonic clock, counted from
@@ -43,7 +43,7 @@ from skiff.metadata.groups.lease_types import LeaseToken
 from skiff.metadata.wire.operations import AgentClient
 
 if TYPE_CHECKING:
-    from skiff.agent.group_persistence import GroupPersistence
+    from skiff.agent.groups.persistence import GroupPersistence
 
 log = logging.getLogger(__name__)
 

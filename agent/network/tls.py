@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from skiff.agent.handlers import ConnectionInfo
-from skiff.agent.listeners import Listener, tls_principal
-from skiff.agent.sasl import CredentialCache, SaslCounts, SaslState
+from skiff.agent.network.listeners import Listener, tls_principal
+from skiff.agent.network.sasl import CredentialCache, SaslCounts, SaslState
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The consumer-group model held by the coordinator (agent.group_coordinator): group and
+"""The consumer-group model held by the coordinator (agent.groups.coordinator): group and
 member state as in Kafka's GroupMetadata / MemberMetadata, the coordinator's answers, and
 the protocol vote.
 

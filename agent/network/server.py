@@ -1,7 +1,7 @@
 """The agent's Kafka protocol server: the asyncio listener, accepting and closing connections.
 
 Accepting: a connection over `max_connections` in total or `max_connections_per_ip` from
-its client address is closed at once and counted (`agent.connection_limits`). Accepted
+its client address is closed at once and counted (`agent.network.limits`). Accepted
 sockets get Kafka's buffer sizes (`socket_receive_buffer_bytes`, `socket_send_buffer_bytes`,
 100 KiB): requests an overloaded agent has not read yet then wait in the client (where
 librdkafka merges them into bigger batches) rather than in megabytes of kernel buffers.
@@ -10,7 +10,7 @@ Each accepted connection is served by `agent.connection.Connection` (framing, di
 ordered pipelining, muting, response writing: see there).
 
 Listeners (`agent.listeners`): a server is one listener. On TLS listeners the handshake
-is done first (`agent.connection_security`); SASL is the connection's (`agent.connection`).
+is done first (`agent.network.tls`); SASL is the connection's (`agent.connection`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import socket
 from collections import Counter
 from typing import Any
 
-from skiff.agent.connection import Connection
-from skiff.agent.connection_limits import ByteBudget, ConnectionLimiter
-from skiff.agent.connection_security import ListenerSecurity
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import ConnectionInfo, HandlerRegistry, default_registry
+from skiff.agent.network.connection import Connection
+from skiff.agent.network.limits import ByteBudget, ConnectionLimiter
+from skiff.agent.network.tls import ListenerSecurity
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,5 @@
+"""The Kafka listener side of an agent: accepting connections (`server`, `listeners`,
+`listener_servers`), one connection's read-dispatch-write loop (`connection`), its byte
+and request budgets (`limits`, `response_slots`, `read_deadline`), TLS (`tls`) and SASL
+(`sasl`).
+"""

@@ -1,0 +1,3 @@
+"""The transaction coordinator (`coordinator`: markers, expiry, re-drive) and its
+environment-only test hook (`pause_hook`).
+"""
