@@ -31,7 +31,16 @@ from kio.schema.offset_commit.v9.response import (
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
 from skiff.agent.group_coordinator import coordinator, ensure_coordinator
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    error_of,
+)
 from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
 from skiff.agent.protocol import convert
 from skiff.metadata.errors import MetadataError
@@ -83,7 +92,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         return _all(body, code, denied)
     try:
         topics: dict[str, Topic] = await ctx.topics.get_by_name([t.name for t in body.topics])
-    except Exception as e:
+    except METADATA_ERRORS as e:
         return _all(body, error_of(e)[0], denied)
 
     codes: list[list[ErrorCode]] = []
@@ -119,7 +128,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             if fence is not None and lease is None:  # not confirmed since the check above
                 raise MetadataError(ErrorCode.not_coordinator, "group lease expired")
             results = await ctx.metadata.commit_offsets(body.group_id, offsets, lease)
-        except Exception as e:
+        except METADATA_ERRORS as e:
             failed = error_of(e)[0]
             if failed == ErrorCode.not_coordinator and fence is not None:
                 fence.lose(body.group_id, release=False)
