@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from skiff.agent.authorizer import Authorizer, parse_super_users
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.security.acl_types import AclBinding, AclOperation, ResourceType
 from skiff.metadata.wire.operations import AgentClient
 
@@ -116,7 +117,7 @@ class AclCache:
             return
         try:
             await self.refresh(force=True)
-        except Exception as e:
+        except (MetadataError, MetadataUnavailable) as e:
             log.warning("ACLs: cannot load them yet (refusing all but super users until then): %s", e)
         self._task = asyncio.create_task(self._poll(), name="acl-refresh")
 
@@ -127,7 +128,8 @@ class AclCache:
                 await self.refresh()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # keep the last good copy; try again next interval
+            except Exception as e:  # boundary: the refresh task must not die
+                # keep the last good copy; try again next interval
                 log.warning("ACLs: refresh failed, keeping version %d: %s", self.version, e)
 
     async def close(self) -> None:

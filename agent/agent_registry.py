@@ -284,7 +284,8 @@ class AgentRegistry:
                 await self.beat_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a bug must not stop membership forever
+            except Exception:  # boundary: the heartbeat task must not die
+                # a bug must not stop membership forever
                 self.failures += 1
                 log.exception("unexpected error in the agent heartbeat loop")
 
@@ -299,5 +300,9 @@ class AgentRegistry:
         if deregister and self.beats:
             try:
                 await asyncio.wait_for(self._metadata.deregister_agent(self._view.self_info), timeout=5)
-            except Exception as e:  # best effort: the entry expires after its TTL anyway
+            except (
+                MetadataError,
+                MetadataUnavailable,
+                TimeoutError,
+            ) as e:  # best effort: the entry expires after its TTL anyway
                 log.warning("could not deregister agent %s: %s", self._view.self_info.agent_id, e)

@@ -200,13 +200,7 @@ class Authorizer:
         allow_literal: set[str] = set()
         allow_prefixed: set[str] = set()
         for b in self.bindings:
-            if b.resource_type != rtype:
-                continue
-            if b.host != host and b.host != WILDCARD_HOST:
-                continue
-            if b.principal != principal and b.principal != WILDCARD_PRINCIPAL:
-                continue
-            if b.operation != operation and b.operation != Op.ALL:
+            if not _applies(b, principal, host, operation, rtype):
                 continue
             if b.permission == AclPermissionType.DENY:
                 if b.pattern_type == PatternType.LITERAL:
@@ -222,11 +216,30 @@ class Authorizer:
                 allow_literal.add(b.resource_name)
             else:
                 allow_prefixed.add(b.resource_name)
-        for allowed, literal in [(n, True) for n in sorted(allow_literal)] + [
-            (n, False) for n in sorted(allow_prefixed)
-        ]:
-            if literal and allowed in deny_literal:
-                continue
-            if not any(allowed[:i] in deny_prefixed for i in range(1, len(allowed) + 1)):
-                return True
-        return False
+        return _some_allowed_not_denied(allow_literal, allow_prefixed, deny_literal, deny_prefixed)
+
+
+def _applies(b: AclBinding, principal: str, host: str, operation: AclOperation, rtype: ResourceType) -> bool:
+    """Whether binding `b` speaks about this principal, host and operation on resources of
+    type `rtype` (whatever their names)."""
+    return (
+        b.resource_type == rtype
+        and b.host in (host, WILDCARD_HOST)
+        and b.principal in (principal, WILDCARD_PRINCIPAL)
+        and b.operation in (operation, Op.ALL)
+    )
+
+
+def _some_allowed_not_denied(
+    allow_literal: set[str], allow_prefixed: set[str], deny_literal: set[str], deny_prefixed: set[str]
+) -> bool:
+    """Whether some allowed name (literal, or prefix) is neither denied literally nor under a
+    denied prefix."""
+    for allowed, literal in [(n, True) for n in sorted(allow_literal)] + [
+        (n, False) for n in sorted(allow_prefixed)
+    ]:
+        if literal and allowed in deny_literal:
+            continue
+        if not any(allowed[:i] in deny_prefixed for i in range(1, len(allowed) + 1)):
+            return True
+    return False

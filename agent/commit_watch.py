@@ -46,7 +46,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from skiff.agent.timing_wheel import SystemTimer
@@ -273,36 +273,42 @@ class CommitWatch:
                     continue
                 try:
                     moved = call.result()
-                except Exception as exc:  # metadata unreachable: waiters time out normally
+                except Exception as exc:  # boundary: the follow task must not die
+                    # metadata unreachable: waiters time out normally
                     self._healthy = False
                     log.debug("commit follow failed: %s", exc)
                     await asyncio.sleep(self._retry_s)
                     continue
                 self.long_polls += 1
                 self._healthy = True
-                loop = asyncio.get_running_loop()
-                for m in moved:
-                    key = (m.topic_id, m.partition)
-                    if not m.error_code and m.last_stable_offset >= 0 and self._on_stable is not None:
-                        # before any waiter is woken: its re-read must see this LSO
-                        self._on_stable(key, m.high_watermark, m.last_stable_offset)
-                    if m.error_code:
-                        self._fail(key)
-                    elif key in self._known and self.local_commit_pending(key):
-                        # Most likely our own commit, answered to the long poll before our
-                        # commit call returned: `committed()` will wake the waiters once the
-                        # chunk cache has the new chunks, so their re-read needs no metadata
-                        # call. Record the watermark now (the next long poll must not answer
-                        # it again) and wake them anyway after LOCAL_SETTLE_MS.
-                        if m.high_watermark > self._known[key]:
-                            self._known[key] = m.high_watermark
-                            loop.call_later(LOCAL_SETTLE_MS / 1000.0, self._settle, key)
-                    else:
-                        self._learn(key, m.high_watermark)
+                self._apply_moved(moved)
         finally:
             self._healthy = False
             self._follower = None
             self._follow_changed = None
+
+    def _apply_moved(self, moved: Sequence[PartitionWatermark]) -> None:
+        """One long poll's answer: fail the partitions in error, learn the watermarks that
+        moved (an answer that is most likely our own commit settles a little later)."""
+        loop = asyncio.get_running_loop()
+        for m in moved:
+            key = (m.topic_id, m.partition)
+            if not m.error_code and m.last_stable_offset >= 0 and self._on_stable is not None:
+                # before any waiter is woken: its re-read must see this LSO
+                self._on_stable(key, m.high_watermark, m.last_stable_offset)
+            if m.error_code:
+                self._fail(key)
+            elif key in self._known and self.local_commit_pending(key):
+                # Most likely our own commit, answered to the long poll before our
+                # commit call returned: `committed()` will wake the waiters once the
+                # chunk cache has the new chunks, so their re-read needs no metadata
+                # call. Record the watermark now (the next long poll must not answer
+                # it again) and wake them anyway after LOCAL_SETTLE_MS.
+                if m.high_watermark > self._known[key]:
+                    self._known[key] = m.high_watermark
+                    loop.call_later(LOCAL_SETTLE_MS / 1000.0, self._settle, key)
+            else:
+                self._learn(key, m.high_watermark)
 
     async def close(self) -> None:
         self._closed = True

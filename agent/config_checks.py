@@ -15,26 +15,43 @@ if TYPE_CHECKING:
 
 
 def check_config(config: AgentConfig) -> None:
-    """Raise ValueError naming the first setting that is out of range."""
+    """Raise ValueError naming the first setting that is out of range.
 
-    def positive(name: str) -> None:
-        if getattr(config, name) <= 0:
-            raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+    The sections run in this order, so "first" is the first failing rule of the first
+    failing section."""
+    _check_identity(config)
+    _check_sizes_and_timeouts(config)
+    _check_groups(config)
+    _check_connections(config)
+    _check_leases_and_transactions(config)
 
-    def non_negative(name: str) -> None:
-        if getattr(config, name) < 0:
-            raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
 
+def _positive(config: AgentConfig, name: str) -> None:
+    if getattr(config, name) <= 0:
+        raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+
+
+def _non_negative(config: AgentConfig, name: str) -> None:
+    if getattr(config, name) < 0:
+        raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
+
+
+def _check_identity(config: AgentConfig) -> None:
+    """Who the agent is, how it reaches the metadata service, where it listens."""
     if not config.agent_id:
         raise ValueError("agent_id must not be empty")
     if config.metadata_token and config.metadata_token_file:
         raise ValueError("set one of metadata_token and metadata_token_file, not both")
     for name in ("port",):
-        non_negative(name)
+        _non_negative(config, name)
         if getattr(config, name) > 65535:
             raise ValueError(f"{name} must be a TCP port, got {getattr(config, name)}")
     if config.advertised_port is not None and not 0 <= config.advertised_port <= 65535:
         raise ValueError(f"advertised_port must be a TCP port, got {config.advertised_port}")
+
+
+def _check_sizes_and_timeouts(config: AgentConfig) -> None:
+    """The buffers, flushes, caches, fetches and timeouts, and how they relate."""
     for name in (
         "max_request_bytes",
         "max_inflight_requests",
@@ -59,7 +76,7 @@ def check_config(config: AgentConfig) -> None:
         "max_partition_fetch_bytes",
         "fetch_read_inflight_bytes",
     ):
-        positive(name)
+        _positive(config, name)
     if not 0 <= config.metrics_port <= 65535:
         raise ValueError(f"metrics_port must be a TCP port or 0, got {config.metrics_port}")
     for name in (
@@ -71,7 +88,7 @@ def check_config(config: AgentConfig) -> None:
         "fetch_coalesce_gap_bytes",
         "fetch_readahead_bytes",
     ):
-        non_negative(name)
+        _non_negative(config, name)
     for name in ("fetch_max_bytes", "max_partition_fetch_bytes"):
         if getattr(config, name) > 2**31 - 1:
             raise ValueError(f"{name} must fit in a signed 32-bit size (a Kafka int32)")
@@ -81,23 +98,31 @@ def check_config(config: AgentConfig) -> None:
         raise ValueError("max_buffered_bytes must be at least flush_max_bytes")
     if config.agent_ttl_ms <= config.heartbeat_interval_ms:
         raise ValueError("agent_ttl_ms must be longer than heartbeat_interval_ms")
-    non_negative("group_initial_rebalance_delay_ms")
-    positive("group_min_session_timeout_ms")
+
+
+def _check_groups(config: AgentConfig) -> None:
+    """The consumer-group coordinator's delays and session-timeout bounds."""
+    _non_negative(config, "group_initial_rebalance_delay_ms")
+    _positive(config, "group_min_session_timeout_ms")
     if config.group_max_session_timeout_ms < config.group_min_session_timeout_ms:
         raise ValueError("group_max_session_timeout_ms must be at least group_min_session_timeout_ms")
     if config.group_max_session_timeout_ms > 2**31 - 1:
         raise ValueError("group_max_session_timeout_ms must fit in a signed 32-bit int (a Kafka int32)")
+
+
+def _check_connections(config: AgentConfig) -> None:
+    """Per-connection limits, sockets, listeners with their TLS, and SASL."""
     for name in ("connection_max_inflight_bytes", "queued_max_request_bytes", "request_read_timeout_ms"):
-        positive(name)
+        _positive(config, name)
     for name in ("socket_receive_buffer_bytes", "socket_send_buffer_bytes"):
         if getattr(config, name) != -1:
-            positive(name)
+            _positive(config, name)
     for name in ("max_connections", "max_connections_per_ip"):
         if getattr(config, name) is not None:
-            positive(name)
-    non_negative("scram_credential_cache_ms")
-    non_negative("connections_max_reauth_ms")
-    positive("ssl_handshake_timeout_ms")
+            _positive(config, name)
+    _non_negative(config, "scram_credential_cache_ms")
+    _non_negative(config, "connections_max_reauth_ms")
+    _positive(config, "ssl_handshake_timeout_ms")
     listeners = config.resolved_listeners()  # ValueError names the bad setting
     if any(li.tls for li in listeners):
         from skiff.agent.network.listeners import server_ssl_context
@@ -106,10 +131,14 @@ def check_config(config: AgentConfig) -> None:
     from skiff.agent.network.sasl import parse_mechanisms
 
     parse_mechanisms(config.sasl_enabled_mechanisms)
+
+
+def _check_leases_and_transactions(config: AgentConfig) -> None:
+    """Group leases, the ACL refresh, and the transaction coordinator's limits and timers."""
     if not 100 <= config.group_lease_ttl_ms <= 600_000:
         raise ValueError(f"group_lease_ttl_ms must be in [100, 600000], got {config.group_lease_ttl_ms}")
-    positive("group_lease_renew_interval_ms")
-    positive("acl_refresh_interval_ms")
+    _positive(config, "group_lease_renew_interval_ms")
+    _positive(config, "acl_refresh_interval_ms")
     for name, most in (
         ("transaction_max_partitions", 1_000_000),
         ("transaction_max_offsets", 1_000_000),

@@ -80,7 +80,8 @@ def bucket_check(
             return await asyncio.wait_for(coro, timeout_s), None
         except TimeoutError:
             return None, Failure("bucket", f"{where}: {name} {key} did not answer within {timeout_ms} ms")
-        except Exception as e:  # any failure means not ready; say which step and why
+        except Exception as e:  # boundary: a probe: any failure is not ready
+            # any failure means not ready; say which step and why
             return None, Failure("bucket", f"{where}: {name} {key} failed: {type(e).__name__}: {e}")
 
     async def check() -> Failure | None:
@@ -112,7 +113,7 @@ def metadata_check(
             await asyncio.wait_for(metadata.live_agents(), timeout_s)
         except TimeoutError:
             return Failure("metadata", f"metadata did not answer within {timeout_ms} ms")
-        except Exception as e:
+        except Exception as e:  # boundary: a readiness probe: any failure means not ready; say why
             return Failure("metadata", f"metadata: {type(e).__name__}: {e}")
         return None
 
@@ -177,7 +178,7 @@ class ReadinessMonitor:
         self.probes += 1
         try:
             failures = tuple(await self._probe())
-        except Exception as e:  # a bug in the probe: not ready, and say so
+        except Exception as e:  # boundary: a bug in the probe: not ready, and say so
             failures = (Failure("probe", f"readiness probe raised {type(e).__name__}: {e}"),)
         for f in failures:
             self.failures[f.dependency] = self.failures.get(f.dependency, 0) + 1
@@ -219,7 +220,8 @@ class ReadinessMonitor:
                 await self.probe()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # _probe_once catches the probe's errors; this is a bug
+            except Exception:  # boundary: the readiness task must not die
+                # _probe_once catches the probe's errors; this is a bug
                 log.exception("unexpected error in the readiness loop")
 
     async def close(self) -> None:

@@ -72,174 +72,216 @@ class AgentCollector(Collector):
         self._agent = agent
 
     def collect(self) -> Iterator[Metric]:
+        # Each section reads one component; the order is the exposition's.
         a = self._agent
-        snap = a.store.stats.snapshot()
-        requests = CounterMetricFamily(
-            "skiff_object_store_requests", "Object store requests by kind", labels=["kind"]
-        )
-        for kind, n in sorted(snap.requests.items()):
-            requests.add_metric([kind], n)
-        yield requests
-        errors = CounterMetricFamily(
-            "skiff_object_store_errors", "Failed object store requests", labels=["kind"]
-        )
-        for kind, n in sorted(snap.errors.items()):
-            errors.add_metric([kind], n)
-        yield errors
-        moved = CounterMetricFamily(
-            "skiff_object_store_bytes", "Bytes sent to / received from the store", labels=["direction"]
-        )
-        moved.add_metric(["out"], snap.bytes_out)
-        moved.add_metric(["in"], snap.bytes_in)
-        yield moved
-        yield CounterMetricFamily(
-            "skiff_object_store_retries", "Extra attempts made by the S3 client", value=snap.retries
-        )
-        yield CounterMetricFamily(
-            "skiff_produce_files", "Segment files written and committed", value=a.buffer.files_flushed
-        )
-        yield CounterMetricFamily(
-            "skiff_produce_file_bytes", "Bytes of committed segment files", value=a.buffer.bytes_flushed
-        )
-        yield CounterMetricFamily(
-            "skiff_produce_flush_failures",
-            "Flushes that failed (PUT or commit)",
-            value=a.buffer.flush_failures,
-        )
-        yield GaugeMetricFamily(
-            "skiff_produce_buffered_bytes", "Produce bytes held in memory", value=a.buffer.buffered_bytes
-        )
-        yield CounterMetricFamily(
-            "skiff_fetch_cache_hits",
-            "Range cache hits (ranges served from cache or from a GET in flight)",
-            value=a.cache.hits,
-        )
-        yield CounterMetricFamily("skiff_fetch_cache_misses", "Range cache misses", value=a.cache.misses)
-        yield CounterMetricFamily(
-            "skiff_fetch_cache_loads", "Ranged GETs made by the range cache (coalesced)", value=a.cache.loads
-        )
-        yield GaugeMetricFamily(
-            "skiff_fetch_cache_bytes", "Bytes held by the range cache", value=a.cache.cached_bytes
-        )
-        yield GaugeMetricFamily(
-            "skiff_connections", "Open Kafka connections", value=a.server.connection_count
-        )
-        served = CounterMetricFamily("skiff_requests", "Kafka requests read, by API", labels=["api"])
-        for api, n in sorted(dict(a.server.requests).items()):
-            served.add_metric([api], n)
-        yield served
-        stages = CounterMetricFamily(
-            "skiff_produce_stage_seconds",
-            "Seconds the produce buffer's files spent in each stage, summed over files",
-            labels=["stage"],
-        )
-        longest = GaugeMetricFamily(
-            "skiff_produce_stage_max_seconds", "The longest one file spent in each stage", labels=["stage"]
-        )
-        for stage, seconds in a.buffer.stage_seconds.items():
-            stages.add_metric([stage], seconds)
-            longest.add_metric([stage], a.buffer.stage_max_seconds[stage])
-        yield stages
-        yield longest
-        yield GaugeMetricFamily(
-            "skiff_produce_post_seal_estimate_seconds",
-            "p95 of recent files' seal-to-commit time: files are sealed this much (plus the "
-            "clients' linger, up to flush_seal_lead_max_ms) before flush_interval_ms",
-            value=a.buffer.post_seal_estimate_s,
-        )
-        yield CounterMetricFamily(
-            "skiff_produce_requests_inline",
-            "Produce requests handled without a task (agent.handlers.produce.start_inline)",
-            value=a.server.produce_inline,
-        )
-        yield CounterMetricFamily(
-            "skiff_responses_encoded_sliced",
-            "Large responses encoded in slices that yield to the event loop (agent.protocol.sliced_encode)",
-            value=a.server.responses_encoded_sliced,
-        )
-        yield CounterMetricFamily(
-            "skiff_response_encode_yields",
-            "Turns given to the event loop while encoding large responses",
-            value=a.server.encode_slice_yields,
-        )
-        refused = CounterMetricFamily(
-            "skiff_connections_refused",
-            "Connections closed at accept because a cap was reached",
-            labels=["reason"],
-        )
-        for reason in ("max_connections", "max_connections_per_ip"):
-            refused.add_metric([reason], a.server.connections_refused[reason])
-        yield refused
-        yield CounterMetricFamily(
-            "skiff_request_read_timeouts",
-            "Connections closed because a request's body did not arrive within request_read_timeout_ms",
-            value=a.server.request_read_timeouts,
-        )
-        yield GaugeMetricFamily(
-            "skiff_connections_muted",
-            "Connections not read while their byte budget (or the agent's) is full",
-            value=a.server.muted_connections,
-        )
-        yield GaugeMetricFamily(
-            "skiff_connection_held_bytes",
-            "Bytes held by connections: requests being handled, reserved fetch responses, unsent responses",
-            value=a.server.connection_held_bytes,
-        )
-        yield GaugeMetricFamily(
-            "skiff_request_bytes_in_flight",
-            "Request bytes being handled across all connections (bound: queued_max_request_bytes)",
-            value=a.server.request_budget.used,
-        )
-        yield GaugeMetricFamily(
-            "skiff_fetch_followed_partitions",
-            "Partitions whose commits through other agents this agent follows (long poll on metadata)",
-            value=a.watch.followed_partitions,
-        )
-        groups = a.context.parts.groups
-        delayed = GaugeMetricFamily(
-            "skiff_purgatory_delayed", "Operations waiting in a purgatory", labels=["purgatory"]
-        )
-        watched = GaugeMetricFamily(
-            "skiff_purgatory_watched",
-            "Watcher-list entries of a purgatory (completed ones until purged)",
-            labels=["purgatory"],
-        )
-        for name, p in (
-            ("fetch", a.watch.purgatory),
-            ("heartbeat", groups.heartbeat_purgatory),
-            ("rebalance", groups.rebalance_purgatory),
-        ):
-            delayed.add_metric([name], p.delayed)
-            watched.add_metric([name], p.watched)
-        yield delayed
-        yield watched
-        yield GaugeMetricFamily(
-            "skiff_groups", "Groups held by this agent's coordinator", value=len(groups.list_groups())
-        )
-        yield CounterMetricFamily(
-            "skiff_fetch_commit_long_polls",
-            "Answered long polls of metadata for other agents' commits",
-            value=a.watch.long_polls,
-        )
-        parked = CounterMetricFamily(
-            "skiff_fetch_delayed_completed",
-            "Long-poll fetches that parked and completed, by a wake (a commit) or by expiry (max wait)",
-            labels=["by"],
-        )
-        parked.add_metric(["wake"], a.watch.parked_woken)
-        parked.add_metric(["expiry"], a.watch.parked_expired)
-        yield parked
+        yield from _object_store_metrics(a)
+        yield from _produce_buffer_metrics(a)
+        yield from _fetch_cache_metrics(a)
+        yield from _request_metrics(a)
+        yield from _produce_stage_metrics(a)
+        yield from _response_encoding_metrics(a)
+        yield from _connection_limit_metrics(a)
+        yield from _watch_and_group_metrics(a)
         yield from readiness_metrics(a.readiness)
         yield from security_metrics(a.servers or [a.server])
-        denied = CounterMetricFamily(
-            "skiff_authorization_denied",
-            "Authorization checks refused by the ACLs, by Kafka API and resource type (a refused "
-            "request counts once per resource it named)",
-            labels=["api", "resource"],
-        )
-        for (api_key, resource), n in sorted(a.context.acls.denied.items()):
-            denied.add_metric([api_name(api_key) or str(api_key), resource.name.lower()], n)
-        yield denied
+        yield from _authorization_metrics(a)
+
+
+def _object_store_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """The object store's own request accounting."""
+    snap = a.store.stats.snapshot()
+    requests = CounterMetricFamily(
+        "skiff_object_store_requests", "Object store requests by kind", labels=["kind"]
+    )
+    for kind, n in sorted(snap.requests.items()):
+        requests.add_metric([kind], n)
+    yield requests
+    errors = CounterMetricFamily("skiff_object_store_errors", "Failed object store requests", labels=["kind"])
+    for kind, n in sorted(snap.errors.items()):
+        errors.add_metric([kind], n)
+    yield errors
+    moved = CounterMetricFamily(
+        "skiff_object_store_bytes", "Bytes sent to / received from the store", labels=["direction"]
+    )
+    moved.add_metric(["out"], snap.bytes_out)
+    moved.add_metric(["in"], snap.bytes_in)
+    yield moved
+    yield CounterMetricFamily(
+        "skiff_object_store_retries", "Extra attempts made by the S3 client", value=snap.retries
+    )
+
+
+def _produce_buffer_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """The produce buffer's files and the bytes it holds."""
+    yield CounterMetricFamily(
+        "skiff_produce_files", "Segment files written and committed", value=a.buffer.files_flushed
+    )
+    yield CounterMetricFamily(
+        "skiff_produce_file_bytes", "Bytes of committed segment files", value=a.buffer.bytes_flushed
+    )
+    yield CounterMetricFamily(
+        "skiff_produce_flush_failures",
+        "Flushes that failed (PUT or commit)",
+        value=a.buffer.flush_failures,
+    )
+    yield GaugeMetricFamily(
+        "skiff_produce_buffered_bytes", "Produce bytes held in memory", value=a.buffer.buffered_bytes
+    )
+
+
+def _fetch_cache_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """The range cache (`fileformat.objectstore.range_cache`)."""
+    yield CounterMetricFamily(
+        "skiff_fetch_cache_hits",
+        "Range cache hits (ranges served from cache or from a GET in flight)",
+        value=a.cache.hits,
+    )
+    yield CounterMetricFamily("skiff_fetch_cache_misses", "Range cache misses", value=a.cache.misses)
+    yield CounterMetricFamily(
+        "skiff_fetch_cache_loads", "Ranged GETs made by the range cache (coalesced)", value=a.cache.loads
+    )
+    yield GaugeMetricFamily(
+        "skiff_fetch_cache_bytes", "Bytes held by the range cache", value=a.cache.cached_bytes
+    )
+
+
+def _request_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """Open connections and the Kafka requests read, by API."""
+    yield GaugeMetricFamily("skiff_connections", "Open Kafka connections", value=a.server.connection_count)
+    served = CounterMetricFamily("skiff_requests", "Kafka requests read, by API", labels=["api"])
+    for api, n in sorted(dict(a.server.requests).items()):
+        served.add_metric([api], n)
+    yield served
+
+
+def _produce_stage_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """Where the produce buffer's files spend their time, and the learned seal lead."""
+    stages = CounterMetricFamily(
+        "skiff_produce_stage_seconds",
+        "Seconds the produce buffer's files spent in each stage, summed over files",
+        labels=["stage"],
+    )
+    longest = GaugeMetricFamily(
+        "skiff_produce_stage_max_seconds", "The longest one file spent in each stage", labels=["stage"]
+    )
+    for stage, seconds in a.buffer.stage_seconds.items():
+        stages.add_metric([stage], seconds)
+        longest.add_metric([stage], a.buffer.stage_max_seconds[stage])
+    yield stages
+    yield longest
+    yield GaugeMetricFamily(
+        "skiff_produce_post_seal_estimate_seconds",
+        "p95 of recent files' seal-to-commit time: files are sealed this much (plus the "
+        "clients' linger, up to flush_seal_lead_max_ms) before flush_interval_ms",
+        value=a.buffer.post_seal_estimate_s,
+    )
+
+
+def _response_encoding_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """Produce requests handled inline, and large responses encoded in slices."""
+    yield CounterMetricFamily(
+        "skiff_produce_requests_inline",
+        "Produce requests handled without a task (agent.handlers.produce.start_inline)",
+        value=a.server.produce_inline,
+    )
+    yield CounterMetricFamily(
+        "skiff_responses_encoded_sliced",
+        "Large responses encoded in slices that yield to the event loop (agent.protocol.sliced_encode)",
+        value=a.server.responses_encoded_sliced,
+    )
+    yield CounterMetricFamily(
+        "skiff_response_encode_yields",
+        "Turns given to the event loop while encoding large responses",
+        value=a.server.encode_slice_yields,
+    )
+
+
+def _connection_limit_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """The protocol server's bounds (`agent.network.limits`)."""
+    refused = CounterMetricFamily(
+        "skiff_connections_refused",
+        "Connections closed at accept because a cap was reached",
+        labels=["reason"],
+    )
+    for reason in ("max_connections", "max_connections_per_ip"):
+        refused.add_metric([reason], a.server.connections_refused[reason])
+    yield refused
+    yield CounterMetricFamily(
+        "skiff_request_read_timeouts",
+        "Connections closed because a request's body did not arrive within request_read_timeout_ms",
+        value=a.server.request_read_timeouts,
+    )
+    yield GaugeMetricFamily(
+        "skiff_connections_muted",
+        "Connections not read while their byte budget (or the agent's) is full",
+        value=a.server.muted_connections,
+    )
+    yield GaugeMetricFamily(
+        "skiff_connection_held_bytes",
+        "Bytes held by connections: requests being handled, reserved fetch responses, unsent responses",
+        value=a.server.connection_held_bytes,
+    )
+    yield GaugeMetricFamily(
+        "skiff_request_bytes_in_flight",
+        "Request bytes being handled across all connections (bound: queued_max_request_bytes)",
+        value=a.server.request_budget.used,
+    )
+
+
+def _watch_and_group_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """Commit following, the purgatories, and the groups this agent coordinates."""
+    yield GaugeMetricFamily(
+        "skiff_fetch_followed_partitions",
+        "Partitions whose commits through other agents this agent follows (long poll on metadata)",
+        value=a.watch.followed_partitions,
+    )
+    groups = a.context.parts.groups
+    delayed = GaugeMetricFamily(
+        "skiff_purgatory_delayed", "Operations waiting in a purgatory", labels=["purgatory"]
+    )
+    watched = GaugeMetricFamily(
+        "skiff_purgatory_watched",
+        "Watcher-list entries of a purgatory (completed ones until purged)",
+        labels=["purgatory"],
+    )
+    for name, p in (
+        ("fetch", a.watch.purgatory),
+        ("heartbeat", groups.heartbeat_purgatory),
+        ("rebalance", groups.rebalance_purgatory),
+    ):
+        delayed.add_metric([name], p.delayed)
+        watched.add_metric([name], p.watched)
+    yield delayed
+    yield watched
+    yield GaugeMetricFamily(
+        "skiff_groups", "Groups held by this agent's coordinator", value=len(groups.list_groups())
+    )
+    yield CounterMetricFamily(
+        "skiff_fetch_commit_long_polls",
+        "Answered long polls of metadata for other agents' commits",
+        value=a.watch.long_polls,
+    )
+    parked = CounterMetricFamily(
+        "skiff_fetch_delayed_completed",
+        "Long-poll fetches that parked and completed, by a wake (a commit) or by expiry (max wait)",
+        labels=["by"],
+    )
+    parked.add_metric(["wake"], a.watch.parked_woken)
+    parked.add_metric(["expiry"], a.watch.parked_expired)
+    yield parked
+
+
+def _authorization_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """ACL checks refused, by Kafka API and resource type."""
+    denied = CounterMetricFamily(
+        "skiff_authorization_denied",
+        "Authorization checks refused by the ACLs, by Kafka API and resource type (a refused "
+        "request counts once per resource it named)",
+        labels=["api", "resource"],
+    )
+    for (api_key, resource), n in sorted(a.context.acls.denied.items()):
+        denied.add_metric([api_name(api_key) or str(api_key), resource.name.lower()], n)
+    yield denied
 
 
 def readiness_metrics(readiness: Readiness | None) -> Iterator[Metric]:

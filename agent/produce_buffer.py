@@ -350,7 +350,7 @@ class ProduceBuffer:
         try:
             async with self._inflight:
                 await self._put_and_commit(open_file, previous, done)
-        except Exception:  # never leave a producer hanging
+        except Exception:  # boundary: never leave a producer hanging
             log.exception("flush %d failed unexpectedly", open_file.seq)
             self._fail_all(open_file, UNKNOWN_SERVER_ERROR, "internal error while flushing")
         finally:
@@ -387,7 +387,7 @@ class ProduceBuffer:
         self._stage("queued", t0 - open_file.sealed_s)
         try:
             await self._store.put(key, data)
-        except Exception as exc:
+        except Exception as exc:  # boundary: any store failure fails this file's producers (retriable)
             self.flush_failures += 1
             log.warning("PUT %s (%d bytes) failed: %s", key, len(data), exc)
             # Commit order must still be kept for the files after this one.
@@ -472,7 +472,7 @@ class ProduceBuffer:
                 maybe = self._on_committed(committed)
                 if maybe is not None:
                     await maybe
-            except Exception:
+            except Exception:  # boundary: an observer's failure must not stop the commit path
                 log.exception("on_committed observer failed")
         # The seal -> first ack time this file took: what the next files' seal lead learns.
         self._deadline.record_post_seal(loop.time() - open_file.sealed_s)

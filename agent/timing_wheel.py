@@ -393,7 +393,7 @@ class SystemTimer:
         if not self._wheel.add(task):
             try:
                 task.run()
-            except Exception:
+            except Exception:  # boundary: a timer task's failure must not stop the caller
                 log.exception("timer task %r failed", task)
 
     def advance_clock(self, timeout_ms: int = 0) -> bool:
@@ -445,7 +445,7 @@ class SystemTimer:
                     if task.expiration_ms < expired_before or not wheel_add(task):
                         try:
                             task.run()
-                        except Exception:
+                        except Exception:  # boundary: a timer task must not stop the others
                             log.exception("timer task %r failed", task)
                 bucket.expiration_ms = -1
                 bucket = poll(now)
@@ -511,7 +511,7 @@ class AsyncTimerDriver:
         while True:
             try:
                 advance()
-            except Exception:
+            except Exception:  # boundary: the timer task must not die
                 log.exception("timer advance failed")
             head = timer.next_expiration_ms()
             wait_ms: float | None

@@ -59,6 +59,16 @@ def group_candidates(
     """Partitions that share input files go to one job; jobs in the order of their most
     urgent partition; a group over `max_job_input_bytes` (the sum of its distinct input
     file sizes) is cut greedily, urgency order kept; one partition alone may exceed it."""
+    groups = _sharing_groups(candidates)
+    jobs: list[list[CompactionCandidate]] = []
+    for root in sorted(groups):
+        jobs.extend(_cut_by_size(groups[root], max_job_input_bytes))
+    return jobs
+
+
+def _sharing_groups(candidates: Sequence[CompactionCandidate]) -> dict[int, list[CompactionCandidate]]:
+    """Union-find over shared input files: candidates keyed by their group's lowest index
+    (so sorted keys give the order of each group's most urgent candidate), order kept."""
     parent = list(range(len(candidates)))
 
     def find(i: int) -> int:
@@ -77,21 +87,27 @@ def group_candidates(
     groups: dict[int, list[CompactionCandidate]] = {}
     for i, c in enumerate(candidates):
         groups.setdefault(find(i), []).append(c)
+    return groups
 
+
+def _cut_by_size(
+    group: list[CompactionCandidate], max_job_input_bytes: int
+) -> list[list[CompactionCandidate]]:
+    """One group cut greedily into jobs of at most `max_job_input_bytes` distinct input file
+    bytes, order kept; a job always takes at least one candidate."""
     jobs: list[list[CompactionCandidate]] = []
-    for root in sorted(groups):
-        job: list[CompactionCandidate] = []
-        sizes: dict[str, int] = {}
-        for c in groups[root]:
-            mine = {ch.location.object_key: ch.file_size_bytes for ch in c.chunks}
-            new_bytes = sum(n for k, n in mine.items() if k not in sizes)
-            if job and sum(sizes.values()) + new_bytes > max_job_input_bytes:
-                jobs.append(job)
-                job, sizes = [], {}
-            job.append(c)
-            sizes.update(mine)
-        if job:
+    job: list[CompactionCandidate] = []
+    sizes: dict[str, int] = {}
+    for c in group:
+        mine = {ch.location.object_key: ch.file_size_bytes for ch in c.chunks}
+        new_bytes = sum(n for k, n in mine.items() if k not in sizes)
+        if job and sum(sizes.values()) + new_bytes > max_job_input_bytes:
             jobs.append(job)
+            job, sizes = [], {}
+        job.append(c)
+        sizes.update(mine)
+    if job:
+        jobs.append(job)
     return jobs
 
 

@@ -226,68 +226,12 @@ async def run_leased_job(
 ) -> LeasedJob:
     """Run one claimed job: the blocking runner in a thread, the lease renewed meanwhile,
     each output swapped under the lease with its checkpoints, the lease released at the end."""
-    progress = progress or NoProgress()
-    loop = asyncio.get_running_loop()
     token = plan.lease_token
-    holder = config.planner.holder
-    pause = config.pause
-    read = [0]  # bytes streamed, written by the job's thread only
-    unreported = {"A": 0, "B": 0}
-
-    def swap(
-        ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk], cps: Sequence[Checkpoint]
-    ) -> None:
-        updates = [CheckpointUpdate(c.topic_id, c.partition, c.first_dirty_offset) for c in cps]
-        fut = asyncio.run_coroutine_threadsafe(
-            md.replace_chunks(list(ids), file, list(outputs), updates, token), loop
-        )
-        fut.result()
-        # one line per swap: which holder replaced which chunks (operators; the agent
-        # role's e2e test counts swaps per holder from it)
-        log.info(
-            "compaction: holder %s job %s swapped %s (%d bytes) for %d input chunk(s): %s",
-            holder,
-            plan.job_id,
-            file.object_key,
-            file.size_bytes,
-            len(ids),
-            ",".join(map(str, ids)),
-        )
-        loop.call_soon_threadsafe(progress.file_swapped, plan, file.object_key, len(ids))
-        if pause is not None:
-            pause.swapped(plan.job_id, holder)
-
-    def on_read(stream: str, nbytes: int) -> None:
-        read[0] += nbytes
-        unreported[stream] += nbytes
-        # one call into the loop per MiB or so, not per network piece
-        if unreported[stream] >= PROGRESS_STEP_BYTES:
-            loop.call_soon_threadsafe(progress.bytes_read, plan, stream, unreported[stream])
-            unreported[stream] = 0
-
-    def work() -> JobResult:
-        if pause is not None:
-            pause.job_started(plan.job_id, holder)
-        try:
-            return run_job(
-                plan,
-                store,
-                swap,
-                key_prefix=config.key_prefix,
-                writer_id=holder,
-                keymap_budget_bytes=config.keymap_budget_bytes,
-                roll_bytes=config.roll_bytes,
-                on_read=on_read,
-            )
-        finally:
-            for stream, n in unreported.items():
-                if n:
-                    loop.call_soon_threadsafe(progress.bytes_read, plan, stream, n)
-
+    job = _JobThread(md, store, plan, config, progress or NoProgress(), asyncio.get_running_loop())
     renewer = asyncio.create_task(_renew(md, token, config.planner.lease_ms)) if token else None
     try:
-        result = await asyncio.to_thread(work)
-        return LeasedJob(result, read[0])
+        result = await asyncio.to_thread(job.work)
+        return LeasedJob(result, job.read_bytes)
     finally:
         if renewer is not None:
             renewer.cancel()
@@ -296,8 +240,87 @@ async def run_leased_job(
         if token:
             try:
                 await md.release_compaction_lease(token)
-            except Exception as exc:  # it expires on its own; the work is done or retried
+            except Exception as exc:  # boundary: cleanup must not mask the outcome
+                # the lease expires on its own; the work is done or retried
                 log.warning("compaction: releasing lease of job %s failed: %s", plan.job_id, exc)
+
+
+class _JobThread:
+    """One job run in a worker thread: it swaps each output through the event loop (under the
+    job's lease, with its checkpoints) and reports progress to the loop."""
+
+    def __init__(
+        self,
+        md: CompactorClient,
+        store: ObjectStore,
+        plan: JobPlan,
+        config: RunnerConfig,
+        progress: Progress,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._md = md
+        self._store = store
+        self._plan = plan
+        self._config = config
+        self._progress = progress
+        self._loop = loop
+        self._holder = config.planner.holder
+        self._pause = config.pause
+        self.read_bytes = 0  # bytes streamed, written by the job's thread only
+        self._unreported = {"A": 0, "B": 0}
+
+    def swap(
+        self, ids: Sequence[int], file: FileSpec, outputs: Sequence[OutputChunk], cps: Sequence[Checkpoint]
+    ) -> None:
+        plan = self._plan
+        updates = [CheckpointUpdate(c.topic_id, c.partition, c.first_dirty_offset) for c in cps]
+        fut = asyncio.run_coroutine_threadsafe(
+            self._md.replace_chunks(list(ids), file, list(outputs), updates, plan.lease_token), self._loop
+        )
+        fut.result()
+        # one line per swap: which holder replaced which chunks (operators; the agent
+        # role's e2e test counts swaps per holder from it)
+        log.info(
+            "compaction: holder %s job %s swapped %s (%d bytes) for %d input chunk(s): %s",
+            self._holder,
+            plan.job_id,
+            file.object_key,
+            file.size_bytes,
+            len(ids),
+            ",".join(map(str, ids)),
+        )
+        self._loop.call_soon_threadsafe(self._progress.file_swapped, plan, file.object_key, len(ids))
+        if self._pause is not None:
+            self._pause.swapped(plan.job_id, self._holder)
+
+    def on_read(self, stream: str, nbytes: int) -> None:
+        self.read_bytes += nbytes
+        self._unreported[stream] += nbytes
+        # one call into the loop per MiB or so, not per network piece
+        if self._unreported[stream] >= PROGRESS_STEP_BYTES:
+            self._loop.call_soon_threadsafe(
+                self._progress.bytes_read, self._plan, stream, self._unreported[stream]
+            )
+            self._unreported[stream] = 0
+
+    def work(self) -> JobResult:
+        if self._pause is not None:
+            self._pause.job_started(self._plan.job_id, self._holder)
+        try:
+            return run_job(
+                self._plan,
+                self._store,
+                self.swap,
+                key_prefix=self._config.key_prefix,
+                writer_id=self._holder,
+                keymap_budget_bytes=self._config.keymap_budget_bytes,
+                roll_bytes=self._config.roll_bytes,
+                on_read=self.on_read,
+            )
+        finally:
+            for stream, n in self._unreported.items():
+                if n:
+                    self._loop.call_soon_threadsafe(self._progress.bytes_read, self._plan, stream, n)
 
 
 async def _renew(md: CompactorClient, token: str, lease_ms: int) -> None:
@@ -306,29 +329,16 @@ async def _renew(md: CompactorClient, token: str, lease_ms: int) -> None:
         await asyncio.sleep(lease_ms / 3000)
         try:
             await md.renew_compaction_lease(token, lease_ms)
-        except Exception as exc:
+        except Exception as exc:  # boundary: the renewal task must not die
+            # a lost lease is logged and the swap refuses
             log.warning("compaction: renewing lease failed: %s", exc)
 
 
-async def run_pass(
-    md: CompactorClient,
-    store: ObjectStore,
-    config: RunnerConfig | None = None,
-    progress: Progress | None = None,
-) -> PassSummary:
-    """Retention, then compaction until nothing is left, then GC and offset expiry."""
-    config = config or RunnerConfig()
-    progress = progress or NoProgress()
-    started = time.monotonic()
-    summary = PassSummary()
-    if config.retention:
-        progress.stage("retention")
-        topics = [config.topic] if config.topic else None
-        r = await retention.enforce_all(md, topics)
-        summary.retention_chunks_deleted += r.chunks_deleted
-        summary.retention_bytes_deleted += r.bytes_deleted
-
-    progress.stage("compaction")
+async def _compact(
+    md: CompactorClient, store: ObjectStore, config: RunnerConfig, progress: Progress, summary: PassSummary
+) -> None:
+    """Claim and run jobs one at a time until none is left (or the same work comes back, or
+    MAX_ROUNDS_PER_PASS), adding each to `summary`."""
     seen: set[frozenset[tuple[int, str]]] = set()
     for _ in range(MAX_ROUNDS_PER_PASS):
         plans = await claim_jobs(md, topic=config.topic, config=config.planner, max_jobs=1)
@@ -356,7 +366,7 @@ async def run_pass(
         progress.job_started(plan)
         try:
             done = await run_leased_job(md, store, plan, config, progress)
-        except Exception as exc:
+        except Exception as exc:  # boundary: one job's failure must not stop the pass
             summary.jobs_failed += 1
             log.warning(
                 "compaction: holder %s job %s failed: %s",
@@ -370,6 +380,26 @@ async def run_pass(
         summary.add_job(plan, done.result.stats, done.bytes_read)
         progress.job_done(plan, done.result.stats)
 
+
+async def run_pass(
+    md: CompactorClient,
+    store: ObjectStore,
+    config: RunnerConfig | None = None,
+    progress: Progress | None = None,
+) -> PassSummary:
+    """Retention, then compaction until nothing is left, then GC and offset expiry."""
+    config = config or RunnerConfig()
+    progress = progress or NoProgress()
+    started = time.monotonic()
+    summary = PassSummary()
+    if config.retention:
+        progress.stage("retention")
+        topics = [config.topic] if config.topic else None
+        r = await retention.enforce_all(md, topics)
+        summary.retention_chunks_deleted += r.chunks_deleted
+        summary.retention_bytes_deleted += r.bytes_deleted
+    progress.stage("compaction")
+    await _compact(md, store, config, progress, summary)
     if config.gc:
         progress.stage("garbage collection")
         collector = GarbageCollector(
@@ -425,7 +455,8 @@ class MaintenanceLoop:
             progress = self._progress_factory() if self._progress_factory else None
             try:
                 summary = await run_pass(self.md, self.store, self.config, progress)
-            except Exception as exc:  # metadata or bucket away: try again next interval
+            except Exception as exc:  # boundary: the maintenance task must not die
+                # metadata or bucket away: try again next interval
                 log.warning("maintenance pass failed: %s", exc)
             else:
                 self.passes += 1

@@ -139,7 +139,7 @@ def _bounded_into(
         out = bytearray(size)
         try:
             n = decompress_into(data, out)
-        except Exception as exc:  # cramjam.DecompressionError and friends
+        except Exception as exc:  # boundary: untrusted bytes; cramjam.DecompressionError and friends
             if _BUFFER_TOO_SMALL in str(exc):
                 if size >= max_output:
                     raise _limit_error(name, max_output, position) from None
@@ -188,14 +188,14 @@ def _lz4_guess(data: memoryview) -> int:
 def _snappy_raw(data: BytesLike, max_output: int, position: int | None, total: int = 0) -> bytes:
     try:
         n = cramjam.snappy.decompress_raw_len(data)
-    except Exception as exc:
+    except Exception as exc:  # boundary: untrusted bytes, whatever cramjam raises
         raise CodecError(f"corrupt snappy records{_where(position)}: {exc}", position) from None
     if total + n > max_output:
         raise _limit_error("snappy", max_output, position)
     out = bytearray(n)
     try:
         written = cramjam.snappy.decompress_raw_into(data, out)
-    except Exception as exc:
+    except Exception as exc:  # boundary: untrusted bytes, whatever cramjam raises
         raise CodecError(f"corrupt snappy records{_where(position)}: {exc}", position) from None
     if written != n:
         raise CodecError(f"corrupt snappy records{_where(position)}: {written} bytes, expected {n}", position)

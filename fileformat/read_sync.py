@@ -30,7 +30,7 @@ def load_chunks(
     for key, ranges in group_by_object(locations).items():
         try:
             answer = store.get_ranges(key, ranges, gap_bytes=gap_bytes)
-        except Exception as exc:
+        except Exception as exc:  # boundary: each range's failure is reported to its reader
             for pos, length in ranges:
                 failed[(key, pos, length)] = exc
             continue

@@ -36,7 +36,7 @@ def serialize(offsets: Iterable[int] | BitMap) -> bytes:
 def deserialize(data: bytes) -> BitMap:
     try:
         return BitMap.deserialize(data)
-    except Exception as e:  # pyroaring raises ValueError or others on garbage
+    except Exception as e:  # boundary: untrusted bytes: pyroaring raises ValueError or others on garbage
         raise ValueError(f"invalid roaring bitmap: {e}") from None
 
 

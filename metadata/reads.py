@@ -227,11 +227,13 @@ class Reads:
         stmt = self._partition_chunks(q, log_start, hwm).order_by(
             chunks.c.max_timestamp.desc(), chunks.c.last_offset
         )
-        for r in conn.execute(stmt.execution_options(yield_per=16)):
-            loc = location_of(r)
-            last = bitmaps.last_present_in_chunk(loc)
-            if last is not None and last >= log_start:
-                return OffsetAnswer(NONE, last, loc.max_timestamp)
+        # closed on the early return: a server-side cursor left open warns when collected
+        with conn.execute(stmt.execution_options(yield_per=16)) as rows:
+            for r in rows:
+                loc = location_of(r)
+                last = bitmaps.last_present_in_chunk(loc)
+                if last is not None and last >= log_start:
+                    return OffsetAnswer(NONE, last, loc.max_timestamp)
         return OffsetAnswer(NONE, -1, -1)
 
     def _offset_for_timestamp(
@@ -242,11 +244,12 @@ class Reads:
             .where(chunks.c.max_timestamp >= q.timestamp)
             .order_by(chunks.c.last_offset)
         )
-        for r in conn.execute(stmt.execution_options(yield_per=16)):
-            loc = location_of(r)
-            first = bitmaps.next_present_in_chunk(loc, log_start)
-            if first is not None:
-                return OffsetAnswer(NONE, first, loc.max_timestamp)
+        with conn.execute(stmt.execution_options(yield_per=16)) as rows:
+            for r in rows:
+                loc = location_of(r)
+                first = bitmaps.next_present_in_chunk(loc, log_start)
+                if first is not None:
+                    return OffsetAnswer(NONE, first, loc.max_timestamp)
         return OffsetAnswer(NONE, -1, -1)
 
 

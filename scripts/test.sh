@@ -9,4 +9,5 @@ echo "== ruff"; ruff check .
 echo "== ruff format"; ruff format --check .
 echo "== mypy"; bash scripts/typecheck.sh
 echo "== import contracts"; lint-imports
+echo "== function lengths"; python scripts/function_lengths.py
 echo "== pytest"; python -m pytest -q "$@"

@@ -55,7 +55,8 @@ class GroupActivityReporter:
             await asyncio.sleep(self.interval_ms / 1000)
             try:
                 await self.report_once()
-            except Exception as exc:  # metadata away: the next tick tries again
+            except Exception as exc:  # boundary: the reporting task must not die
+                # metadata away: the next tick tries again
                 log.warning("reporting active consumer groups failed: %s", exc)
 
     async def close(self) -> None:

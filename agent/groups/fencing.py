@@ -257,7 +257,8 @@ class GroupFence:
                 await self.renew_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a bug must not stop renewals for good
+            except Exception:  # boundary: the renewal task must not die
+                # a bug must not stop renewals for good
                 log.exception("unexpected error renewing group leases")
 
     async def close(self) -> None:

@@ -226,6 +226,11 @@ def default_registry() -> HandlerRegistry:
 METADATA_UNAVAILABLE = ErrorCode.request_timed_out
 
 
+# What a metadata call raises when it fails (the service refused, or could not be reached);
+# anything else is a bug and propagates to the connection, which answers it as one.
+METADATA_ERRORS = (MetadataError, MetadataUnavailable)
+
+
 def error_of(exc: BaseException) -> tuple[ErrorCode, str]:
     """(Kafka error code, message) for an exception raised while serving a request."""
     if isinstance(exc, MetadataError):

@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.add_offsets_to_txn.v3.response import AddOffsetsToTxnResponse
 from kio.schema.errors import ErrorCode
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, TXN_ID_DENIED, on, request, requires
 from skiff.agent.handlers._txn import txn_error, txn_exception_code
 
@@ -42,7 +42,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             body.group_id,
             max_partitions=ctx.config.transaction_max_partitions,
         )
-    except Exception as exc:
+    except METADATA_ERRORS as exc:
         return AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=txn_exception_code(exc))
     return AddOffsetsToTxnResponse(
         throttle_time=NO_THROTTLE, error_code=txn_error(code, request.api_version, FENCED_SINCE_VERSION)

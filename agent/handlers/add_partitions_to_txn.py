@@ -24,6 +24,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import (
+    METADATA_ERRORS,
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -82,7 +83,7 @@ async def _add(
         }
     try:
         known = await ctx.topics.get_by_name(list(wanted))
-    except Exception as exc:
+    except METADATA_ERRORS as exc:
         code = txn_exception_code(exc)
         return {n: dict.fromkeys(ps, code) for n, ps in wanted.items()}
     if any(n not in known for n in wanted):
@@ -110,7 +111,7 @@ async def _add(
                 list(by_id),
                 max_partitions=ctx.config.transaction_max_partitions,
             )
-    except Exception as exc:
+    except METADATA_ERRORS as exc:
         code = txn_exception_code(exc)
         return {n: dict.fromkeys(ps, code) for n, ps in wanted.items()}
     for key, (n, p) in by_id.items():

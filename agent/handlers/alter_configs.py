@@ -23,6 +23,7 @@ from kio.schema.alter_configs.v2.response import AlterConfigsResourceResponse, A
 from kio.schema.errors import ErrorCode
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import (
+    METADATA_ERRORS,
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -80,7 +81,7 @@ async def alter_topic(
         if validate_only:
             return ErrorCode.none, None
         updated = await ctx.metadata.alter_topic_configs(name, set_configs, delete_configs, replace)
-    except Exception as e:
+    except METADATA_ERRORS as e:
         code, message = error_of(e)
         if code == ErrorCode.unknown_server_error:
             raise

@@ -28,7 +28,14 @@ from kio.schema.alter_user_scram_credentials.v0.response import (
 )
 from kio.schema.errors import ErrorCode
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, authorized_on_cluster, error_of
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Request,
+    authorized_on_cluster,
+    error_of,
+)
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
 from skiff.metadata.security.scram_types import (
     MAX_ITERATIONS,
@@ -124,7 +131,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             continue
         try:
             await _apply(ctx, user, body)
-        except Exception as e:
+        except METADATA_ERRORS as e:
             errors[user] = error_of(e)
     results = tuple(
         AlterUserScramCredentialsResult(

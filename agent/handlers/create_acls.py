@@ -19,7 +19,15 @@ from typing import Any
 from kio.schema.create_acls.v3.response import AclCreationResult, CreateAclsResponse
 from kio.schema.errors import ErrorCode
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, authorized_on_cluster, error_of
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    authorized_on_cluster,
+    error_of,
+)
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
 from skiff.agent.handlers.describe_acls import SECURITY_DISABLED_MESSAGE
 from skiff.metadata.security.acl_types import AclBinding, binding_error, binding_of
@@ -68,7 +76,8 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         try:
             await ctx.metadata.create_acls(valid)
             log.info("ACLs created by %s: %s", request.connection.principal, valid)
-        except Exception as e:
+        except Exception as e:  # boundary: the bindings fail together
+            # a bug is logged and answered as unknown_server_error for every binding
             code, message = error_of(e)
             if code == ErrorCode.unknown_server_error:
                 log.exception("CreateAcls failed")
@@ -84,7 +93,7 @@ async def refresh_after_change(ctx: AgentContext) -> None:
     answers; otherwise the background poll catches up)."""
     try:
         await ctx.acls.refresh()
-    except Exception as e:
+    except METADATA_ERRORS as e:
         log.warning("ACLs changed, but reloading them failed (the next poll retries): %s", e)
 
 

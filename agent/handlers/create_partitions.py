@@ -22,7 +22,16 @@ from kio.schema.create_partitions.v3.response import CreatePartitionsResponse, C
 from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    error_of,
+)
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from skiff.agent.protocol import convert
 from skiff.metadata.configs import topic_name_error
@@ -62,6 +71,45 @@ def check(t: CreatePartitionsTopic, topic: Topic | None) -> CreatePartitionsTopi
     return None
 
 
+def _refusal(
+    t: CreatePartitionsTopic,
+    counts: Counter[TopicName],
+    denied: set[TopicName],
+    lookup_error: tuple[ErrorCode, str] | None,
+) -> CreatePartitionsTopicResult | None:
+    """The answer of a topic refused before its partitions are looked at, else None."""
+    if counts[t.name] > 1:
+        return _result(t.name, ErrorCode.invalid_request, "Duplicate topic in request.")
+    if t.name in denied:
+        return _result(t.name, ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
+    reason = topic_name_error(t.name)
+    if reason is not None:
+        return _result(t.name, ErrorCode.invalid_topic_exception, reason)
+    if lookup_error is not None:
+        return _result(t.name, *lookup_error)
+    return None
+
+
+async def _add(
+    ctx: AgentContext, t: CreatePartitionsTopic, validate_only: bool
+) -> CreatePartitionsTopicResult:
+    """Add the partitions of a topic that passed the checks (or only say it would work)."""
+    if validate_only:
+        return _result(t.name, ErrorCode.none)
+    try:
+        topic = await ctx.metadata.add_partitions(t.name, t.count)
+    except Exception as e:  # boundary: one topic's failure only
+        # one topic's failure, even a bug (logged), answers for that topic only
+        code, message = error_of(e)
+        if code == ErrorCode.unknown_server_error:
+            log.exception("adding partitions to %r failed", t.name)
+        ctx.topics.invalidate(names=[t.name])
+        return _result(t.name, code, message)
+    ctx.topics.put(topic)
+    log.info("topic %r now has %d partitions", topic.name, topic.partition_count)
+    return _result(t.name, ErrorCode.none)
+
+
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, CreatePartitionsRequest)
     counts = Counter(t.name for t in body.topics)
@@ -76,47 +124,18 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     if valid:
         try:
             existing = await ctx.metadata.describe_topics(valid)
-        except Exception as e:
+        except METADATA_ERRORS as e:
             lookup_error = error_of(e)
             if lookup_error[0] == ErrorCode.unknown_server_error:
                 raise
 
     results: list[CreatePartitionsTopicResult] = []
     for t in body.topics:
-        if counts[t.name] > 1:
-            results.append(_result(t.name, ErrorCode.invalid_request, "Duplicate topic in request."))
-            continue
-        if t.name in denied:
-            results.append(
-                _result(t.name, ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
-            )
-            continue
-        reason = topic_name_error(t.name)
-        if reason is not None:
-            results.append(_result(t.name, ErrorCode.invalid_topic_exception, reason))
-            continue
-        if lookup_error is not None:
-            results.append(_result(t.name, *lookup_error))
-            continue
-        failed = check(t, existing.get(t.name))
-        if failed is not None:
-            results.append(failed)
-            continue
-        if body.validate_only:
-            results.append(_result(t.name, ErrorCode.none))
-            continue
-        try:
-            topic = await ctx.metadata.add_partitions(t.name, t.count)
-        except Exception as e:
-            code, message = error_of(e)
-            if code == ErrorCode.unknown_server_error:
-                log.exception("adding partitions to %r failed", t.name)
-            ctx.topics.invalidate(names=[t.name])
-            results.append(_result(t.name, code, message))
-            continue
-        ctx.topics.put(topic)
-        log.info("topic %r now has %d partitions", topic.name, topic.partition_count)
-        results.append(_result(t.name, ErrorCode.none))
+        refused = _refusal(t, counts, denied, lookup_error)
+        if refused is not None:
+            results.append(refused)
+        else:
+            results.append(check(t, existing.get(t.name)) or await _add(ctx, t, body.validate_only))
     return CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
 
 

@@ -140,28 +140,7 @@ def validate_topic(ctx: AgentContext, t: CreatableTopic) -> tuple[int, dict[str,
     reason = topic_configs.topic_name_error(t.name)
     if reason is not None:
         raise TopicError(ErrorCode.invalid_topic_exception, reason)
-    if t.assignments:
-        if t.num_partitions != -1 or t.replication_factor != -1:
-            raise TopicError(
-                ErrorCode.invalid_request,
-                "A manual partition assignment was specified, but numPartitions or replicationFactor "
-                "was not set to -1.",
-            )
-        indices = sorted(a.partition_index for a in t.assignments)
-        if indices != list(range(len(indices))):
-            raise TopicError(
-                ErrorCode.invalid_replica_assignment,
-                "Partitions in a manual assignment must be numbered consecutively from 0.",
-            )
-        partitions = len(indices)
-    elif t.num_partitions == -1:
-        partitions = ctx.config.default_partitions
-    elif t.num_partitions <= 0:
-        raise TopicError(
-            ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."
-        )
-    else:
-        partitions = t.num_partitions
+    partitions = _partition_count(ctx, t)
     if t.replication_factor == 0 or t.replication_factor < -1:
         raise TopicError(
             ErrorCode.invalid_replication_factor,
@@ -179,6 +158,32 @@ def validate_topic(ctx: AgentContext, t: CreatableTopic) -> tuple[int, dict[str,
     except topic_configs.ConfigError as e:
         raise TopicError(ErrorCode.invalid_config, str(e)) from None
     return partitions, configs
+
+
+def _partition_count(ctx: AgentContext, t: CreatableTopic) -> int:
+    """The topic's partition count: from its manual assignment, its num_partitions, or the
+    default (-1); TopicError if invalid."""
+    if t.assignments:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            raise TopicError(
+                ErrorCode.invalid_request,
+                "A manual partition assignment was specified, but numPartitions or replicationFactor "
+                "was not set to -1.",
+            )
+        indices = sorted(a.partition_index for a in t.assignments)
+        if indices != list(range(len(indices))):
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                "Partitions in a manual assignment must be numbered consecutively from 0.",
+            )
+        return len(indices)
+    if t.num_partitions == -1:
+        return ctx.config.default_partitions
+    if t.num_partitions <= 0:
+        raise TopicError(
+            ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."
+        )
+    return t.num_partitions
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
@@ -296,7 +301,8 @@ class _Creation:
         for batch in create_batches(list(self.to_create.values())):
             try:
                 outcomes = await ctx.metadata.create_topics(batch)
-            except Exception as e:
+            except Exception as e:  # boundary: one batch's failure only
+                # one batch's failure, even a bug (logged), answers for its topics only
                 code, message = error_of(e)
                 if code == ErrorCode.unknown_server_error:
                     log.exception("creating %d topic(s) failed", len(batch))

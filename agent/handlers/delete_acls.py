@@ -97,7 +97,8 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 log.info(
                     "ACLs deleted by %s: %s", request.connection.principal, [b for f in found for b in f]
                 )
-        except Exception as e:
+        except Exception as e:  # boundary: answers each filter
+            # a failed deletion, even a bug (logged), answers each filter with the error
             code, message = error_of(e)
             if code == ErrorCode.unknown_server_error:
                 log.exception("DeleteAcls failed")

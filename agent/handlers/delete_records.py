@@ -50,7 +50,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     answers: list[DeleteRecordsAnswer]
     try:
         answers = await ctx.metadata.delete_records(queries) if queries else []
-    except Exception as e:
+    except Exception as e:  # boundary: a failure, even a bug (logged), answers every partition with the error
         code, message = error_of(e)
         if code == ErrorCode.unknown_server_error:
             log.exception("DeleteRecords failed")

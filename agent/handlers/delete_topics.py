@@ -21,10 +21,20 @@ from kio.schema.delete_topics.v6.response import DeletableTopicResult, DeleteTop
 from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    error_of,
+)
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from skiff.agent.protocol import uuid_or_none
 from skiff.metadata.configs import topic_name_error
+from skiff.metadata.types import Topic
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +67,7 @@ async def _delete_by_name(
             topic = await ctx.topics.get(name)
             topic_id = topic.topic_id if topic is not None else None
         await ctx.metadata.delete_topic(name)
-    except Exception as e:
+    except Exception as e:  # boundary: one topic's failure, even a bug (logged), answers for that topic only
         code, message = error_of(e)
         if code == ErrorCode.unknown_server_error:
             log.exception("deleting topic %r failed", name)
@@ -66,6 +76,30 @@ async def _delete_by_name(
         ctx.topics.invalidate(names=[name])
     log.info("deleted topic %r", name)
     return _result(name, topic_id, ErrorCode.none)
+
+
+async def _delete_one(
+    ctx: AgentContext,
+    request: Request,
+    name: str | None,
+    tid: uuid.UUID | None,
+    by_id: dict[uuid.UUID, Topic],
+    id_error: tuple[ErrorCode, str] | None,
+) -> DeletableTopicResult:
+    """One requested topic, named by name or by id (`by_id` and `id_error`: the ids' lookup)."""
+    if name is not None and tid is not None:
+        return _result(name, tid, ErrorCode.invalid_request, "Only one of topic name or topic id may be set.")
+    if name is not None:
+        return await _delete_by_name(ctx, request, name, None)
+    if tid is None:
+        return _result(None, None, ErrorCode.invalid_request, "A topic name or a topic id is required.")
+    if id_error is not None:
+        return _result(None, tid, *id_error)
+    if tid not in by_id:
+        return _result(None, tid, ErrorCode.unknown_topic_id, f"Topic id {tid} does not exist.")
+    if not authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, by_id[tid].name):
+        return _result(None, tid, ErrorCode.topic_authorization_failed, "Authorization failed.")
+    return await _delete_by_name(ctx, request, by_id[tid].name, tid)
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
@@ -77,12 +111,12 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         wanted = [(t.name, uuid_or_none(t.topic_id)) for t in body.topics]
 
     ids = [tid for name, tid in wanted if name is None and tid is not None]
-    by_id = {}
+    by_id: dict[uuid.UUID, Topic] = {}
     id_error: tuple[ErrorCode, str] | None = None
     if ids:
         try:
             by_id = await ctx.metadata.topics_by_id(ids)
-        except Exception as e:
+        except METADATA_ERRORS as e:
             id_error = error_of(e)
 
     done: dict[tuple[str | None, uuid.UUID | None], DeletableTopicResult] = {}
@@ -92,22 +126,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         if key in done:
             results.append(done[key])
             continue
-        if name is not None and tid is not None:
-            res = _result(
-                name, tid, ErrorCode.invalid_request, "Only one of topic name or topic id may be set."
-            )
-        elif name is not None:
-            res = await _delete_by_name(ctx, request, name, None)
-        elif tid is None:
-            res = _result(None, None, ErrorCode.invalid_request, "A topic name or a topic id is required.")
-        elif id_error is not None:
-            res = _result(None, tid, *id_error)
-        elif tid not in by_id:
-            res = _result(None, tid, ErrorCode.unknown_topic_id, f"Topic id {tid} does not exist.")
-        elif not authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, by_id[tid].name):
-            res = _result(None, tid, ErrorCode.topic_authorization_failed, "Authorization failed.")
-        else:
-            res = await _delete_by_name(ctx, request, by_id[tid].name, tid)
+        res = await _delete_one(ctx, request, name, tid, by_id, id_error)
         done[key] = res
         results.append(res)
     return DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -16,7 +16,7 @@ from kio.schema.describe_acls.v3.response import AclDescription, DescribeAclsRes
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, error_of
+from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Op, Request, error_of
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, on, request, requires
 from skiff.metadata.security.acl_types import AclBinding, filter_error, filter_of
 
@@ -69,7 +69,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         return _error(ErrorCode.invalid_request, reason)
     try:
         _, bindings = await ctx.metadata.describe_acls(acl_filter)
-    except Exception as e:
+    except METADATA_ERRORS as e:
         code, message = error_of(e)
         if code == ErrorCode.unknown_server_error:
             raise

@@ -41,6 +41,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import (
+    METADATA_ERRORS,
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -323,7 +324,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     if names:
         try:
             topics = await ctx.metadata.describe_topics(names)
-        except Exception as e:
+        except METADATA_ERRORS as e:
             lookup_error = error_of(e)
             if lookup_error[0] == ErrorCode.unknown_server_error:
                 raise

@@ -28,6 +28,7 @@ from skiff.agent.context import AgentContext
 from skiff.agent.groups.coordinator import coordinator, owns_group
 from skiff.agent.groups.model import GroupDescription, GroupState
 from skiff.agent.handlers import (
+    METADATA_ERRORS,
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -80,6 +81,38 @@ def _described(d: GroupDescription) -> DescribedGroup:
     )
 
 
+async def _described_from_offsets(ctx: AgentContext, group_ids: list[str]) -> dict[str, DescribedGroup]:
+    """Groups the coordinator does not hold: Empty if metadata has committed offsets for
+    them, else Dead (or as the coordinator describes them, if created meanwhile)."""
+    coord = coordinator(ctx)
+    try:
+        with_offsets = set(await ctx.metadata.groups_with_offsets(group_ids))
+    except METADATA_ERRORS as e:
+        code = admin_error_of(e)
+        return {g: _failed(g, code) for g in group_ids}
+    answers: dict[str, DescribedGroup] = {}
+    for i, group_id in enumerate(group_ids):
+        await pause(i)
+        d = coord.describe(group_id)  # it may have been created while we waited
+        if d is None:
+            state = GroupState.EMPTY if group_id in with_offsets else GroupState.DEAD
+            d = GroupDescription(group_id, state.value, "", "", ())
+        answers[group_id] = _described(d)
+    return answers
+
+
+def _add_authorized_operations(
+    ctx: AgentContext, request: Request, answers: dict[str, DescribedGroup]
+) -> None:
+    """KIP-430: each described group's authorized operations for this principal."""
+    for group_id, answer in answers.items():
+        if answer.error_code == ErrorCode.none:
+            ops = authorized_operations(ctx, request, Resource.GROUP, group_id)
+            answers[group_id] = dataclasses.replace(
+                answer, authorized_operations=i32(GROUP_AUTHORIZED_OPERATIONS if ops is None else ops)
+            )
+
+
 async def handle(ctx: AgentContext, request: Request) -> Any:
     coord = coordinator(ctx)
     answers: dict[str, DescribedGroup] = {}
@@ -98,26 +131,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         else:
             answers[group_id] = _described(d)
     if not_in_memory:
-        try:
-            with_offsets = set(await ctx.metadata.groups_with_offsets(not_in_memory))
-        except Exception as e:
-            code = admin_error_of(e)
-            answers.update((g, _failed(g, code)) for g in not_in_memory)
-        else:
-            for i, group_id in enumerate(not_in_memory):
-                await pause(i)
-                d = coord.describe(group_id)  # it may have been created while we waited
-                if d is None:
-                    state = GroupState.EMPTY if group_id in with_offsets else GroupState.DEAD
-                    d = GroupDescription(group_id, state.value, "", "", ())
-                answers[group_id] = _described(d)
+        answers.update(await _described_from_offsets(ctx, not_in_memory))
     if getattr(request.body, "include_authorized_operations", False):
-        for group_id, answer in answers.items():
-            if answer.error_code == ErrorCode.none:
-                ops = authorized_operations(ctx, request, Resource.GROUP, group_id)
-                answers[group_id] = dataclasses.replace(
-                    answer, authorized_operations=i32(GROUP_AUTHORIZED_OPERATIONS if ops is None else ops)
-                )
+        _add_authorized_operations(ctx, request, answers)
     return DescribeGroupsResponse(
         throttle_time=NO_THROTTLE, groups=tuple(answers[g] for g in request.body.groups)
     )

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import TZAware, i16, i32, i32Timedelta
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
+from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Request, Resource, authorized
 from skiff.agent.handlers._access import RT, TXN_ID_DENIED, Op, filtered, item, on, requires
 from skiff.agent.handlers._txn import txn_exception_code
 from skiff.metadata.transactions.state import TxnRecord
@@ -84,7 +84,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         found = await ctx.metadata.describe_txns(sorted(allowed)) if allowed else {}
         topic_ids = {uuid.UUID(t) for r in found.values() if r is not None for t, _ in r.partitions}
         topics = await ctx.metadata.topics_by_id(sorted(topic_ids)) if topic_ids else {}
-    except Exception as exc:
+    except METADATA_ERRORS as exc:
         code = txn_exception_code(exc)
         states = tuple(_state(t, None, {}, code) for t in ids)
         return DescribeTransactionsResponse(throttle_time=NO_THROTTLE, transaction_states=states)

@@ -22,7 +22,7 @@ from kio.schema.describe_user_scram_credentials.v0.response import (
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Request, error_of
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, Op, on, request, requires
 from skiff.metadata.security.scram_types import MECHANISM_CODES, ScramCredentialInfo
 
@@ -65,7 +65,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     counts = Counter(names)
     try:
         infos = await ctx.metadata.describe_scram_users(sorted(counts) if names else None)
-    except Exception as e:
+    except METADATA_ERRORS as e:
         code, message = error_of(e)
         return DescribeUserScramCredentialsResponse(
             throttle_time=NO_THROTTLE, error_code=code, error_message=message, results=()

@@ -24,7 +24,7 @@ from typing import Any
 from kio.schema.end_txn.v4.response import EndTxnResponse
 from kio.schema.errors import ErrorCode
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import RT, TXN_ID_DENIED, on, request, requires
 from skiff.agent.handlers._txn import txn_error, txn_exception_code
 
@@ -47,7 +47,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         out = await ctx.metadata.end_txn(
             body.transactional_id, int(body.producer_id), int(body.producer_epoch), bool(body.committed)
         )
-    except Exception as exc:
+    except METADATA_ERRORS as exc:
         return EndTxnResponse(throttle_time=NO_THROTTLE, error_code=txn_exception_code(exc))
     if out.ok and out.write_markers and out.record is not None:
         prepared_s = time.perf_counter()

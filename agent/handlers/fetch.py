@@ -68,7 +68,16 @@ from kio.schema.fetch.v12.response import (
 from kio.schema.types import ProducerId
 from kio.static.primitive import Records, i32, i64
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    error_of,
+)
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from skiff.fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
 from skiff.fileformat.objectstore import AsyncObjectStore
@@ -139,7 +148,6 @@ async def _read_once(
     slots: list[list[tuple[Key, int, int] | PartitionData]],
 ) -> tuple[list[list[PartitionData]], int, dict[Key, int]]:
     """One pass over every requested partition; returns (answers, bytes found, watermarks)."""
-    store = ctx.parts.bucket
     committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
     queries = [
         FetchQuery(k[0], k[1], offset, max_bytes, READ_COMMITTED if committed else 0)
@@ -148,56 +156,12 @@ async def _read_once(
         if isinstance(s, tuple)
         for k, offset, max_bytes in [s]
     ]
-    locations = ctx.parts.chunk_locations
-    watch = ctx.parts.commit_watch
-    trust_ms = ctx.config.fetch_poll_interval_ms
-    infos: list[PartitionFetchInfo | None] = [
-        (
-            locations.lookup_committed((q.topic_id, q.partition), q.offset, q.max_bytes)
-            or locations.known_tail_committed(
-                (q.topic_id, q.partition),
-                q.offset,
-                trust_ms,
-                confirms=functools.partial(watch.confirms_tail, (q.topic_id, q.partition)),
-            )
-        )
-        if committed
-        else locations.lookup((q.topic_id, q.partition), q.offset, q.max_bytes)
-        or locations.known_tail(
-            (q.topic_id, q.partition),
-            q.offset,
-            trust_ms,
-            confirmed=watch.confirms_tail((q.topic_id, q.partition), q.offset),
-        )
-        for q in queries
-    ]
-    misses = [i for i, info in enumerate(infos) if info is None]
-    batch_error: tuple[ErrorCode, str] | None = None
-    if misses:
-        try:
-            answered = await ctx.metadata.find_chunks([queries[i] for i in misses])
-            for i, info in zip(misses, answered, strict=True):
-                infos[i] = info
-                locations.store((queries[i].topic_id, queries[i].partition), info, queries[i].offset)
-        except Exception as exc:
-            batch_error = error_of(exc)
-            if batch_error[0] == ErrorCode.unknown_server_error:
-                raise
-            if batch_error[0] == ErrorCode.request_timed_out:
-                batch_error = (ErrorCode.kafka_storage_error, batch_error[1])
+    infos = [_cached_info(ctx, q, committed) for q in queries]
+    batch_error = await _fill_from_metadata(ctx, queries, infos)
     budget = min(int(body.max_bytes), ctx.config.fetch_max_bytes)
     if budget <= 0:
         budget = ctx.config.fetch_max_bytes
-    # The partitions that read records, in request order, and the chunks they need.
-    reads: list[PartitionRead] = []
-    for row in slots:
-        for slot in row:
-            if isinstance(slot, tuple):
-                known = infos[len(reads)]
-                chunks = known.chunks if known is not None and not known.error_code else ()
-                _, offset, max_bytes = slot
-                reads.append(PartitionRead(chunks, offset, max_bytes))
-    results = await _read_records(ctx, store, reads, budget)
+    results = await _read_records(ctx, ctx.parts.bucket, _partition_reads(slots, infos), budget)
     total = 0
     watermarks: dict[Key, int] = {}
     out: list[list[PartitionData]] = []
@@ -208,61 +172,115 @@ async def _read_once(
             if not isinstance(slot, tuple):
                 answers.append(slot)
                 continue
-            key = slot[0]
-            found, result = infos[i], results[i]
-            i += 1
-            if found is None:  # metadata failed and the cache could not answer
-                code = batch_error[0] if batch_error is not None else ErrorCode.kafka_storage_error
-                answers.append(_pdata(p.partition, code))
-                continue
-            info = found
-            if info.error_code:
-                answers.append(
-                    _pdata(
-                        p.partition,
-                        ErrorCode(info.error_code),
-                        hwm=info.high_watermark,
-                        log_start=info.log_start_offset,
-                    )
-                )
-                continue
-            watermarks[key] = info.high_watermark
-            if isinstance(result, ChunkReadError):
-                log.error(
-                    "fetch of %s: refusing corrupt or inconsistent data in object %s at byte %d: %s",
-                    key,
-                    result.object_key,
-                    result.position,
-                    result,
-                )
-            elif isinstance(result, Exception):
-                log.warning("fetch read of %s failed: %s", key, error_of(result)[1])
-            if isinstance(result, Exception):
-                answers.append(
-                    _pdata(
-                        p.partition,
-                        ErrorCode.kafka_storage_error,
-                        hwm=info.high_watermark,
-                        log_start=info.log_start_offset,
-                    )
-                )
-                continue
-            records = result.records
-            if committed and info.last_stable_offset >= 0:
-                records = trim_below(records, info.last_stable_offset)
-            total += len(records)
-            answers.append(
-                _pdata(
-                    p.partition,
-                    ErrorCode.none,
-                    hwm=info.high_watermark,
-                    log_start=info.log_start_offset,
-                    records=records,
-                    info=info,
-                )
+            answer, size = _answer(
+                p.partition, slot[0], infos[i], results[i], batch_error, committed, watermarks
             )
+            i += 1
+            total += size
+            answers.append(answer)
         out.append(answers)
     return out, total, watermarks
+
+
+def _cached_info(ctx: AgentContext, q: FetchQuery, committed: bool) -> PartitionFetchInfo | None:
+    """The chunk-location cache's answer for one query, or None when metadata must answer."""
+    locations = ctx.parts.chunk_locations
+    watch = ctx.parts.commit_watch
+    trust_ms = ctx.config.fetch_poll_interval_ms
+    key = (q.topic_id, q.partition)
+    if committed:
+        return locations.lookup_committed(key, q.offset, q.max_bytes) or locations.known_tail_committed(
+            key, q.offset, trust_ms, confirms=functools.partial(watch.confirms_tail, key)
+        )
+    return locations.lookup(key, q.offset, q.max_bytes) or locations.known_tail(
+        key, q.offset, trust_ms, confirmed=watch.confirms_tail(key, q.offset)
+    )
+
+
+async def _fill_from_metadata(
+    ctx: AgentContext, queries: list[FetchQuery], infos: list[PartitionFetchInfo | None]
+) -> tuple[ErrorCode, str] | None:
+    """Ask metadata, in one `find_chunks`, for the queries the cache could not answer (their
+    `infos` are None), filling `infos` and the cache in. Returns the error those partitions
+    get when metadata failed (a timeout answers as KAFKA_STORAGE_ERROR), else None."""
+    misses = [i for i, info in enumerate(infos) if info is None]
+    if not misses:
+        return None
+    locations = ctx.parts.chunk_locations
+    try:
+        answered = await ctx.metadata.find_chunks([queries[i] for i in misses])
+        for i, info in zip(misses, answered, strict=True):
+            infos[i] = info
+            locations.store((queries[i].topic_id, queries[i].partition), info, queries[i].offset)
+    except METADATA_ERRORS as exc:
+        batch_error = error_of(exc)
+        if batch_error[0] == ErrorCode.unknown_server_error:
+            raise
+        if batch_error[0] == ErrorCode.request_timed_out:
+            return (ErrorCode.kafka_storage_error, batch_error[1])
+        return batch_error
+    return None
+
+
+def _partition_reads(
+    slots: list[list[tuple[Key, int, int] | PartitionData]], infos: list[PartitionFetchInfo | None]
+) -> list[PartitionRead]:
+    """The partitions that read records, in request order, and the chunks they need."""
+    reads: list[PartitionRead] = []
+    for row in slots:
+        for slot in row:
+            if isinstance(slot, tuple):
+                known = infos[len(reads)]
+                chunks = known.chunks if known is not None and not known.error_code else ()
+                _, offset, max_bytes = slot
+                reads.append(PartitionRead(chunks, offset, max_bytes))
+    return reads
+
+
+def _answer(
+    partition: int,
+    key: Key,
+    found: PartitionFetchInfo | None,
+    result: FetchSelection | Exception,
+    batch_error: tuple[ErrorCode, str] | None,
+    committed: bool,
+    watermarks: dict[Key, int],
+) -> tuple[PartitionData, int]:
+    """One partition's answer and the bytes of records it carries; records the partition's
+    high watermark in `watermarks` when it was read."""
+    if found is None:  # metadata failed and the cache could not answer
+        code = batch_error[0] if batch_error is not None else ErrorCode.kafka_storage_error
+        return _pdata(partition, code), 0
+    info = found
+    if info.error_code:
+        code = ErrorCode(info.error_code)
+        return _pdata(partition, code, hwm=info.high_watermark, log_start=info.log_start_offset), 0
+    watermarks[key] = info.high_watermark
+    if isinstance(result, Exception):
+        if isinstance(result, ChunkReadError):
+            log.error(
+                "fetch of %s: refusing corrupt or inconsistent data in object %s at byte %d: %s",
+                key,
+                result.object_key,
+                result.position,
+                result,
+            )
+        else:
+            log.warning("fetch read of %s failed: %s", key, error_of(result)[1])
+        code = ErrorCode.kafka_storage_error
+        return _pdata(partition, code, hwm=info.high_watermark, log_start=info.log_start_offset), 0
+    records = result.records
+    if committed and info.last_stable_offset >= 0:
+        records = trim_below(records, info.last_stable_offset)
+    answer = _pdata(
+        partition,
+        ErrorCode.none,
+        hwm=info.high_watermark,
+        log_start=info.log_start_offset,
+        records=records,
+        info=info,
+    )
+    return answer, len(records)
 
 
 async def _read_records(
@@ -300,7 +318,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     names = [t.topic for t in body.topics]
     try:
         topics = await ctx.topics.get_by_name(names)
-    except Exception as exc:
+    except METADATA_ERRORS as exc:
         code, _ = error_of(exc)
         if code == ErrorCode.unknown_server_error:
             raise

@@ -30,7 +30,7 @@ from kio.schema.incremental_alter_configs.v1.response import (
     IncrementalAlterConfigsResponse,
 )
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, error_of
+from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Request, error_of
 from skiff.agent.handlers._access import CLUSTER_DENIED, RT, TOPIC_DENIED, Op, item, on, requires
 from skiff.agent.handlers.alter_configs import BROKER_CONFIGS_ARE_STATIC, alter_each, alter_topic, refusal
 from skiff.agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
@@ -125,7 +125,7 @@ async def _alter_one(
         )
     try:
         topic = (await ctx.metadata.describe_topics([name])).get(name)
-    except Exception as e:
+    except METADATA_ERRORS as e:
         err_code, err_message = error_of(e)
         if err_code == ErrorCode.unknown_server_error:
             raise

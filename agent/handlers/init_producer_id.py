@@ -34,6 +34,7 @@ from kio.schema.types import ProducerId
 from kio.static.primitive import i16
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import (
+    METADATA_ERRORS,
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -76,7 +77,7 @@ async def _transactional(ctx: AgentContext, request: Request) -> InitProducerIdR
         # ask again as a new instance (a stale `expected` was fenced before the abort).
         if out.write_markers and out.record is not None and await ctx.parts.transactions.finish(out.record):
             out = await ctx.metadata.init_txn_producer_id(txn_id, timeout_ms, None)
-    except Exception as exc:
+    except METADATA_ERRORS as exc:
         return _error(txn_exception_code(exc))
     if not out.ok:
         return _error(txn_error(out.error, request.api_version, FENCED_SINCE_VERSION))

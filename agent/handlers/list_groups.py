@@ -22,6 +22,7 @@ from skiff.agent.context import AgentContext
 from skiff.agent.groups.coordinator import coordinator, owns_group
 from skiff.agent.groups.model import GroupState
 from skiff.agent.handlers import (
+    METADATA_ERRORS,
     NO_THROTTLE,
     HandlerSpec,
     Op,
@@ -52,7 +53,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     }
     try:
         with_offsets = await ctx.metadata.groups_with_offsets(None)
-    except Exception as e:
+    except METADATA_ERRORS as e:
         return ListGroupsResponse(throttle_time=NO_THROTTLE, error_code=admin_error_of(e), groups=())
     for group_id in with_offsets:
         if group_id not in found and owns_group(ctx, group_id):

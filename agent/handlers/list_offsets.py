@@ -43,7 +43,16 @@ from kio.schema.list_offsets.v10.response import (
 )
 from kio.static.primitive import i32, i64
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    error_of,
+)
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from skiff.agent.protocol import convert, to_error_code
 from skiff.fileformat.chunk_reader import first_record_at_or_after, max_timestamp_record
@@ -121,7 +130,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     if queries:
         try:
             answers = await ctx.metadata.list_offsets(queries)
-        except Exception as e:
+        except METADATA_ERRORS as e:
             code, _ = error_of(e)
             if code == ErrorCode.unknown_server_error:
                 raise
@@ -177,7 +186,7 @@ async def _stable(
                 for i in todo
             ]
         )
-    except Exception as e:
+    except METADATA_ERRORS as e:
         code, message = error_of(e)
         if code == ErrorCode.unknown_server_error:
             raise
@@ -210,7 +219,7 @@ async def _refine(
         infos = await ctx.metadata.find_chunks(
             [FetchQuery(queries[i].topic_id, queries[i].partition, answers[i].offset, 1) for i in todo]
         )
-    except Exception as e:
+    except METADATA_ERRORS as e:
         code, message = error_of(e)
         if code == ErrorCode.unknown_server_error:
             raise
@@ -237,7 +246,8 @@ async def _refine(
                 found = first_record_at_or_after(
                     loc, data, queries[i].timestamp, min_offset=answers[i].offset
                 )
-        except Exception as e:
+        except Exception as e:  # boundary: one partition's read
+            # any store or decode failure reading one partition's object answers it unavailable
             log.warning("ListOffsets: reading %s@%d failed: %s", loc.object_key, loc.byte_position, e)
             out[i] = OffsetAnswer(int(UNAVAILABLE))
             continue

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_transactions.v1.response import ListTransactionsResponse, TransactionState
 from kio.schema.types import ProducerId, TransactionalId
 from skiff.agent.context import AgentContext
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Request, Resource, authorized
+from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Request, Resource, authorized
 from skiff.agent.handlers._access import RT, Op, filtered, on, requires
 from skiff.agent.handlers._txn import txn_exception_code
 from skiff.metadata.transactions.state import TxnState
@@ -40,7 +40,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         )
     try:
         records = await ctx.metadata.list_txns(known, [int(p) for p in body.producer_id_filters], duration_ms)
-    except Exception as exc:
+    except METADATA_ERRORS as exc:
         return ListTransactionsResponse(
             throttle_time=NO_THROTTLE,
             error_code=txn_exception_code(exc),

@@ -31,7 +31,16 @@ from kio.schema.offset_commit.v9.response import (
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
 from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    error_of,
+)
 from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
 from skiff.agent.protocol import convert
 from skiff.metadata.errors import MetadataError
@@ -65,27 +74,11 @@ def _all(
     )
 
 
-async def handle(ctx: AgentContext, request: Request) -> Any:
-    body = convert(request.body, OffsetCommitRequest)
-    if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
-        return _all(body, ErrorCode.group_authorization_failed)
-    denied = frozenset(
-        t.name for t in body.topics if not authorized(ctx, request, Op.READ, Resource.TOPIC, t.name)
-    )
-    code = await ensure_coordinator(ctx, body.group_id)
-    if code != ErrorCode.none:
-        return _all(body, code, denied)
-    instance_id = body.group_instance_id if request.api_version >= 7 else None
-    code = coordinator(ctx).validate_commit(
-        body.group_id, int(body.generation_id_or_member_epoch), body.member_id, instance_id
-    )
-    if code != ErrorCode.none:
-        return _all(body, code, denied)
-    try:
-        topics: dict[str, Topic] = await ctx.topics.get_by_name([t.name for t in body.topics])
-    except Exception as e:
-        return _all(body, error_of(e)[0], denied)
-
+def _checked_offsets(
+    body: OffsetCommitRequest, topics: dict[str, Topic], denied: frozenset[str]
+) -> tuple[list[list[ErrorCode]], list[GroupOffset], list[tuple[int, int]]]:
+    """(a code per requested partition, the offsets to commit, the (topic index, partition
+    index) of each): refused when denied, unknown or with metadata over MAX_METADATA_BYTES."""
     codes: list[list[ErrorCode]] = []
     offsets: list[GroupOffset] = []
     where: list[tuple[int, int]] = []  # (topic index, partition index) of each offset
@@ -112,21 +105,59 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                     )
                 )
         codes.append(row)
+    return codes, offsets, where
+
+
+async def _commit(
+    ctx: AgentContext,
+    group_id: str,
+    offsets: list[GroupOffset],
+    where: list[tuple[int, int]],
+    codes: list[list[ErrorCode]],
+) -> list[list[ErrorCode]]:
+    """Commit the offsets under the group's lease; the codes with each offset's outcome (a
+    failed commit answers every offset with its error; NOT_COORDINATOR also loses the lease)."""
+    fence = coordinator(ctx).fence
+    lease = fence.token(group_id) if fence is not None else None
+    try:
+        if fence is not None and lease is None:  # not confirmed since the check above
+            raise MetadataError(ErrorCode.not_coordinator, "group lease expired")
+        results = await ctx.metadata.commit_offsets(group_id, offsets, lease)
+    except METADATA_ERRORS as e:
+        failed = error_of(e)[0]
+        if failed == ErrorCode.not_coordinator and fence is not None:
+            fence.lose(group_id, release=False)
+        codes = [[failed if c == ErrorCode.none else c for c in row] for row in codes]
+    else:  # metadata checks each offset too (offset >= -1, the partition still exists)
+        for (ti, pi), result in zip(where, results, strict=True):
+            codes[ti][pi] = ErrorCode(result.error_code)
+    return codes
+
+
+async def handle(ctx: AgentContext, request: Request) -> Any:
+    body = convert(request.body, OffsetCommitRequest)
+    if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
+        return _all(body, ErrorCode.group_authorization_failed)
+    denied = frozenset(
+        t.name for t in body.topics if not authorized(ctx, request, Op.READ, Resource.TOPIC, t.name)
+    )
+    code = await ensure_coordinator(ctx, body.group_id)
+    if code != ErrorCode.none:
+        return _all(body, code, denied)
+    instance_id = body.group_instance_id if request.api_version >= 7 else None
+    code = coordinator(ctx).validate_commit(
+        body.group_id, int(body.generation_id_or_member_epoch), body.member_id, instance_id
+    )
+    if code != ErrorCode.none:
+        return _all(body, code, denied)
+    try:
+        topics: dict[str, Topic] = await ctx.topics.get_by_name([t.name for t in body.topics])
+    except METADATA_ERRORS as e:
+        return _all(body, error_of(e)[0], denied)
+
+    codes, offsets, where = _checked_offsets(body, topics, denied)
     if offsets:
-        fence = coordinator(ctx).fence
-        lease = fence.token(body.group_id) if fence is not None else None
-        try:
-            if fence is not None and lease is None:  # not confirmed since the check above
-                raise MetadataError(ErrorCode.not_coordinator, "group lease expired")
-            results = await ctx.metadata.commit_offsets(body.group_id, offsets, lease)
-        except Exception as e:
-            failed = error_of(e)[0]
-            if failed == ErrorCode.not_coordinator and fence is not None:
-                fence.lose(body.group_id, release=False)
-            codes = [[failed if c == ErrorCode.none else c for c in row] for row in codes]
-        else:  # metadata checks each offset too (offset >= -1, the partition still exists)
-            for (ti, pi), result in zip(where, results, strict=True):
-                codes[ti][pi] = ErrorCode(result.error_code)
+        codes = await _commit(ctx, body.group_id, offsets, where, codes)
     return OffsetCommitResponse(
         throttle_time=NO_THROTTLE,
         topics=tuple(

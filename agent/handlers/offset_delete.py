@@ -28,7 +28,16 @@ from kio.schema.offset_delete.v0.response import (
 from skiff.agent.context import AgentContext
 from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
 from skiff.agent.groups.model import CONSUMER_PROTOCOL_TYPE
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, admin_error_of, authorized
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    admin_error_of,
+    authorized,
+)
 from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, item, on, request, requires
 from skiff.metadata.types import Topic
 
@@ -60,6 +69,29 @@ def _answer(
     )
 
 
+def _partition_codes(
+    ctx: AgentContext, request: Request, topics: dict[str, Topic], subscribed: set[str] | None
+) -> tuple[dict[tuple[str, int], ErrorCode], list[tuple[str, int]]]:
+    """(the codes of the partitions refused, the partitions whose offsets to delete):
+    refused without READ on the topic, when unknown, or while the group subscribes to it
+    (`subscribed` None: unknown, every topic counts)."""
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    delete: list[tuple[str, int]] = []
+    for t in request.body.topics:
+        topic = topics.get(t.name)
+        for p in t.partitions:
+            key = (t.name, int(p.partition_index))
+            if not authorized(ctx, request, Op.READ, Resource.TOPIC, t.name):
+                codes[key] = ErrorCode.topic_authorization_failed
+            elif topic is None or not 0 <= key[1] < topic.partition_count:
+                codes[key] = ErrorCode.unknown_topic_or_partition
+            elif subscribed is None or t.name in subscribed:
+                codes[key] = ErrorCode.group_subscribed_to_topic
+            else:
+                delete.append(key)
+    return codes, delete
+
+
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = request.body
     group_id = body.group_id
@@ -73,7 +105,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         if group_id not in coord.groups and not await ctx.metadata.groups_with_offsets([group_id]):
             return _answer(body, ErrorCode.group_id_not_found)
         topics: dict[str, Topic] = await ctx.topics.get_by_name(list({t.name for t in body.topics}))
-    except Exception as e:
+    except METADATA_ERRORS as e:
         return _answer(body, admin_error_of(e))
 
     group = coord.groups.get(group_id)  # looked up again: the awaits above let others run
@@ -82,24 +114,11 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return _answer(body, ErrorCode.non_empty_group)
         subscribed = group.subscribed_topics()  # None: unknown, every topic counts
-    codes: dict[tuple[str, int], ErrorCode] = {}
-    delete: list[tuple[str, int]] = []
-    for t in body.topics:
-        topic = topics.get(t.name)
-        for p in t.partitions:
-            key = (t.name, int(p.partition_index))
-            if not authorized(ctx, request, Op.READ, Resource.TOPIC, t.name):
-                codes[key] = ErrorCode.topic_authorization_failed
-            elif topic is None or not 0 <= key[1] < topic.partition_count:
-                codes[key] = ErrorCode.unknown_topic_or_partition
-            elif subscribed is None or t.name in subscribed:
-                codes[key] = ErrorCode.group_subscribed_to_topic
-            else:
-                delete.append(key)
+    codes, delete = _partition_codes(ctx, request, topics, subscribed)
     if delete:
         try:
             await ctx.metadata.delete_partition_offsets(group_id, delete)
-        except Exception as e:
+        except METADATA_ERRORS as e:
             return _answer(body, admin_error_of(e))
     return _answer(body, ErrorCode.none, codes)
 

@@ -48,7 +48,16 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
 from skiff.agent.context import AgentContext
 from skiff.agent.groups.coordinator import owns_group
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized, error_of
+from skiff.agent.handlers import (
+    METADATA_ERRORS,
+    NO_THROTTLE,
+    HandlerSpec,
+    Op,
+    Request,
+    Resource,
+    authorized,
+    error_of,
+)
 from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, filtered, item, on, requires
 from skiff.metadata.types import GroupOffset
 
@@ -69,6 +78,30 @@ def _partition(
         metadata=meta,
         error_code=code,
     )
+
+
+def _topic_offsets(
+    name: str,
+    parts: list[int],
+    may_describe: bool,
+    by_key: dict[tuple[str, int], GroupOffset],
+    unstable: set[tuple[str, int]],
+) -> OffsetFetchResponseTopics:
+    """One topic's committed offsets (none: -1), UNSTABLE_OFFSET_COMMIT for partitions with
+    a pending transactional commit, TOPIC_AUTHORIZATION_FAILED without DESCRIBE on it."""
+    if not may_describe:
+        out = [_partition(p, code=ErrorCode.topic_authorization_failed) for p in parts]
+        return OffsetFetchResponseTopics(name=TopicName(name), partitions=tuple(out))
+    out = []
+    for p in parts:
+        c = by_key.get((name, p))
+        if (name, p) in unstable:
+            out.append(_partition(p, code=ErrorCode.unstable_offset_commit))
+        elif c is None:
+            out.append(_partition(p))
+        else:
+            out.append(_partition(p, c.offset, c.metadata, c.leader_epoch))
+    return OffsetFetchResponseTopics(name=TopicName(name), partitions=tuple(out))
 
 
 async def _fetch_group(
@@ -97,31 +130,16 @@ async def _fetch_group(
             found, unstable = await ctx.metadata.fetch_stable_offsets(group_id, names_asked)
         else:
             found, unstable = await ctx.metadata.fetch_offsets(group_id, names_asked), set()
-    except Exception as e:
+    except METADATA_ERRORS as e:
         return fail(error_of(e)[0])
-    by_key: dict[tuple[str, int], GroupOffset] = {(o.topic, o.partition): o for o in found}
-    if requested is None:
+    if requested is None:  # every topic with offsets that the principal may describe
         names: dict[str, list[int]] = {}
         for o in found:
             if may_describe(o.topic):
                 names.setdefault(o.topic, []).append(o.partition)
         requested = list(names.items())
-    topics = []
-    for name, parts in requested:
-        out = []
-        if not may_describe(name):
-            out = [_partition(p, code=ErrorCode.topic_authorization_failed) for p in parts]
-            topics.append(OffsetFetchResponseTopics(name=TopicName(name), partitions=tuple(out)))
-            continue
-        for p in parts:
-            c = by_key.get((name, p))
-            if (name, p) in unstable:
-                out.append(_partition(p, code=ErrorCode.unstable_offset_commit))
-            elif c is None:
-                out.append(_partition(p))
-            else:
-                out.append(_partition(p, c.offset, c.metadata, c.leader_epoch))
-        topics.append(OffsetFetchResponseTopics(name=TopicName(name), partitions=tuple(out)))
+    by_key: dict[tuple[str, int], GroupOffset] = {(o.topic, o.partition): o for o in found}
+    topics = [_topic_offsets(name, parts, may_describe(name), by_key, unstable) for name, parts in requested]
     return OffsetFetchResponseGroup(
         group_id=GroupId(group_id), topics=tuple(topics), error_code=ErrorCode.none
     )

@@ -389,7 +389,7 @@ def start_inline(
                 size += len(b.data)
         if validated and not buffer.has_room(size):
             return None
-    except Exception:
+    except Exception:  # boundary: the awaiting path answers (and logs) whatever went wrong
         return None  # the awaiting path answers (and logs) whatever went wrong
     done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
     pending = [
@@ -456,7 +456,7 @@ class _InlineAck:
                     for ti, t in enumerate(topic_data)
                 ]
             frame = encode_produce_answers(request.correlation_id, request.api_version, topics)
-        except Exception:
+        except Exception:  # boundary: an unencodable answer is logged and answered as an error
             log.exception(
                 "cannot encode the Produce v%d response (correlation id %d)",
                 request.api_version,
@@ -518,7 +518,7 @@ async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
     lookup_error: tuple[ErrorCode, str] | None = None
     try:
         topics = await ctx.topics.get_by_name(names)
-    except Exception as exc:
+    except Exception as exc:  # boundary: a failed lookup is each partition's error code
         lookup_error = error_of(exc)
     answers, validated = _check_partitions(ctx, request, topics, lookup_error, ctx.clock.wall_ms())
     if ticket.previous is not None:

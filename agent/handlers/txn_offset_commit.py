@@ -32,7 +32,7 @@ from kio.schema.txn_offset_commit.v3.response import (
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
 from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import (
     GROUP_DENIED,
     RT,
@@ -107,7 +107,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 max_offsets=ctx.config.transaction_max_offsets,
             )
             codes = [txn_error(r.error_code, v, FENCED_SINCE_VERSION) for r in results]
-        except Exception as exc:
+        except METADATA_ERRORS as exc:
             codes = [txn_exception_code(exc)] * len(offsets)
     it = iter(codes)
     return TxnOffsetCommitResponse(

@@ -504,7 +504,8 @@ class Connection:
                 result = await (spec.handler(self.ctx, request) if started is None else started)
         except asyncio.CancelledError:
             raise
-        except Exception as e:
+        except Exception as e:  # boundary: a handler's failure: error answer
+            # a handler's failure answers its request with an error; the connection goes on
             code, message = error_of(e)
             if code == ErrorCode.unknown_server_error:
                 log.exception("%s v%d handler failed (correlation id %d)", spec.name, version, corr)
@@ -534,7 +535,7 @@ class Connection:
                 self.server.encode_slice_yields += yields
                 return _Outcome(frame)
             return _Outcome(encode_response(corr, convert(result, wire)))
-        except Exception:
+        except Exception:  # boundary: a response that cannot be encoded closes this connection only
             log.exception("cannot encode the %s v%d response (correlation id %d)", spec.name, version, corr)
             return _CLOSE
 

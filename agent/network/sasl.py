@@ -273,7 +273,7 @@ class SaslState:
             raise AuthFailed(failed) from None
         except (MetadataError, MetadataUnavailable):
             raise
-        except Exception as e:  # a hostile message must not become a server error
+        except Exception as e:  # boundary: untrusted bytes: a hostile message must not become a server error
             log.debug("SCRAM exchange failed on a malformed message: %r", e)
             raise AuthFailed(failed) from None
         raise AuthFailed(f"Unexpected {mech} message")

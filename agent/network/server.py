@@ -165,7 +165,7 @@ class AgentServer:
                 await conn.run()
         except asyncio.CancelledError:
             pass
-        except Exception:
+        except Exception:  # boundary: a connection's top level: its failure is logged, the server goes on
             log.exception("connection %s (%s) failed", conn_id, info.peer)
         finally:
             self._connections.pop(conn_id, None)

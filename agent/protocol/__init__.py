@@ -226,7 +226,8 @@ def decode_entity(
     end = check_bounds(cls, data, offset)
     try:
         entity, size = entity_reader(cast(Any, cls))(data, offset)
-    except Exception as e:  # kio raises DecodeError, ValueError, UnicodeDecodeError, OverflowError, ...
+    except Exception as e:  # boundary: untrusted bytes
+        # kio raises DecodeError, ValueError, UnicodeDecodeError, OverflowError, ...
         raise MalformedRequest(f"cannot decode {cls.__name__}: {type(e).__name__}: {e}") from None
     if offset + size != end:
         raise MalformedRequest(f"{cls.__name__}: kio read {size} bytes, the bounds check {end - offset}")

@@ -123,6 +123,19 @@ def _length_prefixed(flexible: bool, wide: bool, nullable: bool, name: str) -> _
     return check
 
 
+def _array_count(buf: bytes | bytearray | memoryview, pos: int, end: int, flexible: bool) -> tuple[int, int]:
+    """(item count, -1 for null; the position after the length) of an array: a compact
+    array's unsigned varint is count + 1, a classic one's int32 is the count."""
+    if flexible:
+        v, pos = read_uvarint(buf, pos, end)
+        return v - 1, pos
+    pos = _need(pos, 4, end, "array length")
+    count = int.from_bytes(buf[pos - 4 : pos], "big", signed=True)
+    if count < -1:
+        raise MalformedRequest(f"negative array length {count}")
+    return count, pos
+
+
 def _array(
     flexible: bool,
     item: _Check,
@@ -133,22 +146,11 @@ def _array(
     max_items: int | None,
 ) -> _Check:
     def check(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
-        if flexible:
-            v, pos = read_uvarint(buf, pos, end)
-            if v == 0:
-                if not nullable:
-                    raise _null(name)
-                return pos
-            count = v - 1
-        else:
-            pos = _need(pos, 4, end, "array length")
-            count = int.from_bytes(buf[pos - 4 : pos], "big", signed=True)
-            if count == -1:
-                if not nullable:
-                    raise _null(name)
-                return pos
-            if count < -1:
-                raise MalformedRequest(f"negative array length {count}")
+        count, pos = _array_count(buf, pos, end, flexible)
+        if count == -1:
+            if not nullable:
+                raise _null(name)
+            return pos
         if max_items is not None and count > max_items:
             raise RequestLimitExceeded(f"{name} has {count} items, over the limit of {max_items}")
         if count * max(item_min, 1) > end - pos:

@@ -211,7 +211,8 @@ class TxnCoordinator:
             t2 = self._clock_s()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # boundary: one transaction's markers only
+            # one transaction's markers must not stop the others; the next scan retries
             log.warning(
                 "transaction %r (producer %d epoch %d): markers not written yet: %s",
                 record.transactional_id,
@@ -271,7 +272,8 @@ class TxnCoordinator:
                 await self.scan_once()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # metadata unreachable: try again at the next tick
+            except Exception as exc:  # boundary: the scan task must not die
+                # metadata unreachable: try again at the next tick
                 log.warning("transaction scan failed: %s", exc)
 
     async def close(self) -> None:

@@ -86,7 +86,7 @@ class GroupCommitter(Generic[Req, Res]):
                 raise RuntimeError(f"group commit returned {len(results)} results for {len(group)} requests")
             for p, r in zip(group, results, strict=True):
                 p.result = r
-        except BaseException as e:
+        except BaseException as e:  # boundary: the group's outcome, whatever it is, goes to every waiter
             for p in group:
                 p.error = e
         finally:

@@ -231,7 +231,7 @@ class PgCommitListener:
                 finally:
                     self.listening.clear()
                     conn.close()  # type: ignore[attr-defined]
-            except Exception as exc:
+            except Exception as exc:  # boundary: the listener thread must not die; it reconnects
                 first = False
                 log.warning("commit listener lost PostgreSQL (%s); retrying", exc)
                 self._stop.wait(self._retry_s)

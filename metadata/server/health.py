@@ -30,6 +30,6 @@ class ReadinessProbe:
             await asyncio.wait_for(asyncio.shield(self._running), self._timeout_s)
         except TimeoutError:
             return f"the database did not answer within {self._timeout_s * 1000:.0f} ms"
-        except Exception as e:
+        except Exception as e:  # boundary: a readiness check: any failure means not ready; say why
             return f"the database did not answer: {type(e).__name__}: {str(e)[:300]}"
         return None

@@ -655,6 +655,7 @@ class Cluster:
         self.call(self.agent.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()  # else collected open, with a ResourceWarning
 
 
 @pytest.fixture(scope="module")

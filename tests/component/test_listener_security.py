@@ -93,6 +93,7 @@ class Running:
         self.call(_settle_tasks())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()  # else collected open, with a ResourceWarning
 
 
 @pytest.fixture(scope="module")

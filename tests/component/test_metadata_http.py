@@ -452,3 +452,5 @@ def test_run_metadata_server_subprocess(tmp_path: os.PathLike[str]) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+        assert proc.stdout is not None
+        proc.stdout.close()  # else the pipe is closed at collection, with a ResourceWarning

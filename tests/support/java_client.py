@@ -338,7 +338,8 @@ class JavaGroupMember:
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         self._next(start_timeout_s, "start")
 
     def _read(self) -> None:
@@ -395,6 +396,7 @@ class JavaGroupMember:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        _close_pipes(self.proc, self._reader)
         self._stderr.close()
         return answer
 
@@ -419,7 +421,8 @@ class JavaStream:
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1
         )
         self._queue: queue.Queue[str | None] = queue.Queue(self.MAX_QUEUED_LINES)
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -499,10 +502,19 @@ class JavaStream:
 
     def close(self) -> None:
         self.kill()
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
+        _close_pipes(self.proc, self._reader)
         self._stderr.close()
+
+
+def _close_pipes(proc: subprocess.Popen[str], reader: threading.Thread) -> None:
+    """Close a reaped process's stdin, and its stdout once the reader thread has seen the end
+    (pipes left open are collected with a ResourceWarning, an error in the tests)."""
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    reader.join(10)
+    if proc.stdout is not None and not reader.is_alive():
+        proc.stdout.close()
 
 
 def _props(props: dict[str, str] | None) -> list[object]:
