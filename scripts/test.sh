@@ -1,12 +1,100 @@
 #!/usr/bin/env bash
 # Set up from scratch (venv, packages, system tools) and run every check and test tier.
+#
+#   bash scripts/test.sh                 everything, in lanes (below)
+#   bash scripts/test.sh tests/unit -x   one plain serial pytest with these arguments
+#
+# The lanes partition the checks and the test suite; each runs as its own process, at most
+# SKIFF_TEST_JOBS of them at a time (default 3: the suite waits on sockets, subprocesses
+# and services far more than it computes, so three lanes keep two cores busy), longest
+# first. Every lane writes its output to its own log under SKIFF_TEST_LOGS (default
+# $TMPDIR/skiff-test-logs/<date>-<pid>); the summary at the end gives each lane's result and wall
+# time, and the tail of every failing lane's log. Exit status: non-zero if any lane failed.
+#
+#   static     ruff, ruff format --check, mypy, the import contracts
+#   e2e        tests/e2e, except the PostgreSQL/S3-marked tests
+#   services   tests marked `postgres` or `s3` (outside tests/spark)
+#   component  tests/component, except the PostgreSQL/S3-marked tests
+#   spark      tests/spark (one Spark session: ~18 s to start, so never split)
+#   unit       tests/unit and tests/contract, except the PostgreSQL/S3-marked tests
+#
+# Lanes share nothing that could collide: servers bind 127.0.0.1 port 0 (or ports checked
+# free), each PostgreSQL test gets its own uniquely named database (tests/support/pg.py),
+# each lane its own pytest base temporary directory, and the Java client's cache is built
+# under a file lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/system-deps.sh
 bash scripts/setup.sh
 . .venv/bin/activate
-echo "== ruff"; ruff check .
-echo "== ruff format"; ruff format --check .
-echo "== mypy"; bash scripts/typecheck.sh
-echo "== import contracts"; lint-imports
-echo "== pytest"; python -m pytest -q "$@"
+
+if [ "$#" -gt 0 ]; then
+    echo "== pytest $*"
+    exec python -m pytest -q "$@"
+fi
+
+NOT_SERVICES="not postgres and not s3"
+PYTEST=(python -m pytest -q -p no:cacheprovider --durations=25)
+declare -A LANE_CMD=(
+    [static]="ruff check . && ruff format --check . && bash scripts/typecheck.sh && lint-imports"
+    [e2e]="${PYTEST[*]} tests/e2e -m '$NOT_SERVICES'"
+    [services]="${PYTEST[*]} tests --ignore=tests/spark -m 'postgres or s3'"
+    [component]="${PYTEST[*]} tests/component -m '$NOT_SERVICES'"
+    [spark]="${PYTEST[*]} tests/spark"
+    [unit]="${PYTEST[*]} tests/unit tests/contract -m '$NOT_SERVICES'"
+)
+LANES=(e2e services component spark unit static) # longest first
+
+# A test directory no lane names would silently never run: refuse instead.
+for dir in tests/*/; do
+    dir="${dir%/}"
+    case "$dir" in
+    tests/unit | tests/contract | tests/component | tests/e2e | tests/spark) ;;
+    *) if compgen -G "$dir/test_*.py" >/dev/null; then
+        echo "scripts/test.sh: $dir holds tests but is in no lane" >&2
+        exit 2
+    fi ;;
+    esac
+done
+
+JOBS="${SKIFF_TEST_JOBS:-3}"
+LOGS="${SKIFF_TEST_LOGS:-${TMPDIR:-/tmp}/skiff-test-logs/$(date -u +%Y%m%dT%H%M%SZ)-$$}"
+mkdir -p "$LOGS"
+LOGS="$(cd "$LOGS" && pwd)"
+
+run_lane() { # name: runs the lane, writes its log, then its status and seconds
+    local name="$1" start end status=0
+    start=$(date +%s)
+    (
+        export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} --basetemp=$LOGS/tmp-$name"
+        bash -c "${LANE_CMD[$name]}"
+    ) >"$LOGS/$name.log" 2>&1 || status=$?
+    end=$(date +%s)
+    echo "$status $((end - start))" >"$LOGS/$name.result"
+}
+
+echo "== lanes: ${LANES[*]} ($JOBS at a time); logs in $LOGS"
+suite_start=$(date +%s)
+for name in "${LANES[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    echo "   start $name"
+    run_lane "$name" &
+done
+wait
+suite_end=$(date +%s)
+
+failed=()
+echo
+echo "== lanes (wall seconds; all $((suite_end - suite_start)) s, logs in $LOGS)"
+for name in "${LANES[@]}"; do
+    read -r status seconds <"$LOGS/$name.result"
+    summary=$(grep -E '^=+ .*(passed|failed|error|skipped|no tests ran).* =+$' "$LOGS/$name.log" | tail -1 || true)
+    if [ "$status" -eq 0 ]; then result=ok; else result="FAILED ($status)" && failed+=("$name"); fi
+    printf '   %-10s %-12s %5d s  %s\n' "$name" "$result" "$seconds" "$summary"
+done
+for name in "${failed[@]}"; do
+    echo
+    echo "== $name failed; the end of $LOGS/$name.log:"
+    tail -n 60 "$LOGS/$name.log"
+done
+[ "${#failed[@]}" -eq 0 ]
