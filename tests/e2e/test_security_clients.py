@@ -230,13 +230,19 @@ def test_kafka_python_wrong_password(
     cluster: Cluster, mechanism: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """kafka-python 3 retries bootstrap connections whatever failed them and then raises a
-    timeout; what it got from the agent is in its log: the SaslAuthenticationFailedError."""
+    timeout; what it got from the agent is in its log: the SaslAuthenticationFailedError.
+    The constructor's eager bootstrap is bounded by `bootstrap_timeout_ms` (30 s by
+    default), not by `max_block_ms`: both are set, or the test waits 30 s for nothing."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaTimeoutError
 
     caplog.set_level(logging.WARNING, logger="kafka")
     with pytest.raises(KafkaTimeoutError):
-        KafkaProducer(**_kafka_python_conf(cluster, mechanism, password="wrong"), max_block_ms=5_000)
+        KafkaProducer(
+            **_kafka_python_conf(cluster, mechanism, password="wrong"),
+            bootstrap_timeout_ms=3_000,
+            max_block_ms=3_000,
+        )
     seen = [r.getMessage() for r in caplog.records if "SaslAuthenticationFailedError" in r.getMessage()]
     assert seen, [r.getMessage() for r in caplog.records]
     assert all("Authentication failed" in m for m in seen)
