@@ -133,16 +133,25 @@ def confluent_roundtrip(conf: dict[str, Any], topic: str, count: int = 20) -> li
     return got
 
 
-def confluent_auth_error(conf: dict[str, Any]) -> KafkaError:
-    """The error librdkafka reports when its login is refused (it never gets metadata)."""
+def confluent_auth_error(conf: dict[str, Any], timeout_s: float = 10.0) -> KafkaError:
+    """The error librdkafka reports when its login is refused (it never gets metadata).
+
+    librdkafka logs in to the bootstrap broker as soon as the client exists and reports the
+    refusal through `error_cb` (run from `poll`): the test waits for that, not for a
+    metadata request to time out (it retries the login until its timeout, 10 s each)."""
     errors: list[KafkaError] = []
     admin = AdminClient({**conf, "error_cb": errors.append})
-    with pytest.raises(KafkaException) as e:
-        admin.list_topics(timeout=10)
-    errors.append(e.value.args[0])
-    admin.poll(1)  # error_cb runs from poll
-    auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+
+    def refused() -> list[KafkaError]:
+        return [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+
+    deadline = time.monotonic() + timeout_s
+    while not refused() and time.monotonic() < deadline:
+        admin.poll(0.05)
+    auth = refused()
     assert auth, f"no authentication error among {errors}"
+    with pytest.raises(KafkaException):  # and no metadata for a client that is not logged in
+        admin.list_topics(timeout=0.5)
     return auth[0]
 
 
