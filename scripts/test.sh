@@ -11,12 +11,14 @@
 # $TMPDIR/skiff-test-logs/<date>-<pid>); the summary at the end gives each lane's result and wall
 # time, and the tail of every failing lane's log. Exit status: non-zero if any lane failed.
 #
-#   static     ruff, ruff format --check, mypy, the import contracts
-#   e2e        tests/e2e, except the PostgreSQL/S3-marked tests
-#   services   tests marked `postgres` or `s3` (outside tests/spark)
-#   component  tests/component, except the PostgreSQL/S3-marked tests
-#   spark      tests/spark (one Spark session: ~18 s to start, so never split)
-#   unit       tests/unit and tests/contract, except the PostgreSQL/S3-marked tests
+#   services-e2e  tests/e2e marked `postgres` or `s3` (clusters of agent processes on
+#                 PostgreSQL and S3), in two pytest-xdist workers, a test file per worker
+#   e2e           tests/e2e, the others
+#   services      tests/unit, tests/contract, tests/component marked `postgres` or `s3`
+#   component     tests/component, the others
+#   spark         tests/spark (one Spark session: ~18 s to start, so never split)
+#   unit          tests/unit and tests/contract, the others
+#   static        ruff, ruff format --check, mypy, the import contracts
 #
 # Lanes share nothing that could collide: servers bind 127.0.0.1 port 0 (or ports checked
 # free), each PostgreSQL test gets its own uniquely named database (tests/support/pg.py),
@@ -33,17 +35,21 @@ if [ "$#" -gt 0 ]; then
     exec python -m pytest -q "$@"
 fi
 
+SERVICES="postgres or s3"
 NOT_SERVICES="not postgres and not s3"
 PYTEST=(python -m pytest -q -p no:cacheprovider --durations=25)
+# Two workers, each a whole test file (module-scoped clusters are built once per file).
+XDIST=(-n "${SKIFF_TEST_E2E_WORKERS:-2}" --dist loadfile)
 declare -A LANE_CMD=(
-    [static]="ruff check . && ruff format --check . && bash scripts/typecheck.sh && lint-imports"
+    [services-e2e]="${PYTEST[*]} ${XDIST[*]} tests/e2e -m '$SERVICES'"
     [e2e]="${PYTEST[*]} tests/e2e -m '$NOT_SERVICES'"
-    [services]="${PYTEST[*]} tests --ignore=tests/spark -m 'postgres or s3'"
+    [services]="${PYTEST[*]} tests/unit tests/contract tests/component -m '$SERVICES'"
     [component]="${PYTEST[*]} tests/component -m '$NOT_SERVICES'"
     [spark]="${PYTEST[*]} tests/spark"
     [unit]="${PYTEST[*]} tests/unit tests/contract -m '$NOT_SERVICES'"
+    [static]="ruff check . && ruff format --check . && bash scripts/typecheck.sh && lint-imports"
 )
-LANES=(e2e services component spark unit static) # longest first
+LANES=(services-e2e e2e services component spark unit static) # longest first
 
 # A test directory no lane names would silently never run: refuse instead.
 for dir in tests/*/; do
@@ -62,15 +68,16 @@ LOGS="${SKIFF_TEST_LOGS:-${TMPDIR:-/tmp}/skiff-test-logs/$(date -u +%Y%m%dT%H%M%
 mkdir -p "$LOGS"
 LOGS="$(cd "$LOGS" && pwd)"
 
-run_lane() { # name: runs the lane, writes its log, then its status and seconds
-    local name="$1" start end status=0
-    start=$(date +%s)
-    (
-        export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} --basetemp=$LOGS/tmp-$name"
-        bash -c "${LANE_CMD[$name]}"
-    ) >"$LOGS/$name.log" 2>&1 || status=$?
-    end=$(date +%s)
-    echo "$status $((end - start))" >"$LOGS/$name.result"
+run_lane() { # name: runs the lane into its log; writes its status, wall and CPU seconds
+    local name="$1" status=0 TIMEFORMAT='%R %U %S'
+    {
+        time (
+            export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} --basetemp=$LOGS/tmp-$name"
+            bash -c "${LANE_CMD[$name]}" >"$LOGS/$name.log" 2>&1
+        )
+    } 2>"$LOGS/$name.time" || status=$?
+    read -r wall user sys <"$LOGS/$name.time"
+    echo "$status $wall $(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')" >"$LOGS/$name.result"
 }
 
 echo "== lanes: ${LANES[*]} ($JOBS at a time); logs in $LOGS"
@@ -85,12 +92,13 @@ suite_end=$(date +%s)
 
 failed=()
 echo
-echo "== lanes (wall seconds; all $((suite_end - suite_start)) s, logs in $LOGS)"
+echo "== lanes: $((suite_end - suite_start)) s in all; logs in $LOGS"
+printf '   %-13s %-12s %7s %7s  %s\n' lane result "wall s" "CPU s" "pytest's summary"
 for name in "${LANES[@]}"; do
-    read -r status seconds <"$LOGS/$name.result"
+    read -r status wall cpu <"$LOGS/$name.result"
     summary=$(grep -E '^=+ .*(passed|failed|error|skipped|no tests ran).* =+$' "$LOGS/$name.log" | tail -1 || true)
     if [ "$status" -eq 0 ]; then result=ok; else result="FAILED ($status)" && failed+=("$name"); fi
-    printf '   %-10s %-12s %5d s  %s\n' "$name" "$result" "$seconds" "$summary"
+    printf '   %-13s %-12s %7.0f %7.0f  %s\n' "$name" "$result" "$wall" "$cpu" "${summary//=/}"
 done
 for name in "${failed[@]}"; do
     echo
