@@ -34,7 +34,12 @@ Algorithm:
   that may already be stored: duplicates. Only past the deadline do its producers get
   `REQUEST_TIMED_OUT`.
 
-Time comes from the event loop's clock; the wall clock is injected for file names.
+Time: seal deadlines and stage times are read from `monotonic_s` (seconds; by default
+the running event loop's clock), the wall clock (`wall_clock_ms`) gives file names and
+client waits. The seal timer is always the loop's: it is armed for the deadline's distance
+by that clock and, when it fires, seals the file only if the clock says the deadline has
+passed (else it re-arms for what is left). A test that injects a fake clock advances it
+and calls `seal_due()` instead of sleeping.
 """
 
 from __future__ import annotations
@@ -103,10 +108,10 @@ class _OpenFile:
     # every append's futures in arrival order: acks go out oldest first (see _resolve)
     arrivals: list[asyncio.Future[BatchResult]] = field(default_factory=list)
     size_bytes: int = 0
-    timer: asyncio.TimerHandle | None = None
-    opened_s: float = 0.0  # loop time of the first append
+    timer: asyncio.TimerHandle | None = None  # the loop's wakeup for `deadline_s`
+    opened_s: float = 0.0  # clock time of the first append
+    deadline_s: float = 0.0  # clock time at which it is sealed (only ever moved earlier)
     lead_saturated: bool = False  # sealed by the largest lead: no append can move it earlier
-    # (its timer's `when()` is its seal deadline, only ever moved earlier)
     anchor_ms: int = 0  # wall time its seal counts from: its oldest batch's creation, or arrival
     sealed_s: float = 0.0
 
@@ -138,6 +143,7 @@ class ProduceBuffer:
         commit_retry_ms: int = 30_000,
         key_prefix: str = "segments/",
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        monotonic_s: Callable[[], float] | None = None,
         on_committed: Callable[[CommittedFile], Awaitable[None] | None] | None = None,
     ) -> None:
         if min(flush_interval_ms, flush_max_bytes, flush_max_batches, max_inflight_flushes) <= 0:
@@ -157,6 +163,7 @@ class ProduceBuffer:
         self._commit_retry_s = max(commit_retry_ms, 0) / 1000.0
         self._key_prefix = key_prefix
         self._wall_clock_ms = wall_clock_ms
+        self._monotonic_s = monotonic_s  # None: the running loop's clock (see _now_s)
         self._on_committed = on_committed
         self._inflight = asyncio.Semaphore(max_inflight_flushes)
         self._committing: dict[tuple[uuid.UUID, int], int] = {}  # partition -> commits in flight
@@ -243,7 +250,7 @@ class ProduceBuffer:
         loop = asyncio.get_running_loop()
         open_file = self._open
         if open_file is None:
-            now_s = loop.time()
+            now_s = self._now_s()
             open_file = self._open = _OpenFile(seq=self._next_seq, opened_s=now_s)
             self._next_seq += 1
             if self._draining:  # no batching wait: sealed once this loop iteration's appends are in
@@ -252,17 +259,17 @@ class ProduceBuffer:
                 lead_s = self._deadline.lead_s(self._waited_s(open_file, _oldest_ms(batches)))
                 deadline_s = now_s + self._flush_interval_s - lead_s
                 open_file.lead_saturated = lead_s >= self._deadline.lead_max_s
-            open_file.timer = loop.call_at(deadline_s, self._seal_if_open, open_file.seq)
+            self._arm(open_file, deadline_s, now_s)
         elif not open_file.lead_saturated and not self._draining:
             # A batch created (by its client's clock) before the file's anchor may move the
             # seal earlier, never later: one int comparison on the hot path, the clock and
             # the deadline only for such a batch.
             first_ms = _oldest_ms(batches)
             if 0 < first_ms < open_file.anchor_ms and open_file.timer is not None:
-                deadline_s = self._deadline.deadline_s(loop.time(), self._waited_s(open_file, first_ms))
-                if deadline_s < open_file.timer.when() - 0.001:  # re-arm only for a real move
-                    open_file.timer.cancel()
-                    open_file.timer = loop.call_at(deadline_s, self._seal_if_open, open_file.seq)
+                now_s = self._now_s()
+                deadline_s = self._deadline.deadline_s(now_s, self._waited_s(open_file, first_ms))
+                if deadline_s < open_file.deadline_s - 0.001:  # re-arm only for a real move
+                    self._arm(open_file, deadline_s, now_s)
         futures: list[asyncio.Future[BatchResult]] = []
         entry = open_file.entries.setdefault((topic_id, partition), [])
         for b in batches:
@@ -294,9 +301,39 @@ class ProduceBuffer:
     def _fits(self, size: int) -> bool:
         return self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
 
-    def _seal_if_open(self, seq: int) -> None:
-        if self._open is not None and self._open.seq == seq:
+    def _now_s(self) -> float:
+        """Now by the buffer's clock: the injected one, or the running loop's."""
+        if self._monotonic_s is not None:
+            return self._monotonic_s()
+        return asyncio.get_running_loop().time()
+
+    def _arm(self, open_file: _OpenFile, deadline_s: float, now_s: float) -> None:
+        """Set the open file's seal deadline and the loop's wakeup for it."""
+        open_file.deadline_s = deadline_s
+        if open_file.timer is not None:
+            open_file.timer.cancel()
+        delay_s = max(deadline_s - now_s, 0.0)
+        open_file.timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer, open_file.seq)
+
+    def _on_timer(self, seq: int) -> None:
+        open_file = self._open
+        if open_file is None or open_file.seq != seq:
+            return  # sealed meanwhile (by size or count, or a flush)
+        now_s = self._now_s()
+        if now_s >= open_file.deadline_s:
             self._seal()
+        else:  # an injected clock behind the loop's: wait for what is left by it
+            self._arm(open_file, open_file.deadline_s, now_s)
+
+    def seal_due(self) -> bool:
+        """Seal the open file now if its deadline has passed by the buffer's clock; True if
+        it did. The loop's timer does this by itself; a test that advances an injected
+        clock calls it to deliver the wakeup at once."""
+        open_file = self._open
+        if open_file is None or self._now_s() < open_file.deadline_s:
+            return False
+        self._seal()
+        return True
 
     def _seal(self) -> None:
         open_file = self._open
@@ -306,7 +343,7 @@ class ProduceBuffer:
         if open_file.timer is not None:
             open_file.timer.cancel()
         loop = asyncio.get_running_loop()
-        open_file.sealed_s = loop.time()
+        open_file.sealed_s = self._now_s()
         self._stage("open", open_file.sealed_s - open_file.opened_s)
         previous = self._last_commit_done
         done: asyncio.Future[None] = loop.create_future()
@@ -382,8 +419,7 @@ class ProduceBuffer:
             )
         data, placements = build_segment(inputs)
         key = self._object_key()
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
+        t0 = self._now_s()
         self._stage("queued", t0 - open_file.sealed_s)
         try:
             await self._store.put(key, data)
@@ -420,11 +456,11 @@ class ProduceBuffer:
                     ),
                 )
             )
-        t1 = loop.time()
+        t1 = self._now_s()
         self._stage("put", t1 - t0)
         if previous is not None:
             await asyncio.shield(previous)  # commit strictly in seal order
-        t2 = loop.time()
+        t2 = self._now_s()
         self._stage("ordered", t2 - t1)
         file_spec = FileSpec(object_key=key, size_bytes=len(data), level=0, writer=self._agent_id)
         for k in keys:
@@ -450,7 +486,7 @@ class ProduceBuffer:
                 else:
                     del self._committing[k]
             commit_done.set_result(None)
-        t3 = loop.time()
+        t3 = self._now_s()
         self._stage("commit", t3 - t2)
         if len(results) != len(chunk_specs):
             raise RuntimeError("metadata returned a result count that does not match the chunks")
@@ -475,9 +511,9 @@ class ProduceBuffer:
             except Exception:  # boundary: an observer's failure must not stop the commit path
                 log.exception("on_committed observer failed")
         # The seal -> first ack time this file took: what the next files' seal lead learns.
-        self._deadline.record_post_seal(loop.time() - open_file.sealed_s)
+        self._deadline.record_post_seal(self._now_s() - open_file.sealed_s)
         await self._resolve(open_file.arrivals, outcomes)
-        self._stage("resolve", loop.time() - t3)
+        self._stage("resolve", self._now_s() - t3)
 
     async def _resolve(
         self,

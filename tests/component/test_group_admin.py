@@ -1,4 +1,5 @@
-"""Group admin APIs over TCP (raw kio requests) for groups the coordinator does not hold in
+"""Group admin APIs (raw kio requests, answered by the agent's handlers called directly:
+tests/support/handler_call.py; a consumer's membership over TCP) for groups the coordinator does not hold in
 memory: ListGroups / DescribeGroups / DeleteGroups / OffsetDelete find them in metadata
 (committed offsets outlive members, agent restarts and the coordinator forgetting Empty
 groups), and OffsetDelete keeps the topics an active consumer group subscribes to."""
@@ -31,7 +32,8 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 from skiff.metadata.types import GroupOffset
 
-from tests.component.fake_metadata import AgentHarness, connect, request_once, roundtrip
+from tests.component.fake_metadata import AgentHarness, RunningAgent, connect, roundtrip
+from tests.support.handler_call import call_handler
 
 
 @pytest.fixture(scope="module")
@@ -62,20 +64,25 @@ def _offsets(h: AgentHarness, group: str) -> list[tuple[str, int, int]]:
     return [(o.topic, o.partition, o.offset) for o in h.call(h.metadata.fetch_offsets(group, None))]
 
 
-def _list(bootstrap: str, states: tuple[str, ...] = ()) -> Any:
-    return request_once(bootstrap, ListGroupsRequest(states_filter=states, types_filter=()))
+def _ask(h: AgentHarness, body: Any, agent: RunningAgent | None = None) -> Any:
+    """The agent's (default: the first's) response to `body`, from its handler: no socket."""
+    return h.call(call_handler((agent or h.agent).ctx, body))
 
 
-def _describe(bootstrap: str, *groups: str) -> Any:
-    return request_once(
-        bootstrap,
+def _list(h: AgentHarness, states: tuple[str, ...] = (), agent: RunningAgent | None = None) -> Any:
+    return _ask(h, ListGroupsRequest(states_filter=states, types_filter=()), agent)
+
+
+def _describe(h: AgentHarness, *groups: str) -> Any:
+    return _ask(
+        h,
         DescribeGroupsRequest(groups=tuple(GroupId(g) for g in groups), include_authorized_operations=False),
     )
 
 
-def _offset_delete(bootstrap: str, group: str, parts: dict[str, list[int]]) -> Any:
-    return request_once(
-        bootstrap,
+def _offset_delete(h: AgentHarness, group: str, parts: dict[str, list[int]]) -> Any:
+    return _ask(
+        h,
         OffsetDeleteRequest(
             group_id=GroupId(group),
             topics=tuple(
@@ -98,35 +105,33 @@ def test_groups_known_only_from_their_offsets(harness: AgentHarness) -> None:
     group, unknown = _name("g"), _name("nobody")
     _commit(harness, group, [GroupOffset(topic, 0, 5), GroupOffset(topic, 1, 6)])
 
-    listed = {g.group_id: g for g in _list(harness.bootstrap).groups}
+    listed = {g.group_id: g for g in _list(harness).groups}
     assert listed[group].group_state == "Empty" and listed[group].protocol_type == ""
     assert unknown not in listed
-    assert group in {g.group_id for g in _list(harness.bootstrap, ("Empty",)).groups}
-    assert group not in {g.group_id for g in _list(harness.bootstrap, ("Stable",)).groups}
+    assert group in {g.group_id for g in _list(harness, ("Empty",)).groups}
+    assert group not in {g.group_id for g in _list(harness, ("Stable",)).groups}
 
-    described = {g.group_id: g for g in _describe(harness.bootstrap, group, unknown).groups}
+    described = {g.group_id: g for g in _describe(harness, group, unknown).groups}
     assert (described[group].error_code, described[group].group_state) == (ErrorCode.none, "Empty")
     assert described[group].members == ()
     assert (described[unknown].error_code, described[unknown].group_state) == (ErrorCode.none, "Dead")
 
-    resp = _offset_delete(harness.bootstrap, group, {topic: [0], "no-such-topic": [0]})
+    resp = _offset_delete(harness, group, {topic: [0], "no-such-topic": [0]})
     assert resp.error_code == ErrorCode.none
     assert _codes(resp) == {
         (topic, 0): ErrorCode.none,
         ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition,
     }
     assert _offsets(harness, group) == [(topic, 1, 6)]
-    assert _offset_delete(harness.bootstrap, unknown, {topic: [0]}).error_code == ErrorCode.group_id_not_found
+    assert _offset_delete(harness, unknown, {topic: [0]}).error_code == ErrorCode.group_id_not_found
 
-    resp = request_once(
-        harness.bootstrap, DeleteGroupsRequest(groups_names=(GroupId(group), GroupId(unknown)))
-    )
+    resp = _ask(harness, DeleteGroupsRequest(groups_names=(GroupId(group), GroupId(unknown))))
     assert {r.group_id: r.error_code for r in resp.results} == {
         group: ErrorCode.none,
         unknown: ErrorCode.group_id_not_found,
     }
     assert _offsets(harness, group) == []
-    assert group not in {g.group_id for g in _list(harness.bootstrap).groups}
+    assert group not in {g.group_id for g in _list(harness).groups}
 
 
 def test_metadata_unreachable_gives_retriable_coordinator_errors(harness: AgentHarness) -> None:
@@ -136,12 +141,12 @@ def test_metadata_unreachable_gives_retriable_coordinator_errors(harness: AgentH
     assert harness.metadata is not None
     harness.metadata.down = True
     try:
-        assert _list(harness.bootstrap).error_code == ErrorCode.coordinator_not_available
-        (d,) = _describe(harness.bootstrap, group).groups
+        assert _list(harness).error_code == ErrorCode.coordinator_not_available
+        (d,) = _describe(harness, group).groups
         assert d.error_code == ErrorCode.coordinator_not_available
-        resp = request_once(harness.bootstrap, DeleteGroupsRequest(groups_names=(GroupId(group),)))
+        resp = _ask(harness, DeleteGroupsRequest(groups_names=(GroupId(group),)))
         assert resp.results[0].error_code == ErrorCode.coordinator_not_available
-        assert _offset_delete(harness.bootstrap, group, {topic: [0]}).error_code == (
+        assert _offset_delete(harness, group, {topic: [0]}).error_code == (
             ErrorCode.coordinator_not_available
         )
     finally:
@@ -199,16 +204,16 @@ def test_offset_delete_keeps_the_topics_an_active_group_subscribes_to(harness: A
             [GroupOffset(subscribed, 0, 3), GroupOffset(other, 0, 4), GroupOffset(other, 1, 5)],
         )
 
-        resp = _offset_delete(harness.bootstrap, group, {subscribed: [0], other: [0]})
+        resp = _offset_delete(harness, group, {subscribed: [0], other: [0]})
         assert resp.error_code == ErrorCode.none
         assert _codes(resp) == {
             (subscribed, 0): ErrorCode.group_subscribed_to_topic,
             (other, 0): ErrorCode.none,
         }
         assert sorted(_offsets(harness, group)) == sorted([(subscribed, 0, 3), (other, 1, 5)])
-        (d,) = _describe(harness.bootstrap, group).groups
+        (d,) = _describe(harness, group).groups
         assert d.group_state == "Stable" and len(d.members) == 1
-        resp = request_once(harness.bootstrap, DeleteGroupsRequest(groups_names=(GroupId(group),)))
+        resp = _ask(harness, DeleteGroupsRequest(groups_names=(GroupId(group),)))
         assert resp.results[0].error_code == ErrorCode.non_empty_group
 
 
@@ -222,7 +227,7 @@ def test_each_agent_lists_the_offset_only_groups_it_coordinates(
         groups = {_name("g") for _ in range(12)}
         for g in groups:
             _commit(h, g, [GroupOffset(topic, 0, 1)])
-        seen = [{x.group_id for x in _list(a.bootstrap).groups} & groups for a in h.agents]
+        seen = [{x.group_id for x in _list(h, agent=a).groups} & groups for a in h.agents]
         assert seen[0] | seen[1] == groups and not seen[0] & seen[1]
         assert seen[0] and seen[1]  # 12 groups over 2 agents: both get some
         for agent, mine in zip(h.agents, seen, strict=True):
@@ -252,7 +257,7 @@ def test_offset_commit_answers_metadata_refusals_per_partition(harness: AgentHar
             ),
         ),
     )
-    resp = request_once(harness.bootstrap, body)
+    resp = _ask(harness, body)
     codes = [int(p.error_code) for p in resp.topics[0].partitions]
     assert codes == [ErrorCode.none, ErrorCode.invalid_request, ErrorCode.none]
     assert _offsets(harness, group) == [(topic, 0, 7), (topic, 2, -1)]

@@ -1,4 +1,5 @@
-"""Offsets in transactions against one agent over TCP (raw kio requests, exact codes):
+"""Offsets in transactions, raw kio requests answered by the agent's handlers called
+directly (tests/support/handler_call.py: no socket), exact codes:
 OffsetFetch `require_stable` (KIP-447) answers UNSTABLE_OFFSET_COMMIT for partitions an
 open transaction holds staged offsets for, in v7 and per group in v8+, and the committed
 offset once it completes; TxnOffsetCommit v3's generation / member / instance checks
@@ -10,6 +11,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
@@ -46,7 +48,8 @@ from kio.schema.txn_offset_commit.v3.request import (
 from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
-from tests.component.fake_metadata import AgentHarness, request_once
+from tests.component.fake_metadata import AgentHarness, RunningAgent
+from tests.support.handler_call import call_handler
 
 MINUTE = i32Timedelta.parse(datetime.timedelta(minutes=1))
 TEN_S = i32Timedelta.parse(datetime.timedelta(seconds=10))
@@ -65,6 +68,11 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentHarness]:
     h.stop()
 
 
+def _ask(h: AgentHarness, body: Any, agent: RunningAgent | None = None) -> Any:
+    """The agent's (default: the first's) response to `body`, from its handler: no socket."""
+    return h.call(call_handler((agent or h.agent).ctx, body))
+
+
 def _topic(h: AgentHarness, partitions: int = 2) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     h.call(h.metadata.create_topic(name, partitions, {}))
@@ -72,8 +80,8 @@ def _topic(h: AgentHarness, partitions: int = 2) -> str:
 
 
 def _init(h: AgentHarness, txn_id: str) -> tuple[int, int]:
-    resp = request_once(
-        h.bootstrap,
+    resp = _ask(
+        h,
         InitProducerIdRequest(transactional_id=TransactionalId(txn_id), transaction_timeout=MINUTE),
     )
     assert resp.error_code == ErrorCode.none
@@ -83,8 +91,8 @@ def _init(h: AgentHarness, txn_id: str) -> tuple[int, int]:
 def _add_offsets(
     h: AgentHarness, txn_id: str, pid: int, epoch: int, group: str, expect: ErrorCode = ErrorCode.none
 ) -> None:
-    resp = request_once(
-        h.bootstrap,
+    resp = _ask(
+        h,
         AddOffsetsToTxnRequest(
             transactional_id=TransactionalId(txn_id),
             producer_id=ProducerId(pid),
@@ -106,7 +114,7 @@ def _txn_commit(
     generation: int = -1,
     member: str = "",
     instance: str | None = None,
-    bootstrap: str | None = None,
+    agent: RunningAgent | None = None,
 ) -> dict[tuple[str, int], ErrorCode]:
     topics: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
     for (t, p), off in offsets.items():
@@ -118,8 +126,8 @@ def _txn_commit(
                 committed_metadata="",
             )
         )
-    resp = request_once(
-        bootstrap or h.bootstrap,
+    resp = _ask(
+        h,
         TxnOffsetCommitRequest(
             transactional_id=TransactionalId(txn_id),
             group_id=GroupId(group),
@@ -133,13 +141,14 @@ def _txn_commit(
                 for t, ps in topics.items()
             ),
         ),
+        agent,
     )
     return {(t.name, int(p.partition_index)): p.error_code for t in resp.topics for p in t.partitions}
 
 
 def _end(h: AgentHarness, txn_id: str, pid: int, epoch: int, commit: bool) -> None:
-    resp = request_once(
-        h.bootstrap,
+    resp = _ask(
+        h,
         EndTxnRequest(
             transactional_id=TransactionalId(txn_id),
             producer_id=ProducerId(pid),
@@ -151,8 +160,8 @@ def _end(h: AgentHarness, txn_id: str, pid: int, epoch: int, commit: bool) -> No
 
 
 def _commit(h: AgentHarness, group: str, topic: str, partition: int, offset: int) -> None:
-    resp = request_once(
-        h.bootstrap,
+    resp = _ask(
+        h,
         OffsetCommitRequest(
             group_id=GroupId(group),
             generation_id_or_member_epoch=i32(-1),
@@ -180,14 +189,12 @@ Fetched = dict[tuple[str, int], tuple[int, ErrorCode]]
 
 
 def _fetch_v7(
-    h: AgentHarness, group: str, topic: str | None, stable: bool, bootstrap: str | None = None
+    h: AgentHarness, group: str, topic: str | None, stable: bool, agent: RunningAgent | None = None
 ) -> tuple[ErrorCode, Fetched]:
     topics = (
         None if topic is None else (FetchTopicV7(name=TopicName(topic), partition_indexes=(i32(0), i32(1))),)
     )
-    resp = request_once(
-        bootstrap or h.bootstrap, FetchV7(group_id=GroupId(group), topics=topics, require_stable=stable)
-    )
+    resp = _ask(h, FetchV7(group_id=GroupId(group), topics=topics, require_stable=stable), agent)
     got = {
         (t.name, int(p.partition_index)): (int(p.committed_offset), p.error_code)
         for t in resp.topics
@@ -197,8 +204,8 @@ def _fetch_v7(
 
 
 def _fetch_v8(h: AgentHarness, group: str, topic: str, stable: bool) -> tuple[ErrorCode, Fetched]:
-    resp = request_once(
-        h.bootstrap,
+    resp = _ask(
+        h,
         FetchV8(
             groups=(
                 OffsetFetchRequestGroup(
@@ -235,8 +242,8 @@ def test_require_stable_sees_pending_offsets_until_the_transaction_ends(harness:
     # read_uncommitted (no require_stable) and older versions: the committed offset
     assert _fetch_v7(h, group, topic, False) == (none, {(topic, 0): (2, none), (topic, 1): (-1, none)})
     assert _fetch_v8(h, group, topic, False) == (none, {(topic, 0): (2, none), (topic, 1): (-1, none)})
-    resp = request_once(
-        h.bootstrap,
+    resp = _ask(
+        h,
         FetchV6(
             group_id=GroupId(group),
             topics=(FetchTopicV6(name=TopicName(topic), partition_indexes=(i32(0),)),),
@@ -257,8 +264,8 @@ def test_require_stable_sees_pending_offsets_until_the_transaction_ends(harness:
 
 def _join(h: AgentHarness, group: str, instance: str) -> tuple[str, int]:
     """A static member joins and syncs: (member id, generation), the group Stable."""
-    joined = request_once(
-        h.bootstrap,
+    joined = _ask(
+        h,
         JoinGroupRequest(
             group_id=GroupId(group),
             session_timeout=TEN_S,
@@ -271,8 +278,8 @@ def _join(h: AgentHarness, group: str, instance: str) -> tuple[str, int]:
     )
     assert joined.error_code == ErrorCode.none, joined
     member, generation = joined.member_id, int(joined.generation_id)
-    synced = request_once(
-        h.bootstrap,
+    synced = _ask(
+        h,
         SyncGroupRequest(
             group_id=GroupId(group),
             generation_id=i32(generation),
@@ -309,8 +316,8 @@ def test_txn_offset_commit_checks_the_consumer_against_its_group(harness: AgentH
     assert commit(generation=generation, member=member, instance="instance-1") == ErrorCode.none
     # a producer that does not know the group's generation (v3 with -1, or v2) is not checked
     assert commit() == ErrorCode.none
-    resp = request_once(
-        h.bootstrap,
+    resp = _ask(
+        h,
         TxnCommitV2(
             transactional_id=TransactionalId(txn),
             group_id=GroupId(group),
@@ -346,8 +353,8 @@ def test_txn_offset_commit_checks_the_consumer_against_its_group(harness: AgentH
 def _add_partitions(
     h: AgentHarness, txn: str, pid: int, epoch: int, topic: str, parts: list[int]
 ) -> set[int]:
-    resp = request_once(
-        h.bootstrap,
+    resp = _ask(
+        h,
         AddV3(
             v3_and_below_transactional_id=TransactionalId(txn),
             v3_and_below_producer_id=ProducerId(pid),
@@ -369,9 +376,7 @@ def test_a_transaction_holds_a_bounded_number_of_partitions_and_offsets(harness:
     _add_offsets(h, txn, pid, epoch, group)  # 3 in all: a group counts as its offsets partition
     assert _add_partitions(h, txn, pid, epoch, topic, [1, 2]) == {ErrorCode.policy_violation}
     _add_offsets(h, txn, pid, epoch, f"{group}-2", expect=ErrorCode.policy_violation)
-    described = request_once(
-        h.bootstrap, DescribeTransactionsRequest(transactional_ids=(TransactionalId(txn),))
-    )
+    described = _ask(h, DescribeTransactionsRequest(transactional_ids=(TransactionalId(txn),)))
     held = {int(p) for t in described.transaction_states[0].topics for p in t.partitions}
     assert held == {0, 1}  # the refused requests changed nothing
 
@@ -403,10 +408,8 @@ def test_txn_offset_commit_goes_to_the_group_coordinator(tmp_path_factory: pytes
         key = (topic, 0)
         # the producer asked the wrong agent: it looks the group coordinator up again
         assert _txn_commit(h, txn, pid, epoch, group, {key: 4}) == {key: ErrorCode.not_coordinator}
-        assert _fetch_v7(h, group, topic, True, bootstrap=second.bootstrap)[1][key] == (-1, ErrorCode.none)
-        assert _txn_commit(h, txn, pid, epoch, group, {key: 4}, bootstrap=second.bootstrap) == {
-            key: ErrorCode.none
-        }
-        assert _fetch_v7(h, group, topic, True, bootstrap=second.bootstrap)[1][key] == (-1, UNSTABLE)
+        assert _fetch_v7(h, group, topic, True, agent=second)[1][key] == (-1, ErrorCode.none)
+        assert _txn_commit(h, txn, pid, epoch, group, {key: 4}, agent=second) == {key: ErrorCode.none}
+        assert _fetch_v7(h, group, topic, True, agent=second)[1][key] == (-1, UNSTABLE)
     finally:
         h.stop()

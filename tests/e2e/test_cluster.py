@@ -21,6 +21,10 @@ from tests.e2e.clientcheck import check_consumed, make_messages
 from tests.e2e.test_clients_roundtrip import consume_all_confluent, create_topic
 from tests.support.agents import SkiffProcess, agent_args
 from tests.support.s3servers import S3Bucket, S3Server, start_moto
+from tests.support.spies import Hits
+
+# Records acked before the kill, and again after it, by the kill test's producer.
+ACKED_EACH_SIDE_OF_THE_KILL = 200
 
 
 @dataclass
@@ -137,11 +141,13 @@ def test_agent_killed_mid_produce_loses_no_acked_record(
     acked: dict[bytes, tuple[int, int]] = {}
     lock = threading.Lock()
     stop = threading.Event()
+    acks = Hits()  # one hit per acked record: the test waits for acks, not for a fixed time
 
     def on_delivery(err: object, m: object) -> None:
         if err is None:
             with lock:
                 acked[m.key()] = (m.partition(), m.offset())  # type: ignore[attr-defined]
+            acks.hit()
 
     def produce_loop() -> None:
         p = Producer(
@@ -171,11 +177,12 @@ def test_agent_killed_mid_produce_loses_no_acked_record(
 
     t = threading.Thread(target=produce_loop)
     t.start()
-    time.sleep(3)
+    acks.wait_for(ACKED_EACH_SIDE_OF_THE_KILL, timeout_s=60)
     with lock:
         before = len(acked)
     a.kill(signal.SIGKILL)
-    time.sleep(4)
+    # producing goes on through the surviving agent: more records are acked after the kill
+    acks.wait_for(acks.count + ACKED_EACH_SIDE_OF_THE_KILL, timeout_s=90)
     stop.set()
     t.join(120)
     assert not t.is_alive()

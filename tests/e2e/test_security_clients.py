@@ -133,16 +133,25 @@ def confluent_roundtrip(conf: dict[str, Any], topic: str, count: int = 20) -> li
     return got
 
 
-def confluent_auth_error(conf: dict[str, Any]) -> KafkaError:
-    """The error librdkafka reports when its login is refused (it never gets metadata)."""
+def confluent_auth_error(conf: dict[str, Any], timeout_s: float = 10.0) -> KafkaError:
+    """The error librdkafka reports when its login is refused (it never gets metadata).
+
+    librdkafka logs in to the bootstrap broker as soon as the client exists and reports the
+    refusal through `error_cb` (run from `poll`): the test waits for that, not for a
+    metadata request to time out (it retries the login until its timeout, 10 s each)."""
     errors: list[KafkaError] = []
     admin = AdminClient({**conf, "error_cb": errors.append})
-    with pytest.raises(KafkaException) as e:
-        admin.list_topics(timeout=10)
-    errors.append(e.value.args[0])
-    admin.poll(1)  # error_cb runs from poll
-    auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+
+    def refused() -> list[KafkaError]:
+        return [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+
+    deadline = time.monotonic() + timeout_s
+    while not refused() and time.monotonic() < deadline:
+        admin.poll(0.05)
+    auth = refused()
     assert auth, f"no authentication error among {errors}"
+    with pytest.raises(KafkaException):  # and no metadata for a client that is not logged in
+        admin.list_topics(timeout=0.5)
     return auth[0]
 
 
@@ -230,13 +239,19 @@ def test_kafka_python_wrong_password(
     cluster: Cluster, mechanism: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """kafka-python 3 retries bootstrap connections whatever failed them and then raises a
-    timeout; what it got from the agent is in its log: the SaslAuthenticationFailedError."""
+    timeout; what it got from the agent is in its log: the SaslAuthenticationFailedError.
+    The constructor's eager bootstrap is bounded by `bootstrap_timeout_ms` (30 s by
+    default), not by `max_block_ms`: both are set, or the test waits 30 s for nothing."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaTimeoutError
 
     caplog.set_level(logging.WARNING, logger="kafka")
     with pytest.raises(KafkaTimeoutError):
-        KafkaProducer(**_kafka_python_conf(cluster, mechanism, password="wrong"), max_block_ms=5_000)
+        KafkaProducer(
+            **_kafka_python_conf(cluster, mechanism, password="wrong"),
+            bootstrap_timeout_ms=3_000,
+            max_block_ms=3_000,
+        )
     seen = [r.getMessage() for r in caplog.records if "SaslAuthenticationFailedError" in r.getMessage()]
     assert seen, [r.getMessage() for r in caplog.records]
     assert all("Authentication failed" in m for m in seen)

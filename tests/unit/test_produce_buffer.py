@@ -1,4 +1,10 @@
-"""Produce buffer: one file per flush, acks only after commit, commit order, back-pressure."""
+"""Produce buffer: one file per flush, acks only after commit, commit order, back-pressure.
+
+Tests about when a file is sealed inject a `FakeClock` and advance it (no sleeps); the
+rest use the loop's clock with a 20 ms interval, or seal by size, count or flush. Nothing
+waits a fixed time: a test waits for the event it needs (a PUT, a commit, an append
+parked for space).
+"""
 
 from __future__ import annotations
 
@@ -15,19 +21,40 @@ from skiff.metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec
 T1 = uuid.UUID(int=1)
 
 
-class FakeStore:
+class FakeClock:
+    """The buffer's monotonic clock, in seconds, moved only by the test."""
+
     def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
+
+
+class FakeStore:
+    def __init__(self, clock: FakeClock | None = None) -> None:
         self.objects: dict[str, bytes] = {}
-        self.delays: list[float] = []
+        self.put_seconds: list[float] = []  # how long the next PUTs take, by `clock`
+        self.gates: list[asyncio.Event | None] = []  # the next PUTs wait for these
         self.fail_next = 0
+        self.clock = clock
+        self.put_done = asyncio.Event()
 
     async def put(self, key: str, data: bytes) -> None:
-        if self.delays:
-            await asyncio.sleep(self.delays.pop(0))
+        gate = self.gates.pop(0) if self.gates else None
+        if gate is not None:
+            await gate.wait()
+        if self.put_seconds:
+            assert self.clock is not None
+            self.clock.advance(self.put_seconds.pop(0))
         if self.fail_next:
             self.fail_next -= 1
             raise OSError("bucket on fire")
         self.objects[key] = data
+        self.put_done.set()
 
 
 class FakeMetadata:
@@ -108,7 +135,7 @@ async def test_not_acked_before_commit_returns() -> None:
     md.gate = asyncio.Event()
     buf = make(store, md)
     task = asyncio.create_task(buf.append(T1, 0, [batch()]))
-    await asyncio.sleep(0.1)
+    await store.put_done.wait()
     assert len(store.objects) == 1  # the PUT happened ...
     assert not task.done()  # ... but no ack until the commit returns
     md.gate.set()
@@ -117,13 +144,17 @@ async def test_not_acked_before_commit_returns() -> None:
 
 async def test_commits_follow_seal_order_even_when_puts_finish_out_of_order() -> None:
     store, md = FakeStore(), FakeMetadata()
-    store.delays = [0.2, 0.0]  # first file's PUT is slow
+    slow = asyncio.Event()
+    store.gates = [slow, None]  # the first file's PUT finishes only after the second's
     buf = make(store, md, flush_max_bytes=100)
-    first = asyncio.create_task(buf.append(T1, 0, [batch(100)]))
-    await asyncio.sleep(0.01)
-    second = asyncio.create_task(buf.append(T1, 0, [batch(100)]))
-    r1, r2 = await first, await second
-    assert (r1[0].base_offset, r2[0].base_offset) == (0, 1)
+    first = asyncio.ensure_future(buf.append_nowait(T1, 0, [batch(100)]))  # sealed: full
+    second = asyncio.ensure_future(buf.append_nowait(T1, 0, [batch(100)]))
+    futures = [*await first, *await second]
+    await store.put_done.wait()  # the second file is stored ...
+    assert len(store.objects) == 1 and not md.commits  # ... and waits for the first's commit
+    slow.set()
+    r1, r2 = await asyncio.gather(*futures)
+    assert (r1.base_offset, r2.base_offset) == (0, 1)
     assert len(md.commits) == 2
 
 
@@ -169,14 +200,15 @@ async def test_back_pressure_bounds_buffered_bytes() -> None:
     store, md = FakeStore(), FakeMetadata()
     md.gate = asyncio.Event()
     buf = make(store, md, flush_max_bytes=1000, max_buffered_bytes=2000)
-    first = [asyncio.create_task(buf.append(T1, 0, [batch(1000)])) for _ in range(2)]
-    await asyncio.sleep(0.05)
+    first = [asyncio.ensure_future(buf.append_nowait(T1, 0, [batch(1000)])) for _ in range(2)]
+    first_acks = [f for fs in await asyncio.gather(*first) for f in fs]
     assert buf.buffered_bytes == 2000
     third = asyncio.create_task(buf.append(T1, 0, [batch(1000)]))
-    await asyncio.sleep(0.05)
-    assert buf.buffered_bytes == 2000  # the third waits for space, it is not buffered
+    while not buf._space_waiters:  # the third parks, waiting for space
+        await asyncio.sleep(0)
+    assert buf.buffered_bytes == 2000  # ... and is not buffered
     md.gate.set()
-    results = await asyncio.gather(*first, third)
+    results = [[r] for r in await asyncio.gather(*first_acks)] + [await third]
     assert sorted(r[0].base_offset for r in results) == [0, 1, 2]
     assert buf.buffered_bytes == 0
 
@@ -280,11 +312,12 @@ def open_deadline(buf: ProduceBuffer) -> float:
     """Seconds from the open file's first append to its seal timer."""
     f = buf._open
     assert f is not None and f.timer is not None
-    return f.timer.when() - f.opened_s
+    return f.deadline_s - f.opened_s
 
 
 def leading(store: FakeStore, md: FakeMetadata, wall: WallClock, *, seal_lead_max_ms: int) -> ProduceBuffer:
-    """A buffer with the default 250 ms interval, the given lead cap and an injected wall clock."""
+    """A buffer with the default 250 ms interval, the given lead cap, an injected wall
+    clock and the store's fake monotonic clock."""
     return ProduceBuffer(
         store=store,  # type: ignore[arg-type]
         metadata=md,  # type: ignore[arg-type]
@@ -292,20 +325,54 @@ def leading(store: FakeStore, md: FakeMetadata, wall: WallClock, *, seal_lead_ma
         flush_interval_ms=250,
         seal_lead_max_ms=seal_lead_max_ms,
         wall_clock_ms=wall,
+        monotonic_s=store.clock,
     )
 
 
 async def test_without_a_lead_the_file_seals_exactly_at_the_interval() -> None:
     wall = WallClock()
-    buf = leading(FakeStore(), FakeMetadata(), wall, seal_lead_max_ms=0)
+    buf = leading(FakeStore(FakeClock()), FakeMetadata(), wall, seal_lead_max_ms=0)
     await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 5)])
     assert open_deadline(buf) == pytest.approx(0.250)
     await buf.close()
 
 
+async def test_the_file_seals_when_the_clock_reaches_its_deadline_and_not_before() -> None:
+    clock = FakeClock()
+    store, md = FakeStore(clock), FakeMetadata()
+    buf = leading(store, md, WallClock(), seal_lead_max_ms=0)
+    futures = await buf.append_nowait(T1, 0, [batch()])
+    clock.advance(0.249)
+    assert not buf.seal_due() and buf._open is not None  # 1 ms early: still open
+    futures += await buf.append_nowait(T1, 1, [batch()])  # joins the open file
+    clock.advance(0.001)
+    assert buf.seal_due()
+    results = await asyncio.gather(*futures)
+    assert [r.error_code for r in results] == [0, 0] and len(md.commits) == 1
+    assert buf.stage_seconds["open"] == pytest.approx(0.250)
+    await buf.close()
+
+
+async def test_the_loops_timer_seals_by_the_injected_clock() -> None:
+    """The loop's wakeup fires when it was armed for, but only the injected clock decides:
+    behind it, the timer re-arms and the file stays open until the clock gets there."""
+    clock = FakeClock()
+    store, md = FakeStore(clock), FakeMetadata()
+    buf = make(store, md, flush_interval_ms=1)  # the loop's timer: 1 ms
+    buf._monotonic_s = clock
+    futures = await buf.append_nowait(T1, 0, [batch()])
+    first_timer = buf._open.timer if buf._open else None
+    while buf._open is not None and buf._open.timer is first_timer:
+        await asyncio.sleep(0)  # the loop turns until its timer fired and re-armed
+    assert buf._open is not None and not md.commits  # the clock has not moved: still open
+    clock.advance(0.001)
+    assert (await futures[0]).error_code == 0  # the re-armed timer sealed it
+    await buf.close()
+
+
 async def test_the_client_linger_seals_the_file_earlier_up_to_the_cap() -> None:
     wall = WallClock()
-    store, md = FakeStore(), FakeMetadata()
+    store, md = FakeStore(FakeClock()), FakeMetadata()
     buf = leading(store, md, wall, seal_lead_max_ms=50)
     await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 5)])  # linger.ms 5
     assert open_deadline(buf) == pytest.approx(0.244, abs=1e-6)  # 5 ms, rounded up to 6
@@ -323,13 +390,13 @@ async def test_the_client_linger_seals_the_file_earlier_up_to_the_cap() -> None:
 
 async def test_the_seal_to_commit_time_is_learned_into_the_lead() -> None:
     wall = WallClock()
-    store, md = FakeStore(), FakeMetadata()
+    store, md = FakeStore(FakeClock()), FakeMetadata()
     buf = leading(store, md, wall, seal_lead_max_ms=50)
-    store.delays = [0.030]  # the first file's PUT takes 30 ms
+    store.put_seconds = [0.030]  # the first file's PUT takes 30 ms
     futures = await buf.append_nowait(T1, 0, [stamped(wall.now_ms)])
     await buf.flush()
     assert futures[0].result().error_code == 0
-    assert buf.post_seal_estimate_s >= 0.030
+    assert buf.post_seal_estimate_s == pytest.approx(0.030)
     await buf.append_nowait(T1, 0, [stamped(wall.now_ms)])
     # sealed early by what the first file took from seal to commit (at most the cap)
     assert 0.200 - 1e-6 <= open_deadline(buf) <= 0.220 + 1e-6
