@@ -44,8 +44,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from skiff.agent import routing
-from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, MetadataError, MetadataUnavailable
-from skiff.metadata.groups.lease_types import DUPLICATE_BROKER_REGISTRATION
+from skiff.metadata.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    DUPLICATE_BROKER_REGISTRATION,
+    MetadataError,
+    MetadataUnavailable,
+)
 from skiff.metadata.types import AgentInfo
 from skiff.metadata.wire.operations import AgentClient
 

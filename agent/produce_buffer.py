@@ -54,16 +54,19 @@ from typing import NamedTuple, Protocol
 
 from skiff.agent.seal_deadline import SealDeadline, waited_s
 from skiff.fileformat.segment import ChunkInput, ChunkPlacement, build_segment
-from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.errors import (
+    KAFKA_STORAGE_ERROR,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_SERVER_ERROR,
+    MetadataError,
+    MetadataUnavailable,
+)
 from skiff.metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec, FileSpec
 from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
 
 # Kafka error codes used here (kio.schema.errors.ErrorCode values).
-REQUEST_TIMED_OUT = 7
-KAFKA_STORAGE_ERROR = 56
-UNKNOWN_SERVER_ERROR = -1
 
 _STAGES = ("open", "queued", "put", "ordered", "commit", "resolve")
 _RESOLVE_CHUNK = 64  # appends resolved per event-loop iteration after a commit (see _resolve)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 from skiff.agent.protocol import to_error_code
-from skiff.metadata.errors import MetadataError, MetadataUnavailable
-from skiff.metadata.transactions.state import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+from skiff.metadata.errors import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, MetadataError, MetadataUnavailable
 
 
 def txn_error(code: int, api_version: int, fenced_since_version: int) -> ErrorCode:

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from skiff.metadata import configs
+from skiff.metadata import configs, errors
 from skiff.metadata.commits import idempotence
 from skiff.metadata.errors import MESSAGE_TOO_LARGE, NONE, UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION
 from skiff.metadata.transactions import state as txn_state
@@ -134,7 +134,7 @@ def txn_refusal(b: BatchSpec, txns: TxnRecords, partition: txn_state.Partition) 
     transactional id."""
     if b.transactional_id is None:
         return (
-            txn_state.INVALID_TXN_STATE,
+            errors.INVALID_TXN_STATE,
             "a transactional batch needs its Produce request's transactional id",
         )
     return txn_state.check_produce(

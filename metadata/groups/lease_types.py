@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from skiff.metadata.wire.bounds import Id, Int32
 
 # Kafka's error codes these operations answer with (kio's ErrorCode values).
-NOT_COORDINATOR = 16
-DUPLICATE_BROKER_REGISTRATION = 101
 
 
 @dataclass(frozen=True, slots=True)

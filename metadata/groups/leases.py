@@ -37,13 +37,13 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from skiff.metadata.errors import INVALID_REQUEST, MetadataError
-from skiff.metadata.groups.lease_types import (
+from skiff.metadata.errors import (
     DUPLICATE_BROKER_REGISTRATION,
+    INVALID_REQUEST,
     NOT_COORDINATOR,
-    LeaseGrant,
-    LeaseToken,
+    MetadataError,
 )
+from skiff.metadata.groups.lease_types import LeaseGrant, LeaseToken
 from skiff.metadata.rows import insert_on_conflict
 from skiff.metadata.schema import agents, group_leases
 from skiff.metadata.types import AgentInfo

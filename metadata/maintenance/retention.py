@@ -38,14 +38,12 @@ from typing import Any
 
 from skiff.metadata import configs
 from skiff.metadata.db import write_tx
-from skiff.metadata.errors import NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
+from skiff.metadata.errors import NONE, OFFSET_OUT_OF_RANGE, POLICY_VIOLATION, UNKNOWN_TOPIC_OR_PARTITION
 from skiff.metadata.rows import IDS_PER_STATEMENT, Db, mark_orphan_files_deleting, upsert
 from skiff.metadata.schema import chunks, group_activity, group_offsets, partitions, topics
 from skiff.metadata.transactions.cleanup import drop_aborted_below
 from skiff.metadata.types import DeleteRecordsAnswer, DeleteRecordsQuery, RetentionResult
 from sqlalchemy import Connection, delete, func, select, update
-
-POLICY_VIOLATION = 44  # Kafka's code for DeleteRecords on a compact-only topic
 
 # How many chunks one retention transaction examines per partition (the caller repeats
 # while a partition reports this many deleted).

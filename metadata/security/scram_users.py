@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from skiff.metadata.db import read_tx, write_tx
-from skiff.metadata.errors import MetadataError
+from skiff.metadata.errors import (
+    RESOURCE_NOT_FOUND,
+    UNACCEPTABLE_CREDENTIAL,
+    UNSUPPORTED_SASL_MECHANISM,
+    MetadataError,
+)
 from skiff.metadata.rows import Db, upsert
 from skiff.metadata.schema import scram_credentials
 from skiff.metadata.security.scram_types import (
@@ -24,10 +29,6 @@ from skiff.metadata.security.scram_types import (
     check_user_name,
 )
 from sqlalchemy import delete, select
-
-UNSUPPORTED_SASL_MECHANISM = 33
-RESOURCE_NOT_FOUND = 91
-UNACCEPTABLE_CREDENTIAL = 93
 
 # A describe of named users reads at most this many names (the rest of a hostile list is refused).
 MAX_USERS_PER_DESCRIBE = 10_000

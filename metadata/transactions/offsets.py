@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from skiff.metadata import errors
+from skiff.metadata.errors import POLICY_VIOLATION
 from skiff.metadata.groups.offsets import _check, _partition_counts, _row
 from skiff.metadata.rows import upsert
 from skiff.metadata.schema import group_offsets, txn_offsets
@@ -38,8 +40,6 @@ from skiff.metadata.types import GroupOffset, OffsetCommitResult
 from sqlalchemy import Connection, delete, func, select
 
 _O = txn_offsets.c
-
-POLICY_VIOLATION = 44
 
 
 def stage_in(
@@ -57,13 +57,13 @@ def stage_in(
     """TxnOffsetCommit inside the caller's write transaction, `record` the transactional
     id's locked row: one answer per offset, same order (see the module docstring)."""
     if record is None or record.producer_id != producer_id:
-        code = txn_state.INVALID_PRODUCER_ID_MAPPING
+        code = errors.INVALID_PRODUCER_ID_MAPPING
     elif record.producer_epoch != epoch:
-        code = txn_state.PRODUCER_FENCED
+        code = errors.PRODUCER_FENCED
     elif record.state is not txn_state.TxnState.ONGOING or group_id not in record.groups:
-        code = txn_state.INVALID_TXN_STATE
+        code = errors.INVALID_TXN_STATE
     else:
-        code = txn_state.NONE
+        code = errors.NONE
     if code:
         return [OffsetCommitResult(code)] * len(offsets)
     counts = _partition_counts(conn, sorted({o.topic for o in offsets}))

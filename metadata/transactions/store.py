@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.errors import OPERATION_NOT_ATTEMPTED, POLICY_VIOLATION, UNKNOWN_TOPIC_OR_PARTITION
 from skiff.metadata.groups import offsets as groups
 from skiff.metadata.rows import IDS_PER_STATEMENT, Db, allocate_producer_id
 from skiff.metadata.schema import partitions as partitions_table
@@ -42,10 +43,6 @@ from skiff.metadata.transactions.state import Outcome, Partition, TxnRecord, Txn
 from skiff.metadata.types import GroupOffset, OffsetCommitResult
 from sqlalchemy import Connection, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
-
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OPERATION_NOT_ATTEMPTED = 55
-POLICY_VIOLATION = 44
 
 _T = transactions.c
 

@@ -21,65 +21,29 @@ from skiff.metadata.wire.http_client import HttpMetadataClient, SyncHttpMetadata
 from skiff.metadata.wire.operations import MetadataClient
 
 
-def open_metadata_client(
-    url_or_db: str,
-    *,
-    timeout_s: float = 10.0,
-    token: str | None = None,
-    token_file: str | None = None,
-    ca_file: str | None = None,
-    cert_file: str | None = None,
-    key_file: str | None = None,
-    env: Mapping[str, str] | None = None,
-) -> MetadataClient:
-    """`http(s)://...` -> HttpMetadataClient with the credentials given, else those of the
-    environment (`env`, default os.environ); a database URL (sqlite:///..., postgresql://...)
-    -> LocalMetadataClient over a MetadataService of its own (migrated; closed with the client)."""
-    if url_or_db.startswith(("http://", "https://")):
-        creds = resolve_credentials(
-            token=token,
-            token_file=token_file,
-            ca_file=ca_file,
-            cert_file=cert_file,
-            key_file=key_file,
-            env=env,
-        )
-        return cast(MetadataClient, HttpMetadataClient(url_or_db, timeout_s=timeout_s, credentials=creds))
-    from skiff.metadata.server.local_client import (
-        LocalMetadataClient,  # the database side, only when asked for
-    )
-    from skiff.metadata.service import MetadataService
-
-    return cast(MetadataClient, LocalMetadataClient(MetadataService.from_url(url_or_db), owns_service=True))
+def open_metadata_client(url_or_db: str, *, timeout_s: float = 10.0, **creds: Any) -> MetadataClient:
+    """`http(s)://...` -> HttpMetadataClient with the credentials given (`token`,
+    `token_file`, `ca_file`, `cert_file`, `key_file`), else those of the environment (`env`,
+    default os.environ); a database URL (sqlite:///..., postgresql://...) -> LocalMetadataClient
+    over a MetadataService of its own (migrated; closed with the client)."""
+    return cast(MetadataClient, _open(url_or_db, timeout_s, creds, blocking=False))
 
 
-def open_sync_metadata_client(
-    url_or_db: str,
-    *,
-    timeout_s: float = 10.0,
-    token: str | None = None,
-    token_file: str | None = None,
-    ca_file: str | None = None,
-    cert_file: str | None = None,
-    key_file: str | None = None,
-    env: Mapping[str, str] | None = None,
-) -> Any:
+def open_sync_metadata_client(url_or_db: str, *, timeout_s: float = 10.0, **creds: Any) -> Any:
     """As `open_metadata_client`, blocking: `SyncHttpMetadataClient` or
     `SyncLocalMetadataClient` (every operation of `metadata.wire.operations`, without `await`),
     for code without an event loop (the command line, Spark's driver, compactor jobs)."""
+    return _open(url_or_db, timeout_s, creds, blocking=True)
+
+
+def _open(url_or_db: str, timeout_s: float, creds: Mapping[str, Any], *, blocking: bool) -> Any:
     if url_or_db.startswith(("http://", "https://")):
-        creds = resolve_credentials(
-            token=token,
-            token_file=token_file,
-            ca_file=ca_file,
-            cert_file=cert_file,
-            key_file=key_file,
-            env=env,
-        )
-        return SyncHttpMetadataClient(url_or_db, timeout_s=timeout_s, credentials=creds)
-    from skiff.metadata.server.local_client import (
-        SyncLocalMetadataClient,  # the database side, only when asked for
-    )
+        credentials = resolve_credentials(**creds)
+        http = SyncHttpMetadataClient if blocking else HttpMetadataClient
+        return http(url_or_db, timeout_s=timeout_s, credentials=credentials)
+    # The database side, imported only when asked for.
+    from skiff.metadata.server.local_client import LocalMetadataClient, SyncLocalMetadataClient
     from skiff.metadata.service import MetadataService
 
-    return SyncLocalMetadataClient(MetadataService.from_url(url_or_db), owns_service=True)
+    local = SyncLocalMetadataClient if blocking else LocalMetadataClient
+    return local(MetadataService.from_url(url_or_db), owns_service=True)

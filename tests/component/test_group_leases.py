@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from skiff.metadata.errors import MetadataError
-from skiff.metadata.groups.lease_types import DUPLICATE_BROKER_REGISTRATION, NOT_COORDINATOR, LeaseToken
+from skiff.metadata.errors import DUPLICATE_BROKER_REGISTRATION, NOT_COORDINATOR, MetadataError
+from skiff.metadata.groups.lease_types import LeaseToken
 from skiff.metadata.server.app import create_app
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo, GroupOffset

@@ -13,9 +13,9 @@ import uuid
 from collections.abc import Sequence
 
 import pytest
-from skiff.agent.produce_buffer import KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT, PendingBatch, ProduceBuffer
+from skiff.agent.produce_buffer import PendingBatch, ProduceBuffer
 from skiff.fileformat.segment import read_footer_from_bytes
-from skiff.metadata.errors import MetadataUnavailable
+from skiff.metadata.errors import KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT, MetadataUnavailable
 from skiff.metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec
 
 T1 = uuid.UUID(int=1)
