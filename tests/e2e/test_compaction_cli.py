@@ -277,6 +277,7 @@ def test_skiff_compact_end_to_end(
         _intact(_read_all(agent.bootstrap, "table", part, ends[part]), produced[part], want[part])
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=30)
+    killed.stderr.close()
     for part in (0, 1):  # and after it died
         _intact(_read_all(agent.bootstrap, "table", part, ends[part]), produced[part], want[part])
     got_events = _read_all(agent.bootstrap, "events", 0, len(events))

@@ -72,7 +72,7 @@ def test_the_next_coordinator_finishes_a_prepared_transaction(
             json={
                 "transactional_id": txn_id,
                 "producer_id": record["producer_id"],
-                "producer_epoch": record["producer_epoch"],
+                "epoch": record["producer_epoch"],
                 "commit": True,
             },
         ).json()

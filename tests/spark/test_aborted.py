@@ -190,21 +190,19 @@ def test_isolation_level_option() -> None:
 
 def test_a_timestamp_answer_at_or_above_the_latest_offset_is_no_answer() -> None:
     """As Kafka's ListOffsets: under read_committed an offset at or above the LSO is no answer."""
-    import asyncio
     import uuid
 
     from skiff.metadata.types import OffsetAnswer
     from skiff.spark.planner import PartitionInfo, SkiffSourceError, _timestamp_offsets
 
     class Metadata:
-        async def list_offsets(self, queries):  # type: ignore[no-untyped-def]
+        def list_offsets(self, queries):  # type: ignore[no-untyped-def]
             return [OffsetAnswer(0, 40, 1_000) for _ in queries]  # inside the open transaction
 
     part = PartitionInfo("t", str(uuid.uuid4()), 0, log_start=0, high_watermark=50, latest=40)
     base = {"metadata.url": "http://m", "subscribe": "t", "kafka.isolation.level": "read_committed"}
     lenient = parse_options({**base, "startingOffsetsByTimestampStrategy": "latest"})
-    run = asyncio.run
-    assert run(_timestamp_offsets(Metadata(), [part], [1_000], lenient, "starting")) == [40]  # type: ignore[arg-type]
-    assert run(_timestamp_offsets(Metadata(), [part], [1_000], lenient, "ending")) == [40]  # type: ignore[arg-type]
+    assert _timestamp_offsets(Metadata(), [part], [1_000], lenient, "starting") == [40]  # type: ignore[arg-type]
+    assert _timestamp_offsets(Metadata(), [part], [1_000], lenient, "ending") == [40]  # type: ignore[arg-type]
     with pytest.raises(SkiffSourceError, match="no record at or after timestamp 1000"):
-        run(_timestamp_offsets(Metadata(), [part], [1_000], parse_options(base), "starting"))  # type: ignore[arg-type]
+        _timestamp_offsets(Metadata(), [part], [1_000], parse_options(base), "starting")  # type: ignore[arg-type]
