@@ -538,3 +538,20 @@ def test_compactor_has_a_read_only_root_and_a_scratch_dir() -> None:
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         volumes = {v["name"]: v for v in _pod_spec(cronjob)["volumes"]}
         assert "emptyDir" in volumes[mounts["/tmp"]], overlay
+
+
+def test_the_documented_external_host_patch_advertises_it(tmp_path: Path) -> None:
+    """docs/operations.md's kind example: an overlay over dev setting EXTERNAL_HOST."""
+    docs = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    block = docs.split("# then a kustomization.yaml of your own, in a folder beside overlays/dev:\n", 1)[1]
+    lines = block.split("\n\n", 1)[0].splitlines()
+    kustomization = yaml.safe_load("\n".join(line[4:] for line in lines))
+    (tmp_path / "dev").symlink_to(KUBE / "overlays" / "dev")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
+    agent = _by_kind_and_name(_render(mine))[("Deployment", "skiff-agent")]
+    env = next(_containers(agent))["env"]
+    names = [e["name"] for e in env]
+    assert env[names.index("EXTERNAL_HOST")]["value"] == "127.0.0.1"
+    assert names.index("EXTERNAL_HOST") < names.index(ENV_PREFIX + "ADVERTISED_LISTENERS")
