@@ -555,3 +555,15 @@ def test_the_documented_external_host_patch_advertises_it(tmp_path: Path) -> Non
     names = [e["name"] for e in env]
     assert env[names.index("EXTERNAL_HOST")]["value"] == "127.0.0.1"
     assert names.index("EXTERNAL_HOST") < names.index(ENV_PREFIX + "ADVERTISED_LISTENERS")
+
+
+@pytest.mark.parametrize("overlay", sorted(RENDERED))
+def test_every_skiff_process_told_the_bucket_gets_its_credentials(overlay: str) -> None:
+    """Agents write the bucket, the compactor rewrites it and metadata checks a committed
+    object exists before accepting it (a HEAD): without the keys every produce fails."""
+    for where, container in _skiff_containers(RENDERED[overlay]):
+        sources = container.get("envFrom", [])
+        config = [s["configMapRef"]["name"] for s in sources if "configMapRef" in s]
+        secrets = [s["secretRef"]["name"] for s in sources if "secretRef" in s]
+        if any(name.startswith("skiff-config") for name in config):
+            assert any(name.startswith("skiff-aws") for name in secrets), f"{overlay}: {where}"
