@@ -20,7 +20,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,7 +32,17 @@ def _build_parser() -> argparse.ArgumentParser:
     from skiff.agent import config
 
     parser = argparse.ArgumentParser(prog="skiff", description="A diskless, Kafka-compatible broker.")
-    parser.add_argument("--log-level", default=os.environ.get("SKIFF_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("SKIFF_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (env SKIFF_LOG_LEVEL; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False,
+        help="print the traceback of a failure, not only its one line (env SKIFF_DEBUG=1; default: off)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     pg = sub.add_parser("playground", help="everything in one process on an embedded default")
@@ -125,7 +135,20 @@ def _build_parser() -> argparse.ArgumentParser:
 
     topics.add_parser(sub)
     groups.add_parser(sub)
+    _add_debug_everywhere(sub)
     return parser
+
+
+def _add_debug_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`--debug` after the subcommand too (`skiff inspect X --debug`), as Kafka's tools
+    take their flags anywhere; SUPPRESS keeps the global flag's value when it is absent."""
+    for parser in sub.choices.values():
+        parser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="as skiff --debug"
+        )
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_debug_everywhere(action)
 
 
 def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
@@ -139,103 +162,167 @@ def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
     return role
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "users"})
+
+
+def _setup_logging(args: argparse.Namespace, debug: bool) -> None:
+    from skiff.cli.errors import TracebackFreeFormatter
+
+    handler = logging.StreamHandler()  # stderr: stdout is the command's output
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(logging.Formatter(fmt) if debug else TracebackFreeFormatter(fmt))
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO), handlers=[handler])
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine at start-up
+    if args.command in _ONE_SHOT and not debug:
+        # one INFO line per HTTP call (or per credential lookup) is noise in an admin command
+        for name in ("httpx", "httpcore", "botocore", "boto3", "aiobotocore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _run_inspect(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.cli.inspect_cmd import run_inspect
+
+    return run_inspect(
+        args.target,
+        verify=args.verify,
+        as_json=args.json,
+        metadata_url=args.metadata_url,
+        object_key=args.key,
+    )
+
+
+def _run_topics(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.cli.topics import run_topics
+
+    return run_topics(args)
+
+
+def _run_groups(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.cli.groups import run_groups
+
+    return run_groups(args)
+
+
+def _run_compact(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.cli.compact import run_compact
+
+    return run_compact(args)
+
+
+def _run_metadata(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.agent.config_values import parse_value
+    from skiff.agent.runtime import absolute_bucket_url
+    from skiff.cli.errors import check_ports_free
+    from skiff.metadata.server.app import run_metadata_server, tls_settings
+    from skiff.metadata.server.auth import load_tokens
+
+    bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
+    try:  # settings errors are usage errors: one clear line, no traceback
+        verify = args.commit_verify_objects
+        if verify is None and os.environ.get("SKIFF_METADATA_COMMIT_VERIFY_OBJECTS", "").strip():
+            verify = parse_value(
+                "metadata_commit_verify_objects",
+                (bool, False),
+                os.environ["SKIFF_METADATA_COMMIT_VERIFY_OBJECTS"],
+            )
+        tokens = load_tokens(args.tokens_file)
+        tls_settings(args.tls_cert, args.tls_key, args.tls_client_ca)
+    except ValueError as exc:
+        parser.error(str(exc))
+    _check_database_url(args.db)
+    check_ports_free(args.host, [("metadata port", args.port)])
+    run_metadata_server(
+        args.db,
+        args.host,
+        args.port,
+        bucket_url=bucket_url,
+        tokens=tokens,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        commit_verify_objects=verify,
+    )
+    return 0
+
+
+def _check_database_url(db_url: str) -> None:
+    """Parse (not connect to) the database URL, so a typo is one line before the server starts."""
+    from skiff.cli.errors import CommandError
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(db_url)
+    except ArgumentError as exc:
+        raise CommandError(
+            f"invalid --db URL {db_url!r}: expected e.g. postgresql://host/db or sqlite:///path"
+        ) from exc
+
+
+def _run_agent(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.agent.config import AgentConfig
+    from skiff.agent.runtime import run_agent
+    from skiff.cli.errors import check_ports_free
+
+    try:
+        cfg = AgentConfig.from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    roles = {r.strip() for r in str(args.roles).split(",") if r.strip()}
+    unknown = roles - {"kafka", "compaction"}
+    if unknown:
+        parser.error(f"unknown role(s): {', '.join(sorted(unknown))}")
+    background = (
+        [_maintenance(args.compaction_interval_ms, f"agent-{cfg.agent_id}")]
+        if "compaction" in roles and args.compaction_interval_ms > 0
+        else []
+    )
+    check_ports_free(cfg.host, [("Kafka port", cfg.port), ("metrics port", cfg.metrics_port)])
+    return run_agent(cfg, background)
+
+
+def _run_playground(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.agent.runtime import run_playground
+    from skiff.cli.errors import check_ports_free
+
+    check_ports_free(args.host, [("Kafka port", args.port), ("metadata port", args.metadata_port)])
+    interval_ms = args.compaction_interval_ms
+    return run_playground(
+        data_dir=args.data_dir,
+        host=args.host,
+        port=args.port,
+        metadata_port=args.metadata_port,
+        background=[_maintenance(interval_ms, "playground")] if interval_ms > 0 else [],
+    )
+
+
+_COMMANDS: dict[str, Callable[[argparse.ArgumentParser, argparse.Namespace], int]] = {
+    "inspect": _run_inspect,
+    "topics": _run_topics,
+    "groups": _run_groups,
+    "compact": _run_compact,
+    "metadata": _run_metadata,
+    "agent": _run_agent,
+    "playground": _run_playground,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `skiff` command; failures are one line on stderr (skiff.cli.errors)."""
+    from skiff.cli import errors
+
+    parser = _build_parser()
+    args = parser.parse_args(argv)  # usage errors: argparse's line, exit 2
+    debug = bool(args.debug) or errors.debug_from_env()
+    _setup_logging(args, debug)
     try:
         if getattr(args, "run", None) is not None:  # subcommands that dispatch themselves (skiff users)
             return int(args.run(args))
-        if args.command == "inspect":
-            from skiff.cli.inspect_cmd import run_inspect
-
-            return run_inspect(
-                args.target,
-                verify=args.verify,
-                as_json=args.json,
-                metadata_url=args.metadata_url,
-                object_key=args.key,
-            )
-        if args.command == "topics":
-            from skiff.cli.topics import run_topics
-
-            return run_topics(args)
-        if args.command == "groups":
-            from skiff.cli.groups import run_groups
-
-            return run_groups(args)
-        if args.command == "compact":
-            from skiff.cli.compact import run_compact
-
-            return run_compact(args)
-        if args.command == "metadata":
-            from skiff.agent.config_values import parse_value
-            from skiff.agent.runtime import absolute_bucket_url
-            from skiff.metadata.server.app import run_metadata_server, tls_settings
-            from skiff.metadata.server.auth import load_tokens
-
-            bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
-            try:  # settings errors are usage errors: one clear line, no traceback
-                verify = args.commit_verify_objects
-                if verify is None and os.environ.get("SKIFF_METADATA_COMMIT_VERIFY_OBJECTS", "").strip():
-                    verify = parse_value(
-                        "metadata_commit_verify_objects",
-                        (bool, False),
-                        os.environ["SKIFF_METADATA_COMMIT_VERIFY_OBJECTS"],
-                    )
-                tokens = load_tokens(args.tokens_file)
-                tls_settings(args.tls_cert, args.tls_key, args.tls_client_ca)
-            except ValueError as exc:
-                parser.error(str(exc))
-            run_metadata_server(
-                args.db,
-                args.host,
-                args.port,
-                bucket_url=bucket_url,
-                tokens=tokens,
-                tls_cert=args.tls_cert,
-                tls_key=args.tls_key,
-                tls_client_ca=args.tls_client_ca,
-                commit_verify_objects=verify,
-            )
-            return 0
-        if args.command == "agent":
-            from skiff.agent.config import AgentConfig
-            from skiff.agent.runtime import run_agent
-
-            try:
-                cfg = AgentConfig.from_args(args)
-            except ValueError as exc:
-                parser.error(str(exc))
-            roles = {r.strip() for r in str(args.roles).split(",") if r.strip()}
-            unknown = roles - {"kafka", "compaction"}
-            if unknown:
-                parser.error(f"unknown role(s): {', '.join(sorted(unknown))}")
-            background = (
-                [_maintenance(args.compaction_interval_ms, f"agent-{cfg.agent_id}")]
-                if "compaction" in roles and args.compaction_interval_ms > 0
-                else []
-            )
-            return run_agent(cfg, background)
-        if args.command == "playground":
-            from skiff.agent.runtime import run_playground
-
-            interval_ms = args.compaction_interval_ms
-            return run_playground(
-                data_dir=args.data_dir,
-                host=args.host,
-                port=args.port,
-                metadata_port=args.metadata_port,
-                background=[_maintenance(interval_ms, "playground")] if interval_ms > 0 else [],
-            )
+        return _COMMANDS[args.command](parser, args)
     except KeyboardInterrupt:
-        return 130
-    parser.error(f"unknown command {args.command}")
-    return 2
+        return errors.EXIT_INTERRUPTED
+    except Exception as exc:  # boundary: every failure of a command becomes its one line
+        return errors.report(args.command, exc, debug=debug)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,8 +3,8 @@ one async command with clear failures, and output as a rich table or as JSON.
 
 Tables print to stdout without colour when stdout is not a terminal, with every cell in
 full (no truncation or wrapping: scripts cut columns as they do Kafka's tools' output).
-Errors go to stderr as one line, `skiff <command>: <message>`, and exit status 1; a
-failure of the metadata service to answer exits 2.
+Errors go to stderr as one line, `skiff <command>: <message>`, and exit status 1 (the
+command line's top level prints them: skiff.cli.errors).
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.cli.errors import CommandError
 from skiff.metadata.wire.operations import MetadataClient
 
 DEFAULT_METADATA_URL = "http://127.0.0.1:9093"
 
 
-class CommandError(Exception):
-    """A refusal to print as `skiff <command>: <message>` (exit 1)."""
+__all__ = ["CommandError", "add_connection_arguments", "print_json", "print_table", "run_command"]
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,10 +44,12 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataClient], Awaitable[int]]) -> int:
-    """Open the metadata client, run `body`, close; failures become one line on stderr."""
+    """Open the metadata client, run `body`, close; failures propagate to the command line's
+    top level, which prints them as one line (skiff.cli.errors)."""
     from skiff.metadata.wire.connect import open_metadata_client
 
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per call is noise here
+    for logger in ("httpx", "httpcore"):  # one INFO line per call is noise here
+        logging.getLogger(logger).setLevel(logging.WARNING)
 
     async def main() -> int:
         client = open_metadata_client(args.metadata_url, timeout_s=args.timeout_ms / 1000)
@@ -57,17 +58,7 @@ def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataCli
         finally:
             await client.close()
 
-    try:
-        return asyncio.run(main())
-    except CommandError as e:
-        print(f"skiff {name}: {e}", file=sys.stderr)
-        return 1
-    except MetadataError as e:
-        print(f"skiff {name}: {e.message} (Kafka error code {e.error_code})", file=sys.stderr)
-        return 1
-    except MetadataUnavailable as e:
-        print(f"skiff {name}: metadata service unavailable at {args.metadata_url}: {e}", file=sys.stderr)
-        return 2
+    return asyncio.run(main())
 
 
 def print_json(value: Any) -> None:

@@ -136,7 +136,7 @@ class RichProgress:
     chunks swapped out and one per stream for the bytes it consumed (A: the files holding
     compacted data, pass 1; B: every input file, pass 2 and copies)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *, show_bars: bool | None = None) -> None:
         self.bars = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -144,6 +144,8 @@ class RichProgress:
             TimeElapsedColumn(),
             console=console,
             transient=False,
+            # bars only on a terminal (by default): piped or captured stderr gets the log lines alone
+            disable=not (console.is_terminal if show_bars is None else show_bars),
         )
         self._stage: Any = None
         # job id -> (chunk task, input chunks, stream name -> (byte task, most bytes))
@@ -297,21 +299,14 @@ async def _compact(args: argparse.Namespace) -> int:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FAILED, MetadataError
-    from skiff.metadata.wire.credentials import CredentialsError
+    """Failures propagate to the command line's top level: one line (skiff.cli.errors)."""
+    from skiff.cli.errors import UsageError
 
     if not args.metadata_url:
-        raise SystemExit("skiff compact: --metadata URL is required")
+        raise UsageError("--metadata URL is required (or SKIFF_METADATA_URL)")
     if not args.dry_run and not args.bucket_url:
-        raise SystemExit("skiff compact: --bucket URL is required")
-    try:
-        return asyncio.run(_compact(args))
-    except CredentialsError as e:
-        raise SystemExit(f"skiff compact: {e}") from None
-    except MetadataError as e:
-        if e.error_code not in (SASL_AUTHENTICATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
-            raise
-        raise SystemExit(f"skiff compact: the metadata service refused: {e.message}") from None
+        raise UsageError("--bucket URL is required (or SKIFF_BUCKET_URL)")
+    return asyncio.run(_compact(args))
 
 
 def maintenance_role(md: MetadataClient, bucket_url: str, interval_ms: int, holder: str) -> MaintenanceLoop:

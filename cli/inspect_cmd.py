@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 
 from rich.console import Console
 from rich.table import Table
+from skiff.cli.errors import CommandError
 from skiff.fileformat.batch_header import RecordBatchError, iter_batches
 from skiff.fileformat.objectstore import ObjectStore, open_store
 from skiff.fileformat.record_decode import decode_records, validate_batch
@@ -80,10 +81,10 @@ def _open_source(target: str) -> _Source:
     if parsed.scheme in ("s3", "memory"):
         path = parsed.path.lstrip("/")
         if not path:
-            raise SystemExit(f"{target}: the URL names a bucket, not an object")
+            raise CommandError(f"{target}: the URL names a bucket, not an object")
         store = open_store(f"{parsed.scheme}://{parsed.netloc}")
         return _Source(target, store, path, None)
-    raise SystemExit(f"{target}: unsupported location (use a path, file://, s3:// or memory://)")
+    raise CommandError(f"{target}: unsupported location (use a path, file://, s3:// or memory://)")
 
 
 def default_object_key(target: str) -> str:
@@ -180,8 +181,7 @@ def run_inspect(
         try:
             header, entries = read_footer(source, source.name)
         except SegmentFormatError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            raise CommandError(str(exc)) from exc
         known: FileChunks | None = None
         if metadata_url:
             known = _ask_metadata(metadata_url, object_key or default_object_key(target))
