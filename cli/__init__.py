@@ -46,48 +46,93 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     pg = sub.add_parser("playground", help="everything in one process on an embedded default")
-    pg.add_argument("--data-dir", default=os.environ.get("SKIFF_DATA_DIR", "./skiff-data"))
-    pg.add_argument("--host", default=os.environ.get("SKIFF_HOST", "127.0.0.1"))
-    pg.add_argument("--port", type=int, default=int(os.environ.get("SKIFF_PORT", "9092")))
-    pg.add_argument("--metadata-port", type=int, default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")))
+    pg.add_argument(
+        "--data-dir",
+        default=os.environ.get("SKIFF_DATA_DIR", "./skiff-data"),
+        help="the SQLite database and file:// bucket live here (env SKIFF_DATA_DIR; default: %(default)s)",
+    )
+    pg.add_argument(
+        "--host",
+        default=os.environ.get("SKIFF_HOST", "127.0.0.1"),
+        help="address both ports listen on (env SKIFF_HOST; default: %(default)s)",
+    )
+    pg.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("SKIFF_PORT", "9092")),
+        help="Kafka port (env SKIFF_PORT; default: %(default)s)",
+    )
+    pg.add_argument(
+        "--metadata-port",
+        type=int,
+        default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")),
+        help="metadata HTTP API port (env SKIFF_METADATA_PORT; default: %(default)s)",
+    )
     pg.add_argument(
         "--compaction-interval-ms",
         type=int,
         default=int(os.environ.get("SKIFF_COMPACTION_INTERVAL_MS", "30000")),
-        help="run retention, compaction and GC this often (0: never)",
+        help="run retention, compaction and GC this often, 0: never (env SKIFF_COMPACTION_INTERVAL_MS;"
+        " default: %(default)s)",
     )
 
     ag = sub.add_parser("agent", help="run one Kafka protocol agent")
     config.add_arguments(ag)
-    ag.add_argument("--bucket", dest="bucket_url", default=None, help="alias of --bucket-url")
-    ag.add_argument("--metadata", dest="metadata_url", default=None, help="alias of --metadata-url")
+    ag.add_argument(
+        "--bucket",
+        dest="bucket_url",
+        default=None,
+        help="alias of --bucket-url (env SKIFF_BUCKET_URL; default: unset)",
+    )
+    ag.add_argument(
+        "--metadata",
+        dest="metadata_url",
+        default=None,
+        help="alias of --metadata-url (env SKIFF_METADATA_URL; default: unset)",
+    )
     ag.add_argument(
         "--roles",
         default=os.environ.get("SKIFF_ROLES", "kafka"),
-        help="comma-separated: kafka (always), compaction (retention, compaction and GC in the background)",
+        help="comma-separated: kafka (always), compaction (retention, compaction and GC in the background)"
+        " (env SKIFF_ROLES; default: %(default)s)",
     )
     ag.add_argument(
         "--compaction-interval-ms",
         type=int,
         default=int(os.environ.get("SKIFF_COMPACTION_INTERVAL_MS", "30000")),
-        help="with the compaction role: run a maintenance pass this often",
+        help="with the compaction role: run a maintenance pass this often (env SKIFF_COMPACTION_INTERVAL_MS;"
+        " default: %(default)s)",
     )
 
     md = sub.add_parser("metadata", help="run the metadata HTTP service")
-    md.add_argument("--db", default=os.environ.get("SKIFF_DB", "sqlite:///./skiff-data/metadata.db"))
-    md.add_argument("--host", default=os.environ.get("SKIFF_METADATA_HOST", "127.0.0.1"))
-    md.add_argument("--port", type=int, default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")))
+    md.add_argument(
+        "--db",
+        default=os.environ.get("SKIFF_DB", "sqlite:///./skiff-data/metadata.db"),
+        help="database URL, postgresql://... or sqlite:///PATH (env SKIFF_DB; default: %(default)s)",
+    )
+    md.add_argument(
+        "--host",
+        default=os.environ.get("SKIFF_METADATA_HOST", "127.0.0.1"),
+        help="address to listen on (env SKIFF_METADATA_HOST; default: %(default)s)",
+    )
+    md.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")),
+        help="port to listen on (env SKIFF_METADATA_PORT; default: %(default)s)",
+    )
     md.add_argument(
         "--bucket",
         dest="bucket_url",
         default=os.environ.get("SKIFF_BUCKET_URL") or None,
-        help="the bucket URL the agents write to, told to readers such as Spark (GET /v1/cluster)",
+        help="the bucket URL the agents write to, told to readers such as Spark (GET /v1/cluster)"
+        " (env SKIFF_BUCKET_URL; default: unset)",
     )
     md.add_argument(
         "--tokens-file",
         default=os.environ.get("SKIFF_METADATA_TOKENS_FILE") or None,
-        help="bearer tokens and their roles, one ROLE[,ROLE]:TOKEN per line (unset: no authentication"
-        " unless SKIFF_METADATA_TOKENS holds them); see docs/operations.md",
+        help="bearer tokens and their roles, one ROLE[,ROLE]:TOKEN per line (env SKIFF_METADATA_TOKENS_FILE;"
+        " default unset: no authentication unless SKIFF_METADATA_TOKENS holds them); see docs/operations.md",
     )
     md.add_argument(
         "--commit-verify-objects",
@@ -100,15 +145,18 @@ def _build_parser() -> argparse.ArgumentParser:
     md.add_argument(
         "--tls-cert",
         default=os.environ.get("SKIFF_METADATA_TLS_CERT") or None,
-        help="PEM certificate (chain) to serve HTTPS with",
+        help="PEM certificate (chain) to serve HTTPS with (env SKIFF_METADATA_TLS_CERT; default: unset, HTTP)",
     )
     md.add_argument(
-        "--tls-key", default=os.environ.get("SKIFF_METADATA_TLS_KEY") or None, help="PEM key of --tls-cert"
+        "--tls-key",
+        default=os.environ.get("SKIFF_METADATA_TLS_KEY") or None,
+        help="PEM key of --tls-cert (env SKIFF_METADATA_TLS_KEY; default: unset)",
     )
     md.add_argument(
         "--tls-client-ca",
         default=os.environ.get("SKIFF_METADATA_TLS_CLIENT_CA") or None,
-        help="require client certificates signed by this PEM CA (mTLS)",
+        help="require client certificates signed by this PEM CA, mTLS (env SKIFF_METADATA_TLS_CLIENT_CA;"
+        " default: unset)",
     )
 
     ins = sub.add_parser("inspect", help="print a segment file's chunks")
@@ -119,7 +167,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--metadata",
         dest="metadata_url",
         default=os.environ.get("SKIFF_METADATA_URL"),
-        help="metadata service (or database) URL: show topic names and the offsets metadata assigned",
+        help="metadata service (or database) URL: show topic names and the offsets metadata assigned"
+        " (env SKIFF_METADATA_URL; default: unset)",
     )
     ins.add_argument("--key", default=None, help="the object key in metadata (default: from segments/ on)")
 

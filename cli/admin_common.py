@@ -38,7 +38,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout-ms",
         type=int,
         default=int(os.environ.get("SKIFF_METADATA_TIMEOUT_MS", "10000")),
-        help="timeout of one call to the metadata service",
+        help="timeout of one call to the metadata service (env SKIFF_METADATA_TIMEOUT_MS; default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 

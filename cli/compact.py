@@ -50,49 +50,130 @@ from skiff.fileformat.objectstore import ObjectStore, open_store
 from skiff.metadata.compaction.types import MergeRules
 from skiff.metadata.wire.operations import MetadataClient
 
+_PID_HOLDER = "compactor-PID"  # the help shows this; the process's id replaces PID
+
+
+def _holder(args: argparse.Namespace) -> str:
+    return f"compactor-{os.getpid()}" if args.holder == _PID_HOLDER else str(args.holder)
+
 
 def _env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, str(default)))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bucket", dest="bucket_url", default=os.environ.get("SKIFF_BUCKET_URL"), required=False)
-    p.add_argument("--metadata", dest="metadata_url", default=os.environ.get("SKIFF_METADATA_URL"))
+    p.add_argument(
+        "--bucket",
+        dest="bucket_url",
+        default=os.environ.get("SKIFF_BUCKET_URL"),
+        help="the bucket URL the agents write to (env SKIFF_BUCKET_URL; required unless --dry-run)",
+    )
+    p.add_argument(
+        "--metadata",
+        dest="metadata_url",
+        default=os.environ.get("SKIFF_METADATA_URL"),
+        help="metadata service (or database) URL (env SKIFF_METADATA_URL; required)",
+    )
     p.add_argument(
         "--metadata-token-file",
         default=None,
-        help="file holding the metadata bearer token (default: SKIFF_METADATA_TOKEN_FILE or SKIFF_METADATA_TOKEN)",
+        help="file holding the metadata bearer token (env SKIFF_METADATA_TOKEN_FILE, or the token in"
+        " SKIFF_METADATA_TOKEN; default: unset)",
     )
     p.add_argument(
         "--metadata-ca-file",
         default=None,
-        help="PEM CA of an https:// metadata service (SKIFF_METADATA_CA_FILE)",
+        help="PEM CA of an https:// metadata service (env SKIFF_METADATA_CA_FILE; default: the system CAs)",
     )
     p.add_argument("--once", action="store_true", help="one pass until nothing is left to do, then exit")
     p.add_argument("--topic", default=None, help="only this topic")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    _add_tuning_arguments(p)
+
+
+def _add_tuning_arguments(p: argparse.ArgumentParser) -> None:
+    d = " (default: %(default)s)"
     p.add_argument(
-        "--interval-ms", type=int, default=_env_int("SKIFF_COMPACT_INTERVAL_MS", DEFAULT_INTERVAL_MS)
+        "--interval-ms",
+        type=int,
+        default=_env_int("SKIFF_COMPACT_INTERVAL_MS", DEFAULT_INTERVAL_MS),
+        help="without --once: time between passes (env SKIFF_COMPACT_INTERVAL_MS; default: %(default)s)",
     )
-    p.add_argument("--holder", default=os.environ.get("SKIFF_COMPACT_HOLDER", f"compactor-{os.getpid()}"))
-    p.add_argument("--lease-ms", type=int, default=_env_int("SKIFF_COMPACT_LEASE_MS", DEFAULT_LEASE_MS))
-    p.add_argument("--max-job-input-bytes", type=int, default=DEFAULT_MAX_JOB_INPUT_BYTES)
-    p.add_argument("--keymap-budget-bytes", type=int, default=DEFAULT_BUDGET_BYTES)
-    p.add_argument("--roll-bytes", type=int, default=DEFAULT_ROLL_BYTES, help="output file size")
+    p.add_argument(
+        "--holder",
+        default=os.environ.get("SKIFF_COMPACT_HOLDER", _PID_HOLDER),
+        help="this compactor's name in its leases and output keys (env SKIFF_COMPACT_HOLDER; default: %(default)s)",
+    )
+    p.add_argument(
+        "--lease-ms",
+        type=int,
+        default=_env_int("SKIFF_COMPACT_LEASE_MS", DEFAULT_LEASE_MS),
+        help="how long a job's lease lasts without renewal (env SKIFF_COMPACT_LEASE_MS; default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-job-input-bytes", type=int, default=DEFAULT_MAX_JOB_INPUT_BYTES, help="input of one job" + d
+    )
+    p.add_argument(
+        "--keymap-budget-bytes",
+        type=int,
+        default=DEFAULT_BUDGET_BYTES,
+        help="most memory of one job's key map" + d,
+    )
+    p.add_argument("--roll-bytes", type=int, default=DEFAULT_ROLL_BYTES, help="output file size" + d)
+    _add_merge_and_cleanup_arguments(p)
+
+
+def _add_merge_and_cleanup_arguments(p: argparse.ArgumentParser) -> None:
+    d = " (default: %(default)s)"
     rules = MergeRules()
-    p.add_argument("--merge-min-bytes", type=int, default=rules.min_level0_bytes)
-    p.add_argument("--merge-min-chunks", type=int, default=rules.min_level0_chunks)
-    p.add_argument("--merge-max-delay-ms", type=int, default=rules.max_level0_delay_ms)
-    p.add_argument("--merge-target-chunk-bytes", type=int, default=rules.target_chunk_bytes)
-    p.add_argument("--gc-grace-ms", type=int, default=DEFAULT_GRACE_MS)
-    p.add_argument("--orphan-grace-ms", type=int, default=DEFAULT_ORPHAN_GRACE_MS)
-    p.add_argument("--offsets-retention-minutes", type=int, default=DEFAULT_OFFSETS_RETENTION_MINUTES)
+    p.add_argument(
+        "--merge-min-bytes",
+        type=int,
+        default=rules.min_level0_bytes,
+        help="merge small chunks once this many bytes" + d,
+    )
+    p.add_argument(
+        "--merge-min-chunks",
+        type=int,
+        default=rules.min_level0_chunks,
+        help="merge once this many small chunks" + d,
+    )
+    p.add_argument(
+        "--merge-max-delay-ms",
+        type=int,
+        default=rules.max_level0_delay_ms,
+        help="merge chunks older than this" + d,
+    )
+    p.add_argument(
+        "--merge-target-chunk-bytes",
+        type=int,
+        default=rules.target_chunk_bytes,
+        help="size of a merged chunk" + d,
+    )
+    p.add_argument(
+        "--gc-grace-ms",
+        type=int,
+        default=DEFAULT_GRACE_MS,
+        help="keep replaced files this long for readers" + d,
+    )
+    p.add_argument(
+        "--orphan-grace-ms",
+        type=int,
+        default=DEFAULT_ORPHAN_GRACE_MS,
+        help="delete objects no metadata row names after this age" + d,
+    )
+    p.add_argument(
+        "--offsets-retention-minutes",
+        type=int,
+        default=DEFAULT_OFFSETS_RETENTION_MINUTES,
+        help="expire committed offsets of empty groups after this" + d,
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> RunnerConfig:
     planner = PlannerConfig(
-        holder=args.holder,
+        holder=_holder(args),
         max_job_input_bytes=args.max_job_input_bytes,
         lease_ms=args.lease_ms,
         rules=MergeRules(
@@ -107,7 +188,7 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         topic=args.topic,
         keymap_budget_bytes=args.keymap_budget_bytes,
         roll_bytes=args.roll_bytes,
-        key_prefix=f"compacted/{args.holder}/",
+        key_prefix=f"compacted/{_holder(args)}/",
         gc_grace_ms=args.gc_grace_ms,
         orphan_grace_ms=args.orphan_grace_ms,
         offsets_retention_minutes=args.offsets_retention_minutes,

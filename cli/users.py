@@ -53,19 +53,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     cr = ops.add_parser("create", help="create a user, or set a new password")
     common(cr)
-    cr.add_argument("name")
+    cr.add_argument("name", help="the user name (SCRAM principal User:NAME)")
     cr.add_argument(
         "--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default both"
     )
-    cr.add_argument("--password", default=None)
+    cr.add_argument("--password", default=None, help="the password (visible in ps; prefer --password-file)")
     cr.add_argument("--password-file", default=None, help="first line is the password ('-': standard input)")
     cr.add_argument(
-        "--iterations", type=int, default=DEFAULT_ITERATIONS, help="PBKDF2 iterations (4096-16384)"
+        "--iterations",
+        type=int,
+        default=DEFAULT_ITERATIONS,
+        help="PBKDF2 iterations (4096-16384; default: %(default)s)",
     )
 
     rm = ops.add_parser("delete", help="delete a user's credentials")
     common(rm)
-    rm.add_argument("name")
+    rm.add_argument("name", help="the user name")
     rm.add_argument(
         "--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default all"
     )
