@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skiff.cli.errors import CommandError
 from skiff.metadata.wire.operations import MetadataClient
@@ -24,7 +24,17 @@ from skiff.metadata.wire.operations import MetadataClient
 DEFAULT_METADATA_URL = "http://127.0.0.1:9093"
 
 
-__all__ = ["CommandError", "add_connection_arguments", "print_json", "print_table", "run_command"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = [
+    "CommandError",
+    "add_connection_arguments",
+    "print_json",
+    "print_table",
+    "run_command",
+    "stdout_console",
+]
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,14 +75,22 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
 
 
+def stdout_console() -> Console:
+    """The console of a command's output: on a terminal, rich's own; piped (not a TTY), plain
+    text with no colour or escapes and one long line per row (never wrapped at 80 columns)."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, force_terminal=False, no_color=True, soft_wrap=True, width=100_000)
+
+
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]], title: str | None = None) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    # Piped output: one long line per row, never cut at 80 columns.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+    console = stdout_console()  # piped output: one long line per row, never cut at 80 columns
     table = Table(*columns, title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for col in table.columns:
         col.no_wrap = True

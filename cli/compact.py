@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 from typing import Any
@@ -31,6 +32,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+from skiff.cli.admin_common import stdout_console
 from skiff.compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
 from skiff.compactor.job import planned_bytes_per_stream
 from skiff.compactor.keymap import DEFAULT_BUDGET_BYTES
@@ -229,14 +231,32 @@ class RichProgress:
             disable=not (console.is_terminal if show_bars is None else show_bars),
         )
         self._stage: Any = None
+        self._saved_handlers: list[logging.Handler] | None = None
         # job id -> (chunk task, input chunks, stream name -> (byte task, most bytes))
         self._jobs: dict[str, tuple[Any, int, dict[str, tuple[Any, int]]]] = {}
 
     def __enter__(self) -> RichProgress:
         self.bars.__enter__()
+        if not self.bars.disable:
+            # While bars are live, log records print through the bars' console (above the
+            # bars), never into them; the command's handlers come back on exit.
+            from rich.logging import RichHandler
+
+            root = logging.getLogger()
+            self._saved_handlers = list(root.handlers)
+            handler = RichHandler(console=self.bars.console, show_path=False)
+            if self._saved_handlers:
+                # the command's formatter class (tracebacks or not); rich shows time and level
+                kind = type(self._saved_handlers[0].formatter or logging.Formatter())
+                handler.setFormatter(kind("%(name)s: %(message)s"))
+                handler.setLevel(self._saved_handlers[0].level)
+            root.handlers = [handler]
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._saved_handlers is not None:
+            logging.getLogger().handlers = self._saved_handlers
+            self._saved_handlers = None
         self.bars.__exit__(None, None, None)
 
     def stage(self, name: str) -> None:
@@ -344,8 +364,8 @@ async def _compact(args: argparse.Namespace) -> int:
     md = open_metadata_client(
         args.metadata_url, token_file=args.metadata_token_file, ca_file=args.metadata_ca_file
     )
-    out = Console(highlight=False)
-    err = Console(stderr=True)
+    out = stdout_console()
+    err = Console(stderr=True, highlight=False)
     try:
         if args.dry_run:
             return await _dry_run(md, config, out)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rich.console import Console
 from rich.table import Table
+from skiff.cli.admin_common import stdout_console
 from skiff.cli.errors import CommandError
 from skiff.fileformat.batch_header import RecordBatchError, iter_batches
 from skiff.fileformat.objectstore import ObjectStore, open_store
@@ -233,7 +232,7 @@ def run_inspect(
             print(json.dumps(out, indent=2))
         else:
             # piped output (files, grep) gets full-width rows rather than an 80-column squeeze
-            console = Console(width=None if sys.stdout.isatty() else 220)
+            console = stdout_console()
             kind = "compactor output (absolute offsets)" if header.offsets_absolute else "agent file"
             console.print(f"[bold]{target}[/]: {source.size()} bytes, {len(entries)} chunks, {kind}")
             if known is not None:

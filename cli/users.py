@@ -28,8 +28,8 @@ import os
 import sys
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
+from skiff.cli.admin_common import stdout_console
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.security.scram_types import DEFAULT_ITERATIONS, MECHANISM_CODES, make_credential
 
@@ -93,7 +93,7 @@ def _password(args: argparse.Namespace) -> str:
 
 def _run(args: argparse.Namespace, md: Any) -> int:
     """`md`: a blocking metadata client (metadata.wire.connect.open_sync_metadata_client)."""
-    out = Console()
+    out = stdout_console()
     if args.users_command == "list":
         infos = md.describe_scram_users(None)
         if args.json:
