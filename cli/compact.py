@@ -337,7 +337,10 @@ def print_summary(summary: PassSummary, console: Console) -> None:
     )
     t.add_row("bytes streamed (A+B)", _size(summary.bytes_read))
     t.add_row("GETs per input file", _gets_histogram(summary.gets_per_input_file))
-    t.add_row("peak key-map memory", _size(summary.peak_keymap_bytes))
+    t.add_row(
+        "key map: entries / bytes used (allocated)",
+        f"{summary.peak_keymap_entries} / {_size(summary.peak_keymap_bytes)} ({_size(summary.keymap_allocated_bytes)})",
+    )
     t.add_row(
         "retention: chunks / bytes dropped",
         f"{summary.retention_chunks_deleted} / {_size(summary.retention_bytes_deleted)}",
