@@ -5,7 +5,7 @@
     skiff metadata --db URL [--host H] [--port 9093] [--bucket URL] [--tokens-file PATH]
                    [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--[no-]commit-verify-objects]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
-    skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
+    skiff compact --metadata URL [--bucket URL] [--once] [--topic T] [--dry-run] [--json]
     skiff users {list,create,delete} --metadata URL [--mechanism M] [--password P | --password-file F]
     skiff topics list|describe|create|alter|delete ... [--metadata URL] [--json]
     skiff groups list|describe|reset-offsets|delete ... [--metadata URL] [--json]
@@ -326,7 +326,7 @@ def _run_agent(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         if "compaction" in roles and args.compaction_interval_ms > 0
         else []
     )
-    check_ports_free(cfg.host, [("Kafka port", cfg.port), ("metrics port", cfg.metrics_port)])
+    check_ports_free(cfg.host, [("Kafka port", cfg.port)])  # the metrics endpoint binds on its own
     return run_agent(cfg, background)
 
 

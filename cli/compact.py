@@ -1,7 +1,10 @@
 """`skiff compact`: retention, compaction, garbage collection and offset expiry, from the CLI;
 and the same maintenance as a background role of the playground and of agents.
 
-    skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
+    skiff compact --metadata URL [--bucket URL] [--once] [--topic T] [--dry-run] [--json]
+
+The bucket is the one the metadata service serves (GET /v1/cluster); `--bucket` may name it
+too, and a bucket that differs is refused (one line, exit 1) rather than compacted.
 
 `--dry-run` prints the jobs the planner would run now (`compactor.planner.describe_plan`)
 and changes nothing: no lease, no retention, no deletion. `--once` runs one pass
@@ -68,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--bucket",
         dest="bucket_url",
         default=os.environ.get("SKIFF_BUCKET_URL"),
-        help="the bucket URL the agents write to (env SKIFF_BUCKET_URL; required unless --dry-run)",
+        help="the bucket URL the agents write to, which must be the one metadata serves (env"
+        " SKIFF_BUCKET_URL; default: the bucket URL metadata serves)",
     )
     p.add_argument(
         "--metadata",
@@ -372,7 +376,7 @@ async def _compact(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
             return await _dry_run(md, config, out)
-        store = open_bucket(args.bucket_url)
+        store = open_bucket(await _bucket_url(md, args))
         if config.pause is not None:
             config.pause.install_resume_signal()
         total = PassSummary()
@@ -402,14 +406,35 @@ async def _compact(args: argparse.Namespace) -> int:
         await md.close()
 
 
+async def _bucket_url(md: MetadataClient, args: argparse.Namespace) -> str:
+    """The bucket to compact: the one metadata serves (GET /v1/cluster), or `--bucket`, which
+    must then be the same one (compacting another bucket would rewrite data no agent reads)."""
+    from skiff.agent.runtime import absolute_bucket_url
+    from skiff.cli.errors import CommandError, UsageError
+
+    served = await md.bucket_url()
+    given = args.bucket_url
+    if given is None:
+        if served is None:
+            raise UsageError("--bucket URL is required: the metadata service serves no bucket URL")
+        return str(served)
+    if served is not None and not _same_bucket(absolute_bucket_url(given), absolute_bucket_url(served)):
+        raise CommandError(
+            f"--bucket {given} is not the bucket the metadata service serves ({served}): refusing"
+        )
+    return str(given)
+
+
+def _same_bucket(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
 def run_compact(args: argparse.Namespace) -> int:
     """Failures propagate to the command line's top level: one line (skiff.cli.errors)."""
     from skiff.cli.errors import UsageError
 
     if not args.metadata_url:
         raise UsageError("--metadata URL is required (or SKIFF_METADATA_URL)")
-    if not args.dry_run and not args.bucket_url:
-        raise UsageError("--bucket URL is required (or SKIFF_BUCKET_URL)")
     return asyncio.run(_compact(args))
 
 

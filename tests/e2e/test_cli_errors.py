@@ -109,8 +109,33 @@ def test_compact_with_an_unreachable_bucket(metadata_url: str) -> None:
     _one_line(proc, 1, "skiff compact:")
 
 
-def test_compact_usage_error_is_exit_2() -> None:
-    _one_line(_skiff("compact", "--once", "--metadata", "http://127.0.0.1:1"), 2, "--bucket")
+def test_compact_usage_error_is_exit_2(metadata_url: str) -> None:
+    _one_line(_skiff("compact", "--once"), 2, "--metadata")
+    # no --bucket and the metadata service serves none
+    _one_line(_skiff("compact", "--once", "--metadata", metadata_url), 2, "--bucket")
+
+
+@pytest.fixture(scope="module")
+def metadata_with_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A metadata service that serves a bucket URL (memory://served)."""
+    db = tmp_path_factory.mktemp("md") / "metadata.db"
+    service = MetadataService.from_url(f"sqlite:///{db}", bucket_url="memory://served")
+    try:
+        with ServerThread(service) as url:
+            yield url
+    finally:
+        service.close()
+
+
+def test_compact_takes_the_bucket_from_metadata_and_refuses_another(metadata_with_bucket: str) -> None:
+    fine = _skiff("compact", "--once", "--json", "--metadata", metadata_with_bucket)
+    assert fine.returncode == 0, fine.stderr
+    same = _skiff(
+        "compact", "--once", "--json", "--metadata", metadata_with_bucket, "--bucket", "memory://served/"
+    )
+    assert same.returncode == 0, same.stderr
+    other = _skiff("compact", "--once", "--metadata", metadata_with_bucket, "--bucket", "memory://elsewhere")
+    _one_line(other, 1, "skiff compact:", "memory://elsewhere", "memory://served")
 
 
 def test_inspect_missing_file_and_object(tmp_path: Path) -> None:
