@@ -44,6 +44,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -505,6 +506,22 @@ def _quiet_server_class() -> type:
     return QuietServer
 
 
+def _bind_listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket on host:port, made before anything starts, so a taken
+    port fails the playground before it announces itself (uvicorn serves on it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
 def run_playground(
     *, data_dir: str, host: str, port: int, metadata_port: int, background: Sequence[BackgroundRole] = ()
 ) -> int:
@@ -542,12 +559,20 @@ def run_playground(
     for warning in exposure_warnings(host, auth_enabled=tokens is not None, tls=False):
         log.warning("%s", warning)
     _QuietServer = _quiet_server_class()
+    # Both ports are taken before anything is announced: the metadata socket here, the
+    # Kafka port by start_agent; a clash raises OSError(EADDRINUSE) before "is up".
+    http_socket = _bind_listening_socket(host, metadata_port)
+    metadata_port = http_socket.getsockname()[1]
 
     async def main() -> bool:
         service = MetadataService.from_url(db_url, bucket_url=bucket_url)
         metadata = LocalMetadataClient(service, owns_service=True)
         store = open_async_store(bucket_url)
-        agent = await start_agent(config, metadata, store)
+        try:
+            agent = await start_agent(config, metadata, store)
+        except BaseException:
+            http_socket.close()  # the process exits with the error; the port is free at once
+            raise
         start_background(agent, background, bucket_url)
         gc.freeze()
         http = _QuietServer(
@@ -559,7 +584,7 @@ def run_playground(
                 access_log=False,
             )
         )
-        http_task = asyncio.create_task(http.serve())
+        http_task = asyncio.create_task(http.serve(sockets=[http_socket]))
         print(
             f"Skiff playground is up.\n"
             f"  Kafka bootstrap:  {config.resolved_advertised_host()}:{agent.port}\n"

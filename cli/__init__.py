@@ -5,7 +5,7 @@
     skiff metadata --db URL [--host H] [--port 9093] [--bucket URL] [--tokens-file PATH]
                    [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--[no-]commit-verify-objects]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
-    skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
+    skiff compact --metadata URL [--bucket URL] [--once] [--topic T] [--dry-run] [--json]
     skiff users {list,create,delete} --metadata URL [--mechanism M] [--password P | --password-file F]
     skiff topics list|describe|create|alter|delete ... [--metadata URL] [--json]
     skiff groups list|describe|reset-offsets|delete ... [--metadata URL] [--json]
@@ -20,7 +20,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,52 +32,107 @@ def _build_parser() -> argparse.ArgumentParser:
     from skiff.agent import config
 
     parser = argparse.ArgumentParser(prog="skiff", description="A diskless, Kafka-compatible broker.")
-    parser.add_argument("--log-level", default=os.environ.get("SKIFF_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("SKIFF_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (env SKIFF_LOG_LEVEL; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False,
+        help="print the traceback of a failure, not only its one line (env SKIFF_DEBUG=1; default: off)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     pg = sub.add_parser("playground", help="everything in one process on an embedded default")
-    pg.add_argument("--data-dir", default=os.environ.get("SKIFF_DATA_DIR", "./skiff-data"))
-    pg.add_argument("--host", default=os.environ.get("SKIFF_HOST", "127.0.0.1"))
-    pg.add_argument("--port", type=int, default=int(os.environ.get("SKIFF_PORT", "9092")))
-    pg.add_argument("--metadata-port", type=int, default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")))
+    pg.add_argument(
+        "--data-dir",
+        default=os.environ.get("SKIFF_DATA_DIR", "./skiff-data"),
+        help="the SQLite database and file:// bucket live here (env SKIFF_DATA_DIR; default: %(default)s)",
+    )
+    pg.add_argument(
+        "--host",
+        default=os.environ.get("SKIFF_HOST", "127.0.0.1"),
+        help="address both ports listen on (env SKIFF_HOST; default: %(default)s)",
+    )
+    pg.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("SKIFF_PORT", "9092")),
+        help="Kafka port (env SKIFF_PORT; default: %(default)s)",
+    )
+    pg.add_argument(
+        "--metadata-port",
+        type=int,
+        default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")),
+        help="metadata HTTP API port (env SKIFF_METADATA_PORT; default: %(default)s)",
+    )
     pg.add_argument(
         "--compaction-interval-ms",
         type=int,
         default=int(os.environ.get("SKIFF_COMPACTION_INTERVAL_MS", "30000")),
-        help="run retention, compaction and GC this often (0: never)",
+        help="run retention, compaction and GC this often, 0: never (env SKIFF_COMPACTION_INTERVAL_MS;"
+        " default: %(default)s)",
     )
 
     ag = sub.add_parser("agent", help="run one Kafka protocol agent")
     config.add_arguments(ag)
-    ag.add_argument("--bucket", dest="bucket_url", default=None, help="alias of --bucket-url")
-    ag.add_argument("--metadata", dest="metadata_url", default=None, help="alias of --metadata-url")
+    ag.add_argument(
+        "--bucket",
+        dest="bucket_url",
+        default=None,
+        help="alias of --bucket-url (env SKIFF_BUCKET_URL; default: unset)",
+    )
+    ag.add_argument(
+        "--metadata",
+        dest="metadata_url",
+        default=None,
+        help="alias of --metadata-url (env SKIFF_METADATA_URL; default: unset)",
+    )
     ag.add_argument(
         "--roles",
         default=os.environ.get("SKIFF_ROLES", "kafka"),
-        help="comma-separated: kafka (always), compaction (retention, compaction and GC in the background)",
+        help="comma-separated: kafka (always), compaction (retention, compaction and GC in the background)"
+        " (env SKIFF_ROLES; default: %(default)s)",
     )
     ag.add_argument(
         "--compaction-interval-ms",
         type=int,
         default=int(os.environ.get("SKIFF_COMPACTION_INTERVAL_MS", "30000")),
-        help="with the compaction role: run a maintenance pass this often",
+        help="with the compaction role: run a maintenance pass this often (env SKIFF_COMPACTION_INTERVAL_MS;"
+        " default: %(default)s)",
     )
 
     md = sub.add_parser("metadata", help="run the metadata HTTP service")
-    md.add_argument("--db", default=os.environ.get("SKIFF_DB", "sqlite:///./skiff-data/metadata.db"))
-    md.add_argument("--host", default=os.environ.get("SKIFF_METADATA_HOST", "127.0.0.1"))
-    md.add_argument("--port", type=int, default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")))
+    md.add_argument(
+        "--db",
+        default=os.environ.get("SKIFF_DB", "sqlite:///./skiff-data/metadata.db"),
+        help="database URL, postgresql://... or sqlite:///PATH (env SKIFF_DB; default: %(default)s)",
+    )
+    md.add_argument(
+        "--host",
+        default=os.environ.get("SKIFF_METADATA_HOST", "127.0.0.1"),
+        help="address to listen on (env SKIFF_METADATA_HOST; default: %(default)s)",
+    )
+    md.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("SKIFF_METADATA_PORT", "9093")),
+        help="port to listen on (env SKIFF_METADATA_PORT; default: %(default)s)",
+    )
     md.add_argument(
         "--bucket",
         dest="bucket_url",
         default=os.environ.get("SKIFF_BUCKET_URL") or None,
-        help="the bucket URL the agents write to, told to readers such as Spark (GET /v1/cluster)",
+        help="the bucket URL the agents write to, told to readers such as Spark (GET /v1/cluster)"
+        " (env SKIFF_BUCKET_URL; default: unset)",
     )
     md.add_argument(
         "--tokens-file",
         default=os.environ.get("SKIFF_METADATA_TOKENS_FILE") or None,
-        help="bearer tokens and their roles, one ROLE[,ROLE]:TOKEN per line (unset: no authentication"
-        " unless SKIFF_METADATA_TOKENS holds them); see docs/operations.md",
+        help="bearer tokens and their roles, one ROLE[,ROLE]:TOKEN per line (env SKIFF_METADATA_TOKENS_FILE;"
+        " default unset: no authentication unless SKIFF_METADATA_TOKENS holds them); see docs/operations.md",
     )
     md.add_argument(
         "--commit-verify-objects",
@@ -90,15 +145,18 @@ def _build_parser() -> argparse.ArgumentParser:
     md.add_argument(
         "--tls-cert",
         default=os.environ.get("SKIFF_METADATA_TLS_CERT") or None,
-        help="PEM certificate (chain) to serve HTTPS with",
+        help="PEM certificate (chain) to serve HTTPS with (env SKIFF_METADATA_TLS_CERT; default: unset, HTTP)",
     )
     md.add_argument(
-        "--tls-key", default=os.environ.get("SKIFF_METADATA_TLS_KEY") or None, help="PEM key of --tls-cert"
+        "--tls-key",
+        default=os.environ.get("SKIFF_METADATA_TLS_KEY") or None,
+        help="PEM key of --tls-cert (env SKIFF_METADATA_TLS_KEY; default: unset)",
     )
     md.add_argument(
         "--tls-client-ca",
         default=os.environ.get("SKIFF_METADATA_TLS_CLIENT_CA") or None,
-        help="require client certificates signed by this PEM CA (mTLS)",
+        help="require client certificates signed by this PEM CA, mTLS (env SKIFF_METADATA_TLS_CLIENT_CA;"
+        " default: unset)",
     )
 
     ins = sub.add_parser("inspect", help="print a segment file's chunks")
@@ -109,7 +167,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--metadata",
         dest="metadata_url",
         default=os.environ.get("SKIFF_METADATA_URL"),
-        help="metadata service (or database) URL: show topic names and the offsets metadata assigned",
+        help="metadata service (or database) URL: show topic names and the offsets metadata assigned"
+        " (env SKIFF_METADATA_URL; default: unset)",
     )
     ins.add_argument("--key", default=None, help="the object key in metadata (default: from segments/ on)")
 
@@ -125,7 +184,20 @@ def _build_parser() -> argparse.ArgumentParser:
 
     topics.add_parser(sub)
     groups.add_parser(sub)
+    _add_debug_everywhere(sub)
     return parser
+
+
+def _add_debug_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`--debug` after the subcommand too (`skiff inspect X --debug`), as Kafka's tools
+    take their flags anywhere; SUPPRESS keeps the global flag's value when it is absent."""
+    for parser in sub.choices.values():
+        parser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="as skiff --debug"
+        )
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_debug_everywhere(action)
 
 
 def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
@@ -139,103 +211,167 @@ def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
     return role
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "users"})
+
+
+def _setup_logging(args: argparse.Namespace, debug: bool) -> None:
+    from skiff.cli.errors import TracebackFreeFormatter
+
+    handler = logging.StreamHandler()  # stderr: stdout is the command's output
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(logging.Formatter(fmt) if debug else TracebackFreeFormatter(fmt))
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO), handlers=[handler])
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine at start-up
+    if args.command in _ONE_SHOT and not debug:
+        # one INFO line per HTTP call (or per credential lookup) is noise in an admin command
+        for name in ("httpx", "httpcore", "botocore", "boto3", "aiobotocore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _run_inspect(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.cli.inspect_cmd import run_inspect
+
+    return run_inspect(
+        args.target,
+        verify=args.verify,
+        as_json=args.json,
+        metadata_url=args.metadata_url,
+        object_key=args.key,
+    )
+
+
+def _run_topics(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.cli.topics import run_topics
+
+    return run_topics(args)
+
+
+def _run_groups(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.cli.groups import run_groups
+
+    return run_groups(args)
+
+
+def _run_compact(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.cli.compact import run_compact
+
+    return run_compact(args)
+
+
+def _run_metadata(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.agent.config_values import parse_value
+    from skiff.agent.runtime import absolute_bucket_url
+    from skiff.cli.errors import check_ports_free
+    from skiff.metadata.server.app import run_metadata_server, tls_settings
+    from skiff.metadata.server.auth import load_tokens
+
+    bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
+    try:  # settings errors are usage errors: one clear line, no traceback
+        verify = args.commit_verify_objects
+        if verify is None and os.environ.get("SKIFF_METADATA_COMMIT_VERIFY_OBJECTS", "").strip():
+            verify = parse_value(
+                "metadata_commit_verify_objects",
+                (bool, False),
+                os.environ["SKIFF_METADATA_COMMIT_VERIFY_OBJECTS"],
+            )
+        tokens = load_tokens(args.tokens_file)
+        tls_settings(args.tls_cert, args.tls_key, args.tls_client_ca)
+    except ValueError as exc:
+        parser.error(str(exc))
+    _check_database_url(args.db)
+    check_ports_free(args.host, [("metadata port", args.port)])
+    run_metadata_server(
+        args.db,
+        args.host,
+        args.port,
+        bucket_url=bucket_url,
+        tokens=tokens,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        commit_verify_objects=verify,
+    )
+    return 0
+
+
+def _check_database_url(db_url: str) -> None:
+    """Parse (not connect to) the database URL, so a typo is one line before the server starts."""
+    from skiff.cli.errors import CommandError
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(db_url)
+    except ArgumentError as exc:
+        raise CommandError(
+            f"invalid --db URL {db_url!r}: expected e.g. postgresql://host/db or sqlite:///path"
+        ) from exc
+
+
+def _run_agent(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.agent.config import AgentConfig
+    from skiff.agent.runtime import run_agent
+    from skiff.cli.errors import check_ports_free
+
+    try:
+        cfg = AgentConfig.from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    roles = {r.strip() for r in str(args.roles).split(",") if r.strip()}
+    unknown = roles - {"kafka", "compaction"}
+    if unknown:
+        parser.error(f"unknown role(s): {', '.join(sorted(unknown))}")
+    background = (
+        [_maintenance(args.compaction_interval_ms, f"agent-{cfg.agent_id}")]
+        if "compaction" in roles and args.compaction_interval_ms > 0
+        else []
+    )
+    check_ports_free(cfg.host, [("Kafka port", cfg.port)])  # the metrics endpoint binds on its own
+    return run_agent(cfg, background)
+
+
+def _run_playground(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from skiff.agent.runtime import run_playground
+    from skiff.cli.errors import check_ports_free
+
+    check_ports_free(args.host, [("Kafka port", args.port), ("metadata port", args.metadata_port)])
+    interval_ms = args.compaction_interval_ms
+    return run_playground(
+        data_dir=args.data_dir,
+        host=args.host,
+        port=args.port,
+        metadata_port=args.metadata_port,
+        background=[_maintenance(interval_ms, "playground")] if interval_ms > 0 else [],
+    )
+
+
+_COMMANDS: dict[str, Callable[[argparse.ArgumentParser, argparse.Namespace], int]] = {
+    "inspect": _run_inspect,
+    "topics": _run_topics,
+    "groups": _run_groups,
+    "compact": _run_compact,
+    "metadata": _run_metadata,
+    "agent": _run_agent,
+    "playground": _run_playground,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `skiff` command; failures are one line on stderr (skiff.cli.errors)."""
+    from skiff.cli import errors
+
+    parser = _build_parser()
+    args = parser.parse_args(argv)  # usage errors: argparse's line, exit 2
+    debug = bool(args.debug) or errors.debug_from_env()
+    _setup_logging(args, debug)
     try:
         if getattr(args, "run", None) is not None:  # subcommands that dispatch themselves (skiff users)
             return int(args.run(args))
-        if args.command == "inspect":
-            from skiff.cli.inspect_cmd import run_inspect
-
-            return run_inspect(
-                args.target,
-                verify=args.verify,
-                as_json=args.json,
-                metadata_url=args.metadata_url,
-                object_key=args.key,
-            )
-        if args.command == "topics":
-            from skiff.cli.topics import run_topics
-
-            return run_topics(args)
-        if args.command == "groups":
-            from skiff.cli.groups import run_groups
-
-            return run_groups(args)
-        if args.command == "compact":
-            from skiff.cli.compact import run_compact
-
-            return run_compact(args)
-        if args.command == "metadata":
-            from skiff.agent.config_values import parse_value
-            from skiff.agent.runtime import absolute_bucket_url
-            from skiff.metadata.server.app import run_metadata_server, tls_settings
-            from skiff.metadata.server.auth import load_tokens
-
-            bucket_url = None if args.bucket_url is None else absolute_bucket_url(args.bucket_url)
-            try:  # settings errors are usage errors: one clear line, no traceback
-                verify = args.commit_verify_objects
-                if verify is None and os.environ.get("SKIFF_METADATA_COMMIT_VERIFY_OBJECTS", "").strip():
-                    verify = parse_value(
-                        "metadata_commit_verify_objects",
-                        (bool, False),
-                        os.environ["SKIFF_METADATA_COMMIT_VERIFY_OBJECTS"],
-                    )
-                tokens = load_tokens(args.tokens_file)
-                tls_settings(args.tls_cert, args.tls_key, args.tls_client_ca)
-            except ValueError as exc:
-                parser.error(str(exc))
-            run_metadata_server(
-                args.db,
-                args.host,
-                args.port,
-                bucket_url=bucket_url,
-                tokens=tokens,
-                tls_cert=args.tls_cert,
-                tls_key=args.tls_key,
-                tls_client_ca=args.tls_client_ca,
-                commit_verify_objects=verify,
-            )
-            return 0
-        if args.command == "agent":
-            from skiff.agent.config import AgentConfig
-            from skiff.agent.runtime import run_agent
-
-            try:
-                cfg = AgentConfig.from_args(args)
-            except ValueError as exc:
-                parser.error(str(exc))
-            roles = {r.strip() for r in str(args.roles).split(",") if r.strip()}
-            unknown = roles - {"kafka", "compaction"}
-            if unknown:
-                parser.error(f"unknown role(s): {', '.join(sorted(unknown))}")
-            background = (
-                [_maintenance(args.compaction_interval_ms, f"agent-{cfg.agent_id}")]
-                if "compaction" in roles and args.compaction_interval_ms > 0
-                else []
-            )
-            return run_agent(cfg, background)
-        if args.command == "playground":
-            from skiff.agent.runtime import run_playground
-
-            interval_ms = args.compaction_interval_ms
-            return run_playground(
-                data_dir=args.data_dir,
-                host=args.host,
-                port=args.port,
-                metadata_port=args.metadata_port,
-                background=[_maintenance(interval_ms, "playground")] if interval_ms > 0 else [],
-            )
+        return _COMMANDS[args.command](parser, args)
     except KeyboardInterrupt:
-        return 130
-    parser.error(f"unknown command {args.command}")
-    return 2
+        return errors.EXIT_INTERRUPTED
+    except Exception as exc:  # boundary: every failure of a command becomes its one line
+        return errors.report(args.command, exc, debug=debug)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,8 +3,8 @@ one async command with clear failures, and output as a rich table or as JSON.
 
 Tables print to stdout without colour when stdout is not a terminal, with every cell in
 full (no truncation or wrapping: scripts cut columns as they do Kafka's tools' output).
-Errors go to stderr as one line, `skiff <command>: <message>`, and exit status 1; a
-failure of the metadata service to answer exits 2.
+Errors go to stderr as one line, `skiff <command>: <message>`, and exit status 1 (the
+command line's top level prints them: skiff.cli.errors).
 """
 
 from __future__ import annotations
@@ -16,16 +16,25 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.cli.errors import CommandError
 from skiff.metadata.wire.operations import MetadataClient
 
 DEFAULT_METADATA_URL = "http://127.0.0.1:9093"
 
 
-class CommandError(Exception):
-    """A refusal to print as `skiff <command>: <message>` (exit 1)."""
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = [
+    "CommandError",
+    "add_connection_arguments",
+    "print_json",
+    "print_table",
+    "run_command",
+    "stdout_console",
+]
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,16 +48,18 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout-ms",
         type=int,
         default=int(os.environ.get("SKIFF_METADATA_TIMEOUT_MS", "10000")),
-        help="timeout of one call to the metadata service",
+        help="timeout of one call to the metadata service (env SKIFF_METADATA_TIMEOUT_MS; default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataClient], Awaitable[int]]) -> int:
-    """Open the metadata client, run `body`, close; failures become one line on stderr."""
+    """Open the metadata client, run `body`, close; failures propagate to the command line's
+    top level, which prints them as one line (skiff.cli.errors)."""
     from skiff.metadata.wire.connect import open_metadata_client
 
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per call is noise here
+    for logger in ("httpx", "httpcore"):  # one INFO line per call is noise here
+        logging.getLogger(logger).setLevel(logging.WARNING)
 
     async def main() -> int:
         client = open_metadata_client(args.metadata_url, timeout_s=args.timeout_ms / 1000)
@@ -57,31 +68,29 @@ def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataCli
         finally:
             await client.close()
 
-    try:
-        return asyncio.run(main())
-    except CommandError as e:
-        print(f"skiff {name}: {e}", file=sys.stderr)
-        return 1
-    except MetadataError as e:
-        print(f"skiff {name}: {e.message} (Kafka error code {e.error_code})", file=sys.stderr)
-        return 1
-    except MetadataUnavailable as e:
-        print(f"skiff {name}: metadata service unavailable at {args.metadata_url}: {e}", file=sys.stderr)
-        return 2
+    return asyncio.run(main())
 
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
 
 
+def stdout_console() -> Console:
+    """The console of a command's output: on a terminal, rich's own; piped (not a TTY), plain
+    text with no colour or escapes and one long line per row (never wrapped at 80 columns)."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, force_terminal=False, no_color=True, soft_wrap=True, width=100_000)
+
+
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]], title: str | None = None) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    # Piped output: one long line per row, never cut at 80 columns.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+    console = stdout_console()  # piped output: one long line per row, never cut at 80 columns
     table = Table(*columns, title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for col in table.columns:
         col.no_wrap = True

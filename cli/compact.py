@@ -1,7 +1,10 @@
 """`skiff compact`: retention, compaction, garbage collection and offset expiry, from the CLI;
 and the same maintenance as a background role of the playground and of agents.
 
-    skiff compact --bucket URL --metadata URL [--once] [--topic T] [--dry-run] [--json]
+    skiff compact --metadata URL [--bucket URL] [--once] [--topic T] [--dry-run] [--json]
+
+The bucket is the one the metadata service serves (GET /v1/cluster); `--bucket` may name it
+too, and a bucket that differs is refused (one line, exit 1) rather than compacted.
 
 `--dry-run` prints the jobs the planner would run now (`compactor.planner.describe_plan`)
 and changes nothing: no lease, no retention, no deletion. `--once` runs one pass
@@ -23,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 from typing import Any
@@ -31,6 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+from skiff.cli.admin_common import stdout_console
 from skiff.compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
 from skiff.compactor.job import planned_bytes_per_stream
 from skiff.compactor.keymap import DEFAULT_BUDGET_BYTES
@@ -50,49 +55,131 @@ from skiff.fileformat.objectstore import ObjectStore, open_store
 from skiff.metadata.compaction.types import MergeRules
 from skiff.metadata.wire.operations import MetadataClient
 
+_PID_HOLDER = "compactor-PID"  # the help shows this; the process's id replaces PID
+
+
+def _holder(args: argparse.Namespace) -> str:
+    return f"compactor-{os.getpid()}" if args.holder == _PID_HOLDER else str(args.holder)
+
 
 def _env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, str(default)))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bucket", dest="bucket_url", default=os.environ.get("SKIFF_BUCKET_URL"), required=False)
-    p.add_argument("--metadata", dest="metadata_url", default=os.environ.get("SKIFF_METADATA_URL"))
+    p.add_argument(
+        "--bucket",
+        dest="bucket_url",
+        default=os.environ.get("SKIFF_BUCKET_URL"),
+        help="the bucket URL the agents write to, which must be the one metadata serves (env"
+        " SKIFF_BUCKET_URL; default: the bucket URL metadata serves)",
+    )
+    p.add_argument(
+        "--metadata",
+        dest="metadata_url",
+        default=os.environ.get("SKIFF_METADATA_URL"),
+        help="metadata service (or database) URL (env SKIFF_METADATA_URL; required)",
+    )
     p.add_argument(
         "--metadata-token-file",
         default=None,
-        help="file holding the metadata bearer token (default: SKIFF_METADATA_TOKEN_FILE or SKIFF_METADATA_TOKEN)",
+        help="file holding the metadata bearer token (env SKIFF_METADATA_TOKEN_FILE, or the token in"
+        " SKIFF_METADATA_TOKEN; default: unset)",
     )
     p.add_argument(
         "--metadata-ca-file",
         default=None,
-        help="PEM CA of an https:// metadata service (SKIFF_METADATA_CA_FILE)",
+        help="PEM CA of an https:// metadata service (env SKIFF_METADATA_CA_FILE; default: the system CAs)",
     )
     p.add_argument("--once", action="store_true", help="one pass until nothing is left to do, then exit")
     p.add_argument("--topic", default=None, help="only this topic")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    _add_tuning_arguments(p)
+
+
+def _add_tuning_arguments(p: argparse.ArgumentParser) -> None:
+    d = " (default: %(default)s)"
     p.add_argument(
-        "--interval-ms", type=int, default=_env_int("SKIFF_COMPACT_INTERVAL_MS", DEFAULT_INTERVAL_MS)
+        "--interval-ms",
+        type=int,
+        default=_env_int("SKIFF_COMPACT_INTERVAL_MS", DEFAULT_INTERVAL_MS),
+        help="without --once: time between passes (env SKIFF_COMPACT_INTERVAL_MS; default: %(default)s)",
     )
-    p.add_argument("--holder", default=os.environ.get("SKIFF_COMPACT_HOLDER", f"compactor-{os.getpid()}"))
-    p.add_argument("--lease-ms", type=int, default=_env_int("SKIFF_COMPACT_LEASE_MS", DEFAULT_LEASE_MS))
-    p.add_argument("--max-job-input-bytes", type=int, default=DEFAULT_MAX_JOB_INPUT_BYTES)
-    p.add_argument("--keymap-budget-bytes", type=int, default=DEFAULT_BUDGET_BYTES)
-    p.add_argument("--roll-bytes", type=int, default=DEFAULT_ROLL_BYTES, help="output file size")
+    p.add_argument(
+        "--holder",
+        default=os.environ.get("SKIFF_COMPACT_HOLDER", _PID_HOLDER),
+        help="this compactor's name in its leases and output keys (env SKIFF_COMPACT_HOLDER; default: %(default)s)",
+    )
+    p.add_argument(
+        "--lease-ms",
+        type=int,
+        default=_env_int("SKIFF_COMPACT_LEASE_MS", DEFAULT_LEASE_MS),
+        help="how long a job's lease lasts without renewal (env SKIFF_COMPACT_LEASE_MS; default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-job-input-bytes", type=int, default=DEFAULT_MAX_JOB_INPUT_BYTES, help="input of one job" + d
+    )
+    p.add_argument(
+        "--keymap-budget-bytes",
+        type=int,
+        default=DEFAULT_BUDGET_BYTES,
+        help="most memory of one job's key map" + d,
+    )
+    p.add_argument("--roll-bytes", type=int, default=DEFAULT_ROLL_BYTES, help="output file size" + d)
+    _add_merge_and_cleanup_arguments(p)
+
+
+def _add_merge_and_cleanup_arguments(p: argparse.ArgumentParser) -> None:
+    d = " (default: %(default)s)"
     rules = MergeRules()
-    p.add_argument("--merge-min-bytes", type=int, default=rules.min_level0_bytes)
-    p.add_argument("--merge-min-chunks", type=int, default=rules.min_level0_chunks)
-    p.add_argument("--merge-max-delay-ms", type=int, default=rules.max_level0_delay_ms)
-    p.add_argument("--merge-target-chunk-bytes", type=int, default=rules.target_chunk_bytes)
-    p.add_argument("--gc-grace-ms", type=int, default=DEFAULT_GRACE_MS)
-    p.add_argument("--orphan-grace-ms", type=int, default=DEFAULT_ORPHAN_GRACE_MS)
-    p.add_argument("--offsets-retention-minutes", type=int, default=DEFAULT_OFFSETS_RETENTION_MINUTES)
+    p.add_argument(
+        "--merge-min-bytes",
+        type=int,
+        default=rules.min_level0_bytes,
+        help="merge small chunks once this many bytes" + d,
+    )
+    p.add_argument(
+        "--merge-min-chunks",
+        type=int,
+        default=rules.min_level0_chunks,
+        help="merge once this many small chunks" + d,
+    )
+    p.add_argument(
+        "--merge-max-delay-ms",
+        type=int,
+        default=rules.max_level0_delay_ms,
+        help="merge chunks older than this" + d,
+    )
+    p.add_argument(
+        "--merge-target-chunk-bytes",
+        type=int,
+        default=rules.target_chunk_bytes,
+        help="size of a merged chunk" + d,
+    )
+    p.add_argument(
+        "--gc-grace-ms",
+        type=int,
+        default=DEFAULT_GRACE_MS,
+        help="keep replaced files this long for readers" + d,
+    )
+    p.add_argument(
+        "--orphan-grace-ms",
+        type=int,
+        default=DEFAULT_ORPHAN_GRACE_MS,
+        help="delete objects no metadata row names after this age" + d,
+    )
+    p.add_argument(
+        "--offsets-retention-minutes",
+        type=int,
+        default=DEFAULT_OFFSETS_RETENTION_MINUTES,
+        help="expire committed offsets of empty groups after this" + d,
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> RunnerConfig:
     planner = PlannerConfig(
-        holder=args.holder,
+        holder=_holder(args),
         max_job_input_bytes=args.max_job_input_bytes,
         lease_ms=args.lease_ms,
         rules=MergeRules(
@@ -107,7 +194,7 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         topic=args.topic,
         keymap_budget_bytes=args.keymap_budget_bytes,
         roll_bytes=args.roll_bytes,
-        key_prefix=f"compacted/{args.holder}/",
+        key_prefix=f"compacted/{_holder(args)}/",
         gc_grace_ms=args.gc_grace_ms,
         orphan_grace_ms=args.orphan_grace_ms,
         offsets_retention_minutes=args.offsets_retention_minutes,
@@ -136,7 +223,7 @@ class RichProgress:
     chunks swapped out and one per stream for the bytes it consumed (A: the files holding
     compacted data, pass 1; B: every input file, pass 2 and copies)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *, show_bars: bool | None = None) -> None:
         self.bars = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -144,16 +231,36 @@ class RichProgress:
             TimeElapsedColumn(),
             console=console,
             transient=False,
+            # bars only on a terminal (by default): piped or captured stderr gets the log lines alone
+            disable=not (console.is_terminal if show_bars is None else show_bars),
         )
         self._stage: Any = None
+        self._saved_handlers: list[logging.Handler] | None = None
         # job id -> (chunk task, input chunks, stream name -> (byte task, most bytes))
         self._jobs: dict[str, tuple[Any, int, dict[str, tuple[Any, int]]]] = {}
 
     def __enter__(self) -> RichProgress:
         self.bars.__enter__()
+        if not self.bars.disable:
+            # While bars are live, log records print through the bars' console (above the
+            # bars), never into them; the command's handlers come back on exit.
+            from rich.logging import RichHandler
+
+            root = logging.getLogger()
+            self._saved_handlers = list(root.handlers)
+            handler = RichHandler(console=self.bars.console, show_path=False)
+            if self._saved_handlers:
+                # the command's formatter class (tracebacks or not); rich shows time and level
+                kind = type(self._saved_handlers[0].formatter or logging.Formatter())
+                handler.setFormatter(kind("%(name)s: %(message)s"))
+                handler.setLevel(self._saved_handlers[0].level)
+            root.handlers = [handler]
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._saved_handlers is not None:
+            logging.getLogger().handlers = self._saved_handlers
+            self._saved_handlers = None
         self.bars.__exit__(None, None, None)
 
     def stage(self, name: str) -> None:
@@ -234,7 +341,10 @@ def print_summary(summary: PassSummary, console: Console) -> None:
     )
     t.add_row("bytes streamed (A+B)", _size(summary.bytes_read))
     t.add_row("GETs per input file", _gets_histogram(summary.gets_per_input_file))
-    t.add_row("peak key-map memory", _size(summary.peak_keymap_bytes))
+    t.add_row(
+        "key map: entries / bytes used (allocated)",
+        f"{summary.peak_keymap_entries} / {_size(summary.peak_keymap_bytes)} ({_size(summary.keymap_allocated_bytes)})",
+    )
     t.add_row(
         "retention: chunks / bytes dropped",
         f"{summary.retention_chunks_deleted} / {_size(summary.retention_bytes_deleted)}",
@@ -261,12 +371,12 @@ async def _compact(args: argparse.Namespace) -> int:
     md = open_metadata_client(
         args.metadata_url, token_file=args.metadata_token_file, ca_file=args.metadata_ca_file
     )
-    out = Console(highlight=False)
-    err = Console(stderr=True)
+    out = stdout_console()
+    err = Console(stderr=True, highlight=False)
     try:
         if args.dry_run:
             return await _dry_run(md, config, out)
-        store = open_bucket(args.bucket_url)
+        store = open_bucket(await _bucket_url(md, args))
         if config.pause is not None:
             config.pause.install_resume_signal()
         total = PassSummary()
@@ -296,22 +406,36 @@ async def _compact(args: argparse.Namespace) -> int:
         await md.close()
 
 
+async def _bucket_url(md: MetadataClient, args: argparse.Namespace) -> str:
+    """The bucket to compact: the one metadata serves (GET /v1/cluster), or `--bucket`, which
+    must then be the same one (compacting another bucket would rewrite data no agent reads)."""
+    from skiff.agent.runtime import absolute_bucket_url
+    from skiff.cli.errors import CommandError, UsageError
+
+    served = await md.bucket_url()
+    given = args.bucket_url
+    if given is None:
+        if served is None:
+            raise UsageError("--bucket URL is required: the metadata service serves no bucket URL")
+        return str(served)
+    if served is not None and not _same_bucket(absolute_bucket_url(given), absolute_bucket_url(served)):
+        raise CommandError(
+            f"--bucket {given} is not the bucket the metadata service serves ({served}): refusing"
+        )
+    return str(given)
+
+
+def _same_bucket(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
 def run_compact(args: argparse.Namespace) -> int:
-    from skiff.metadata.errors import CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FAILED, MetadataError
-    from skiff.metadata.wire.credentials import CredentialsError
+    """Failures propagate to the command line's top level: one line (skiff.cli.errors)."""
+    from skiff.cli.errors import UsageError
 
     if not args.metadata_url:
-        raise SystemExit("skiff compact: --metadata URL is required")
-    if not args.dry_run and not args.bucket_url:
-        raise SystemExit("skiff compact: --bucket URL is required")
-    try:
-        return asyncio.run(_compact(args))
-    except CredentialsError as e:
-        raise SystemExit(f"skiff compact: {e}") from None
-    except MetadataError as e:
-        if e.error_code not in (SASL_AUTHENTICATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
-            raise
-        raise SystemExit(f"skiff compact: the metadata service refused: {e.message}") from None
+        raise UsageError("--metadata URL is required (or SKIFF_METADATA_URL)")
+    return asyncio.run(_compact(args))
 
 
 def maintenance_role(md: MetadataClient, bucket_url: str, interval_ms: int, holder: str) -> MaintenanceLoop:

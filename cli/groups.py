@@ -51,24 +51,33 @@ def add_parser(sub: Any) -> None:
     ls = gsub.add_parser("list", help="the groups with their state")
     add_connection_arguments(ls)
     de = gsub.add_parser("describe", help="members, assignments, offsets and lag")
-    de.add_argument("group")
+    de.add_argument("group", help="group id")
     add_connection_arguments(de)
     rs = gsub.add_parser("reset-offsets", help="move committed offsets (group without active members)")
-    rs.add_argument("group")
+    rs.add_argument("group", help="group id")
     which = rs.add_mutually_exclusive_group(required=True)
-    which.add_argument("--topic", action="append", metavar="T[:P,P...]", help="repeatable")
+    which.add_argument(
+        "--topic",
+        action="append",
+        metavar="T[:P,P...]",
+        help="a topic, or some of its partitions (repeatable)",
+    )
     which.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
     to = rs.add_mutually_exclusive_group(required=True)
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-datetime", metavar="ISO", help="e.g. 2026-11-24T10:00:00Z")
-    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--to-earliest", action="store_true", help="to each partition's log start offset")
+    to.add_argument("--to-latest", action="store_true", help="to each partition's end offset")
+    to.add_argument(
+        "--to-datetime",
+        metavar="ISO",
+        help="to the first offset at or after this time, e.g. 2026-11-24T10:00:00Z",
+    )
+    to.add_argument("--to-offset", type=int, metavar="N", help="to this offset (clamped to the log)")
     mode = rs.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     add_connection_arguments(rs)
     dl = gsub.add_parser("delete", help="delete a group's offsets and stored state (no active members)")
-    dl.add_argument("group")
+    dl.add_argument("group", help="group id")
     add_connection_arguments(dl)
 
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rich.console import Console
 from rich.table import Table
+from skiff.cli.admin_common import stdout_console
+from skiff.cli.errors import CommandError
 from skiff.fileformat.batch_header import RecordBatchError, iter_batches
 from skiff.fileformat.objectstore import ObjectStore, open_store
 from skiff.fileformat.record_decode import decode_records, validate_batch
@@ -80,10 +80,10 @@ def _open_source(target: str) -> _Source:
     if parsed.scheme in ("s3", "memory"):
         path = parsed.path.lstrip("/")
         if not path:
-            raise SystemExit(f"{target}: the URL names a bucket, not an object")
+            raise CommandError(f"{target}: the URL names a bucket, not an object")
         store = open_store(f"{parsed.scheme}://{parsed.netloc}")
         return _Source(target, store, path, None)
-    raise SystemExit(f"{target}: unsupported location (use a path, file://, s3:// or memory://)")
+    raise CommandError(f"{target}: unsupported location (use a path, file://, s3:// or memory://)")
 
 
 def default_object_key(target: str) -> str:
@@ -180,8 +180,7 @@ def run_inspect(
         try:
             header, entries = read_footer(source, source.name)
         except SegmentFormatError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            raise CommandError(str(exc)) from exc
         known: FileChunks | None = None
         if metadata_url:
             known = _ask_metadata(metadata_url, object_key or default_object_key(target))
@@ -233,7 +232,7 @@ def run_inspect(
             print(json.dumps(out, indent=2))
         else:
             # piped output (files, grep) gets full-width rows rather than an 80-column squeeze
-            console = Console(width=None if sys.stdout.isatty() else 220)
+            console = stdout_console()
             kind = "compactor output (absolute offsets)" if header.offsets_absolute else "agent file"
             console.print(f"[bold]{target}[/]: {source.size()} bytes, {len(entries)} chunks, {kind}")
             if known is not None:

@@ -39,18 +39,26 @@ def add_parser(sub: Any) -> None:
     de.add_argument("topics", nargs="*", help="topic names (default: all)")
     add_connection_arguments(de)
     cr = tsub.add_parser("create", help="create a topic")
-    cr.add_argument("topic")
-    cr.add_argument("--partitions", type=int, required=True)
-    cr.add_argument("--config", action="append", default=[], metavar="K=V", help="repeatable")
+    cr.add_argument("topic", help="topic name")
+    cr.add_argument("--partitions", type=int, required=True, help="partition count (required)")
+    cr.add_argument(
+        "--config", action="append", default=[], metavar="K=V", help="a topic config (repeatable)"
+    )
     add_connection_arguments(cr)
     al = tsub.add_parser("alter", help="set or delete configs, add partitions")
-    al.add_argument("topic")
+    al.add_argument("topic", help="topic name")
     al.add_argument("--config", action="append", default=[], metavar="K=V", help="set (repeatable)")
-    al.add_argument("--delete-config", action="append", default=[], metavar="K", help="repeatable")
+    al.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="K",
+        help="reset a config to its default (repeatable)",
+    )
     al.add_argument("--partitions", type=int, default=None, help="new partition count (only more)")
     add_connection_arguments(al)
     dl = tsub.add_parser("delete", help="delete a topic and its data")
-    dl.add_argument("topic")
+    dl.add_argument("topic", help="topic name")
     add_connection_arguments(dl)
 
 

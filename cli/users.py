@@ -28,8 +28,8 @@ import os
 import sys
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
+from skiff.cli.admin_common import stdout_console
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.security.scram_types import DEFAULT_ITERATIONS, MECHANISM_CODES, make_credential
 
@@ -53,19 +53,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     cr = ops.add_parser("create", help="create a user, or set a new password")
     common(cr)
-    cr.add_argument("name")
+    cr.add_argument("name", help="the user name (SCRAM principal User:NAME)")
     cr.add_argument(
         "--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default both"
     )
-    cr.add_argument("--password", default=None)
+    cr.add_argument("--password", default=None, help="the password (visible in ps; prefer --password-file)")
     cr.add_argument("--password-file", default=None, help="first line is the password ('-': standard input)")
     cr.add_argument(
-        "--iterations", type=int, default=DEFAULT_ITERATIONS, help="PBKDF2 iterations (4096-16384)"
+        "--iterations",
+        type=int,
+        default=DEFAULT_ITERATIONS,
+        help="PBKDF2 iterations (4096-16384; default: %(default)s)",
     )
 
     rm = ops.add_parser("delete", help="delete a user's credentials")
     common(rm)
-    rm.add_argument("name")
+    rm.add_argument("name", help="the user name")
     rm.add_argument(
         "--mechanism", action="append", choices=sorted(MECHANISM_CODES), help="repeatable; default all"
     )
@@ -90,7 +93,7 @@ def _password(args: argparse.Namespace) -> str:
 
 def _run(args: argparse.Namespace, md: Any) -> int:
     """`md`: a blocking metadata client (metadata.wire.connect.open_sync_metadata_client)."""
-    out = Console()
+    out = stdout_console()
     if args.users_command == "list":
         infos = md.describe_scram_users(None)
         if args.json:

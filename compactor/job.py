@@ -196,7 +196,11 @@ def run_job(
                     work, inputs, cursors_a, cursors_b, part, kmap, plan.now_ms, compacted, stats
                 )
                 checkpoints.append(cp)
-                stats.peak_keymap_bytes = max(stats.peak_keymap_bytes, kmap.memory_bytes)
+                # a partition's map only grows until it is reset for the next one: its
+                # size now is its peak (entries used, not the preallocated table)
+                stats.peak_keymap_entries = max(stats.peak_keymap_entries, kmap.size)
+                stats.peak_keymap_bytes = max(stats.peak_keymap_bytes, kmap.used_bytes)
+                stats.keymap_allocated_bytes = max(stats.keymap_allocated_bytes, kmap.memory_bytes)
                 if cp.first_dirty_offset < work.cleanable_end_offset:
                     map_full.append((work.topic_id, work.partition))
             else:

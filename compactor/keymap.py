@@ -100,6 +100,11 @@ class KeyMap:
         return self.capacity * SLOT_BYTES
 
     @property
+    def used_bytes(self) -> int:
+        """Bytes of the table's occupied slots (`size` entries of SLOT_BYTES each)."""
+        return self.size * SLOT_BYTES
+
+    @property
     def full(self) -> bool:
         return self.size >= self.max_keys
 

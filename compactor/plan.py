@@ -86,4 +86,6 @@ class JobStats:
     aborted_batches_dropped: int = 0  # batches of aborted transactions removed
     markers_dropped: int = 0  # transaction markers removed past their delete horizon
     gets_per_input_file: dict[str, int] = field(default_factory=dict)
-    peak_keymap_bytes: int = 0
+    peak_keymap_entries: int = 0  # the most keys the key map held for one partition
+    peak_keymap_bytes: int = 0  # ... and the bytes of their slots (not the preallocated table)
+    keymap_allocated_bytes: int = 0  # the table preallocated (the budget, rounded to whole slots)

@@ -99,7 +99,9 @@ class PassSummary:
     markers_dropped: int = 0
     gets_per_input_file: dict[str, int] = field(default_factory=dict)
     bytes_read: int = 0  # what the jobs' streams consumed (A and B together)
-    peak_keymap_bytes: int = 0
+    peak_keymap_entries: int = 0
+    peak_keymap_bytes: int = 0  # bytes of the entries used, not the preallocated table
+    keymap_allocated_bytes: int = 0
     retention_chunks_deleted: int = 0
     retention_bytes_deleted: int = 0
     gc_files_deleted: int = 0
@@ -130,7 +132,9 @@ class PassSummary:
         self.markers_dropped += stats.markers_dropped
         for key, n in stats.gets_per_input_file.items():
             self.gets_per_input_file[key] = max(n, self.gets_per_input_file.get(key, 0))
+        self.peak_keymap_entries = max(self.peak_keymap_entries, stats.peak_keymap_entries)
         self.peak_keymap_bytes = max(self.peak_keymap_bytes, stats.peak_keymap_bytes)
+        self.keymap_allocated_bytes = max(self.keymap_allocated_bytes, stats.keymap_allocated_bytes)
 
     def merge(self, other: PassSummary) -> None:
         for name in (
@@ -156,7 +160,9 @@ class PassSummary:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for key, n in other.gets_per_input_file.items():
             self.gets_per_input_file[key] = max(n, self.gets_per_input_file.get(key, 0))
+        self.peak_keymap_entries = max(self.peak_keymap_entries, other.peak_keymap_entries)
         self.peak_keymap_bytes = max(self.peak_keymap_bytes, other.peak_keymap_bytes)
+        self.keymap_allocated_bytes = max(self.keymap_allocated_bytes, other.keymap_allocated_bytes)
         self.elapsed_s += other.elapsed_s
 
     def as_dict(self) -> dict[str, object]:
@@ -178,7 +184,9 @@ class PassSummary:
             "input_files_read": len(self.gets_per_input_file),
             "gets_per_input_file": dict(sorted(self.gets_per_input_file.items())),
             "bytes_read": self.bytes_read,
+            "peak_keymap_entries": self.peak_keymap_entries,
             "peak_keymap_bytes": self.peak_keymap_bytes,
+            "keymap_allocated_bytes": self.keymap_allocated_bytes,
             "retention_chunks_deleted": self.retention_chunks_deleted,
             "retention_bytes_deleted": self.retention_bytes_deleted,
             "gc_files_deleted": self.gc_files_deleted,

@@ -40,7 +40,7 @@ def test_most_bytes_per_stream() -> None:
 
 def test_bars_per_stream_and_swaps() -> None:
     out = io.StringIO()
-    progress = RichProgress(Console(file=out, width=200, force_terminal=False))
+    progress = RichProgress(Console(file=out, width=200, force_terminal=False), show_bars=True)
     plan = _plan()
     with progress:
         progress.stage("compaction")

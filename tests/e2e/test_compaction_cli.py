@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from skiff.compactor.keymap import DEFAULT_BUDGET_BYTES, SLOT_BYTES
 from skiff.compactor.pause_hook import ENV as PAUSE_ENV
 from skiff.compactor.pause_hook import MARKER as PAUSE_MARKER
 from skiff.metadata.rows import system_clock
@@ -364,7 +365,10 @@ def _check_summary(
     removed = sum(len(read_before[p]) - len(want[p]) for p in (0, 1))
     assert removed > 0 and s["records_removed"] == removed
     assert s["tombstones_dropped"] == 0  # inside delete.retention.ms (a day by default)
-    assert 0 < s["peak_keymap_bytes"] <= 128 * 1024 * 1024
+    # the key map's use, not its preallocation: at most one entry per key, 20 bytes each
+    assert 0 < s["peak_keymap_entries"] <= KEYS
+    assert s["peak_keymap_bytes"] == s["peak_keymap_entries"] * SLOT_BYTES
+    assert s["keymap_allocated_bytes"] == DEFAULT_BUDGET_BYTES // SLOT_BYTES * SLOT_BYTES
     assert s["elapsed_s"] > 0
 
 

@@ -44,12 +44,12 @@ def test_inspect_shows_chunks_and_pinpoints_damage(
     table = _inspect(f"file://{files[0]}")
     assert table.returncode == 0 and "assigned by metadata" in table.stdout
 
-    # a truncated copy: an error naming the file and the byte position, exit status 2
+    # a truncated copy: an error naming the file and the byte position, exit status 1
     raw = files[0].read_bytes()
     cut = tmp_path / "cut.seg"
     cut.write_bytes(raw[: len(raw) - 10])
     bad = _inspect(str(cut))
-    assert bad.returncode == 2 and str(cut) in bad.stderr and "at byte" in bad.stderr
+    assert bad.returncode == 1 and str(cut) in bad.stderr and "at byte" in bad.stderr
 
     # a flipped byte inside a batch: the footer is fine, --verify finds the batch
     report = json.loads(_inspect(str(files[0]), "--json").stdout)
