@@ -17,6 +17,8 @@ Agent settings come from flags and `SKIFF_*` environment variables (see
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import logging
 import os
 import sys
@@ -125,6 +127,13 @@ def _build_parser() -> argparse.ArgumentParser:
 
     topics.add_parser(sub)
     groups.add_parser(sub)
+    for long_running in (pg, ag, md, cp):  # what log shippers collect from
+        long_running.add_argument(
+            "--log-format",
+            choices=("text", "json"),
+            default=os.environ.get("SKIFF_LOG_FORMAT", "text"),
+            help="text lines, or one JSON object per line (time, level, logger, message, exc_info)",
+        )
     return parser
 
 
@@ -139,14 +148,61 @@ def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
     return role
 
 
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: `time` (UTC, ISO 8601 with milliseconds), `level`,
+    `logger`, `message` (arguments merged), and `exc_info` (the formatted traceback) when
+    the record carries an exception; `stack_info` likewise. No newline inside a line, so a
+    log shipper can split on newlines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.datetime.fromtimestamp(record.created, tz=datetime.UTC)
+        entry: dict[str, str] = {
+            "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc_info"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+# Libraries that log one INFO line per request: the metadata HTTP client would write two
+# lines per heartbeat and one per transaction scan (some 230,000 a day for an idle agent).
+_QUIET_LOGGERS = ("httpx", "httpcore", "alembic")  # alembic: migrations are routine at start-up
+
+
+def _configure_logging(level_name: str, log_format: str) -> None:
+    """The root handler on stderr, in `log_format` (text or json), at `level_name`."""
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonLogFormatter())
+        _uvicorn_logs_through_root()
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level_name.upper(), logging.INFO), handlers=[handler])
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _uvicorn_logs_through_root() -> None:
+    """uvicorn installs its own text handlers when it starts (its default logging config);
+    route its loggers to the root handler instead, so every line is JSON."""
+    try:
+        from uvicorn.config import LOGGING_CONFIG
+    except ImportError:  # pragma: no cover - uvicorn is a dependency of the metadata service
+        return
+    for logger_config in LOGGING_CONFIG.get("loggers", {}).values():
+        logger_config["handlers"] = []
+        logger_config["propagate"] = True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are routine at start-up
+    _configure_logging(str(args.log_level), getattr(args, "log_format", "text"))
     try:
         if getattr(args, "run", None) is not None:  # subcommands that dispatch themselves (skiff users)
             return int(args.run(args))
