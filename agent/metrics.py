@@ -41,21 +41,50 @@ plain integer counters and pay nothing per request for metrics:
 - `skiff_agent_ready`: 1 when /readyz would answer 200 (agent.health), else 0; and
   `skiff_readiness_probe_failures_total{dependency}` (`bucket`, `metadata`): probes that
   found that dependency failing.
+
+Histograms (seconds, or bytes and records for files) are the exception to "nothing per
+request": a latency cannot be read off a counter at scrape time. They are prometheus-client
+`Histogram`s of this process (one agent per process in production; agents sharing a
+process in tests share them), observed where the time is known:
+
+- `skiff_produce_ack_latency_seconds{acks}` (`0`, `1`, `all`): from the Produce handler
+  receiving the decoded request to its response being ready (acks=0: the append);
+- `skiff_fetch_latency_seconds`: the Fetch handler, long-poll wait included;
+- `skiff_object_store_request_duration_seconds{operation}` (`put`, `get`, `range`,
+  `stream`, `delete`, `list`, `head`, `create`): the agent's store calls (`TimedStore`
+  wraps the store below the range cache, so cache hits are not requests); `range` is a
+  `get_range` or a `get_ranges` call (its GETs run concurrently: until the last answers),
+  `stream` the time to the first byte of a `stream_get`, `list` a whole listing;
+- `skiff_metadata_call_duration_seconds{operation}`: every metadata operation the agent
+  calls, by its declared name (`metadata.wire.operations`, a fixed set), through the
+  client's one forwarding point (`observe_call`);
+- `skiff_produce_file_size_bytes` and `skiff_produce_file_records`: each committed file.
+
+Buckets: latencies from 1 ms to 10 s (produce acks are aimed at `flush_interval_ms`, 250 ms
+by default; S3 requests take 10-100 ms; metadata calls a few ms), fetches up to 30 s (long
+polls wait up to the consumer's fetch.max.wait.ms); file sizes by powers of 4 from 1 KiB
+to 64 MiB (files are sealed at `flush_max_bytes`, 8 MiB by default), records per file by
+powers of 10 up to 10^7.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import logging
 import socketserver
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from skiff.agent.protocol import api_name
+from skiff.fileformat.objectstore import AsyncObjectStore, AsyncObjectStream, ObjectInfo
+from skiff.fileformat.objectstore.base import DEFAULT_CHUNK_SIZE, BytesLike
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -65,6 +94,159 @@ if TYPE_CHECKING:
     from skiff.agent.runtime import RunningAgent
 
 log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+FETCH_BUCKETS_S = (*LATENCY_BUCKETS_S, 30.0)
+FILE_SIZE_BUCKETS_BYTES = tuple(float(1024 * 4**i) for i in range(9))  # 1 KiB .. 64 MiB
+FILE_RECORDS_BUCKETS = tuple(float(10**i) for i in range(8))  # 1 .. 10^7
+
+# Not in prometheus-client's default registry: each agent's collector yields them (see
+# the module docstring), so a process may serve several agents' endpoints.
+PRODUCE_ACK_LATENCY = Histogram(
+    "skiff_produce_ack_latency_seconds",
+    "Produce requests: from the handler receiving the request to its response being ready",
+    ["acks"],
+    buckets=LATENCY_BUCKETS_S,
+    registry=None,
+)
+FETCH_LATENCY = Histogram(
+    "skiff_fetch_latency_seconds",
+    "Fetch requests: from the handler receiving the request to its response (long-poll wait included)",
+    buckets=FETCH_BUCKETS_S,
+    registry=None,
+)
+OBJECT_STORE_LATENCY = Histogram(
+    "skiff_object_store_request_duration_seconds",
+    "Object store calls of the agent by operation",
+    ["operation"],
+    buckets=LATENCY_BUCKETS_S,
+    registry=None,
+)
+METADATA_CALL_LATENCY = Histogram(
+    "skiff_metadata_call_duration_seconds",
+    "Metadata operations called by the agent, by operation name",
+    ["operation"],
+    buckets=LATENCY_BUCKETS_S,
+    registry=None,
+)
+PRODUCE_FILE_SIZE = Histogram(
+    "skiff_produce_file_size_bytes",
+    "Size of each committed segment file",
+    buckets=FILE_SIZE_BUCKETS_BYTES,
+    registry=None,
+)
+PRODUCE_FILE_RECORDS = Histogram(
+    "skiff_produce_file_records",
+    "Records in each committed segment file",
+    buckets=FILE_RECORDS_BUCKETS,
+    registry=None,
+)
+HISTOGRAMS = (
+    PRODUCE_ACK_LATENCY,
+    FETCH_LATENCY,
+    OBJECT_STORE_LATENCY,
+    METADATA_CALL_LATENCY,
+    PRODUCE_FILE_SIZE,
+    PRODUCE_FILE_RECORDS,
+)
+# The children of the bounded label sets, looked up once (labels() takes a lock per call).
+_ACKS_LABEL = {0: "0", 1: "1", -1: "all"}
+_ACK_CHILDREN = {acks: PRODUCE_ACK_LATENCY.labels(label) for acks, label in _ACKS_LABEL.items()}
+
+
+def observe_produce_ack(acks: int, seconds: float) -> None:
+    """One Produce request's latency (acks values other than 0, 1, -1 are refused before this)."""
+    child = _ACK_CHILDREN.get(acks)
+    if child is not None:
+        child.observe(seconds)
+
+
+def observe_metadata_call(operation: str, seconds: float) -> None:
+    """The metadata clients' `observe_call` hook: one operation's duration."""
+    METADATA_CALL_LATENCY.labels(operation).observe(seconds)
+
+
+def observe_file(size_bytes: int, records: int) -> None:
+    """One committed segment file."""
+    PRODUCE_FILE_SIZE.observe(size_bytes)
+    PRODUCE_FILE_RECORDS.observe(records)
+
+
+def instrument_metadata_client(metadata: object) -> None:
+    """Time every operation of `metadata` if it offers the hook (the HTTP and in-process
+    clients do; test fakes need not)."""
+    if hasattr(metadata, "observe_call"):
+        metadata.observe_call = observe_metadata_call
+
+
+_STORE_CHILDREN = {
+    op: OBJECT_STORE_LATENCY.labels(op)
+    for op in ("put", "get", "range", "stream", "delete", "list", "head", "create")
+}
+
+
+@contextlib.contextmanager
+def _timed_store_call(operation: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:  # a failed request took time too (and the errors counter says it failed)
+        _STORE_CHILDREN[operation].observe(time.perf_counter() - started)
+
+
+class TimedStore(AsyncObjectStore):
+    """The agent's object store with every call timed into
+    `skiff_object_store_request_duration_seconds{operation}`; the rest (stats, url, close)
+    is the wrapped store's."""
+
+    def __init__(self, inner: AsyncObjectStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.stats = inner.stats
+
+    async def put(self, key: str, data: BytesLike) -> None:
+        with _timed_store_call("put"):
+            await self.inner.put(key, data)
+
+    async def get(self, key: str) -> bytes:
+        with _timed_store_call("get"):
+            return await self.inner.get(key)
+
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        with _timed_store_call("range"):
+            return await self.inner.get_range(key, start, length)
+
+    async def get_ranges(
+        self, key: str, ranges: Sequence[tuple[int, int]], *, gap_bytes: int | None = None
+    ) -> builtins.list[BytesLike]:
+        with _timed_store_call("range"):
+            return await self.inner.get_ranges(key, ranges, gap_bytes=gap_bytes)
+
+    async def stream_get(
+        self, key: str, start: int = 0, *, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> AsyncObjectStream:
+        with _timed_store_call("stream"):
+            return await self.inner.stream_get(key, start, chunk_size=chunk_size)
+
+    async def delete_many(self, keys: Iterable[str]) -> None:
+        with _timed_store_call("delete"):
+            await self.inner.delete_many(keys)
+
+    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        with _timed_store_call("list"):
+            async for info in self.inner.list(prefix):
+                yield info
+
+    async def create_if_absent(self, key: str, data: BytesLike) -> bool:
+        with _timed_store_call("create"):
+            return await self.inner.create_if_absent(key, data)
+
+    async def head(self, key: str) -> ObjectInfo:
+        with _timed_store_call("head"):
+            return await self.inner.head(key)
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 class AgentCollector(Collector):
@@ -85,6 +267,11 @@ class AgentCollector(Collector):
         yield from readiness_metrics(a.readiness)
         yield from security_metrics(a.servers or [a.server])
         yield from _authorization_metrics(a)
+        for histogram in HISTOGRAMS:
+            for family in histogram.collect():  # fresh objects per collect: safe to trim
+                # No `_created` series: one more family per histogram that no query uses.
+                family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+                yield family
 
 
 def _object_store_metrics(a: RunningAgent) -> Iterator[Metric]:
