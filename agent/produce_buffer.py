@@ -52,6 +52,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from skiff.agent.metrics import observe_file
 from skiff.agent.seal_deadline import SealDeadline, waited_s
 from skiff.fileformat.segment import ChunkInput, ChunkPlacement, build_segment
 from skiff.metadata.errors import (
@@ -495,6 +496,7 @@ class ProduceBuffer:
             raise RuntimeError("metadata returned a result count that does not match the chunks")
         self.files_flushed += 1
         self.bytes_flushed += len(data)
+        observe_file(len(data), sum(i.record_count for i in inputs))
         outcomes: dict[asyncio.Future[BatchResult], BatchResult] = {}
         for (topic_id, partition), result in zip(keys, results, strict=True):
             pending = open_file.entries[(topic_id, partition)]

@@ -66,6 +66,7 @@ from skiff.agent.context import (
 from skiff.agent.groups.activity import GroupActivityReporter
 from skiff.agent.groups.coordinator import GroupCoordinator
 from skiff.agent.health import Readiness, ReadinessMonitor, dependency_probe
+from skiff.agent.metrics import TimedStore, instrument_metadata_client
 from skiff.agent.network.listener_servers import start_listener_servers
 from skiff.agent.network.server import AgentServer
 from skiff.agent.produce_buffer import CommittedFile, ProduceBuffer
@@ -320,6 +321,8 @@ async def start_agent(
     *,
     clock: Clock | None = None,
 ) -> RunningAgent:
+    store = TimedStore(store)  # request latency by operation (agent.metrics)
+    instrument_metadata_client(metadata)
     ctx = build_agent_context(config, metadata, store, clock=clock)
     registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
     readiness = agent_readiness(config, metadata, store, ctx, registry)

@@ -55,6 +55,7 @@ import asyncio
 import functools
 import logging
 import struct
+import time
 import uuid
 from typing import Any
 
@@ -79,6 +80,7 @@ from skiff.agent.handlers import (
     error_of,
 )
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
+from skiff.agent.metrics import FETCH_LATENCY
 from skiff.fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
 from skiff.fileformat.objectstore import AsyncObjectStore
 from skiff.fileformat.objectstore.range_cache import RangeCache
@@ -306,6 +308,14 @@ async def _read_records(
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
+    started_s = time.perf_counter()
+    try:
+        return await _fetch(ctx, request)
+    finally:  # an error answer took its time too
+        FETCH_LATENCY.observe(time.perf_counter() - started_s)
+
+
+async def _fetch(ctx: AgentContext, request: Request) -> Any:
     body = request.body
     session_id = int(getattr(body, "session_id", 0))
     if session_id != 0:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar, cast
 
@@ -68,6 +69,7 @@ from skiff.agent.handlers import (
     error_of,
 )
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, TXN_ID_DENIED, item, on, request, requires
+from skiff.agent.metrics import observe_produce_ack
 from skiff.agent.produce_buffer import PendingBatch
 from skiff.agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
 from skiff.fileformat.batch_header import (
@@ -370,6 +372,7 @@ def start_inline(
     and the bytes are the awaiting path's (`_check_partitions`, `_combine`, the same
     encoder).
     """
+    started_s = time.perf_counter()  # the ack latency histogram's start (agent.metrics)
     tail = request.connection.produce_tail
     if tail is not None and not tail.done():
         return None
@@ -398,8 +401,9 @@ def start_inline(
     ]
     if int(body.acks) == 0:
         done.set_result(outcome(None))
+        observe_produce_ack(0, time.perf_counter() - started_s)
         return done
-    ack = _InlineAck(request, answers, pending, done, outcome, failed)
+    ack = _InlineAck(request, answers, pending, done, outcome, failed, started_s)
     if ack.remaining == 0:
         ack.finish()
     else:
@@ -412,7 +416,7 @@ def start_inline(
 class _InlineAck:
     """The answer of a `start_inline` request, encoded once its last batch is resolved."""
 
-    __slots__ = ("request", "answers", "pending", "done", "outcome", "failed", "remaining")
+    __slots__ = ("request", "answers", "pending", "done", "outcome", "failed", "remaining", "started_s")
 
     def __init__(
         self,
@@ -422,7 +426,9 @@ class _InlineAck:
         done: asyncio.Future[Any],
         outcome: Callable[[bytearray | None], Any],
         failed: Any,
+        started_s: float,
     ) -> None:
+        self.started_s = started_s
         self.request = request
         self.answers = answers
         self.pending = pending
@@ -465,6 +471,7 @@ class _InlineAck:
             self.done.set_result(self.failed)
             return
         self.done.set_result(self.outcome(frame))
+        observe_produce_ack(int(body.acks), time.perf_counter() - self.started_s)
 
 
 # --- the awaiting path ------------------------------------------------------------------
@@ -493,7 +500,7 @@ def begin(ctx: AgentContext, request: Request) -> tuple[Coroutine[Any, Any, Any]
     """Take the request's ordering ticket now and return the handler's coroutine (run it as a
     task; call `ticket.release()` when the task is done, in case it never ran)."""
     ticket = Ticket(request.connection)
-    return _ticketed(ctx, request, ticket), ticket
+    return _ticketed(ctx, request, ticket, time.perf_counter()), ticket
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
@@ -502,11 +509,13 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return await coro
 
 
-async def _ticketed(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
+async def _ticketed(ctx: AgentContext, request: Request, ticket: Ticket, started_s: float) -> Any:
     try:
-        return await _produce(ctx, request, ticket)
+        response = await _produce(ctx, request, ticket)
     finally:
         ticket.release()
+    observe_produce_ack(int(request.body.acks), time.perf_counter() - started_s)
+    return response
 
 
 async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:

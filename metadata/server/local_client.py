@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -36,6 +37,9 @@ T = TypeVar("T")
 class LocalMetadataClient:
     """Every metadata operation over a `MetadataService` in this process."""
 
+    # As HttpMetadataClient.observe_call: each operation's name and seconds, whatever its outcome.
+    observe_call: Callable[[str, float], None] | None = None
+
     def __init__(self, service: MetadataService, *, max_workers: int = 8, owns_service: bool = False) -> None:
         self.service = service
         self._owns_service = owns_service
@@ -46,6 +50,7 @@ class LocalMetadataClient:
         if self._closed:
             raise MetadataUnavailable("metadata client is closed")
         loop = asyncio.get_running_loop()
+        started = time.perf_counter()
         try:
             with _database_errors():
                 if inspect.iscoroutinefunction(fn):
@@ -55,6 +60,9 @@ class LocalMetadataClient:
             if self._closed:  # the executor was shut down under us
                 raise MetadataUnavailable("metadata client is closed") from e
             raise
+        finally:
+            if self.observe_call is not None:  # fn is the service method of the operation's name
+                self.observe_call(fn.__name__, time.perf_counter() - started)
 
     def __getattr__(self, name: str) -> Any:  # a forwarder of the declared signature
         op = OPERATIONS.get(name)

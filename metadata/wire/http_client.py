@@ -27,7 +27,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import httpx
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 class _HttpBase:
     """What the async and the sync client share: the URL, the headers, and the rules that
     turn an operation call into a request and an answer into a value or an error."""
+
+    # Told each operation's name and duration in seconds, whatever its outcome (the agent
+    # sets it to feed a latency histogram; this layer knows no metrics library).
+    observe_call: Callable[[str, float], None] | None = None
 
     def __init__(self, base_url: str, timeout_s: float, credentials: MetadataCredentials | None) -> None:
         self.base_url = base_url.rstrip("/")
@@ -121,10 +126,14 @@ class HttpMetadataClient(_HttpBase):
 
     async def call(self, op: Operation, arguments: Mapping[str, Any]) -> Any:
         """One operation with its arguments by name (what every method forwards to)."""
+        started = time.perf_counter()
         try:
             resp = await self._http.request(**self._request_args(op, arguments))
         except (httpx.TransportError, RuntimeError) as e:
             raise self._unreachable(e) from e
+        finally:
+            if self.observe_call is not None:
+                self.observe_call(op.name, time.perf_counter() - started)
         return self._answer(op, resp)
 
     def __getattr__(self, name: str) -> Any:  # a forwarder of the declared signature
