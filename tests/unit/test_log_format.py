@@ -3,12 +3,13 @@ keeps the HTTP client's per-request lines off."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import logging
 import sys
 
-from skiff.cli import JsonLogFormatter, _configure_logging
+from skiff.cli import JsonLogFormatter, _setup_logging
 
 
 def _record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:
@@ -49,7 +50,8 @@ def test_http_client_loggers_stay_at_warning() -> None:
     uvicorn_loggers = copy.deepcopy(LOGGING_CONFIG["loggers"])
     root.handlers.clear()
     try:
-        _configure_logging("INFO", "json")
+        args = argparse.Namespace(log_level="INFO", log_format="json", command="agent")
+        _setup_logging(args, debug=False)
         assert isinstance(root.handlers[0].formatter, JsonLogFormatter)
         for name in ("httpx", "httpcore"):
             assert not logging.getLogger(name).isEnabledFor(logging.INFO)
