@@ -1,13 +1,16 @@
 """A stopped playground exits (issue 25, item 3).
 
 In 4 of 21 SIGTERM stops during the clients' test suites the playground logged "stopped
-cleanly" and then lived on until SIGKILL. This test starts `skiff playground` (free ports
-on 127.0.0.1, a temporary data directory, maintenance on a short timer) RUNS times, puts
-it under load (a confluent-kafka producer and a consumer in a group, both running), sends
-SIGTERM once records have gone both ways, and asserts the process is gone within the
-grace period: its shutdown timeout plus the interpreter's own exit. The process is
-polled against a deadline. One that outlives it is sent SIGABRT first, so that
-`PYTHONFAULTHANDLER` prints every thread's stack into the log the failure shows.
+cleanly" and then lived on until SIGKILL. This test starts `python -m skiff.cli
+playground` (free ports on 127.0.0.1, a temporary data directory, maintenance on a short
+timer) RUNS times, puts it under load (a confluent-kafka producer and a consumer in a
+group, both running), sends SIGTERM once records have gone both ways, and asserts the
+process is gone within the grace period: its shutdown timeout plus the bounded exit
+(`agent.runtime.run_until_exit`, EXIT_TIMEOUT_MS). The process is polled against a
+deadline. One that outlives it is sent SIGABRT, so that `PYTHONFAULTHANDLER` prints every
+thread's stack into the log the failure shows. (The original hang did not recur in these
+runs; tests/unit/test_run_until_exit.py covers the two ways a process outlived its stop:
+a worker thread that does not return, a task that swallows its cancellation.)
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -26,7 +30,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from tests.e2e.test_clients_roundtrip import create_topic
-from tests.support.agents import skiff_command, wait_for_port
+from tests.support.agents import wait_for_port
 from tests.support.s3servers import free_port
 
 pytestmark = pytest.mark.slow
@@ -111,7 +115,11 @@ def _stop_once(tmp_path: Path, run: int) -> float:
     args += ["--metadata-port", str(metadata_port), "--compaction-interval-ms", "300"]
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            skiff_command() + args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO
+            [sys.executable, "-m", "skiff.cli", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
         )
     try:
         wait_for_port(port, proc, log)
