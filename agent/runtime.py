@@ -24,6 +24,15 @@ Graceful shutdown (SIGTERM, `RunningAgent.shutdown`), bounded by `shutdown_timeo
 Past the timeout the rest is abandoned (produces not yet acked stay unacked: the
 producer retries them elsewhere), one log line says what, and `skiff agent` exits 1.
 
+Then the process exits (`run_until_exit`), within `EXIT_TIMEOUT_MS`: `asyncio.run` and the
+interpreter would wait without limit for a task that ignores its cancellation and for
+every worker thread still running (the default executor's `asyncio.to_thread` calls, such
+as an abandoned compaction job or a blocking store call; the metadata client's pool), and
+a playground that logged "stopped cleanly" then lived on until SIGKILL. What is still
+running at the deadline is logged with its stack, and the process exits at once with the
+shutdown's code (everything promised was committed before; what is left is abandoned
+work).
+
 `run_playground` runs everything in one process on the embedded default: SQLite at
 DATA_DIR/metadata.db, a file:// bucket at DATA_DIR/bucket, one agent, and the metadata
 HTTP API (the same service object, so the HTTP view and the agent agree).
@@ -41,14 +50,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import io
 import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Sequence
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from skiff.agent.agent_registry import AgentIdInUse, AgentRegistry
 from skiff.agent.chunk_cache import ChunkLocationCache
@@ -480,7 +495,7 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
         await _wait_for_stop_signal()
         return await agent.shutdown()
 
-    return 0 if asyncio.run(main()) else 1
+    return 0 if run_until_exit(main()) else 1
 
 
 async def _credentials_refused(metadata: MetadataClient) -> str | None:
@@ -606,9 +621,104 @@ def run_playground(
             # not through the HTTP API), then the metadata API stops.
             clean = await agent.shutdown()
         finally:
-            http.should_exit = True
-            with contextlib.suppress(Exception):
-                await http_task
+            await _stop_http(http, http_task)
         return clean
 
-    return 0 if asyncio.run(main()) else 1
+    return 0 if run_until_exit(main()) else 1
+
+
+async def _stop_http(http: Any, task: asyncio.Task[Any], timeout_s: float = 2.0) -> None:
+    """Stop the playground's metadata API: uvicorn waits for open requests without limit
+    unless told to force its exit, which it is after `timeout_s`."""
+    http.should_exit = True
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        log.warning("metadata API: requests still open %.0f s after the stop; closing them", timeout_s)
+        http.force_exit = True
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        task.cancel()
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await task
+
+
+# How long what is left of the process may take to end once `main` returned (tasks,
+# worker threads): after the shutdown's own timeout, within Kubernetes' 30 s grace period.
+EXIT_TIMEOUT_MS = 3_000
+
+
+def run_until_exit(main: Coroutine[Any, Any, bool], exit_timeout_ms: int = EXIT_TIMEOUT_MS) -> bool:
+    """`asyncio.run(main)` with a bounded end (module docstring): the tasks still pending
+    are cancelled, then they and the worker threads get until `exit_timeout_ms` to end.
+    Whatever outlives that is logged with its stack and the process exits at once
+    (`os._exit`) with `main`'s outcome (0 if True, else 1)."""
+    loop = asyncio.new_event_loop()
+    # Our own default executor: it is shut down without waiting (asyncio.run's waits for
+    # every `to_thread` call to return, with no limit).
+    executor = ThreadPoolExecutor(thread_name_prefix="skiff-to-thread")
+    loop.set_default_executor(executor)
+    asyncio.set_event_loop(loop)
+    try:
+        clean = loop.run_until_complete(main)
+    finally:
+        deadline_s = time.monotonic() + exit_timeout_ms / 1000
+        stuck_tasks = _cancel_remaining_tasks(loop, deadline_s)
+        executor.shutdown(wait=False, cancel_futures=True)
+        asyncio.set_event_loop(None)
+        loop.close()
+    stuck_threads = _join_threads(deadline_s)
+    if stuck_tasks or stuck_threads:
+        _log_stuck(stuck_tasks, stuck_threads, exit_timeout_ms)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0 if clean else 1)
+    return clean
+
+
+def _cancel_remaining_tasks(loop: asyncio.AbstractEventLoop, deadline_s: float) -> list[asyncio.Task[Any]]:
+    """Cancel every task still pending and wait for them until `deadline_s`; the ones
+    that did not end (a task that swallows its cancellation and goes on)."""
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        timeout_s = max(deadline_s - time.monotonic(), 0.0)
+        loop.run_until_complete(asyncio.wait(tasks, timeout=timeout_s))
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            log.error("task %s failed during shutdown", t.get_name(), exc_info=t.exception())
+    with contextlib.suppress(Exception):
+        loop.run_until_complete(asyncio.wait_for(loop.shutdown_asyncgens(), 1))
+    return [t for t in tasks if not t.done()]
+
+
+def _join_threads(deadline_s: float) -> list[threading.Thread]:
+    """Wait until `deadline_s` for the threads the interpreter would wait for at exit
+    (every non-daemon thread: worker pools' threads are); the ones still running."""
+    me = threading.current_thread()
+    waiting = [t for t in threading.enumerate() if t is not me and not t.daemon]
+    for t in waiting:
+        t.join(max(deadline_s - time.monotonic(), 0.0))
+    return [t for t in waiting if t.is_alive()]
+
+
+def _log_stuck(tasks: list[asyncio.Task[Any]], threads: list[threading.Thread], exit_timeout_ms: int) -> None:
+    frames = sys._current_frames()
+    for task in tasks:
+        task_stack = io.StringIO()
+        task.print_stack(file=task_stack)
+        log.error(
+            "exit: task still running %d ms after the stop; abandoned: %s",
+            exit_timeout_ms,
+            task_stack.getvalue(),
+        )
+    for thread in threads:
+        frame = frames.get(thread.ident or -1)
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+        log.error(
+            "exit: thread %s still running %d ms after the stop; abandoned:\n%s",
+            thread.name,
+            exit_timeout_ms,
+            stack,
+        )

@@ -98,6 +98,7 @@ def main() -> None:
 
     from skiff.spark import skiff_session
 
+    # A local session: skiff_session binds its driver to 127.0.0.1 (docs/spark.md)
     spark = skiff_session("skiff-example", "local[2]")
     try:
         top_customers, per_partition = order_queries(spark, args.metadata_url, args.topic, args.bucket)

@@ -102,8 +102,8 @@ def spark() -> Iterator[object]:
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "2",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.host": "127.0.0.1",
+            # No driver address here: a local session binds to 127.0.0.1 by default
+            # (skiff.spark.session), and tests/spark/test_session.py asserts it of this one.
         },
     )
     session.sparkContext.setLogLevel("ERROR")
