@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -365,12 +366,15 @@ async def _dry_run(md: MetadataClient, config: RunnerConfig, out: Console) -> in
 
 
 async def _compact(args: argparse.Namespace) -> int:
-    from skiff.metadata.wire.connect import open_metadata_client
+    from skiff.metadata.wire.connect import open_metadata_client, open_sync_metadata_client
 
     config = config_from_args(args)
-    md = open_metadata_client(
-        args.metadata_url, token_file=args.metadata_token_file, ca_file=args.metadata_ca_file
-    )
+    creds = {"token_file": args.metadata_token_file, "ca_file": args.metadata_ca_file}
+    md = open_metadata_client(args.metadata_url, **creds)
+    # The jobs' threads swap their outputs through a blocking client of their own (no hop to
+    # the event loop per swap); planning, leases and GC stay on the async one.
+    swap_client = open_sync_metadata_client(args.metadata_url, **creds)
+    config = dataclasses.replace(config, swap_client=swap_client)
     out = stdout_console()
     err = Console(stderr=True, highlight=False)
     try:
@@ -404,6 +408,7 @@ async def _compact(args: argparse.Namespace) -> int:
         return 1 if total.jobs_failed else 0
     finally:
         await md.close()
+        swap_client.close()
 
 
 async def _bucket_url(md: MetadataClient, args: argparse.Namespace) -> str:

@@ -57,6 +57,20 @@ PROGRESS_STEP_BYTES = 1 << 20  # report streamed bytes to the progress bars this
 MAX_ROUNDS_PER_PASS = 10_000  # a safety net: each round consumes input chunks or the pass ends
 
 
+class SwapClient(Protocol):
+    """The one blocking metadata operation a job's thread calls (the blocking clients forward
+    it as declared in `metadata.wire.operations`)."""
+
+    def replace_chunks(
+        self,
+        input_chunk_ids: Sequence[int],
+        file: FileSpec,
+        outputs: Sequence[OutputChunk],
+        checkpoints: Sequence[CheckpointUpdate] = (),
+        lease_token: str | None = None,
+    ) -> None: ...
+
+
 @dataclass(frozen=True)
 class RunnerConfig:
     planner: PlannerConfig = field(default_factory=PlannerConfig)
@@ -71,6 +85,10 @@ class RunnerConfig:
     gc: bool = True
     expire_offsets: bool = True
     pause: PauseHook | None = None  # the test hook (compactor.pause_hook); None in production
+    # A blocking metadata client (`metadata.wire.connect.open_sync_metadata_client`) the job's
+    # thread swaps through directly; None: each swap hops to the event loop's async client
+    # (an agent's compaction role and the playground have only that one).
+    swap_client: SwapClient | None = None
 
 
 @dataclass
@@ -282,10 +300,14 @@ class _JobThread:
     ) -> None:
         plan = self._plan
         updates = [CheckpointUpdate(c.topic_id, c.partition, c.first_dirty_offset) for c in cps]
-        fut = asyncio.run_coroutine_threadsafe(
-            self._md.replace_chunks(list(ids), file, list(outputs), updates, plan.lease_token), self._loop
-        )
-        fut.result()
+        direct = self._config.swap_client
+        if direct is not None:  # from this thread, no hop to the loop
+            direct.replace_chunks(list(ids), file, list(outputs), updates, plan.lease_token)
+        else:
+            fut = asyncio.run_coroutine_threadsafe(
+                self._md.replace_chunks(list(ids), file, list(outputs), updates, plan.lease_token), self._loop
+            )
+            fut.result()
         # one line per swap: which holder replaced which chunks (operators; the agent
         # role's e2e test counts swaps per holder from it)
         log.info(

@@ -25,8 +25,11 @@ lag, compaction until nothing is left makes the compacted topic one record per l
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,7 +41,7 @@ from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import Record
 from skiff.fileformat.segment import ChunkInput
 from skiff.metadata.compaction.types import MergeRules
-from skiff.metadata.server.local_client import LocalMetadataClient
+from skiff.metadata.server.local_client import LocalMetadataClient, SyncLocalMetadataClient
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import BatchSpec, ChunkSpec, FetchQuery, FileSpec
 
@@ -208,12 +211,13 @@ def _produce(w: World, step: Produce) -> None:
                     w.model.next_offset[(tid, partition)] = off + 1
 
 
-async def _compact(w: World, roll_bytes: int = 1 << 20) -> None:
+async def _compact(w: World, roll_bytes: int = 1 << 20, swap_client: Any = None) -> None:
     """Every job the planner offers now, each checked against the model first; jobs run.
     `roll_bytes` 1 makes every input chunk end an output file (the case where a
     partition's checkpoint must still move with the file where the partition ends)."""
     rules = MergeRules(min_level0_chunks=2, min_level0_bytes=1 << 40, max_level0_delay_ms=1 << 40)
     config = runner_config("model-test", w.clock, w.keymap_budget_bytes, roll_bytes, rules)
+    config = dataclasses.replace(config, swap_client=swap_client)
     max_keys = KeyMap(w.keymap_budget_bytes).max_keys
     seen: set[frozenset[tuple[int, str]]] = set()
 
@@ -315,3 +319,36 @@ def test_checkpoint_moves_when_the_output_rolls_at_a_partitions_last_input(
         _check(w)
 
     run_in_bucket(w.store, go)
+
+
+class _CountingSwaps:
+    """A blocking client that counts the swaps it forwards (and each one's thread)."""
+
+    def __init__(self, inner: SyncLocalMetadataClient) -> None:
+        self.inner = inner
+        self.threads: list[str] = []
+
+    def replace_chunks(self, *args: Any, **kwargs: Any) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.inner.replace_chunks(*args, **kwargs)
+
+
+def test_a_blocking_swap_client_takes_every_swap_from_the_jobs_thread(
+    service: tuple[MetadataService, Clock],
+) -> None:
+    """`skiff compact` gives the jobs a blocking client (RunnerConfig.swap_client): every swap
+    goes through it from the job's worker thread, and the outcome is the model's."""
+    svc, clock = service
+    w = _new_world(svc, clock, SLOT_BYTES * 4096)
+    swaps = _CountingSwaps(SyncLocalMetadataClient(svc))
+
+    async def go() -> None:
+        for agent in range(2):
+            _produce(w, Produce(agent, ((0, (((0, False), (1, False)),)), (1, (((0, True),),))), 0, 0))
+        w.clock.now += LAG_MS + 1
+        await _compact(w, roll_bytes=1, swap_client=swaps)
+        _check(w)
+
+    run_in_bucket(w.store, go)
+    assert swaps.threads, "no swap went through the blocking client"
+    assert threading.main_thread().name not in swaps.threads  # the jobs' threads, not the loop's
