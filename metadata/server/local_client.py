@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from skiff.metadata.db import is_db_unavailable
 from skiff.metadata.errors import INVALID_REQUEST, MetadataError, MetadataUnavailable
 from skiff.metadata.service import MetadataService
-from skiff.metadata.wire.operations import OPERATIONS
+from skiff.metadata.wire.codec import Operation
+from skiff.metadata.wire.operations import OperationForwarder
 from sqlalchemy.exc import SQLAlchemyError
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class LocalMetadataClient:
+class LocalMetadataClient(OperationForwarder):
     """Every metadata operation over a `MetadataService` in this process."""
 
     # As HttpMetadataClient.observe_call: each operation's name and seconds, whatever its outcome.
@@ -64,17 +65,12 @@ class LocalMetadataClient:
             if self.observe_call is not None:  # fn is the service method of the operation's name
                 self.observe_call(fn.__name__, time.perf_counter() - started)
 
-    def __getattr__(self, name: str) -> Any:  # a forwarder of the declared signature
-        op = OPERATIONS.get(name)
-        if op is None:
-            raise AttributeError(f"{type(self).__name__} has no operation {name!r}")
-        method = getattr(self.service, name)
+    def _forward(self, op: Operation) -> Callable[..., Any]:
+        method = getattr(self.service, op.name)
 
         async def forward(*args: Any, **kwargs: Any) -> Any:
             return await self._run(method, **op.bind(args, kwargs))
 
-        forward.__name__ = forward.__qualname__ = name
-        self.__dict__[name] = forward
         return forward
 
     async def close(self) -> None:
@@ -89,7 +85,7 @@ class LocalMetadataClient:
             self.service.close()
 
 
-class SyncLocalMetadataClient:
+class SyncLocalMetadataClient(OperationForwarder):
     """Every metadata operation, blocking, over a `MetadataService` in this process (the
     command line on a database URL, tests of synchronous callers); errors as
     `LocalMetadataClient`'s."""
@@ -99,11 +95,8 @@ class SyncLocalMetadataClient:
         self._owns_service = owns_service
         self._closed = False
 
-    def __getattr__(self, name: str) -> Any:  # a forwarder of the declared signature
-        op = OPERATIONS.get(name)
-        if op is None:
-            raise AttributeError(f"{type(self).__name__} has no operation {name!r}")
-        method = getattr(self.service, name)
+    def _forward(self, op: Operation) -> Callable[..., Any]:
+        method = getattr(self.service, op.name)
 
         def forward(*args: Any, **kwargs: Any) -> Any:
             if self._closed:
@@ -114,8 +107,6 @@ class SyncLocalMetadataClient:
                     return asyncio.run(method(**arguments))
                 return method(**arguments)
 
-        forward.__name__ = forward.__qualname__ = name
-        self.__dict__[name] = forward
         return forward
 
     def close(self) -> None:

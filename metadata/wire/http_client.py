@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from skiff.metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
 from skiff.metadata.wire.codec import Operation
 from skiff.metadata.wire.credentials import MetadataCredentials
-from skiff.metadata.wire.operations import OPERATIONS
+from skiff.metadata.wire.operations import OperationForwarder
 
 if TYPE_CHECKING:
     from skiff.metadata.wire.operations import MetadataClient
@@ -109,7 +109,7 @@ class _HttpBase:
         return MetadataUnavailable(f"metadata client unusable: {e}")  # e.g. the client is closed
 
 
-class HttpMetadataClient(_HttpBase):
+class HttpMetadataClient(OperationForwarder, _HttpBase):
     """Every metadata operation, async, over HTTP/JSON to the metadata service."""
 
     def __init__(
@@ -136,23 +136,17 @@ class HttpMetadataClient(_HttpBase):
                 self.observe_call(op.name, time.perf_counter() - started)
         return self._answer(op, resp)
 
-    def __getattr__(self, name: str) -> Any:  # a forwarder of the declared signature
-        op = OPERATIONS.get(name)
-        if op is None:
-            raise AttributeError(f"{type(self).__name__} has no operation {name!r}")
-
+    def _forward(self, op: Operation) -> Callable[..., Any]:
         async def forward(*args: Any, **kwargs: Any) -> Any:
             return await self.call(op, op.bind(args, kwargs))
 
-        forward.__name__ = forward.__qualname__ = name
-        self.__dict__[name] = forward  # found directly next time
         return forward
 
     async def close(self) -> None:
         await self._http.aclose()
 
 
-class SyncHttpMetadataClient(_HttpBase):
+class SyncHttpMetadataClient(OperationForwarder, _HttpBase):
     """Every metadata operation, blocking, over HTTP/JSON: for threads without an event
     loop (compactor jobs, Spark's driver, the command line). Safe to share between threads
     (httpx.Client is)."""
@@ -176,16 +170,10 @@ class SyncHttpMetadataClient(_HttpBase):
             raise self._unreachable(e) from e
         return self._answer(op, resp)
 
-    def __getattr__(self, name: str) -> Any:  # a forwarder of the declared signature
-        op = OPERATIONS.get(name)
-        if op is None:
-            raise AttributeError(f"{type(self).__name__} has no operation {name!r}")
-
+    def _forward(self, op: Operation) -> Callable[..., Any]:
         def forward(*args: Any, **kwargs: Any) -> Any:
             return self.call(op, op.bind(args, kwargs))
 
-        forward.__name__ = forward.__qualname__ = name
-        self.__dict__[name] = forward
         return forward
 
     def close(self) -> None:

@@ -21,8 +21,8 @@ Adding an operation: declare it here (on the Protocol of its concern) and implem
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from typing import Annotated, Protocol
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Protocol
 
 from annotated_types import Interval, MaxLen
 from skiff.metadata.compaction.types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
@@ -69,7 +69,7 @@ from skiff.metadata.wire.bounds import (
     Token,
     TxnId,
 )
-from skiff.metadata.wire.codec import Args, operation, operations_of
+from skiff.metadata.wire.codec import Args, Operation, operation, operations_of
 from skiff.metadata.wire.roles import ADMIN, AGENT, COMPACTOR, READ, READER
 
 Configs = dict[Name, str]
@@ -582,3 +582,21 @@ class MetadataClient(
 
 
 OPERATIONS = operations_of(MetadataClient)
+
+
+class OperationForwarder:
+    """The one rule every client and fake follows: an attribute named like a declared
+    operation is `self._forward(op)` (a callable of the declared signature), made once per
+    instance and kept; any other unknown attribute is an AttributeError."""
+
+    def _forward(self, op: Operation) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:  # a forwarder of the declared signature
+        op = OPERATIONS.get(name)
+        if op is None:
+            raise AttributeError(f"{type(self).__name__} has no operation {name!r}")
+        forward = self._forward(op)
+        forward.__name__ = forward.__qualname__ = name
+        self.__dict__[name] = forward  # found directly next time
+        return forward

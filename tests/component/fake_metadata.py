@@ -16,7 +16,7 @@ import socket
 import struct
 import threading
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,12 +32,13 @@ from skiff.fileformat.objectstore.memory import AsyncMemoryStore
 from skiff.metadata.errors import MetadataUnavailable
 from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService
-from skiff.metadata.wire.operations import OPERATIONS, MetadataClient
+from skiff.metadata.wire.codec import Operation
+from skiff.metadata.wire.operations import MetadataClient, OperationForwarder
 
 T = TypeVar("T")
 
 
-class FlakyMetadataClient:
+class FlakyMetadataClient(OperationForwarder):
     """A MetadataClient that forwards every operation to `inner` unless `down` is set (then
     each call raises `MetadataUnavailable`); `calls` records the operations called."""
 
@@ -46,9 +47,8 @@ class FlakyMetadataClient:
         self.down = False
         self.calls: list[str] = []
 
-    def __getattr__(self, name: str) -> Any:  # a forwarder of the declared signature
-        if name not in OPERATIONS:
-            raise AttributeError(name)
+    def _forward(self, op: Operation) -> Callable[..., Awaitable[Any]]:
+        name = op.name
 
         async def forward(*args: Any, **kwargs: Any) -> Any:
             self.calls.append(name)
@@ -56,7 +56,6 @@ class FlakyMetadataClient:
                 raise MetadataUnavailable(f"{name}: metadata is down (test)")
             return await getattr(self.inner, name)(*args, **kwargs)
 
-        self.__dict__[name] = forward
         return forward
 
     async def close(self) -> None:
