@@ -310,3 +310,41 @@ txn_offsets = Table(
     Column("commit_time_ms", BigInteger, nullable=False),
     Index(None, "group_id"),
 )
+
+# The schema registry (metadata.schemas.store; Confluent's model, see metadata.schemas.types).
+# A schema row is unique by `fingerprint` (SHA-256 of type, canonical text and references), so
+# the same schema registered under several subjects keeps one global id. Ids are allocated as
+# max + 1 under the registry's write lock (IMPORT mode brings its own), never reused.
+registry_schemas = Table(
+    "registry_schemas",
+    metadata_obj,
+    Column("schema_id", Integer, primary_key=True, autoincrement=False),
+    Column("schema_type", String(16), nullable=False),
+    Column("schema_text", Text, nullable=False),
+    Column("references", JSON, nullable=False),  # [[name, subject, version], ...]
+    Column("fingerprint", String(64), nullable=False, unique=True),
+    Column("created_ms", BigInteger, nullable=False),
+)
+
+# A subject's versions; `deleted` marks a soft delete (hidden from reads unless asked for).
+registry_versions = Table(
+    "registry_versions",
+    metadata_obj,
+    Column("subject", String(1024), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("schema_id", Integer, ForeignKey("registry_schemas.schema_id"), nullable=False),
+    Column("deleted", Boolean, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Index(None, "schema_id"),
+)
+
+# Compatibility level and mode, globally (subject "") or per subject; NULL = not set here.
+registry_settings = Table(
+    "registry_settings",
+    metadata_obj,
+    Column("subject", String(1024), primary_key=True),
+    Column("compatibility", String(32), nullable=True),
+    Column("normalize", Boolean, nullable=True),
+    Column("mode", String(16), nullable=True),
+    Column("updated_ms", BigInteger, nullable=False),
+)

@@ -18,7 +18,8 @@ dialect, clock):
 - `metadata.maintenance.retention.Retention`: retention, DeleteRecords, committed-offset expiry;
 - `metadata.maintenance.gc.GarbageCollection`: the garbage collector's claims and orphan checks;
 - `metadata.security.acls.AclStore`: Kafka ACL bindings and their version.
-- `metadata.transactions.store.Transactions`: transactional ids' state (the coordinator's calls).
+- `metadata.transactions.store.Transactions`: transactional ids' state (the coordinator's calls);
+- `metadata.schemas.registry.SchemaRegistryOperations` (a mixin): the schema registry's `schema_*` operations.
 
 What differs between PostgreSQL and SQLite is behind `metadata.commits.storage.Dialect`.
 
@@ -67,6 +68,7 @@ from skiff.metadata.maintenance.retention import DEFAULT_MAX_CHUNKS_PER_PARTITIO
 from skiff.metadata.membership import DEFAULT_AGENT_TTL_MS, Membership
 from skiff.metadata.reads import Reads
 from skiff.metadata.rows import Clock, Db, system_clock
+from skiff.metadata.schemas.registry import SchemaRegistryOperations
 from skiff.metadata.security.acl_types import AclBinding, AclBindingFilter
 from skiff.metadata.security.acls import AclStore
 from skiff.metadata.security.scram_types import ScramCredential, ScramCredentialInfo
@@ -102,7 +104,7 @@ from skiff.metadata.types import (
 from sqlalchemy import Engine
 
 
-class MetadataService:
+class MetadataService(SchemaRegistryOperations):
     def __init__(
         self,
         engine: Engine,
@@ -151,6 +153,7 @@ class MetadataService:
         self.acls = AclStore(self._db)
 
         self.transactions = Transactions(self._db)
+        self._init_schema_registry(self._db)
 
     @classmethod
     def from_url(

@@ -42,9 +42,11 @@ from skiff.metadata.errors import (
     ConflictError,
     MetadataError,
 )
+from skiff.metadata.schemas.errors import RegistryError
 from skiff.metadata.server import auth as auth_mod
 from skiff.metadata.server.auth import MetadataAuth, TokenTable, allow, public
 from skiff.metadata.server.health import ReadinessProbe
+from skiff.metadata.server.registry_api import registry_routers
 from skiff.metadata.server.routes import operation_routers
 from skiff.metadata.service import MetadataService
 from skiff.metadata.wire.operations import OPERATIONS
@@ -162,6 +164,8 @@ def create_app(
     # Who may call what (metadata.server.auth): each route is declared on the router of its roles.
     for router in operation_routers(service, OPERATIONS.values()):
         app.include_router(router)
+    for router in registry_routers(service):  # Confluent Schema Registry's REST API
+        app.include_router(router)
     app.include_router(metrics_router(service, auth))
     app.include_router(health_router(service, ready_timeout_ms))
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
@@ -169,18 +173,20 @@ def create_app(
     return app
 
 
+def _status_of(e: MetadataError) -> int:
+    if isinstance(e, RegistryError):
+        return e.http_status  # Confluent's codes carry their status
+    if isinstance(e, ConflictError):
+        return 409
+    return 404 if e.error_code == UNKNOWN_TOPIC_OR_PARTITION else 400
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     """Every error as `{"error_code", "message"}` with the status of the module docstring."""
 
     @app.exception_handler(MetadataError)
     async def _metadata_error(_req: Request, e: MetadataError) -> JSONResponse:
-        if isinstance(e, ConflictError):
-            status = 409
-        elif e.error_code == UNKNOWN_TOPIC_OR_PARTITION:
-            status = 404
-        else:
-            status = 400
-        return _error(status, e.error_code, e.message)
+        return _error(_status_of(e), e.error_code, e.message)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_req: Request, e: RequestValidationError) -> JSONResponse:

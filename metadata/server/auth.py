@@ -10,7 +10,13 @@ ignored, as is the rest of a line from a word starting with `#`. The roles:
 - `compactor`: compaction plans, leases and swaps, retention, GC, offset expiry;
 - `reader`: read-only lookups (cluster info, topics, chunks, offsets) for Spark, `skiff
   inspect` and monitoring;
+- `writer`: registers schemas in the schema registry (metadata.server.registry_api) and
+  reads them: the token of producers whose serializers register their schemas;
 - `admin`: everything, including every route that declares no role.
+
+Confluent's schema registry clients send HTTP basic auth (`basic.auth.user.info=USER:PASSWORD`):
+`Authorization: Basic` with a token as the password is accepted as that token (the user name
+is not checked).
 
 A token is at least 16 printable ASCII characters without spaces (`openssl rand -hex 32`).
 The same token on several lines has the union of their roles (an agent that also runs
@@ -59,6 +65,7 @@ routes then stay admin-only: the mistake fails closed).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import ipaddress
@@ -342,8 +349,7 @@ class MetadataAuth:
                     'Bearer realm="skiff-metadata"',
                 ),
             )
-        scheme, _, credentials = authorization.strip().partition(" ")
-        caller = self.tokens.caller_for(credentials.strip()) if scheme.lower() == "bearer" else None
+        caller = self.tokens.caller_for(presented_token(authorization))
         if caller is None:
             raise self._refuse(
                 "invalid",
@@ -435,6 +441,22 @@ def public_paths(app: FastAPI) -> frozenset[str]:
         if url:
             out.add(url)
     return frozenset(out)
+
+
+def presented_token(authorization: str) -> str:
+    """The token in an Authorization header: `Bearer TOKEN`, or HTTP basic auth `USER:TOKEN`
+    (what Confluent's schema registry clients send, `basic.auth.user.info`; the user name is
+    not checked, the token decides the roles). "" when there is none."""
+    scheme, _, credentials = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer":
+        return credentials.strip()
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return ""
+        return decoded.partition(":")[2]
+    return ""
 
 
 class AuthMiddleware:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 import httpx
 from pydantic import ValidationError
 from skiff.metadata.errors import CONFLICT, INVALID_REQUEST, ConflictError, MetadataError, MetadataUnavailable
+from skiff.metadata.schemas.errors import INCOMPATIBLE_SCHEMA, RegistryError
 from skiff.metadata.wire.codec import Operation
 from skiff.metadata.wire.credentials import MetadataCredentials
 from skiff.metadata.wire.operations import OperationForwarder
@@ -99,6 +100,8 @@ class _HttpBase:
         if status >= 500:
             raise MetadataUnavailable(f"metadata service answered {status}: {resp.text[:500]}")
         code, message = _error_of(resp)
+        if code >= 1000 or code == INCOMPATIBLE_SCHEMA:  # the schema registry's (Confluent's) codes
+            raise RegistryError(code, message)
         if status == 409:
             raise ConflictError(code if code else CONFLICT, message)
         raise MetadataError(code, message)

@@ -71,6 +71,7 @@ from skiff.metadata.wire.bounds import (
 )
 from skiff.metadata.wire.codec import Args, Operation, operation, operations_of
 from skiff.metadata.wire.roles import ADMIN, AGENT, COMPACTOR, READ, READER
+from skiff.metadata.wire.schema_operations import SchemaAdmin, SchemaBrowsing, SchemaLookups, SchemaWrites
 
 Configs = dict[Name, str]
 GroupIds = Items[KafkaId] | None
@@ -512,7 +513,9 @@ class Closable(Protocol):
 # The concern Protocols are listed in this one order in every role (a consistent MRO).
 
 
-class ReaderClient(TopicLookups, ReadPath, MaintenanceStatus, GroupOffsetReads, Cluster, Closable, Protocol):
+class ReaderClient(
+    TopicLookups, ReadPath, MaintenanceStatus, GroupOffsetReads, Cluster, SchemaLookups, Closable, Protocol
+):
     """Spark, `skiff inspect`, dashboards: reads only."""
 
 
@@ -530,6 +533,7 @@ class AgentClient(
     ScramUsers,
     Acls,
     Transactions,
+    SchemaLookups,
     Closable,
     Protocol,
 ):
@@ -551,7 +555,18 @@ class CompactorClient(
 
 
 class AdminClient(
-    TopicLookups, GroupOffsetReads, GroupOperators, Cluster, ScramUsers, Acls, Closable, Protocol
+    TopicLookups,
+    GroupOffsetReads,
+    GroupOperators,
+    Cluster,
+    ScramUsers,
+    Acls,
+    SchemaLookups,
+    SchemaBrowsing,
+    SchemaWrites,
+    SchemaAdmin,
+    Closable,
+    Protocol,
 ):
     """What the `skiff` operator commands call beyond Kafka's own APIs."""
 
@@ -574,6 +589,10 @@ class MetadataClient(
     ScramUsers,
     Acls,
     Transactions,
+    SchemaLookups,
+    SchemaBrowsing,
+    SchemaWrites,
+    SchemaAdmin,
     Closable,
     Protocol,
 ):

@@ -42,7 +42,7 @@ from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec
 from skiff.metadata.wire.credentials import MetadataCredentials
 from skiff.metadata.wire.http_client import HttpMetadataClient
-from skiff.metadata.wire.roles import ADMIN, AGENT, COMPACTOR, READER, ROLES
+from skiff.metadata.wire.roles import ADMIN, AGENT, COMPACTOR, READER, ROLES, WRITER
 from sqlalchemy import create_engine
 
 from tests.support.served_app import Served
@@ -154,8 +154,13 @@ def test_refusals_are_clear_json(served: Served) -> None:
     )
     assert bad.status_code == 401 and bad.json()["message"] == "invalid bearer token"
     assert 'error="invalid_token"' in bad.headers["www-authenticate"]
-    basic = httpx.post(f"{url}/v1/commit-file", json={}, auth=("agent", TOKENS[AGENT]))
-    assert basic.status_code == 401  # the right secret in the wrong scheme is not a bearer token
+    # HTTP basic auth (what schema registry clients send) carries a token as its password:
+    basic = httpx.post(f"{url}/v1/commit-file", json={}, auth=("anyone", TOKENS[AGENT]))
+    assert basic.status_code == 422  # authenticated as the agent; the empty body is refused
+    basic_bad = httpx.post(f"{url}/v1/commit-file", json={}, auth=(TOKENS[AGENT], "wrong-password-xxxxx"))
+    assert basic_bad.status_code == 401  # the token must be the password, not the user
+    garbled = httpx.post(f"{url}/v1/commit-file", json={}, headers={"authorization": "Basic !!notbase64"})
+    assert garbled.status_code == 401
     wrong_role = httpx.post(
         f"{url}/v1/commit-file", json={}, headers={"authorization": f"Bearer {TOKENS[READER]}"}
     )
@@ -173,7 +178,7 @@ def test_refusals_are_clear_json(served: Served) -> None:
     assert httpx.get(f"{url}/v1/no-such-route").status_code == 401
     metrics = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {TOKENS[READER]}"}).text
     assert 'skiff_metadata_requests_refused_total{reason="missing"} 2' in metrics
-    assert 'skiff_metadata_requests_refused_total{reason="invalid"} 2' in metrics
+    assert 'skiff_metadata_requests_refused_total{reason="invalid"} 3' in metrics  # bad bearer, two bad basic
     assert 'skiff_metadata_requests_refused_total{reason="forbidden"} 1' in metrics
 
 
@@ -245,7 +250,18 @@ def test_every_route_declares_its_roles_and_is_enforced(app: FastAPI) -> None:
     assert seen[("GET", "/healthz")] == set(ROLES)
     # every admin-only route but the added one is an operator route, declared so on purpose
     declared_admin_only = [k for k, v in seen.items() if v == {ADMIN} and k[1] != "/v1/added-later"]
-    assert declared_admin_only and all(path.startswith("/v1/admin/") for _, path in declared_admin_only)
+    registry_admin = {"/config", "/config/{subject}", "/mode", "/mode/{subject}", "/subjects/{subject}"}
+    registry_admin |= {"/subjects/{subject}/versions/{version}"}
+    assert declared_admin_only and all(
+        path.startswith(("/v1/admin/", "/v1/schemas/delete-", "/v1/schemas/set-"))
+        or (method in ("PUT", "DELETE") and path in registry_admin)
+        for method, path in declared_admin_only
+    )
+    # the schema registry: reads for every role, registering for writers, changes for admin
+    assert seen[("POST", "/subjects/{subject}/versions")] == {WRITER, ADMIN}
+    assert seen[("POST", "/v1/schemas/register")] == {WRITER, ADMIN}
+    assert seen[("GET", "/schemas/ids/{schema_id}")] == {AGENT, COMPACTOR, READER, WRITER, ADMIN}
+    assert seen[("DELETE", "/subjects/{subject}")] == {ADMIN}
     assert seen[("POST", "/v1/acls/create")] == {AGENT, ADMIN}
     assert seen[("POST", "/v1/scram-users/upsert")] == {AGENT, ADMIN}
     assert seen[("POST", "/v1/txn/end")] == {AGENT, ADMIN}
