@@ -1,0 +1,1 @@
+"""The schema registry: Confluent-compatible schemas, subjects, versions and compatibility checks."""
