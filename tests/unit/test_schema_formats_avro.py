@@ -12,7 +12,9 @@ from skiff.metadata.schemas.formats import InvalidSchema, incompatibilities, par
 
 
 def record(*fields: dict[str, object], name: str = "User", **extra: object) -> str:
-    return json.dumps({"type": "record", "name": name, "namespace": "com.example", **extra, "fields": list(fields)})
+    return json.dumps(
+        {"type": "record", "name": name, "namespace": "com.example", **extra, "fields": list(fields)}
+    )
 
 
 V1 = record({"name": "id", "type": "long"}, {"name": "name", "type": "string"})
@@ -50,7 +52,12 @@ def test_key_order_is_kept_as_given_and_normalized_away() -> None:
 def test_normalized_form_keeps_logical_types_defaults_aliases_and_docs_sorted() -> None:
     text = record(
         {"name": "amount", "type": {"type": "bytes", "scale": 2, "precision": 9, "logicalType": "decimal"}},
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}, "default": 0, "doc": "when"},
+        {
+            "name": "at",
+            "type": {"type": "long", "logicalType": "timestamp-millis"},
+            "default": 0,
+            "doc": "when",
+        },
         {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"], "default": "A"}},
         aliases=["Zed", "Alpha"],
         doc="a user",
@@ -61,7 +68,12 @@ def test_normalized_form_keeps_logical_types_defaults_aliases_and_docs_sorted() 
     assert normal["aliases"] == ["Alpha", "Zed"]
     amount, at, kind = normal["fields"]
     assert list(amount["type"]) == ["type", "logicalType", "precision", "scale"]
-    assert at == {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}, "doc": "when", "default": 0}
+    assert at == {
+        "name": "at",
+        "type": {"type": "long", "logicalType": "timestamp-millis"},
+        "doc": "when",
+        "default": 0,
+    }
     assert kind["type"]["default"] == "A"
 
 
@@ -92,7 +104,10 @@ def test_a_record_referencing_another_subjects_record() -> None:
     resolved = json.loads(serialized_form(parsed, "resolved"))
     assert resolved["fields"][1]["type"]["fields"] == [{"name": "street", "type": "string"}]
     assert serialized_form(parsed, None) == parsed.canonical == serialized_form(parsed, "bogus")
-    assert json.loads(parse_schema("AVRO", user, refs, normalize=True).canonical)["fields"][1]["type"] == "Address"
+    assert (
+        json.loads(parse_schema("AVRO", user, refs, normalize=True).canonical)["fields"][1]["type"]
+        == "Address"
+    )
     # a field added to the referenced record, with a default, is backward compatible
     address2 = address.replace('"string"}]', '"string"},{"name":"zip","type":"string","default":""}]')
     new = parse_schema("AVRO", user, {"com.example.Address": address2})
@@ -123,7 +138,9 @@ def test_transitive_sees_an_older_version_the_latest_hides() -> None:
     c = record({"name": "id", "type": "long"}, {"name": "x", "type": "string"})  # default dropped
     assert compatible("BACKWARD", c, a, b)  # b data always carries x
     assert not compatible("BACKWARD_TRANSITIVE", c, a, b)  # a data has no x and c has no default
-    messages = incompatibilities("BACKWARD_TRANSITIVE", parse_schema("AVRO", c), [parse_schema("AVRO", a), parse_schema("AVRO", b)])
+    messages = incompatibilities(
+        "BACKWARD_TRANSITIVE", parse_schema("AVRO", c), [parse_schema("AVRO", a), parse_schema("AVRO", b)]
+    )
     assert messages == [
         "{errorType:'READER_FIELD_MISSING_DEFAULT_VALUE', description:'The field 'x' at path '/fields/1' "
         "in the new schema has no default value and is missing in the old schema', additionalInfo:'x'}",
@@ -140,15 +157,45 @@ PAIRS = [
     ('["null","string"]', '"string"', True, None),
     ('"string"', '["null","string"]', False, "TYPE_MISMATCH"),
     ('["null","int"]', '["null","string"]', False, "MISSING_UNION_BRANCH"),
-    ('{"type":"enum","name":"E","symbols":["A","B","C"]}', '{"type":"enum","name":"E","symbols":["A","B"]}', True, None),
-    ('{"type":"enum","name":"E","symbols":["A"]}', '{"type":"enum","name":"E","symbols":["A","B"]}', False, "MISSING_ENUM_SYMBOLS"),
-    ('{"type":"enum","name":"E","symbols":["A","U"],"default":"U"}', '{"type":"enum","name":"E","symbols":["A","B"]}', True, None),
-    ('{"type":"fixed","name":"F","size":4}', '{"type":"fixed","name":"F","size":8}', False, "FIXED_SIZE_MISMATCH"),
+    (
+        '{"type":"enum","name":"E","symbols":["A","B","C"]}',
+        '{"type":"enum","name":"E","symbols":["A","B"]}',
+        True,
+        None,
+    ),
+    (
+        '{"type":"enum","name":"E","symbols":["A"]}',
+        '{"type":"enum","name":"E","symbols":["A","B"]}',
+        False,
+        "MISSING_ENUM_SYMBOLS",
+    ),
+    (
+        '{"type":"enum","name":"E","symbols":["A","U"],"default":"U"}',
+        '{"type":"enum","name":"E","symbols":["A","B"]}',
+        True,
+        None,
+    ),
+    (
+        '{"type":"fixed","name":"F","size":4}',
+        '{"type":"fixed","name":"F","size":8}',
+        False,
+        "FIXED_SIZE_MISMATCH",
+    ),
     ('{"type":"fixed","name":"G","size":4}', '{"type":"fixed","name":"F","size":4}', False, "NAME_MISMATCH"),
-    ('{"type":"fixed","name":"G","size":4,"aliases":["F"]}', '{"type":"fixed","name":"F","size":4}', True, None),
+    (
+        '{"type":"fixed","name":"G","size":4,"aliases":["F"]}',
+        '{"type":"fixed","name":"F","size":4}',
+        True,
+        None,
+    ),
     ('{"type":"array","items":"long"}', '{"type":"array","items":"int"}', True, None),
     ('{"type":"map","values":"int"}', '{"type":"map","values":"long"}', False, "TYPE_MISMATCH"),
-    (record({"name": "n", "type": "long", "aliases": ["old"]}), record({"name": "old", "type": "long"}), True, None),
+    (
+        record({"name": "n", "type": "long", "aliases": ["old"]}),
+        record({"name": "old", "type": "long"}),
+        True,
+        None,
+    ),
     (
         '{"type":"record","name":"Node","fields":[{"name":"v","type":"long"},{"name":"next","type":["null","Node"]}]}',
         '{"type":"record","name":"Node","fields":[{"name":"v","type":"int"},{"name":"next","type":["null","Node"]}]}',
@@ -159,14 +206,18 @@ PAIRS = [
 
 
 @pytest.mark.parametrize(("reader", "writer", "ok", "error_type"), PAIRS)
-def test_reader_writer_pairs_agree_with_apache_avros_checker(reader: str, writer: str, ok: bool, error_type: str | None) -> None:
+def test_reader_writer_pairs_agree_with_apache_avros_checker(
+    reader: str, writer: str, ok: bool, error_type: str | None
+) -> None:
     r, w = parse_schema("AVRO", reader), parse_schema("AVRO", writer)
     messages = incompatibilities("BACKWARD", r, [w])  # BACKWARD: the new one reads
     assert (messages == []) is ok
     if error_type:
         assert messages[0].startswith(f"{{errorType:'{error_type}'")
         assert messages[-1].startswith("{oldSchema: ")
-    oracle = avro.compatibility.ReaderWriterCompatibilityChecker().get_compatibility(r.parsed.schema, w.parsed.schema)
+    oracle = avro.compatibility.ReaderWriterCompatibilityChecker().get_compatibility(
+        r.parsed.schema, w.parsed.schema
+    )
     assert (oracle.compatibility is avro.compatibility.SchemaCompatibilityType.compatible) is ok
     # FORWARD puts the same pair the other way round: the old one reads the new one's data
     assert (incompatibilities("FORWARD", w, [r]) == []) is ok
@@ -185,7 +236,9 @@ def test_full_lists_forward_messages_then_backward_ones_with_the_old_schema() ->
 def test_different_schema_types_are_incompatible() -> None:
     avro_schema = parse_schema("AVRO", '"string"')
     json_schema = parse_schema("JSON", '{"type":"string"}')
-    assert incompatibilities("BACKWARD", avro_schema, [json_schema]) == ["Incompatible because of different schema type"]
+    assert incompatibilities("BACKWARD", avro_schema, [json_schema]) == [
+        "Incompatible because of different schema type"
+    ]
     assert incompatibilities("NONE", avro_schema, [json_schema]) == []
     assert incompatibilities("BACKWARD", avro_schema, []) == []
     with pytest.raises(ValueError, match="unknown compatibility level"):

@@ -69,7 +69,9 @@ def test_ref_to_a_reference_and_its_evolution() -> None:
     assert incompatibilities("BACKWARD", v2, [v1]) == []  # optional property added to a closed model
     assert incompatibilities("FORWARD", v2, [v1]) != []  # the old closed model refuses zip
     [message, _old] = incompatibilities("BACKWARD", v3, [v1])
-    assert message.startswith('{errorType:"TYPE_CHANGED"') and "'#/properties/home/properties/street'" in message
+    assert (
+        message.startswith('{errorType:"TYPE_CHANGED"') and "'#/properties/home/properties/street'" in message
+    )
     # internal definitions resolve too
     internal = '{"definitions":{"s":{"type":"string"}},"type":"object","properties":{"a":{"$ref":"#/definitions/s"}}}'
     assert errors("BACKWARD", internal, OPEN_V1) == []
@@ -81,16 +83,46 @@ CASES = [
     (CLOSED_V1, CLOSED_V2, True, False),  # property added to a closed model
     (OPEN_V2, OPEN_V1, True, False),  # property removed from an open model
     (CLOSED_V2, CLOSED_V1, False, True),  # removed from a closed model
-    (PARTIAL, obj({"a": {"type": "string"}, "b": {"type": "integer"}}, additionalProperties={"type": "integer"}), True, True),
-    (PARTIAL, obj({"a": {"type": "string"}, "b": {"type": "string"}}, additionalProperties={"type": "integer"}), False, False),
+    (
+        PARTIAL,
+        obj({"a": {"type": "string"}, "b": {"type": "integer"}}, additionalProperties={"type": "integer"}),
+        True,
+        True,
+    ),
+    (
+        PARTIAL,
+        obj({"a": {"type": "string"}, "b": {"type": "string"}}, additionalProperties={"type": "integer"}),
+        False,
+        False,
+    ),
     (obj({"a": {"type": "integer"}}), obj({"a": {"type": "number"}}), True, False),  # widened
     (obj({"a": {"type": "string"}}), obj({"a": {"type": ["string", "null"]}}), True, False),  # union widened
-    (obj({"a": {"type": "string", "maxLength": 5}}), obj({"a": {"type": "string", "maxLength": 10}}), True, False),
+    (
+        obj({"a": {"type": "string", "maxLength": 5}}),
+        obj({"a": {"type": "string", "maxLength": 10}}),
+        True,
+        False,
+    ),
     (obj({"a": {"type": "number", "minimum": 0}}), obj({"a": {"type": "number"}}), True, False),
-    (obj({"a": {"type": "number", "multipleOf": 4}}), obj({"a": {"type": "number", "multipleOf": 2}}), True, False),
+    (
+        obj({"a": {"type": "number", "multipleOf": 4}}),
+        obj({"a": {"type": "number", "multipleOf": 2}}),
+        True,
+        False,
+    ),
     (obj({"a": {"enum": ["x", "y"]}}), obj({"a": {"enum": ["x", "y", "z"]}}), True, False),
-    (obj({"a": {"type": "string"}}), obj({"a": {"type": "string"}}, required=["a"]), False, True),  # required added
-    (obj({"a": {"type": "string"}}), obj({"a": {"type": "string", "default": ""}}, required=["a"]), True, True),
+    (
+        obj({"a": {"type": "string"}}),
+        obj({"a": {"type": "string"}}, required=["a"]),
+        False,
+        True,
+    ),  # required added
+    (
+        obj({"a": {"type": "string"}}),
+        obj({"a": {"type": "string", "default": ""}}, required=["a"]),
+        True,
+        True,
+    ),
     (obj({"a": {"type": "string", "pattern": "^x"}}), obj({"a": {"type": "string"}}), True, False),
     (
         json.dumps({"type": "array", "items": {"type": "integer"}}),
@@ -124,14 +156,20 @@ def test_messages_name_the_rule_and_path() -> None:
     assert error_types("BACKWARD", CLOSED_V1, CLOSED_V2) == ["PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL"]
     tighter = obj({"a": {"type": "string", "maxLength": 3}})
     assert error_types("BACKWARD", tighter, OPEN_V1) == ["MAX_LENGTH_ADDED"]
-    assert "'#/properties/a/maxLength' in the new schema is not present in the old schema" in errors("BACKWARD", tighter, OPEN_V1)[0]
+    assert (
+        "'#/properties/a/maxLength' in the new schema is not present in the old schema"
+        in errors("BACKWARD", tighter, OPEN_V1)[0]
+    )
 
 
 def test_backward_versus_backward_transitive() -> None:
     v1 = obj({"a": {"type": "string"}}, additionalProperties=False)
     v2 = obj({"a": {"type": "string"}, "b": {"type": "string"}}, additionalProperties=False)
     v3 = obj({"b": {"type": "string"}}, additionalProperties=False)  # drops a: v2 data fails
-    v3_from_v2 = obj({"a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "string"}}, additionalProperties=False)
+    v3_from_v2 = obj(
+        {"a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "string"}},
+        additionalProperties=False,
+    )
     assert errors("BACKWARD", v3_from_v2, v1, v2) == []
     assert errors("BACKWARD_TRANSITIVE", v3_from_v2, v1, v2) == []
     assert errors("BACKWARD", v3, v1, v2) != []
@@ -143,7 +181,9 @@ def test_backward_versus_backward_transitive() -> None:
     assert errors("BACKWARD", w3, w1, w2) != []  # b added to w2's open model, which allowed any b
     closed1 = obj({"a": {"type": "integer"}}, additionalProperties=False)
     closed2 = obj({"a": {"type": "integer", "maximum": 10}}, additionalProperties=False)
-    closed3 = obj({"a": {"type": "integer", "maximum": 10}, "b": {"type": "string"}}, additionalProperties=False)
+    closed3 = obj(
+        {"a": {"type": "integer", "maximum": 10}, "b": {"type": "string"}}, additionalProperties=False
+    )
     assert errors("BACKWARD", closed3, closed1, closed2) == []
     assert error_types("BACKWARD_TRANSITIVE", closed3, closed1, closed2) == ["MAXIMUM_ADDED"]
 

@@ -31,14 +31,18 @@ def proto(body: str, header: str = 'syntax = "proto3";\npackage shop;\n') -> str
 
 
 def error_types(level: str, new: str, *previous: str) -> list[str]:
-    found = incompatibilities(level, parse_schema("PROTOBUF", new), [parse_schema("PROTOBUF", p) for p in previous])
+    found = incompatibilities(
+        level, parse_schema("PROTOBUF", new), [parse_schema("PROTOBUF", p) for p in previous]
+    )
     return [m.split('"')[1] for m in found if m.startswith("{errorType")]
 
 
 def test_proto_source_parses_and_serializes_as_a_descriptor() -> None:
     parsed = parse_schema("PROTOBUF", BASE)
     assert parsed.canonical == BASE.strip()
-    file = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized_form(parsed, "serialized")))
+    file = descriptor_pb2.FileDescriptorProto.FromString(
+        base64.b64decode(serialized_form(parsed, "serialized"))
+    )
     assert file.package == "shop" and [m.name for m in file.message_type] == ["Order", "Address"]
     # the serialized form is itself a schema, and the same schema
     again = parse_schema("PROTOBUF", serialized_form(parsed, "serialized"))
@@ -51,8 +55,13 @@ def test_the_descriptor_confluent_kafkas_serializer_registers_parses() -> None:
     file.dependency.append("google/protobuf/timestamp.proto")  # well-known: never sent as a reference
     message = file.message_type.add(name="Event")
     message.field.add(name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
-    message.field.add(name="at", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE, label=1,
-                      type_name=".google.protobuf.Timestamp")
+    message.field.add(
+        name="at",
+        number=2,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+        label=1,
+        type_name=".google.protobuf.Timestamp",
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
     registered = _schema_to_str(pool.AddSerializedFile(file.SerializeToString()))
@@ -83,39 +92,115 @@ def test_invalid_schemas_give_one_line_messages() -> None:
     for text, expected in [
         (proto("message A { Unknown u = 1; }"), '"Unknown" is not defined'),
         (proto("message A { int32 a = 1; int32 b = 1; }"), "has already been used"),
-        ("syntax = \"proto3\"; message {", "Expected"),
+        ('syntax = "proto3"; message {', "Expected"),
         ("bm90IGEgZGVzY3JpcHRvcg", "not a serialized FileDescriptorProto"),
     ]:
         with pytest.raises(InvalidSchema) as raised:
             parse_schema("PROTOBUF", text)
         message = str(raised.value)
-        assert message.startswith("Invalid Protobuf schema") and expected in message and "\n" not in message, message
+        assert (
+            message.startswith("Invalid Protobuf schema") and expected in message and "\n" not in message
+        ), message
     with pytest.raises(InvalidSchema, match="relative import path"):
         parse_schema("PROTOBUF", BASE, {"../etc/passwd": BASE})
 
 
 CASES = [
     # (change, new schema, backward ok?, forward ok?, the incompatible type)
-    ("field added", BASE.replace("}\nmessage Address", "  bool gift = 8;\n}\nmessage Address"), True, True, None),
+    (
+        "field added",
+        BASE.replace("}\nmessage Address", "  bool gift = 8;\n}\nmessage Address"),
+        True,
+        True,
+        None,
+    ),
     ("field removed", BASE.replace("  string customer = 2;\n", ""), True, True, None),
     ("field renamed", BASE.replace("customer = 2", "buyer = 2"), True, True, None),
-    ("int32 -> int64 (same wire group)", BASE.replace("repeated int32 items", "repeated int64 items"), True, True, None),
+    (
+        "int32 -> int64 (same wire group)",
+        BASE.replace("repeated int32 items", "repeated int64 items"),
+        True,
+        True,
+        None,
+    ),
     ("string -> bytes", BASE.replace("string customer", "bytes customer"), True, True, None),
-    ("int64 -> string", BASE.replace("int64 id = 1", "string id = 1"), False, False, "FIELD_SCALAR_KIND_CHANGED"),
-    ("int64 -> sint64", BASE.replace("int64 id = 1", "sint64 id = 1"), False, False, "FIELD_SCALAR_KIND_CHANGED"),
-    ("scalar -> message", BASE.replace("string customer = 2", "Address customer = 2"), False, False, "FIELD_KIND_CHANGED"),
-    ("repeated numeric -> singular", BASE.replace("repeated int32 items", "optional int32 items"), False, False, "FIELD_NUMERIC_LABEL_CHANGED"),
-    ("message renamed", BASE.replace("message Address", "message Place").replace("Address ship_to", "Place ship_to"), False, False, "MESSAGE_REMOVED"),
+    (
+        "int64 -> string",
+        BASE.replace("int64 id = 1", "string id = 1"),
+        False,
+        False,
+        "FIELD_SCALAR_KIND_CHANGED",
+    ),
+    (
+        "int64 -> sint64",
+        BASE.replace("int64 id = 1", "sint64 id = 1"),
+        False,
+        False,
+        "FIELD_SCALAR_KIND_CHANGED",
+    ),
+    (
+        "scalar -> message",
+        BASE.replace("string customer = 2", "Address customer = 2"),
+        False,
+        False,
+        "FIELD_KIND_CHANGED",
+    ),
+    (
+        "repeated numeric -> singular",
+        BASE.replace("repeated int32 items", "optional int32 items"),
+        False,
+        False,
+        "FIELD_NUMERIC_LABEL_CHANGED",
+    ),
+    (
+        "message renamed",
+        BASE.replace("message Address", "message Place").replace("Address ship_to", "Place ship_to"),
+        False,
+        False,
+        "MESSAGE_REMOVED",
+    ),
     ("package changed", BASE.replace("package shop;", "package store;"), False, False, "PACKAGE_CHANGED"),
-    ("map value type", BASE.replace("map<string, int64>", "map<string, string>"), False, False, "FIELD_SCALAR_KIND_CHANGED"),
-    ("oneof field moved out", BASE.replace("oneof payment { string card = 6; string voucher = 7; }", "string card = 6;\n oneof payment { string voucher = 7; }"), True, False, "FIELD_MOVED_TO_EXISTING_ONEOF"),
-    ("fields moved into a oneof", BASE.replace("  int64 id = 1;\n  string customer = 2;\n", "  oneof who { int64 id = 1; string customer = 2; }\n"), False, True, "MULTIPLE_FIELDS_MOVED_TO_ONEOF"),
-    ("message field type changed", BASE.replace("message Address { string street = 1; }", "message Address { int32 street = 1; }"), False, False, "FIELD_NAMED_TYPE_CHANGED"),
+    (
+        "map value type",
+        BASE.replace("map<string, int64>", "map<string, string>"),
+        False,
+        False,
+        "FIELD_SCALAR_KIND_CHANGED",
+    ),
+    (
+        "oneof field moved out",
+        BASE.replace(
+            "oneof payment { string card = 6; string voucher = 7; }",
+            "string card = 6;\n oneof payment { string voucher = 7; }",
+        ),
+        True,
+        False,
+        "FIELD_MOVED_TO_EXISTING_ONEOF",
+    ),
+    (
+        "fields moved into a oneof",
+        BASE.replace(
+            "  int64 id = 1;\n  string customer = 2;\n",
+            "  oneof who { int64 id = 1; string customer = 2; }\n",
+        ),
+        False,
+        True,
+        "MULTIPLE_FIELDS_MOVED_TO_ONEOF",
+    ),
+    (
+        "message field type changed",
+        BASE.replace("message Address { string street = 1; }", "message Address { int32 street = 1; }"),
+        False,
+        False,
+        "FIELD_NAMED_TYPE_CHANGED",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("change", "new", "backward", "forward", "kind"), CASES, ids=[c[0] for c in CASES])
-def test_rules_in_both_directions(change: str, new: str, backward: bool, forward: bool, kind: str | None) -> None:
+def test_rules_in_both_directions(
+    change: str, new: str, backward: bool, forward: bool, kind: str | None
+) -> None:
     back, fwd = error_types("BACKWARD", new, BASE), error_types("FORWARD", new, BASE)
     assert (back == []) is backward, back
     assert (fwd == []) is forward, fwd
@@ -141,4 +226,7 @@ def test_transitive_finds_the_older_breaking_version() -> None:
     v3 = proto("message M { int64 b = 2; string a = 1; }")  # number 1 reused with another wire type
     assert error_types("BACKWARD", v3, v1, v2) == []
     assert error_types("BACKWARD_TRANSITIVE", v3, v1, v2) == ["FIELD_SCALAR_KIND_CHANGED"]
-    assert error_types("FULL_TRANSITIVE", v3, v1, v2) == ["FIELD_SCALAR_KIND_CHANGED", "FIELD_SCALAR_KIND_CHANGED"]
+    assert error_types("FULL_TRANSITIVE", v3, v1, v2) == [
+        "FIELD_SCALAR_KIND_CHANGED",
+        "FIELD_SCALAR_KIND_CHANGED",
+    ]

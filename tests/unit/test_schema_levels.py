@@ -20,7 +20,9 @@ class Recorder:
         self.calls: list[tuple[str, str, str, str]] = []
         self.failing = failing
 
-    def __call__(self, reader: ParsedSchema, writer: ParsedSchema, reader_label: str, writer_label: str) -> list[str]:
+    def __call__(
+        self, reader: ParsedSchema, writer: ParsedSchema, reader_label: str, writer_label: str
+    ) -> list[str]:
         self.calls.append((reader.canonical, writer.canonical, reader_label, writer_label))
         if (reader.canonical, writer.canonical) in self.failing:
             return [f"{reader.canonical} cannot read {writer.canonical}"]
@@ -37,19 +39,30 @@ V1, V2, V3, NEW = schema("v1"), schema("v2"), schema("v3"), schema("new")
         ("BACKWARD", [("new", "v3", "new", "old")]),
         ("FORWARD", [("v3", "new", "old", "new")]),
         ("FULL", [("v3", "new", "old", "new"), ("new", "v3", "new", "old")]),
-        ("BACKWARD_TRANSITIVE", [("new", "v3", "new", "old"), ("new", "v2", "new", "old"), ("new", "v1", "new", "old")]),
-        ("FORWARD_TRANSITIVE", [("v3", "new", "old", "new"), ("v2", "new", "old", "new"), ("v1", "new", "old", "new")]),
+        (
+            "BACKWARD_TRANSITIVE",
+            [("new", "v3", "new", "old"), ("new", "v2", "new", "old"), ("new", "v1", "new", "old")],
+        ),
+        (
+            "FORWARD_TRANSITIVE",
+            [("v3", "new", "old", "new"), ("v2", "new", "old", "new"), ("v1", "new", "old", "new")],
+        ),
         (
             "FULL_TRANSITIVE",
             [
-                ("v3", "new", "old", "new"), ("new", "v3", "new", "old"),
-                ("v2", "new", "old", "new"), ("new", "v2", "new", "old"),
-                ("v1", "new", "old", "new"), ("new", "v1", "new", "old"),
+                ("v3", "new", "old", "new"),
+                ("new", "v3", "new", "old"),
+                ("v2", "new", "old", "new"),
+                ("new", "v2", "new", "old"),
+                ("v1", "new", "old", "new"),
+                ("new", "v1", "new", "old"),
             ],
         ),
     ],
 )
-def test_each_level_checks_its_versions_in_its_direction(level: str, expected_calls: list[tuple[str, ...]]) -> None:
+def test_each_level_checks_its_versions_in_its_direction(
+    level: str, expected_calls: list[tuple[str, ...]]
+) -> None:
     recorder = Recorder()
     assert check_level(level, NEW, [V1, V2, V3], recorder) == []
     assert recorder.calls == expected_calls
@@ -58,14 +71,21 @@ def test_each_level_checks_its_versions_in_its_direction(level: str, expected_ca
 
 def test_transitive_stops_at_the_newest_failing_version() -> None:
     recorder = Recorder({("new", "v2"), ("new", "v1")})
-    assert check_level("BACKWARD_TRANSITIVE", NEW, [V1, V2, V3], recorder) == ["new cannot read v2", "{oldSchema: 'v2'}"]
+    assert check_level("BACKWARD_TRANSITIVE", NEW, [V1, V2, V3], recorder) == [
+        "new cannot read v2",
+        "{oldSchema: 'v2'}",
+    ]
     assert [c[1] for c in recorder.calls] == ["v3", "v2"]
     assert check_level("BACKWARD", NEW, [V1, V2, V3], Recorder({("new", "v2")})) == []
 
 
 def test_full_puts_forward_messages_first_and_the_old_schema_after_the_backward_ones() -> None:
     both = Recorder({("v1", "new"), ("new", "v1")})
-    assert check_level("FULL", NEW, [V1], both) == ["v1 cannot read new", "new cannot read v1", "{oldSchema: 'v1'}"]
+    assert check_level("FULL", NEW, [V1], both) == [
+        "v1 cannot read new",
+        "new cannot read v1",
+        "{oldSchema: 'v1'}",
+    ]
     forward_only = Recorder({("v1", "new")})
     assert check_level("FULL", NEW, [V1], forward_only) == ["v1 cannot read new"]
     assert check_level("FORWARD", NEW, [V1], forward_only) == ["v1 cannot read new", "{oldSchema: 'v1'}"]

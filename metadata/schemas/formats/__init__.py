@@ -86,7 +86,9 @@ def incompatibilities(level: str, new: ParsedSchema, previous: Sequence[ParsedSc
     return levels.check_level(level, new, previous, _pair_check)
 
 
-def _pair_check(reader: ParsedSchema, writer: ParsedSchema, reader_label: str, writer_label: str) -> list[str]:
+def _pair_check(
+    reader: ParsedSchema, writer: ParsedSchema, reader_label: str, writer_label: str
+) -> list[str]:
     if reader.schema_type == "AVRO":
         found = avro_compat.check(reader.parsed.schema, writer.parsed.schema)
         return [avro_compat.describe(item, reader_label, writer_label) for item in found]

@@ -103,7 +103,13 @@ class _Walk:
             if any(not self.pair(branch, writer, location) for branch in reader.schemas):
                 return []
             return [_at("MISSING_UNION_BRANCH", location, f"reader union lacking writer type: {w.upper()}")]
-        return [_at("TYPE_MISMATCH", location, f"reader type: {r.upper()} not compatible with writer type: {w.upper()}")]
+        return [
+            _at(
+                "TYPE_MISMATCH",
+                location,
+                f"reader type: {r.upper()} not compatible with writer type: {w.upper()}",
+            )
+        ]
 
     def _same_kind(self, reader: Any, writer: Any, location: list[str]) -> list[Incompatibility]:
         kind = reader.type

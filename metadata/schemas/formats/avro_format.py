@@ -23,21 +23,32 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import avro.errors
 import avro.name
 import avro.schema
-
 from skiff.metadata.schemas.formats.model import InvalidSchema, ParsedSchema, one_line
 
 # The JSON attributes Avro itself interprets, per kind of schema: everything else on a schema
 # or a field is an extra property, kept and written after them.
 _RESERVED = frozenset(
-    {"type", "name", "namespace", "doc", "fields", "symbols", "size", "items", "values", "aliases",
-     "default", "order"}
+    {
+        "type",
+        "name",
+        "namespace",
+        "doc",
+        "fields",
+        "symbols",
+        "size",
+        "items",
+        "values",
+        "aliases",
+        "default",
+        "order",
+    }
 )
 _NAMED = ("record", "error", "enum", "fixed")
 _LOGICAL = ("logicalType", "precision", "scale")
@@ -93,7 +104,9 @@ def _check_defaults(schema: Any, seen: set[int]) -> None:
         for field in schema.fields:
             if field.has_default and not _valid_default(field.type, field.props["default"]):
                 shown = json.dumps(field.props["default"])
-                raise InvalidSchema(f"Invalid Avro schema: invalid default for field {field.name}: {shown} not a {field.type.type}")
+                raise InvalidSchema(
+                    f"Invalid Avro schema: invalid default for field {field.name}: {shown} not a {field.type.type}"
+                )
             _check_defaults(field.type, seen)
     for child in _children(schema):
         _check_defaults(child, seen)
@@ -109,7 +122,7 @@ def _children(schema: Any) -> list[Any]:
     return []
 
 
-_DEFAULT_CHECKS = {
+_DEFAULT_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "null": lambda s, v: v is None,
     "boolean": lambda s, v: isinstance(v, bool),
     "int": lambda s, v: isinstance(v, int) and not isinstance(v, bool) and -(2**31) <= v < 2**31,
@@ -152,7 +165,7 @@ class _Writer:
         self.sort = sort
         self.known = known  # full names already written (or defined by a reference)
 
-    def schema(self, schema: avro.schema.Schema, space: str | None) -> Any:
+    def schema(self, schema: Any, space: str | None) -> Any:
         kind = schema.type
         if isinstance(schema, avro.schema.UnionSchema):
             return [self.schema(branch, space) for branch in schema.schemas]

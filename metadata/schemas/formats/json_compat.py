@@ -45,20 +45,41 @@ COMPATIBLE = text.COMPATIBLE
 _CRITERIA = ("allOf", "anyOf", "oneOf")
 # keyword -> the kind of schema it implies when there is no "type" (everit's inference)
 _IMPLIED = {
-    **dict.fromkeys(("properties", "required", "additionalProperties", "patternProperties",
-                     "minProperties", "maxProperties", "dependencies", "propertyNames"), "object"),
-    **dict.fromkeys(("items", "prefixItems", "additionalItems", "minItems", "maxItems",
-                     "uniqueItems", "contains"), "array"),
+    **dict.fromkeys(
+        (
+            "properties",
+            "required",
+            "additionalProperties",
+            "patternProperties",
+            "minProperties",
+            "maxProperties",
+            "dependencies",
+            "propertyNames",
+        ),
+        "object",
+    ),
+    **dict.fromkeys(
+        ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains"),
+        "array",
+    ),
     **dict.fromkeys(("minLength", "maxLength", "pattern", "format"), "string"),
     **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"), "number"),
 }
 _LIMITS = {
     "string": (("maxLength", "MAX_LENGTH"), ("minLength", "MIN_LENGTH")),
-    "number": (("maximum", "MAXIMUM"), ("minimum", "MINIMUM"),
-               ("exclusiveMaximum", "EXCLUSIVE_MAXIMUM"), ("exclusiveMinimum", "EXCLUSIVE_MINIMUM")),
+    "number": (
+        ("maximum", "MAXIMUM"),
+        ("minimum", "MINIMUM"),
+        ("exclusiveMaximum", "EXCLUSIVE_MAXIMUM"),
+        ("exclusiveMinimum", "EXCLUSIVE_MINIMUM"),
+    ),
     "object": (("maxProperties", "MAX_PROPERTIES"), ("minProperties", "MIN_PROPERTIES")),
-    "array": (("maxItems", "MAX_ITEMS"), ("minItems", "MIN_ITEMS"),
-              ("maxContains", "MAX_CONTAINS"), ("minContains", "MIN_CONTAINS")),
+    "array": (
+        ("maxItems", "MAX_ITEMS"),
+        ("minItems", "MIN_ITEMS"),
+        ("maxContains", "MAX_CONTAINS"),
+        ("minContains", "MIN_CONTAINS"),
+    ),
 }
 
 
@@ -214,7 +235,10 @@ def _string(ctx: _Ctx, o: _Node, u: _Node) -> None:
     _limits(ctx, o, u)
     old, new = o.raw.get("pattern"), u.raw.get("pattern")
     if old != new:
-        ctx.add("PATTERN_ADDED" if old is None else "PATTERN_REMOVED" if new is None else "PATTERN_CHANGED", "pattern")
+        ctx.add(
+            "PATTERN_ADDED" if old is None else "PATTERN_REMOVED" if new is None else "PATTERN_CHANGED",
+            "pattern",
+        )
 
 
 def _number_kind(ctx: _Ctx, o: _Node, u: _Node) -> None:
@@ -243,7 +267,14 @@ def _enum(ctx: _Ctx, o: _Node, u: _Node) -> None:
     old = {_key(v) for v in o.raw.get("enum") or []}
     new = {_key(v) for v in u.raw.get("enum") or []}
     if old != new:
-        ctx.add("ENUM_ARRAY_EXTENDED" if new >= old else "ENUM_ARRAY_NARROWED" if old >= new else "ENUM_ARRAY_CHANGED", "enum")
+        ctx.add(
+            "ENUM_ARRAY_EXTENDED"
+            if new >= old
+            else "ENUM_ARRAY_NARROWED"
+            if old >= new
+            else "ENUM_ARRAY_CHANGED",
+            "enum",
+        )
 
 
 def _const(ctx: _Ctx, o: _Node, u: _Node) -> None:

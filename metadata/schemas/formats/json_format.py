@@ -25,7 +25,7 @@ import jsonschema.validators
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
-
+from referencing._core import Resolver  # the type only: not exported by name
 from skiff.metadata.schemas.formats.model import InvalidSchema, ParsedSchema, one_line
 
 MAX_DEPTH = 200  # nesting of the schema walk (bounded recursion on crafted documents)
@@ -36,7 +36,7 @@ class JsonParsed:
     """The schema document and a resolver for its `$ref`s (relative to its root)."""
 
     document: Any
-    resolver: referencing.Resolver[Any]
+    resolver: Resolver[Any]
 
 
 def parse(text: str, references: Mapping[str, str], normalize: bool) -> ParsedSchema:
@@ -77,9 +77,7 @@ def _load(text: str, where: str) -> Any:
     return document
 
 
-def _check_refs(
-    node: Any, resolver: referencing.Resolver[Any], spec: referencing.Specification[Any], depth: int
-) -> None:
+def _check_refs(node: Any, resolver: Resolver[Any], spec: referencing.Specification[Any], depth: int) -> None:
     """Every `$ref` under `node` resolves; InvalidSchema naming the first that does not."""
     if depth > MAX_DEPTH:
         raise InvalidSchema(f"Invalid JSON schema: nested deeper than {MAX_DEPTH} levels")
@@ -105,7 +103,7 @@ def _check_refs(
             _check_refs(value, resolver, spec, depth + 1)
 
 
-def resolve(parsed: JsonParsed, resolver: referencing.Resolver[Any], node: Any) -> tuple[Any, Any]:
+def resolve(parsed: JsonParsed, resolver: Resolver[Any], node: Any) -> tuple[Any, Any]:
     """`node` with its `$ref` followed (repeatedly), and the resolver for what it points into."""
     for _ in range(MAX_DEPTH):
         if not (isinstance(node, dict) and isinstance(node.get("$ref"), str)):

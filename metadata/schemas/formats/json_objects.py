@@ -109,7 +109,9 @@ def _dependencies(ctx: Any, o: Any, u: Any, compare: Compare) -> None:
             ctx.add(f"DEPENDENCY_{kind}_ADDED", "dependencies", name)
         elif isinstance(old, list) and isinstance(new, list):
             if set(old) != set(new):
-                change = "EXTENDED" if set(new) >= set(old) else "NARROWED" if set(old) >= set(new) else "CHANGED"
+                change = (
+                    "EXTENDED" if set(new) >= set(old) else "NARROWED" if set(old) >= set(new) else "CHANGED"
+                )
                 ctx.add(f"DEPENDENCY_ARRAY_{change}", "dependencies", name)
         else:
             sub = ctx.sub("dependencies", name)
@@ -128,7 +130,9 @@ def compare_array(ctx: Any, o: Any, u: Any, compare: Compare, is_empty: IsEmpty)
     o_all, o_tuple, o_more = _items(o.raw)
     u_all, u_tuple, u_more = _items(u.raw)
     sub = ctx.sub("items")
-    compare(sub, None if o_all is None else (o_all, o.resolver), None if u_all is None else (u_all, u.resolver))
+    compare(
+        sub, None if o_all is None else (o_all, o.resolver), None if u_all is None else (u_all, u.resolver)
+    )
     ctx.diffs += sub.diffs
     for index in range(max(len(o_tuple), len(u_tuple))):
         sub = ctx.sub(f"items/{index}")
@@ -155,15 +159,21 @@ def _item_removed(ctx: Any, old: Any, o: Any, u_more: Any, u: Any, compare: Comp
         verdict = "IS_COVERED" if sub.compatible() else "NOT_COVERED"
         ctx.add(f"ITEM_REMOVED_{verdict}_BY_PARTIALLY_OPEN_CONTENT_MODEL")
     else:
-        ctx.add("ITEM_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL" if old is False else "ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL")
+        ctx.add(
+            "ITEM_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL"
+            if old is False
+            else "ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL"
+        )
 
 
-def _item_added(
-    ctx: Any, new: Any, u: Any, o_more: Any, o: Any, compare: Compare, is_empty: IsEmpty
-) -> None:
+def _item_added(ctx: Any, new: Any, u: Any, o_more: Any, o: Any, compare: Compare, is_empty: IsEmpty) -> None:
     if o_more is None or o_more is True:
         empty = is_empty(new, u.resolver)
-        ctx.add("ITEM_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL" if empty else "ITEM_ADDED_TO_OPEN_CONTENT_MODEL")
+        ctx.add(
+            "ITEM_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL"
+            if empty
+            else "ITEM_ADDED_TO_OPEN_CONTENT_MODEL"
+        )
     elif isinstance(o_more, dict):
         sub = ctx.sub()
         compare(sub, (o_more, o.resolver), (new, u.resolver))

@@ -34,20 +34,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import descriptor_pb2
-
 from skiff.metadata.schemas.formats.protobuf_format import ProtoParsed
 
 F = descriptor_pb2.FieldDescriptorProto
 COMPATIBLE = frozenset(
     {
-        "MESSAGE_ADDED", "MESSAGE_MOVED", "ENUM_ADDED", "ENUM_REMOVED", "ENUM_CONST_ADDED",
-        "ENUM_CONST_CHANGED", "ENUM_CONST_REMOVED", "FIELD_ADDED", "FIELD_REMOVED",
-        "FIELD_NAME_CHANGED", "FIELD_STRING_OR_BYTES_LABEL_CHANGED", "ONEOF_ADDED", "ONEOF_REMOVED",
-        "ONEOF_FIELD_ADDED", "ONEOF_FIELD_MOVED_TO_TOP_LEVEL",
+        "MESSAGE_ADDED",
+        "MESSAGE_MOVED",
+        "ENUM_ADDED",
+        "ENUM_REMOVED",
+        "ENUM_CONST_ADDED",
+        "ENUM_CONST_CHANGED",
+        "ENUM_CONST_REMOVED",
+        "FIELD_ADDED",
+        "FIELD_REMOVED",
+        "FIELD_NAME_CHANGED",
+        "FIELD_STRING_OR_BYTES_LABEL_CHANGED",
+        "ONEOF_ADDED",
+        "ONEOF_REMOVED",
+        "ONEOF_FIELD_ADDED",
+        "ONEOF_FIELD_MOVED_TO_TOP_LEVEL",
     }
 )
 _SCALAR_KIND = {
-    **dict.fromkeys((F.TYPE_INT32, F.TYPE_INT64, F.TYPE_UINT32, F.TYPE_UINT64, F.TYPE_BOOL, F.TYPE_ENUM), "GENERAL_NUMBER"),
+    **dict.fromkeys(
+        (F.TYPE_INT32, F.TYPE_INT64, F.TYPE_UINT32, F.TYPE_UINT64, F.TYPE_BOOL, F.TYPE_ENUM), "GENERAL_NUMBER"
+    ),
     **dict.fromkeys((F.TYPE_SINT32, F.TYPE_SINT64), "SIGNED_NUMBER"),
     **dict.fromkeys((F.TYPE_STRING, F.TYPE_BYTES), "STRING_OR_BYTES"),
     **dict.fromkeys((F.TYPE_FIXED32, F.TYPE_SFIXED32), "FIXED32"),
@@ -83,8 +95,10 @@ def check(reader: ProtoParsed, writer: ProtoParsed, reader_label: str, writer_la
     ctx = _Ctx(_Types(writer), _Types(reader), [], set())
     if writer.file.package != reader.file.package:
         ctx.add("PACKAGE_CHANGED")
-    _types(ctx, list(writer.file.message_type), list(reader.file.message_type), writer.file.package, reader.file.package)
-    return [describe(kind, path, reader_label, writer_label) for kind, path in ctx.diffs if kind not in COMPATIBLE]
+    _types(ctx, list(writer.file.message_type), list(reader.file.message_type))
+    return [
+        describe(kind, path, reader_label, writer_label) for kind, path in ctx.diffs if kind not in COMPATIBLE
+    ]
 
 
 class _Types:
@@ -130,7 +144,7 @@ class _Ctx:
         return all(kind in COMPATIBLE for kind, _ in self.diffs)
 
 
-def _types(ctx: _Ctx, olds: list[Any], news: list[Any], old_pkg: str, new_pkg: str) -> None:
+def _types(ctx: _Ctx, olds: list[Any], news: list[Any]) -> None:
     old_by_name = {m.name: (i, m) for i, m in enumerate(olds)}
     new_by_name = {m.name: (i, m) for i, m in enumerate(news)}
     for name in sorted(set(old_by_name) | set(new_by_name)):
@@ -154,7 +168,7 @@ def _message(ctx: _Ctx, old: descriptor_pb2.DescriptorProto, new: descriptor_pb2
         ctx.active.add(key)
         _fields(ctx, old, new)
         ctx.active.discard(key)
-    _types(ctx, list(old.nested_type), list(new.nested_type), "", "")
+    _types(ctx, list(old.nested_type), list(new.nested_type))
 
 
 @dataclass
@@ -183,14 +197,21 @@ def _fields(ctx: _Ctx, old_message: Any, new_message: Any) -> None:
     old = _collect_fields(old_message, _proto3(ctx.old, old_message))
     new = _collect_fields(new_message, _proto3(ctx.new, new_message))
     deleted = {
-        name for name, numbers in old.oneofs.items()
+        name
+        for name, numbers in old.oneofs.items()
         if name not in new.oneofs and not any(n in new.by_number for n in numbers)
     }
     for name, numbers in new.oneofs.items():
-        groups = {f"oneof:{old.oneof_of[n]}" if n in old.oneof_of else f"field:{n}" for n in numbers if n in old.by_number}
+        groups = {
+            f"oneof:{old.oneof_of[n]}" if n in old.oneof_of else f"field:{n}"
+            for n in numbers
+            if n in old.by_number
+        }
         moved_in = sum(1 for n in numbers if n in old.by_number and n not in old.oneof_of)
         if len(groups) > 1:
-            ctx.add("MULTIPLE_FIELDS_MOVED_TO_ONEOF" if moved_in > 1 else "FIELD_MOVED_TO_EXISTING_ONEOF", name)
+            ctx.add(
+                "MULTIPLE_FIELDS_MOVED_TO_ONEOF" if moved_in > 1 else "FIELD_MOVED_TO_EXISTING_ONEOF", name
+            )
     for name in sorted(set(old.oneofs) | set(new.oneofs)):
         if name not in new.oneofs:
             ctx.add("ONEOF_REMOVED", name)
@@ -221,7 +242,9 @@ def _field(ctx: _Ctx, number: int, old: _Fields, new: _Fields, deleted: set[str]
         here = ctx.at(new_oneof, tag) if new_oneof is not None else ctx.at(tag)
         if old_field.name != new_field.name:
             here.add("FIELD_NAME_CHANGED")
-        _labels_and_types(here, _Typed(old_field, _label(old_field, old)), _Typed(new_field, _label(new_field, new)))
+        _labels_and_types(
+            here, _Typed(old_field, _label(old_field, old)), _Typed(new_field, _label(new_field, new))
+        )
 
 
 @dataclass(frozen=True)
@@ -257,7 +280,11 @@ def _labels_and_types(ctx: _Ctx, old: _Typed, new: _Typed) -> None:
         if scalar != _SCALAR_KIND.get(new.item.type):
             ctx.add("FIELD_SCALAR_KIND_CHANGED")
         elif old.label is not None and new.label is not None and old.label != new.label:
-            ctx.add("FIELD_STRING_OR_BYTES_LABEL_CHANGED" if scalar == "STRING_OR_BYTES" else "FIELD_NUMERIC_LABEL_CHANGED")
+            ctx.add(
+                "FIELD_STRING_OR_BYTES_LABEL_CHANGED"
+                if scalar == "STRING_OR_BYTES"
+                else "FIELD_NUMERIC_LABEL_CHANGED"
+            )
     elif old_kind == "MAP":
         old_entry, new_entry = ctx.old.map_entry(old.item.type_name), ctx.new.map_entry(new.item.type_name)
         assert old_entry is not None and new_entry is not None

@@ -39,19 +39,46 @@ from pathlib import PurePosixPath
 
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message import DecodeError
-
 from skiff.metadata.schemas.formats.model import InvalidSchema, ParsedSchema
 
 MAIN_FILE = "schema.proto"
 # Well-known files the serializers never send as references: loaded from the modules that
 # ship them, when installed (google/type: googleapis-common-protos; confluent: confluent-kafka).
 _WELL_KNOWN_MODULES = (
-    *(f"google.protobuf.{n}_pb2" for n in ("any", "source_context", "type", "api", "descriptor",
-                                           "duration", "empty", "field_mask", "struct",
-                                           "timestamp", "wrappers")),
-    *(f"google.type.{n}_pb2" for n in ("calendar_period", "color", "date", "datetime", "dayofweek",
-                                       "expr", "fraction", "latlng", "money", "month",
-                                       "postal_address", "quaternion", "timeofday")),
+    *(
+        f"google.protobuf.{n}_pb2"
+        for n in (
+            "any",
+            "source_context",
+            "type",
+            "api",
+            "descriptor",
+            "duration",
+            "empty",
+            "field_mask",
+            "struct",
+            "timestamp",
+            "wrappers",
+        )
+    ),
+    *(
+        f"google.type.{n}_pb2"
+        for n in (
+            "calendar_period",
+            "color",
+            "date",
+            "datetime",
+            "dayofweek",
+            "expr",
+            "fraction",
+            "latlng",
+            "money",
+            "month",
+            "postal_address",
+            "quaternion",
+            "timeofday",
+        )
+    ),
     "confluent_kafka.schema_registry.confluent.meta_pb2",
     "confluent_kafka.schema_registry.confluent.type.decimal_pb2",
 )
@@ -103,7 +130,9 @@ def _to_file(
         try:
             file.ParseFromString(base64.b64decode("".join(text.split()), validate=True))
         except (DecodeError, binascii.Error, ValueError) as e:
-            raise InvalidSchema(f"Invalid Protobuf schema: {where}not a serialized FileDescriptorProto ({e})") from e
+            raise InvalidSchema(
+                f"Invalid Protobuf schema: {where}not a serialized FileDescriptorProto ({e})"
+            ) from e
         if not file.name or name != MAIN_FILE:
             file.name = name
         return file
@@ -113,7 +142,7 @@ def _to_file(
 def _is_base64(text: str) -> bool:
     """Base64 text has no spaces, braces or semicolons, which .proto source always has."""
     stripped = text.strip()
-    return bool(stripped) and not any(c in stripped for c in " ;{}\"")
+    return bool(stripped) and not any(c in stripped for c in ' ;{}"')
 
 
 def _compile(
@@ -165,7 +194,9 @@ def _include_paths() -> list[str]:
     return paths
 
 
-def _build(file: descriptor_pb2.FileDescriptorProto, files: Mapping[str, descriptor_pb2.FileDescriptorProto]) -> None:
+def _build(
+    file: descriptor_pb2.FileDescriptorProto, files: Mapping[str, descriptor_pb2.FileDescriptorProto]
+) -> None:
     """Build `file` into a fresh pool with what it imports: every type name must resolve."""
     pool = descriptor_pool.DescriptorPool()
     added: set[str] = set()
