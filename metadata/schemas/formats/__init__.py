@@ -19,6 +19,7 @@ private temporary files: the caller stores, serves and resolves references.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 
 from skiff.metadata.schemas.formats import avro_compat, avro_format, json_compat, json_format, levels
@@ -58,6 +59,16 @@ def parse_schema(
         raise InvalidSchema(f"Invalid schema: longer than {MAX_SCHEMA_CHARS} characters")
     if len(references) > MAX_REFERENCES:
         raise InvalidSchema(f"Invalid schema: more than {MAX_REFERENCES} references")
+    # One parse at a time: the parsers silence library warnings with warnings.catch_warnings,
+    # which swaps process-wide state and is not thread-safe (the service parses in its threads).
+    with _PARSE_LOCK:
+        return _parse(schema_type, schema, references, normalize)
+
+
+_PARSE_LOCK = threading.Lock()
+
+
+def _parse(schema_type: str, schema: str, references: Mapping[str, str], normalize: bool) -> ParsedSchema:
     try:
         if schema_type == "AVRO":
             return avro_format.parse(schema, references, normalize)
