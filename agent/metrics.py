@@ -75,22 +75,29 @@ running agent exports is in METRIC_DOCS with its type and labels.
 
 from __future__ import annotations
 
-import builtins
-import contextlib
 import logging
 import socketserver
 import threading
-import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+# The documentation of every family (agent.metric_docs), re-exported for the command below.
+from skiff.agent.metric_docs import METRIC_DOCS, _main, render_metrics_table, replace_metrics_table
 from skiff.agent.protocol import api_name
-from skiff.fileformat.objectstore import AsyncObjectStore, AsyncObjectStream, ObjectInfo
-from skiff.fileformat.objectstore.base import DEFAULT_CHUNK_SIZE, BytesLike
+from skiff.agent.store_metrics import (
+    LATENCY_BUCKETS_S,
+    OBJECT_STORE_LATENCY,
+    CostTracker,
+    TimedStore,
+    object_store_families,
+    store_snapshots,
+)
+from skiff.fileformat.objectstore.pricing import Prices
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -101,7 +108,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 FETCH_BUCKETS_S = (*LATENCY_BUCKETS_S, 30.0)
 FILE_SIZE_BUCKETS_BYTES = tuple(float(1024 * 4**i) for i in range(9))  # 1 KiB .. 64 MiB
 FILE_RECORDS_BUCKETS = tuple(float(10**i) for i in range(8))  # 1 .. 10^7
@@ -119,13 +125,6 @@ FETCH_LATENCY = Histogram(
     "skiff_fetch_latency_seconds",
     "Fetch requests: from the handler receiving the request to its response (long-poll wait included)",
     buckets=FETCH_BUCKETS_S,
-    registry=None,
-)
-OBJECT_STORE_LATENCY = Histogram(
-    "skiff_object_store_request_duration_seconds",
-    "Object store calls of the agent by operation",
-    ["operation"],
-    buckets=LATENCY_BUCKETS_S,
     registry=None,
 )
 METADATA_CALL_LATENCY = Histogram(
@@ -185,84 +184,16 @@ def instrument_metadata_client(metadata: object) -> None:
         metadata.observe_call = observe_metadata_call
 
 
-_STORE_CHILDREN = {
-    op: OBJECT_STORE_LATENCY.labels(op)
-    for op in ("put", "get", "range", "stream", "delete", "list", "head", "create")
-}
-
-
-@contextlib.contextmanager
-def _timed_store_call(operation: str) -> Iterator[None]:
-    started = time.perf_counter()
-    try:
-        yield
-    finally:  # a failed request took time too (and the errors counter says it failed)
-        _STORE_CHILDREN[operation].observe(time.perf_counter() - started)
-
-
-class TimedStore(AsyncObjectStore):
-    """The agent's object store with every call timed into
-    `skiff_object_store_request_duration_seconds{operation}`; the rest (stats, url, close)
-    is the wrapped store's."""
-
-    def __init__(self, inner: AsyncObjectStore) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.stats = inner.stats
-
-    async def put(self, key: str, data: BytesLike) -> None:
-        with _timed_store_call("put"):
-            await self.inner.put(key, data)
-
-    async def get(self, key: str) -> bytes:
-        with _timed_store_call("get"):
-            return await self.inner.get(key)
-
-    async def get_range(self, key: str, start: int, length: int) -> bytes:
-        with _timed_store_call("range"):
-            return await self.inner.get_range(key, start, length)
-
-    async def get_ranges(
-        self, key: str, ranges: Sequence[tuple[int, int]], *, gap_bytes: int | None = None
-    ) -> builtins.list[BytesLike]:
-        with _timed_store_call("range"):
-            return await self.inner.get_ranges(key, ranges, gap_bytes=gap_bytes)
-
-    async def stream_get(
-        self, key: str, start: int = 0, *, chunk_size: int = DEFAULT_CHUNK_SIZE
-    ) -> AsyncObjectStream:
-        with _timed_store_call("stream"):
-            return await self.inner.stream_get(key, start, chunk_size=chunk_size)
-
-    async def delete_many(self, keys: Iterable[str]) -> None:
-        with _timed_store_call("delete"):
-            await self.inner.delete_many(keys)
-
-    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
-        with _timed_store_call("list"):
-            async for info in self.inner.list(prefix):
-                yield info
-
-    async def create_if_absent(self, key: str, data: BytesLike) -> bool:
-        with _timed_store_call("create"):
-            return await self.inner.create_if_absent(key, data)
-
-    async def head(self, key: str) -> ObjectInfo:
-        with _timed_store_call("head"):
-            return await self.inner.head(key)
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
 class AgentCollector(Collector):
-    def __init__(self, agent: RunningAgent) -> None:
+    def __init__(self, agent: RunningAgent, prices: Prices | None = None) -> None:
         self._agent = agent
+        self._costs = CostTracker(prices or Prices.from_env())
 
     def collect(self) -> Iterator[Metric]:
         # Each section reads one component; the order is the exposition's.
         a = self._agent
-        yield from _object_store_metrics(a)
+        yield from object_store_families(store_snapshots(a), self._costs)
+        yield from background_families(a)
         yield from _produce_buffer_metrics(a)
         yield from _fetch_cache_metrics(a)
         yield from _request_metrics(a)
@@ -280,28 +211,13 @@ class AgentCollector(Collector):
                 yield family
 
 
-def _object_store_metrics(a: RunningAgent) -> Iterator[Metric]:
-    """The object store's own request accounting."""
-    snap = a.store.stats.snapshot()
-    requests = CounterMetricFamily(
-        "skiff_object_store_requests", "Object store requests by kind", labels=["kind"]
-    )
-    for kind, n in sorted(snap.requests.items()):
-        requests.add_metric([kind], n)
-    yield requests
-    errors = CounterMetricFamily("skiff_object_store_errors", "Failed object store requests", labels=["kind"])
-    for kind, n in sorted(snap.errors.items()):
-        errors.add_metric([kind], n)
-    yield errors
-    moved = CounterMetricFamily(
-        "skiff_object_store_bytes", "Bytes sent to / received from the store", labels=["direction"]
-    )
-    moved.add_metric(["out"], snap.bytes_out)
-    moved.add_metric(["in"], snap.bytes_in)
-    yield moved
-    yield CounterMetricFamily(
-        "skiff_object_store_retries", "Extra attempts made by the S3 client", value=snap.retries
-    )
+def background_families(a: RunningAgent) -> Iterator[Metric]:
+    """The families of background tasks that export some (`metric_families()`: the
+    compaction role's maintenance loop, compactor.metrics)."""
+    for task in a.background:
+        families = getattr(task, "metric_families", None)
+        if callable(families):
+            yield from families()
 
 
 def _produce_buffer_metrics(a: RunningAgent) -> Iterator[Metric]:
@@ -646,267 +562,7 @@ def serve_metrics(
     return HttpEndpoint(server)
 
 
-class MetricDoc(NamedTuple):
-    """One row of docs/operations.md's metrics table: metrics sharing a type and labels."""
-
-    names: tuple[str, ...]  # as exported: counters with `_total`
-    type: str  # counter, gauge or histogram
-    labels: str  # comma-separated label names ("" for none)
-    meaning: str
-
-
-# The documentation of every family an agent exports (`python -m skiff.agent.metrics --doc`
-# renders it; tests/component/test_metrics_doc.py checks it against a running agent's
-# exposition and docs/operations.md against it).
-METRIC_DOCS: tuple[MetricDoc, ...] = (
-    MetricDoc(
-        ("skiff_object_store_requests_total",),
-        "counter",
-        "kind",
-        "PUT/GET/range/delete/list requests (what the bucket bills)",
-    ),
-    MetricDoc(
-        ("skiff_object_store_errors_total",),
-        "counter",
-        "kind",
-        "failed requests (counted in the requests too: a failed GET still costs a GET)",
-    ),
-    MetricDoc(
-        ("skiff_object_store_retries_total",),
-        "counter",
-        "",
-        "extra attempts made by the S3 client's retry policy",
-    ),
-    MetricDoc(("skiff_object_store_bytes_total",), "counter", "direction", "bytes to and from the bucket"),
-    MetricDoc(
-        ("skiff_produce_files_total", "skiff_produce_file_bytes_total"),
-        "counter",
-        "",
-        "segment files committed and their size",
-    ),
-    MetricDoc(
-        ("skiff_produce_flush_failures_total",),
-        "counter",
-        "",
-        "flushes whose PUT or commit failed (producers got retriable errors)",
-    ),
-    MetricDoc(
-        ("skiff_produce_buffered_bytes",),
-        "gauge",
-        "",
-        "produce bytes waiting for a flush (near `max_buffered_bytes` = back-pressure)",
-    ),
-    MetricDoc(
-        ("skiff_produce_stage_seconds_total",),
-        "counter",
-        "stage",
-        "where the produce buffer's files spend their time, summed over files and the longest one file spent, by stage: `open` (first batch to seal), `queued` (seal to PUT start), `put`, `ordered` (waiting for the previous file's commit), `commit`, `resolve` (acks released); `rate(..._total[5m]) / rate(skiff_produce_files_total[5m])` is the mean per file",
-    ),
-    MetricDoc(
-        ("skiff_produce_stage_max_seconds",),
-        "gauge",
-        "stage",
-        "where the produce buffer's files spend their time, summed over files and the longest one file spent, by stage: `open` (first batch to seal), `queued` (seal to PUT start), `put`, `ordered` (waiting for the previous file's commit), `commit`, `resolve` (acks released); `rate(..._total[5m]) / rate(skiff_produce_files_total[5m])` is the mean per file",
-    ),
-    MetricDoc(
-        ("skiff_produce_post_seal_estimate_seconds",),
-        "gauge",
-        "",
-        "the learned part of the seal lead: p95 of recent files' seal-to-commit time (files are sealed this much, plus the clients' linger up to `flush_seal_lead_max_ms`, before `flush_interval_ms`)",
-    ),
-    MetricDoc(
-        ("skiff_produce_requests_inline_total",),
-        "counter",
-        "",
-        "Produce requests handled on the synchronous path (the others waited for a topic load, a transaction check, buffer room or an earlier request of their connection)",
-    ),
-    MetricDoc(
-        ("skiff_responses_encoded_sliced_total", "skiff_response_encode_yields_total"),
-        "counter",
-        "",
-        "large responses encoded in slices, and the turns they gave the event loop",
-    ),
-    MetricDoc(
-        ("skiff_authorization_denied_total",),
-        "counter",
-        "api,resource",
-        "ACL checks refused, by Kafka API and resource type (`topic`, `group`, `cluster`, `transactional_id`): a request naming three refused topics counts three",
-    ),
-    MetricDoc(
-        ("skiff_fetch_cache_hits_total", "skiff_fetch_cache_misses_total", "skiff_fetch_cache_loads_total"),
-        "counter",
-        "",
-        "read cache (`fileformat.objectstore.range_cache`): ranges answered from memory, not, and loads from the bucket",
-    ),
-    MetricDoc(("skiff_fetch_cache_bytes",), "gauge", "", "bytes held by the read cache"),
-    MetricDoc(("skiff_connections",), "gauge", "", "open client connections"),
-    MetricDoc(
-        ("skiff_connections_refused_total",),
-        "counter",
-        "reason",
-        "connections closed at accept: `max_connections` or `max_connections_per_ip` reached",
-    ),
-    MetricDoc(
-        ("skiff_connections_muted",),
-        "gauge",
-        "",
-        "connections not read right now because their byte budget (or the agent's) is full",
-    ),
-    MetricDoc(
-        ("skiff_connection_held_bytes", "skiff_request_bytes_in_flight"),
-        "gauge",
-        "",
-        "bytes charged to all connections' budgets; request bytes being handled (against `queued_max_request_bytes`)",
-    ),
-    MetricDoc(
-        ("skiff_request_read_timeouts_total",),
-        "counter",
-        "",
-        "connections closed because a request's body did not arrive within `request_read_timeout_ms`",
-    ),
-    MetricDoc(
-        ("skiff_requests_total",), "counter", "api", "Kafka requests read, by API (`produce`, `fetch`, ...)"
-    ),
-    MetricDoc(
-        ("skiff_fetch_followed_partitions",),
-        "gauge",
-        "",
-        "partitions whose commits through other agents this agent follows",
-    ),
-    MetricDoc(
-        ("skiff_fetch_commit_long_polls_total",),
-        "counter",
-        "",
-        "answered long polls of metadata for the commits of followed partitions",
-    ),
-    MetricDoc(
-        ("skiff_fetch_delayed_completed_total",),
-        "counter",
-        "by",
-        'long-poll fetch waits that parked and then completed (a fetch woken with fewer than `min.bytes` parks and counts again), `by="wake"` (a commit moved a watermark they waited on) or `by="expiry"` (their max wait ran out: normal for consumers of idle partitions; many expiries while records are being produced to the consumed partitions mean commits are not reaching waiting fetches)',
-    ),
-    MetricDoc(
-        ("skiff_purgatory_delayed", "skiff_purgatory_watched"),
-        "gauge",
-        "purgatory",
-        "operations waiting in the `fetch`, `heartbeat` and `rebalance` purgatories; their watcher-list entries",
-    ),
-    MetricDoc(("skiff_groups",), "gauge", "", "consumer groups held in memory by this agent's coordinator"),
-    MetricDoc(
-        ("skiff_agent_ready",),
-        "gauge",
-        "",
-        "1 when the agent is ready (`/readyz` answers 200: its last probe wrote and read the bucket and reached metadata, and it is not shutting down), else 0; an agent at 0 leads no partitions and coordinates nothing",
-    ),
-    MetricDoc(
-        ("skiff_readiness_probe_failures_total",),
-        "counter",
-        "dependency",
-        "readiness probes that found `bucket` (the PUT/GET of the probe object) or `metadata` failing",
-    ),
-    MetricDoc(
-        ("skiff_tls_handshake_failures_total",),
-        "counter",
-        "listener",
-        "on SSL and SASL_SSL listeners: TLS handshakes that failed or timed out (`ssl_handshake_timeout_ms`): plaintext sent to a TLS port, a certificate one side refused",
-    ),
-    MetricDoc(
-        ("skiff_failed_authentication_total",),
-        "counter",
-        "listener,mechanism",
-        "on SASL listeners, per enabled mechanism: logins refused with SASL_AUTHENTICATION_FAILED (wrong password, unknown user, malformed exchange); Kafka's `failed-authentication-total` (which also counts TLS failures: add the metric above)",
-    ),
-    MetricDoc(
-        ("skiff_successful_authentication_total",),
-        "counter",
-        "listener,mechanism",
-        "on SASL listeners: logins and re-authentications completed (Kafka's `successful-authentication-total`)",
-    ),
-    MetricDoc(
-        ("skiff_produce_ack_latency_seconds",),
-        "histogram",
-        "acks",
-        "Produce requests by acks (`0`, `1`, `all`), from the handler receiving the decoded request to its "
-        "response being ready (acks=1/all: the file's PUT and commit included; acks=0: the append); "
-        "aimed at `flush_interval_ms` (250 ms by default); buckets 1 ms to 10 s",
-    ),
-    MetricDoc(
-        ("skiff_fetch_latency_seconds",),
-        "histogram",
-        "",
-        "Fetch requests, from the handler receiving the request to its response, long-poll wait "
-        "included (an idle consumer's fetches sit near its `fetch.max.wait.ms`); buckets 1 ms to 30 s",
-    ),
-    MetricDoc(
-        ("skiff_object_store_request_duration_seconds",),
-        "histogram",
-        "operation",
-        "the agent's object-store calls below its range cache (cache hits are not requests), by operation "
-        "(`put`, `get`, `range`, `stream`, `delete`, `list`, `head`, `create`): `range` is one ranged read "
-        "(coalesced ranges read concurrently count once, until the last answers), `stream` the time to "
-        "the first byte, `list` a whole listing, `delete` a batch of up to 1000 keys; failed calls "
-        "included; buckets 1 ms to 10 s",
-    ),
-    MetricDoc(
-        ("skiff_metadata_call_duration_seconds",),
-        "histogram",
-        "operation",
-        "every metadata call of the agent, over HTTP or in-process (the playground), by declared "
-        "operation name (`commit_file`, `heartbeat_agent`, `expire_txns`, ...: at most the operations of "
-        "`metadata.wire.operations`); failed calls included; buckets 1 ms to 10 s",
-    ),
-    MetricDoc(
-        ("skiff_produce_file_size_bytes",),
-        "histogram",
-        "",
-        "each committed segment file's size; buckets by powers of 4 from 1 KiB to 64 MiB (files are "
-        "sealed at `flush_max_bytes`, 8 MiB by default)",
-    ),
-    MetricDoc(
-        ("skiff_produce_file_records",),
-        "histogram",
-        "",
-        "records in each committed segment file; buckets by powers of 10 from 1 to 10^7",
-    ),
-)
-
-TABLE_BEGIN = "<!-- metrics table: generated by `python -m skiff.agent.metrics --doc`; edit METRIC_DOCS -->"
-TABLE_END = "<!-- end of metrics table -->"
-
-
-def render_metrics_table() -> str:
-    """METRIC_DOCS as a Markdown table, between its markers."""
-    lines = [TABLE_BEGIN, "| metric | type | labels | meaning |", "|---|---|---|---|"]
-    for doc in METRIC_DOCS:
-        names = ", ".join(f"`{n}`" for n in doc.names)
-        labels = ", ".join(f"`{label}`" for label in doc.labels.split(",") if label)
-        lines.append(f"| {names} | {doc.type} | {labels} | {doc.meaning} |")
-    return "\n".join([*lines, TABLE_END])
-
-
-def replace_metrics_table(text: str) -> str:
-    """`text` with the table between the markers replaced by the current one."""
-    start, end = text.index(TABLE_BEGIN), text.index(TABLE_END) + len(TABLE_END)
-    return text[:start] + render_metrics_table() + text[end:]
-
-
-def _main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-    from pathlib import Path
-
-    parser = argparse.ArgumentParser(prog="python -m skiff.agent.metrics")
-    parser.add_argument("--doc", action="store_true", help="print the metrics table (Markdown)")
-    parser.add_argument("--write", metavar="PATH", help="replace the table between its markers in PATH")
-    args = parser.parse_args(argv)
-    if args.write:
-        path = Path(args.write)
-        path.write_text(replace_metrics_table(path.read_text()))
-    elif args.doc:
-        print(render_metrics_table())
-    else:
-        parser.error("--doc or --write PATH")
-    return 0
-
+__all__ = ["METRIC_DOCS", "TimedStore", "render_metrics_table", "replace_metrics_table"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(_main())

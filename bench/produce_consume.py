@@ -76,7 +76,7 @@ def scrape(port: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
         m = re.match(
-            r'^(skiff_\w+?)(?:_total)?(?:\{(?:kind|api|stage)="(\w+)"\})?(?:\{direction="(\w+)"\})? ([0-9.e+]+)$',
+            r'^(skiff_\w+?)(?:_total)?(?:\{(?:role="agent",)?(?:kind|api|stage)="(\w+)"\})?(?:\{(?:role="agent",)?direction="(\w+)"\})? ([0-9.e+]+)$',
             line,
         )
         if m:

@@ -160,7 +160,10 @@ def scrape(port: int) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = re.match(r'^(skiff_\w+?)(?:_total)?(?:\{(?:kind|api|stage)="(\w+)"\})? ([0-9.e+]+)$', line)
+        m = re.match(
+            r'^(skiff_\w+?)(?:_total)?(?:\{(?:role="agent",)?(?:kind|api|stage)="(\w+)"\})? ([0-9.e+]+)$',
+            line,
+        )
         if m:
             out[m.group(1) + (f":{m.group(2)}" if m.group(2) else "")] = float(m.group(3))
     return out

@@ -2,6 +2,7 @@
 and the same maintenance as a background role of the playground and of agents.
 
     skiff compact --metadata URL [--bucket URL] [--once] [--topic T] [--dry-run] [--json]
+                  [--metrics-port PORT [--metrics-host HOST]] [--pushgateway URL]
 
 The bucket is the one the metadata service serves (GET /v1/cluster); `--bucket` may name it
 too, and a bucket that differs is refused (one line, exit 1) rather than compacted.
@@ -14,6 +15,14 @@ left, GC and the orphan scan, offset expiry) and exits; without it, passes repea
 the summary goes to stdout at the end (`--json`: one JSON object). The test hook
 `SKIFF_COMPACT_PAUSE_AFTER_SWAPS` (compactor.pause_hook) is read here, for the CLI and
 for the agent role.
+
+Metrics (compactor.metrics: jobs, bytes and records in and out, records removed, GETs per
+input file, retention and GC deletions; and the compactor's object-store requests with
+their cost estimate, `role="compactor"`): `--metrics-port` serves them at /metrics while
+the command runs (a long-running compactor: scrape it like an agent); `--pushgateway URL`
+pushes them to a Prometheus Pushgateway when the command ends (a CronJob, gone before any
+scrape), under job `skiff-compact` and grouping key `holder`. A failed push is logged and
+does not change the exit status.
 
 This module is the agent package's one door to the compactor (the import contract in
 pyproject.toml): `maintenance_role` builds the `MaintenanceLoop` the playground and the
@@ -30,7 +39,8 @@ import json
 import logging
 import os
 import signal
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
@@ -55,6 +65,11 @@ from skiff.compactor.runner import DEFAULT_INTERVAL_MS, MaintenanceLoop, PassSum
 from skiff.fileformat.objectstore import ObjectStore, open_store
 from skiff.metadata.compaction.types import MergeRules
 from skiff.metadata.wire.operations import MetadataClient
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 _PID_HOLDER = "compactor-PID"  # the help shows this; the process's id replaces PID
 
@@ -96,6 +111,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", default=None, help="only this topic")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_env_int("SKIFF_COMPACT_METRICS_PORT", 0),
+        help="serve Prometheus metrics at /metrics on this port while running (env"
+        " SKIFF_COMPACT_METRICS_PORT; default 0: off)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default=os.environ.get("SKIFF_COMPACT_METRICS_HOST", "127.0.0.1"),
+        help="address of --metrics-port (env SKIFF_COMPACT_METRICS_HOST; default %(default)s;"
+        " 0.0.0.0 in a pod)",
+    )
+    p.add_argument(
+        "--pushgateway",
+        default=os.environ.get("SKIFF_COMPACT_PUSHGATEWAY"),
+        help="push the metrics to this Prometheus Pushgateway URL at the end (env"
+        " SKIFF_COMPACT_PUSHGATEWAY; default: off)",
+    )
     _add_tuning_arguments(p)
 
 
@@ -383,24 +417,15 @@ async def _compact(args: argparse.Namespace) -> int:
         store = open_bucket(await _bucket_url(md, args))
         if config.pause is not None:
             config.pause.install_resume_signal()
-        total = PassSummary()
-        with RichProgress(err) as progress:
-            if args.once:
-                total = await run_pass(md, store, config, progress)
-            else:
-                loop = MaintenanceLoop(
-                    md, store, config, interval_ms=args.interval_ms, progress_factory=lambda: progress
-                )
-                stop = asyncio.Event()
-                running = asyncio.get_running_loop()
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    with contextlib.suppress(NotImplementedError):
-                        running.add_signal_handler(sig, stop.set)
-                loop.start()
-                await stop.wait()
-                await loop.close()
-                total = loop.total
-            progress.finish()
+        exporter = MetricsExporter(store, _holder(args))
+        if args.metrics_port:
+            exporter.serve(args.metrics_host, args.metrics_port)
+        try:
+            total = await _run(args, md, store, config, err)
+        finally:
+            exporter.close()
+            if args.pushgateway:
+                await asyncio.to_thread(exporter.push, args.pushgateway)
         if args.json:
             print(json.dumps(total.as_dict()), flush=True)
         else:
@@ -409,6 +434,82 @@ async def _compact(args: argparse.Namespace) -> int:
     finally:
         await md.close()
         swap_client.close()
+
+
+async def _run(
+    args: argparse.Namespace, md: MetadataClient, store: ObjectStore, config: RunnerConfig, err: Console
+) -> PassSummary:
+    """One pass (`--once`), or passes until SIGINT/SIGTERM, under the progress bars."""
+    total = PassSummary()
+    with RichProgress(err) as progress:
+        if args.once:
+            total = await run_pass(md, store, config, progress)
+        else:
+            loop = MaintenanceLoop(
+                md, store, config, interval_ms=args.interval_ms, progress_factory=lambda: progress
+            )
+            stop = asyncio.Event()
+            running = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError):
+                    running.add_signal_handler(sig, stop.set)
+            loop.start()
+            await stop.wait()
+            await loop.close()
+            total = loop.total
+        progress.finish()
+    return total
+
+
+class MetricsExporter:
+    """This process's maintenance metrics and its store's requests (`role="compactor"`,
+    with the cost estimate) in one registry: served while running, pushed at the end."""
+
+    JOB = "skiff-compact"
+
+    def __init__(self, store: ObjectStore, holder: str) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.holder = holder
+        self.registry = CollectorRegistry()
+        self.registry.register(_CompactCollector(store))
+        self._server: Any = None
+
+    def serve(self, host: str, port: int) -> None:
+        from prometheus_client import start_http_server
+
+        self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        log.info("metrics at http://%s:%d/metrics", host, self._server.server_port)
+
+    def push(self, url: str) -> None:
+        from prometheus_client import push_to_gateway
+
+        try:
+            push_to_gateway(url, job=self.JOB, registry=self.registry, grouping_key={"holder": self.holder})
+        except OSError as e:  # the work is done; a missing gateway is the operator's to see
+            log.error("pushing metrics to %s failed: %s", url, e)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _CompactCollector:
+    def __init__(self, store: ObjectStore) -> None:
+        from skiff.agent.store_metrics import CostTracker
+        from skiff.fileformat.objectstore.pricing import Prices
+
+        self._store = store
+        self._costs = CostTracker(Prices.from_env())
+
+    def collect(self) -> Iterator[Metric]:
+        from skiff.agent.store_metrics import object_store_families
+        from skiff.compactor.metrics import families
+
+        yield from object_store_families([("compactor", self._store.stats.snapshot())], self._costs)
+        yield from families()
 
 
 async def _bucket_url(md: MetadataClient, args: argparse.Namespace) -> str:

@@ -33,11 +33,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from skiff.compactor import retention
+from prometheus_client.core import Metric
+from skiff.compactor import metrics, retention
 from skiff.compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS, GarbageCollector
 from skiff.compactor.job import JobResult, planned_stream_bytes, run_job
 from skiff.compactor.keymap import DEFAULT_BUDGET_BYTES
@@ -45,7 +46,7 @@ from skiff.compactor.output import DEFAULT_ROLL_BYTES, Checkpoint
 from skiff.compactor.pause_hook import PauseHook
 from skiff.compactor.plan import JobPlan, JobStats
 from skiff.compactor.planner import PlannerConfig, claim_jobs
-from skiff.fileformat.objectstore import ObjectStore
+from skiff.fileformat.objectstore import ObjectStore, StatsSnapshot
 from skiff.metadata.compaction.types import CheckpointUpdate
 from skiff.metadata.types import FileSpec, OutputChunk
 from skiff.metadata.wire.operations import CompactorClient
@@ -394,10 +395,12 @@ async def _compact(
             planned_stream_bytes(plan),
         )
         progress.job_started(plan)
+        metrics.job_started()
         try:
             done = await run_leased_job(md, store, plan, config, progress)
         except Exception as exc:  # boundary: one job's failure must not stop the pass
             summary.jobs_failed += 1
+            metrics.job_failed()
             log.warning(
                 "compaction: holder %s job %s failed: %s",
                 config.planner.holder,
@@ -408,6 +411,7 @@ async def _compact(
             progress.job_done(plan, None)
             continue
         summary.add_job(plan, done.result.stats, done.bytes_read)
+        metrics.job_finished(done.result.stats)
         progress.job_done(plan, done.result.stats)
 
 
@@ -428,8 +432,12 @@ async def run_pass(
         r = await retention.enforce_all(md, topics)
         summary.retention_chunks_deleted += r.chunks_deleted
         summary.retention_bytes_deleted += r.bytes_deleted
+        metrics.retention_done(r.chunks_deleted, r.bytes_deleted)
     progress.stage("compaction")
     await _compact(md, store, config, progress, summary)
+    if not summary.jobs_failed:  # the age operators watch (metadata's /metrics, task "compaction")
+        await md.record_success("compaction")
+        metrics.compaction_succeeded()
     if config.gc:
         progress.stage("garbage collection")
         collector = GarbageCollector(
@@ -437,6 +445,7 @@ async def run_pass(
         )
         summary.gc_files_deleted += await collector.collect_once()
         summary.orphans_deleted += await collector.collect_orphans()
+        metrics.gc_done(summary.gc_files_deleted, summary.orphans_deleted)
     if config.expire_offsets:
         progress.stage("offset expiry")
         summary.offsets_expired += await retention.expire_offsets(md, config.offsets_retention_minutes)
@@ -479,6 +488,15 @@ class MaintenanceLoop:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self.run())
+
+    def metric_families(self) -> Iterator[Metric]:
+        """This process's maintenance metrics (compactor.metrics), for the /metrics of the
+        process running the loop (an agent's collector asks its background tasks)."""
+        return metrics.families()
+
+    def object_store_stats(self) -> tuple[str, StatsSnapshot]:
+        """The loop's own store's request accounting, as role `compactor`."""
+        return "compactor", self.store.stats.snapshot()
 
     async def run(self) -> None:
         while not self._stop.is_set():

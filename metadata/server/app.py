@@ -33,7 +33,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from skiff.metadata.db import is_db_unavailable
 from skiff.metadata.errors import (
     INVALID_REQUEST,
@@ -44,13 +44,13 @@ from skiff.metadata.errors import (
 )
 from skiff.metadata.schemas.errors import RegistryError
 from skiff.metadata.server import auth as auth_mod
-from skiff.metadata.server.auth import MetadataAuth, TokenTable, allow, public
+from skiff.metadata.server import metrics as metrics_mod
+from skiff.metadata.server.auth import MetadataAuth, TokenTable, public
 from skiff.metadata.server.health import ReadinessProbe
 from skiff.metadata.server.registry_api import registry_routers
 from skiff.metadata.server.routes import operation_routers
 from skiff.metadata.service import MetadataService
 from skiff.metadata.wire.operations import OPERATIONS
-from skiff.metadata.wire.roles import READER
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 
@@ -166,10 +166,11 @@ def create_app(
         app.include_router(router)
     for router in registry_routers(service):  # Confluent Schema Registry's REST API
         app.include_router(router)
-    app.include_router(metrics_router(service, auth))
+    metrics = metrics_mod.install(app, service, auth)  # GET /metrics (metadata.server.metrics)
     app.include_router(health_router(service, ready_timeout_ms))
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
-    auth_mod.add_middleware(app, auth)  # outermost: no body is read before authentication
+    auth_mod.add_middleware(app, auth)  # no body is read before authentication
+    metrics_mod.add_middleware(app, metrics)  # outermost: times and counts every request
     return app
 
 
@@ -218,30 +219,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(_req: Request, e: Exception) -> JSONResponse:
         log.exception("unexpected error")
         return _error(500, UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}")
-
-
-def metrics_router(svc: MetadataService, auth: MetadataAuth) -> APIRouter:
-    """`GET /metrics` (reader role): Prometheus text."""
-    router = APIRouter(dependencies=[allow(READER)])
-
-    @router.get("/metrics", tags=["health"])
-    def metrics() -> Response:
-        """Prometheus text: seconds since each maintenance task last succeeded, the
-        authentication counters and the commit path's object checks."""
-        now_ms = svc.clock()
-        lines = [
-            "# HELP skiff_maintenance_last_success_age_seconds Seconds since the task last succeeded.",
-            "# TYPE skiff_maintenance_last_success_age_seconds gauge",
-        ]
-        for task, ms in sorted(svc.last_successes().items()):
-            lines.append(
-                f'skiff_maintenance_last_success_age_seconds{{task="{task}"}} {(now_ms - ms) / 1000:.3f}'
-            )
-        lines.extend(auth.metrics_lines())
-        lines.extend(svc.commits.object_check_metrics_lines())
-        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
-
-    return router
 
 
 def health_router(svc: MetadataService, ready_timeout_ms: int) -> APIRouter:

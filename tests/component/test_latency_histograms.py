@@ -109,7 +109,7 @@ async def test_histograms_follow_produce_and_fetch(tmp_path: Path) -> None:
     assert _moved(before, after, "skiff_produce_file_size_bytes_sum") == _moved(
         before, after, "skiff_produce_file_bytes_total"
     )
-    puts = _moved(before, after, "skiff_object_store_requests_total", kind="put")
+    puts = _moved(before, after, "skiff_object_store_requests_total", role="agent", kind="put")
     assert puts >= files
     assert _moved(before, after, "skiff_object_store_request_duration_seconds_count", operation="put") == puts
     # the start-up readiness probe's GET (the fetches above were answered from the range cache)

@@ -161,7 +161,7 @@ def _compile(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # protoc's warnings (unused imports) are not errors
                 generated = _protoc_compiler.get_protos(name.encode(), include)
-        except Exception as e:  # protoc's ProtocErrors: "file:line:col error: ..." per error
+        except _protoc_compiler.ProtocErrors as e:  # "file:line:col error: ..." per error
             errors = "; ".join(str(e).replace(root + os.sep, "").splitlines())
             raise InvalidSchema(f"Invalid Protobuf schema: {where}{errors}") from e
     return _descriptor_from_module(generated[-1][1], where)
