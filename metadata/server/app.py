@@ -44,6 +44,7 @@ from skiff.metadata.errors import (
 )
 from skiff.metadata.server import auth as auth_mod
 from skiff.metadata.server.auth import MetadataAuth, TokenTable, allow, public
+from skiff.metadata.server.console import mount_console
 from skiff.metadata.server.health import ReadinessProbe
 from skiff.metadata.server.routes import operation_routers
 from skiff.metadata.service import MetadataService
@@ -166,6 +167,7 @@ def create_app(
     app.include_router(health_router(service, ready_timeout_ms))
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     auth_mod.add_middleware(app, auth)  # outermost: no body is read before authentication
+    mount_console(app, service, auth)  # the web console at /console (its cookie gate goes outside auth)
     return app
 
 

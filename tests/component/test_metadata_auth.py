@@ -49,7 +49,8 @@ from tests.support.served_app import Served
 
 TOKENS = {role: f"{role}-token-{'x' * 24}" for role in sorted(ROLES)}
 TOKENS_TEXT = "\n".join(f"{role}:{token}" for role, token in TOKENS.items())
-PUBLIC_PATHS = {"/healthz", "/readyz"}
+# The console's login page and stylesheet are public too (metadata.server.console.login).
+PUBLIC_PATHS = {"/healthz", "/readyz", "/console/login", "/console/logout", "/console/static/console.css"}
 FASTAPI_DOC_PATHS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
 
@@ -243,9 +244,12 @@ def test_every_route_declares_its_roles_and_is_enforced(app: FastAPI) -> None:
     assert seen[("POST", "/v1/replace-chunks")] == {COMPACTOR, ADMIN}
     assert seen[("POST", "/v1/topics/describe")] == {AGENT, COMPACTOR, READER, ADMIN}
     assert seen[("GET", "/healthz")] == set(ROLES)
-    # every admin-only route but the added one is an operator route, declared so on purpose
+    # every admin-only route but the added one is an operator route (or a console action),
+    # declared so on purpose
     declared_admin_only = [k for k, v in seen.items() if v == {ADMIN} and k[1] != "/v1/added-later"]
-    assert declared_admin_only and all(path.startswith("/v1/admin/") for _, path in declared_admin_only)
+    assert declared_admin_only and all(
+        path.startswith(("/v1/admin/", "/console/actions/")) for _, path in declared_admin_only
+    )
     assert seen[("POST", "/v1/acls/create")] == {AGENT, ADMIN}
     assert seen[("POST", "/v1/scram-users/upsert")] == {AGENT, ADMIN}
     assert seen[("POST", "/v1/txn/end")] == {AGENT, ADMIN}
