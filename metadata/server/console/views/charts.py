@@ -20,7 +20,7 @@ WIDTH = 640
 HEIGHT = 180
 PAD_LEFT = 56
 PAD_BOTTOM = 22
-PAD_TOP = 10
+PAD_TOP = 20
 MAX_POINTS = 240
 
 
@@ -90,7 +90,7 @@ def _grid(top: float, unit: str, plot_w: float, plot_h: float) -> list[str]:
             f'<text class="axis" x="{PAD_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">'
             f"{escape(human(top * frac))}</text>"
         )
-    out.append(f'<text class="axis unit" x="4" y="{PAD_TOP + 8}" text-anchor="start">{escape(unit)}</text>')
+    out.append(f'<text class="axis unit" x="4" y="11" text-anchor="start">{escape(unit)}</text>')
     return out
 
 
