@@ -119,10 +119,18 @@ def committed(bootstrap: str) -> dict[int, int]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
     for path in (CHROMIUM, CHROMEDRIVER):
-        assert os.access(path, os.X_OK), f"{path} is missing: run scripts/system-deps.sh (chromium, chromium-driver)"
+        assert os.access(path, os.X_OK), (
+            f"{path} is missing: run scripts/system-deps.sh (chromium, chromium-driver)"
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1360,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1360,1000",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)

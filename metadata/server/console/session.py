@@ -94,7 +94,8 @@ def encode_token(token: str) -> str:
 
 def decode_token(value: str) -> str | None:
     try:
-        return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode("ascii")
+        raw = base64.b64decode(value + "=" * (-len(value) % 4), altchars=b"-_", validate=True)
+        return raw.decode("ascii")
     except (ValueError, UnicodeDecodeError):
         return None
 

@@ -34,11 +34,11 @@ def nice_ceiling(x: float) -> float:
     """The smallest of 1, 2, 2.5, 5 times a power of ten that is >= x (1 for x <= 0)."""
     if x <= 0:
         return 1.0
-    exp = math.floor(math.log10(x))
-    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
-        if m * 10**exp >= x:
-            return m * 10**exp
-    return 10.0 ** (exp + 1)
+    scale = 10.0 ** math.floor(math.log10(x))
+    for m in (1.0, 2.0, 2.5, 5.0):
+        if m * scale >= x:
+            return m * scale
+    return 10.0 * scale
 
 
 def human(x: float) -> str:

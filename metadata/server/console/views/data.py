@@ -298,7 +298,7 @@ def assignment_partitions(data: bytes) -> list[tuple[str, int]]:
         version, count = struct.unpack_from(">hi", data, 0)
         if version < 0:
             return []
-        pos, out = 6, []
+        pos, out = 6, list[tuple[str, int]]()
         for _ in range(max(count, 0)):
             (size,) = struct.unpack_from(">h", data, pos)
             topic = data[pos + 2 : pos + 2 + size].decode()
