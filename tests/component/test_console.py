@@ -28,10 +28,12 @@ from skiff.fileformat.record_decode import Record
 from skiff.fileformat.segment import ChunkInput, build_segment
 from skiff.metadata.server.app import create_app
 from skiff.metadata.server.auth import TokenTable
+from skiff.metadata.server.console import queries
 from skiff.metadata.server.console.session import csrf_token
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec, GroupOffset, Topic
 
+from tests.support.metadata_fixtures import T0_MS, FakeClock
 from tests.support.served_app import Served
 
 READER_TOKEN = "reader-token-" + "r" * 24
@@ -73,10 +75,10 @@ def produce(svc: MetadataService, bucket_url: str, topic: Topic, partition: int,
     assert result.error_code == 0 and result.batches[0].error_code == 0, result
 
 
-def _env(tmp_path: Path, tokens: TokenTable | None) -> Iterator[Env]:
+def _env(tmp_path: Path, db_url: str, tokens: TokenTable | None) -> Iterator[Env]:
     bucket = f"file://{tmp_path / 'bucket'}"
     (tmp_path / "bucket").mkdir()
-    svc = MetadataService.from_url(f"sqlite:///{tmp_path}/m.db", bucket_url=bucket)
+    svc = MetadataService.from_url(db_url, bucket_url=bucket)
     topic = svc.create_topic("demo", 2, {"retention.ms": "86400000"})
     values = [json.dumps({"n": i}).encode() for i in range(RECORDS)]
     produce(svc, bucket, topic, 0, values)
@@ -91,13 +93,14 @@ def _env(tmp_path: Path, tokens: TokenTable | None) -> Iterator[Env]:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    yield from _env(tmp_path, TokenTable.parse(TOKENS, "test"))
+def env(tmp_path: Path, db_url: str) -> Iterator[Env]:
+    """Authentication on; once on SQLite, once on PostgreSQL (tests/support/pg.py)."""
+    yield from _env(tmp_path, db_url, TokenTable.parse(TOKENS, "test"))
 
 
 @pytest.fixture
 def open_env(tmp_path: Path) -> Iterator[Env]:
-    yield from _env(tmp_path, None)
+    yield from _env(tmp_path, f"sqlite:///{tmp_path}/m.db", None)
 
 
 @contextmanager
@@ -171,7 +174,8 @@ def test_reader_sees_every_page_with_the_services_numbers(env: Env) -> None:
     with signed_in(env, READER_TOKEN) as http:
         overview = http.get("/console").text
         assert "agent-1" in overview and "zone-a" in overview and "127.0.0.1:9092" in overview
-        assert '<svg class="chart"' in overview
+        assert '<svg class="chart"' in overview and 'http-equiv="refresh"' not in overview
+        assert '<meta http-equiv="refresh" content="10">' in http.get("/console?refresh=10").text
         topics = http.get("/console/topics").text
         assert cell(topics, "partitions", 'data-topic="demo"') == "2"
         assert cell(topics, "records", 'data-topic="demo"') == str(RECORDS)
@@ -315,3 +319,36 @@ def test_without_authentication_there_is_no_login_but_csrf_holds(open_env: Env) 
             data={**fields, "name": "other", "csrf_token": csrf_of(page.text)},
         )
         assert r.status_code == 400
+
+
+# ------------------------------------------------------------------ the console's queries
+
+
+def test_committed_files_series_counts_files_per_minute_by_level(
+    metadata_service: MetadataService, clock: FakeClock, tmp_path: Path
+) -> None:
+    """On both databases: files land in the minute of their commit, agents' and the compactor's apart."""
+    (tmp_path / "bucket").mkdir()
+    bucket = f"file://{tmp_path / 'bucket'}"
+    topic = metadata_service.create_topic("series", 1, {})
+    for minute in (0, 0, 2):
+        clock.now = T0_MS + minute * 60_000 + 1_000
+        produce(metadata_service, bucket, topic, 0, [b"a", b"b"])
+    clock.now = T0_MS + 5 * 60_000
+    series = queries.committed_files_series(metadata_service.engine, clock.now, 5 * 60_000, 60_000)
+    assert [b.start_ms for b in series] == [T0_MS + i * 60_000 for i in range(5)]
+    assert [b.level0_files for b in series] == [2, 0, 1, 0, 0]
+    assert all(b.level0_bytes > 0 for b in series if b.level0_files) and not any(
+        b.compacted_files for b in series
+    )
+    totals = queries.file_totals(metadata_service.engine)
+    assert totals.live_files == 3 and totals.deleting == (0, 0)
+    sizes = queries.topic_sizes(metadata_service.engine)[topic.topic_id]
+    assert (
+        sizes.chunks == 3
+        and sizes.bytes == queries.partition_sizes(metadata_service.engine, topic.topic_id)[0].bytes
+    )
+    files, total = queries.topic_files(metadata_service.engine, topic.topic_id, limit=2, offset=0)
+    assert total == 3 and len(files) == 2 and files[0].committed_ms >= files[1].committed_ms
+    assert queries.compaction_rows(metadata_service.engine, limit=10) == []
+    assert queries.gc_queue(metadata_service.engine, limit=10) == []

@@ -42,6 +42,12 @@ def _int_arg(request: Request, name: str, default: int, lo: int = 0, hi: int = 1
         return default
 
 
+def refresh_seconds(request: Request) -> int | None:
+    """`?refresh=N`: the page reloads itself every N seconds (5 to 300; a meta refresh, no script)."""
+    n = _int_arg(request, "refresh", 0, 0, 300)
+    return max(n, 5) if n else None
+
+
 def topic_states(ctx: ConsoleContext, topics: Sequence[Topic], cap: int) -> dict[str, list[PartitionState]]:
     """Each topic's partition states, its first `cap` partitions, in one call."""
     keys = [PartitionKey(t.topic_id, p) for t in topics for p in range(min(t.partition_count, cap))]
@@ -102,6 +108,7 @@ def _overview(ctx: ConsoleContext, request: Request) -> HTMLResponse:
         t=t,
         totals=totals,
         cost=data.cost_estimate(t, totals.live_bytes, ctx.prices),
+        refresh_s=refresh_seconds(request),
     )
 
 
@@ -258,6 +265,7 @@ def _group(ctx: ConsoleContext, request: Request) -> HTMLResponse:
         offsets=offsets,
         offsets_capped=capped,
         total_lag=sum(o.lag for o in offsets),
+        refresh_s=refresh_seconds(request),
         topics=sorted({o.topic for o in offsets}),
     )
 
