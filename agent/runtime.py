@@ -607,6 +607,7 @@ def run_playground(
             f"Skiff playground is up.\n"
             f"  Kafka bootstrap:  {config.resolved_advertised_host()}:{agent.port}\n"
             f"  metadata API:     http://{host}:{metadata_port}/docs\n"
+            f"  web console:      http://{host}:{metadata_port}/console\n"
             f"  data directory:   {root}\n"
             f"Try:  echo hello | kcat -b localhost:{agent.port} -t demo -P\n"
             f"      kcat -b localhost:{agent.port} -t demo -C -e\n"
