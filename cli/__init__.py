@@ -7,6 +7,7 @@
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
     skiff compact --metadata URL [--bucket URL] [--once] [--topic T] [--dry-run] [--json]
     skiff users {list,create,delete} --metadata URL [--mechanism M] [--password P | --password-file F]
+    skiff schemas {list,get,register,check,delete,config,mode} --metadata URL ...
     skiff topics list|describe|create|alter|delete ... [--metadata URL] [--json]
     skiff groups list|describe|reset-offsets|delete ... [--metadata URL] [--json]
 
@@ -181,6 +182,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from skiff.cli.users import add_parser as add_users_parser
 
     add_users_parser(sub)  # `skiff users` (SCRAM users); dispatched through args.run
+    from skiff.cli.schemas import add_parser as add_schemas_parser
+
+    add_schemas_parser(sub)  # `skiff schemas` (the schema registry); dispatched through args.run
 
     from skiff.cli import groups, topics
 
@@ -221,7 +225,7 @@ def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
     return role
 
 
-_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "users"})
+_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "users", "schemas"})
 
 
 class JsonLogFormatter(logging.Formatter):
