@@ -581,6 +581,10 @@ def run_playground(
     # Kafka port by start_agent; a clash raises OSError(EADDRINUSE) before "is up".
     http_socket = _bind_listening_socket(host, metadata_port)
     metadata_port = http_socket.getsockname()[1]
+    if not config.advertised_metadata_url:  # what `--bootstrap-server` admin commands are told
+        advertised = config.resolved_advertised_host()
+        advertised = f"[{advertised}]" if ":" in advertised else advertised
+        config = config.replace(advertised_metadata_url=f"http://{advertised}:{metadata_port}")
 
     async def main() -> bool:
         service = MetadataService.from_url(db_url, bucket_url=bucket_url)
