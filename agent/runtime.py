@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from skiff.agent.agent_registry import AgentIdInUse, AgentRegistry
+from skiff.agent.bucket_claim import BUCKET_CLAIM_EVERY_HEARTBEATS, BucketClaim, claim_bucket_at_start
 from skiff.agent.chunk_cache import ChunkLocationCache
 from skiff.agent.commit_watch import CommitWatch
 from skiff.agent.config import AgentConfig, env_var
@@ -478,6 +479,11 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
         if refused is not None:
             await metadata.close()
             raise SystemExit(f"skiff agent: cannot start: the metadata service refused: {refused}")
+        bucket_url = absolute_bucket_url(config.bucket_url)
+        other_bucket = await claim_bucket_at_start(metadata, bucket_url)
+        if other_bucket is not None:
+            await metadata.close()
+            raise SystemExit(f"skiff agent: cannot start: {other_bucket}")
         store = open_agent_store(config)
         try:
             agent = await start_agent(config, metadata, store)
@@ -485,7 +491,12 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
             await store.close()
             await metadata.close()
             raise SystemExit(f"skiff agent: cannot start: {e}") from None
-        start_background(agent, background, absolute_bucket_url(config.bucket_url))
+        claims = BucketClaim(
+            metadata, bucket_url, config.heartbeat_interval_ms * BUCKET_CLAIM_EVERY_HEARTBEATS
+        )
+        claims.start()
+        agent.background.append(claims)
+        start_background(agent, background, bucket_url)
         gc.freeze()  # start-up objects never die: keep full collections short (tail latency)
         gc.set_threshold(*GC_THRESHOLDS)
         if config.metrics_port:

@@ -128,7 +128,8 @@ def _build_parser() -> argparse.ArgumentParser:
         dest="bucket_url",
         default=os.environ.get("SKIFF_BUCKET_URL") or None,
         help="the bucket URL the agents write to, told to readers such as Spark (GET /v1/cluster)"
-        " (env SKIFF_BUCKET_URL; default: unset)",
+        " (env SKIFF_BUCKET_URL; default: unset, learned from the first agent that registers; an agent"
+        " writing elsewhere is refused)",
     )
     md.add_argument(
         "--tokens-file",
