@@ -632,14 +632,28 @@ def run_playground(
             agent.serve_health(host, config.metrics_port)
         try:
             await _wait_for_stop_signal()
-            # The agent drains first (its commits go through the service in this process,
-            # not through the HTTP API), then the metadata API stops.
+            # Background roles stop first, while the listener still answers: the demo's
+            # clients (skiff.cli.demo) leave their group and flush at once instead of
+            # waiting on a closed listener. Then the agent drains (its commits go through
+            # the service in this process, not through the HTTP API), then the metadata API.
+            await _close_background(agent, config.shutdown_timeout_ms)
             clean = await agent.shutdown()
         finally:
             await _stop_http(http, http_task)
         return clean
 
     return 0 if run_until_exit(main()) else 1
+
+
+async def _close_background(agent: RunningAgent, timeout_ms: int) -> None:
+    """Close the background roles within `timeout_ms` (what is left is the drain's)."""
+    tasks, agent.background = list(agent.background), []
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            for task in tasks:
+                await task.close()
+    except TimeoutError:
+        log.warning("background roles still closing after %d ms; the drain goes on", timeout_ms)
 
 
 async def _stop_http(http: Any, task: asyncio.Task[Any], timeout_s: float = 2.0) -> None:
