@@ -13,6 +13,7 @@ the record kcat produced, inspect's chunks). The documented default cluster
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -141,3 +142,14 @@ def test_documented_commands_run_as_written(demo: Started, tmp_path: Path) -> No
     )
     assert "key1 hello" in outputs["kcat -b localhost:9092 -t demo -C -e -f '%p %o %k %s\\n'"]
     assert "app1" in outputs["skiff users list --metadata http://skiff-metadata:9093"]
+    # docs/schemas.md: the CLI registers, Confluent's REST API at the same URL sees it
+    register = ".venv/bin/skiff schemas register orders-value --schema orders-v1.avsc --metadata http://localhost:9093"
+    assert outputs[register].strip() == "orders-value version 1: schema id 1"
+    assert json.loads(outputs["curl http://localhost:9093/subjects"]) == ["orders-value"]
+    assert json.loads(outputs["curl http://localhost:9093/schemas/ids/1"])["schema"].startswith('{"type"')
+    assert (
+        "orders-value: FULL"
+        in outputs[
+            ".venv/bin/skiff schemas config orders-value --compatibility FULL --metadata http://localhost:9093"
+        ]
+    )

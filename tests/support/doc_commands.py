@@ -80,6 +80,14 @@ RUN_HERE = [
     "skiff users create app1 --metadata http://skiff-metadata:9093 --password-file /run/secrets/app1",
     "skiff users list --metadata http://skiff-metadata:9093",
     "skiff users delete app1 --metadata http://skiff-metadata:9093",
+    "cat > orders-v1.avsc <<'EOF'",
+    ".venv/bin/skiff schemas register orders-value --schema orders-v1.avsc --metadata http://localhost:9093",
+    ".venv/bin/skiff schemas get orders-value --metadata http://localhost:9093",
+    ".venv/bin/skiff schemas list --metadata http://localhost:9093",
+    "curl http://localhost:9093/subjects",
+    "curl http://localhost:9093/subjects/orders-value/versions/latest",
+    "curl http://localhost:9093/schemas/ids/1",
+    ".venv/bin/skiff schemas config orders-value --compatibility FULL --metadata http://localhost:9093",
 ]
 
 RUN_ELSEWHERE = {
