@@ -352,3 +352,39 @@ def test_committed_files_series_counts_files_per_minute_by_level(
     assert total == 3 and len(files) == 2 and files[0].committed_ms >= files[1].committed_ms
     assert queries.compaction_rows(metadata_service.engine, limit=10) == []
     assert queries.gc_queue(metadata_service.engine, limit=10) == []
+
+
+def test_group_page_charts_lag_sampled_while_the_console_is_viewed(tmp_path: Path) -> None:
+    """Lag history: one sample per interval of the service's clock, the group's chart shows
+    each (the lag moves from 3 to 1 when the group commits further)."""
+    clock = FakeClock(T0_MS)
+    bucket = f"file://{tmp_path / 'bucket'}"
+    (tmp_path / "bucket").mkdir()
+    svc = MetadataService.from_url(f"sqlite:///{tmp_path}/m.db", bucket_url=bucket, clock=clock)
+    topic = svc.create_topic("demo", 1, {})
+    produce(svc, bucket, topic, 0, [b"a", b"b", b"c", b"d", b"e"])
+    svc.commit_offsets("g1", [GroupOffset("demo", 0, 2)])
+    served = Served(create_app(svc))
+    try:
+        with httpx.Client(base_url=served.url(), headers=HTML) as http:
+            first = http.get("/console/group", params={"id": "g1"}).text
+            assert _lag_bars(first) == ["3 records"]
+            http.get("/console/group", params={"id": "g1"})  # within the interval: no new sample
+            svc.commit_offsets("g1", [GroupOffset("demo", 0, 4)])
+            clock.advance(10_000)
+            page = http.get("/console/group", params={"id": "g1"}).text
+        history = served.server.config.app.state.console.lag_history.series("g1")
+        assert history == [(T0_MS, 3), (T0_MS + 10_000, 1)]
+        assert _lag_bars(page) == ["3 records", "1 records"]
+    finally:
+        served.close()
+        svc.close()
+
+
+def _lag_bars(page: str) -> list[str]:
+    chart = re.search(r'<figure id="lag-chart">(.*?)</figure>', page, re.S)
+    assert chart is not None, "the group page has no lag chart"
+    return [
+        m.split(": ", 1)[1]
+        for m in re.findall(r'<rect class="bar"[^>]*><title>([^<]*)</title>', chart.group(1))
+    ]

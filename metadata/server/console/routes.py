@@ -94,6 +94,7 @@ def pages_router(ctx: ConsoleContext) -> APIRouter:
 
 
 def _overview(ctx: ConsoleContext, request: Request) -> HTMLResponse:
+    ctx.sample_lag()
     now = ctx.now_ms()
     engine = ctx.service.engine
     series = queries.committed_files_series(engine, now, OVERVIEW_WINDOW_MS, OVERVIEW_BUCKET_MS)
@@ -239,6 +240,7 @@ def group_detail(
 
 
 def _groups(ctx: ConsoleContext, request: Request) -> HTMLResponse:
+    ctx.sample_lag()
     stored = ctx.service.stored_groups(None)
     shown, paging = data.page_of(stored, _int_arg(request, "offset", 0), PAGE_ROWS)
     rows = []
@@ -255,6 +257,7 @@ def _group(ctx: ConsoleContext, request: Request) -> HTMLResponse:
     found = ctx.service.stored_groups([group_id]) if group_id else []
     if not found:
         return ctx.error(request, f"no consumer group {group_id!r}", 404, "/console/groups")
+    ctx.sample_lag()
     g, offsets, capped = group_detail(ctx, found[0])
     return ctx.render(
         request,
@@ -265,6 +268,7 @@ def _group(ctx: ConsoleContext, request: Request) -> HTMLResponse:
         offsets=offsets,
         offsets_capped=capped,
         total_lag=sum(o.lag for o in offsets),
+        lag_chart=data.lag_chart(ctx.lag_history.series(g.group_id)),
         refresh_s=refresh_seconds(request),
         topics=sorted({o.topic for o in offsets}),
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -439,3 +440,9 @@ def lease_rows(rows: Sequence[CompactionRow], names: Mapping[uuid.UUID, str], no
         for r in rows
         if r.lease_expires_ms is not None and r.lease_expires_ms >= now_ms
     ]
+
+
+def lag_chart(samples: Sequence[tuple[int, int]]) -> str:
+    """The SVG chart of a group's total lag over the samples the console kept (lag_history)."""
+    points = [Point(time.strftime("%H:%M:%S", time.gmtime(ms / 1000)), float(lag)) for ms, lag in samples]
+    return bar_chart(points, title="total lag (records), sampled while the console is viewed", unit="records")
