@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # System packages and services the test suite needs: kcat (Debian), a JDK, kubectl (its
-# built-in kustomize renders deploy/kubernetes), PostgreSQL running.
+# built-in kustomize renders deploy/kubernetes), promtool (Debian's prometheus package:
+# only its promtool is used, to check deploy/monitoring), PostgreSQL running.
 set -euo pipefail
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)
 command -v kubectl >/dev/null 2>&1 || need+=(kubectl)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq
