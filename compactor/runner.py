@@ -52,12 +52,15 @@ from skiff.compactor.plan import JobPlan, JobStats
 from skiff.compactor.planner import PlannerConfig, claim_jobs
 from skiff.fileformat.objectstore import ObjectStore, StatsSnapshot
 from skiff.metadata.compaction.types import CheckpointUpdate
-from skiff.metadata.types import FileSpec, OutputChunk
+from skiff.metadata.errors import MetadataError, MetadataUnavailable
+from skiff.metadata.types import COMPACTION_REQUEST_TASK, FileSpec, OutputChunk
 from skiff.metadata.wire.operations import CompactorClient
 
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 30_000
+# How often a waiting loop asks metadata whether an operator requested a pass now.
+DEFAULT_REQUEST_POLL_MS = 5_000
 PROGRESS_STEP_BYTES = 1 << 20  # report streamed bytes to the progress bars this often
 MAX_ROUNDS_PER_PASS = 10_000  # a safety net: each round consumes input chunks or the pass ends
 
@@ -531,11 +534,14 @@ class MaintenanceLoop:
         interval_ms: int = DEFAULT_INTERVAL_MS,
         progress_factory: Callable[[], Progress] | None = None,
         on_pass: Callable[[PassSummary], None] | None = None,
+        request_poll_ms: int = DEFAULT_REQUEST_POLL_MS,
     ) -> None:
         self.md = md
         self.store = store
         self.config = config or RunnerConfig()
         self.interval_ms = interval_ms
+        self.request_poll_ms = request_poll_ms
+        self._seen_request_ms = 0
         self._progress_factory = progress_factory
         self._on_pass = on_pass
         self._stop = asyncio.Event()
@@ -556,6 +562,7 @@ class MaintenanceLoop:
         return "compactor", self.store.stats.snapshot()
 
     async def run(self) -> None:
+        await self._requested()  # a request older than the first pass is already served by it
         while not self._stop.is_set():
             progress = self._progress_factory() if self._progress_factory else None
             try:
@@ -568,8 +575,34 @@ class MaintenanceLoop:
                 self.total.merge(summary)
                 if self._on_pass:
                     self._on_pass(summary)
+            await self._wait_for_next_pass()
+
+    async def _wait_for_next_pass(self) -> None:
+        """Until `interval_ms` has passed, `stop()`, or an operator asked for a pass (the
+        console's "run a compaction pass": `COMPACTION_REQUEST_TASK`, polled every
+        `request_poll_ms`, one small metadata read)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.interval_ms / 1000
+        while not self._stop.is_set():
+            left = deadline - loop.time()
+            if left <= 0:
+                return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.interval_ms / 1000)
+                await asyncio.wait_for(self._stop.wait(), min(left, self.request_poll_ms / 1000))
+            if not self._stop.is_set() and await self._requested():
+                log.info("maintenance: a compaction pass was requested; running one now")
+                return
+
+    async def _requested(self) -> bool:
+        """Whether a pass was requested since the last time this asked."""
+        try:
+            at = (await self.md.last_successes()).get(COMPACTION_REQUEST_TASK, 0)
+        except (MetadataError, MetadataUnavailable) as e:
+            log.debug("maintenance: cannot read pass requests: %s", e)
+            return False
+        fresh = at > self._seen_request_ms
+        self._seen_request_ms = max(self._seen_request_ms, at)
+        return fresh
 
     def stop(self) -> None:
         self._stop.set()

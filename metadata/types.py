@@ -47,6 +47,9 @@ MAX_TIMESTAMP = -3
 # At most this many aborted transactions are answered in `PartitionFetchInfo.aborted_ranges`
 # (the agent's cache of a partition's aborted ranges holds about as many).
 MAX_CACHEABLE_ABORTED = 64
+# The maintenance task name under which an operator's "run a compaction pass now" is recorded
+# (`record_success`: its time is the request's); maintenance loops poll `last_successes` for it.
+COMPACTION_REQUEST_TASK = "compaction_requested"
 
 
 @dataclass(frozen=True)

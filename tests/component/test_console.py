@@ -31,7 +31,15 @@ from skiff.metadata.server.auth import TokenTable
 from skiff.metadata.server.console import queries
 from skiff.metadata.server.console.session import csrf_token
 from skiff.metadata.service import MetadataService
-from skiff.metadata.types import AgentInfo, BatchSpec, ChunkSpec, FileSpec, GroupOffset, Topic
+from skiff.metadata.types import (
+    COMPACTION_REQUEST_TASK,
+    AgentInfo,
+    BatchSpec,
+    ChunkSpec,
+    FileSpec,
+    GroupOffset,
+    Topic,
+)
 
 from tests.support.metadata_fixtures import T0_MS, FakeClock
 from tests.support.served_app import Served
@@ -278,6 +286,19 @@ def test_admin_alters_configs_and_deletes_a_topic(env: Env) -> None:
             "/console/actions/delete-topic", data={"csrf_token": token, "name": "demo", "confirm": "yes"}
         )
         assert env.service.describe_topics(["demo"]) == {}
+
+
+def test_admin_requests_a_compaction_pass(env: Env) -> None:
+    with signed_in(env, ADMIN_TOKEN) as http:
+        page = http.get("/console/compaction").text
+        form = {"csrf_token": csrf_of(page), "back": "/console/compaction"}
+        review = http.post("/console/actions/run-compaction", data=form).text
+        assert "Run a pass now" in review and COMPACTION_REQUEST_TASK not in env.service.last_successes()
+        done = http.post("/console/actions/run-compaction", data={**form, "confirm": "yes"})
+        assert done.status_code == 200 and "Requested" in done.text
+        assert COMPACTION_REQUEST_TASK in env.service.last_successes()
+    with signed_in(env, READER_TOKEN) as http:
+        assert 'id="run-compaction"' not in http.get("/console/compaction").text
 
 
 def test_reset_offsets_shows_the_dry_run_first(env: Env) -> None:
