@@ -370,4 +370,6 @@ async def test_an_agent_refuses_records_without_a_registered_id(agent: Any) -> N
     part = down.responses[0].partition_responses[0]
     assert part.error_code == ErrorCode.request_timed_out
     assert part.error_message.startswith("schema registry unavailable, records not validated:")
-    assert running.context.schemas.refused_records == {"orders": 2}
+    schemas = running.context.schemas
+    assert schemas.refused_records == {"orders": 2}  # skiff_schema_validation_refused_records_total
+    assert schemas.fetch_failures == 1 and schemas.hits["subject"] >= 2 and schemas.misses["subject"] >= 2
