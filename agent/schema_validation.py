@@ -30,9 +30,9 @@ again; the cache rate-limits what an unknown id may cost the registry.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from skiff.fileformat import codecs
 from skiff.fileformat.batch_header import (
@@ -105,36 +105,92 @@ def topic_rules(topic: Topic) -> SchemaRules | None:
 
 # --- the record walk --------------------------------------------------------------------
 
-Span = tuple[int, int]  # (position, length) of a key or value in the records; length -1: null
 
-
-def _uvarint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
-    b = data[pos]
-    if b < 0x80:
-        return b, pos + 1
-    return read_uvarint(data, pos, max_bytes)
-
-
-def record_spans(data: bytes, pos: int, count: int) -> tuple[list[Span], list[Span]]:
-    """The key and value spans of `count` records from `pos` (records the produce validator
-    accepted: lengths consistent). Only the lengths are read; headers are skipped whole."""
-    keys: list[Span] = []
-    values: list[Span] = []
+def record_heads(
+    data: bytes, pos: int, count: int, is_key: bool, spans: list[tuple[int, int]] | None = None
+) -> list[bytes | None]:
+    """The first 5 bytes of each record's key (`is_key`) or value from `pos`, None where it is
+    null (records the produce validator accepted: lengths consistent); with `spans`, each one's
+    (start, end) is appended to it too. Varints are read inline in their one-byte form (the
+    hot path: this walk is most of validation's cost); headers are skipped whole."""
+    heads: list[bytes | None] = []
+    append = heads.append
+    uvarint = read_uvarint
     for _ in range(count):
-        length, pos = _uvarint(data, pos, 5)
-        end = pos + (length >> 1)
-        _, p = _uvarint(data, pos + 1, 10)  # after attributes: the timestamp delta
-        _, p = _uvarint(data, p, 5)  # offset delta
-        n, p = _uvarint(data, p, 5)
-        if n == 1:  # zigzag -1: null
-            keys.append((p, -1))
+        v = data[pos]  # the record's length
+        if v < 0x80:
+            pos += 1
         else:
-            keys.append((p, n >> 1))
-            p += n >> 1
-        n, p = _uvarint(data, p, 5)
-        values.append((p, -1) if n == 1 else (p, n >> 1))
+            v, pos = uvarint(data, pos, 5)
+        end = pos + (v >> 1)
+        p = pos + 1  # after attributes: the timestamp delta and the offset delta
+        if data[p] < 0x80 and data[p + 1] < 0x80:
+            p += 2
+        else:
+            p = uvarint(data, uvarint(data, p, 10)[1], 5)[1]
+        v = data[p]  # key length (zigzag: 1 is -1, null)
+        if v < 0x80:
+            p += 1
+        else:
+            v, p = uvarint(data, p, 5)
+        if not is_key:
+            if v != 1:
+                p += v >> 1
+            v = data[p]  # value length
+            if v < 0x80:
+                p += 1
+            else:
+                v, p = uvarint(data, p, 5)
+        if v == 1:
+            append(None)
+        else:
+            n = v >> 1
+            append(data[p : p + (n if n < HEADER_BYTES else HEADER_BYTES)])
+        if spans is not None:
+            spans.append((p, p + (v >> 1)))
         pos = end
-    return keys, values
+    return heads
+
+
+def value_heads(data: bytes, pos: int, count: int) -> list[bytes | None]:
+    """`record_heads` of values, faster: the two-byte varint forms read inline (lengths of 64
+    to 8191 bytes), and the offset delta's size known without reading it (record i's is i:
+    the produce validator refused any other)."""
+    heads: list[bytes | None] = []
+    append = heads.append
+    uvarint = read_uvarint
+    for i in range(count):
+        v = data[pos]  # the record's length
+        if v < 0x80:
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            v = (v & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
+        else:
+            v, pos = uvarint(data, pos, 5)
+        end = pos + (v >> 1)
+        # after attributes: a one-byte timestamp delta (the common case) and offset delta i
+        if data[pos + 1] < 0x80:
+            p = pos + 2 + (1 if i < 64 else 2 if i < 8192 else 3 if i < 1048576 else 4)
+        else:
+            p = uvarint(data, uvarint(data, pos + 1, 10)[1], 5)[1]
+        v = data[p]  # key length (zigzag: 1 is -1, null)
+        if v < 0x80:
+            p += 1 + (v >> 1 if v != 1 else 0)
+        else:
+            v, p = uvarint(data, p, 5)
+            p += v >> 1
+        v = data[p]  # value length
+        if v < 0x80:
+            p += 1
+        elif data[p + 1] < 0x80:
+            v = (v & 0x7F) | (data[p + 1] << 7)
+            p += 2
+        else:
+            v, p = uvarint(data, p, 5)
+        append(None if v == 1 else data[p : p + (v >> 1 if v < 10 else HEADER_BYTES)])
+        pos = end
+    return heads
 
 
 def batch_records(
@@ -257,6 +313,10 @@ def records_rejected(errors: RecordErrors) -> str:
     )
 
 
+_MISSING: Any = object()
+_BY_MESSAGE: Any = object()  # a Protobuf schema under a record-name strategy: the message decides
+
+
 def check_batch(
     topic: str,
     rules: SchemaRules,
@@ -268,26 +328,19 @@ def check_batch(
 ) -> Verdict:
     """Decide one validated batch (see module doc)."""
     data, pos, count = batch_records(batch, max_decompressed_bytes)
-    keys, values = record_spans(data, pos, count)
     errors: list[tuple[int, str]] = []
     subjects: set[str] = set()
     ids: set[int] = set()
-    for side, strategy, spans in (("key", rules.key_strategy, keys), ("value", rules.value_strategy, values)):
-        if strategy is None:
-            continue
-        decide = _Decider(topic, side, strategy, data, registered, names)
-        for i, (p, n) in enumerate(spans):
-            if n < 0:
-                continue  # null: passes, as in Confluent Server
-            outcome = decide(p, n)
-            if outcome is None:
-                continue
-            if isinstance(outcome, str):
-                errors.append((i, outcome))
-            elif isinstance(outcome, int):
-                ids.add(outcome)
-            else:
-                subjects.add(outcome[0])
+    for is_key, strategy in ((True, rules.key_strategy), (False, rules.value_strategy)):
+        if strategy is not None:
+            decide = _Decider(topic, is_key, strategy, registered, names)
+            for i, outcome in decide.outcomes(data, pos, count):
+                if isinstance(outcome, str):
+                    errors.append((i, outcome))
+                elif isinstance(outcome, int):
+                    ids.add(outcome)
+                else:
+                    subjects.add(outcome[0])
     if subjects or ids:
         return Lookups(frozenset(subjects), frozenset(ids))
     if errors:
@@ -297,59 +350,80 @@ def check_batch(
     return None
 
 
+Outcome = None | str | int | tuple[str]
+"""One record side's: passes (None), refused (why), or waits for a fetch of a schema id's names
+(the id) or of a subject's ids (a 1-tuple)."""
+
+
 class _Decider:
-    """One side's outcome per record header, memoized per header (records of a batch share a
-    few ids): None (passes), a str (why it is refused), an int (fetch this schema id's names)
-    or a 1-tuple (fetch this subject's ids)."""
+    """One side's outcome per record header (memoized by the caller) and per Protobuf message."""
 
     def __init__(
-        self, topic: str, side: str, strategy: str, data: bytes, registered: Registered, names: NamesById
+        self, topic: str, is_key: bool, strategy: str, registered: Registered, names: NamesById
     ) -> None:
         self.topic = topic
-        self.side = side
-        self.is_key = side == "key"
+        self.side = "key" if is_key else "value"
+        self.is_key = is_key
         self.strategy = strategy
-        self.data = data
         self.registered = registered
         self.names = names
         self.by_topic = strategy == TOPIC_NAME_STRATEGY
-        self.memo: dict[Any, None | str | int | tuple[str]] = {}
+        self.memo: dict[bytes, Any] = {}  # by header: records of a batch share a few schema ids
+        self.by_index: dict[tuple[int, tuple[int, ...]], Outcome] = {}
 
-    def __call__(self, p: int, n: int) -> None | str | int | tuple[str]:
-        data = self.data
-        if n < HEADER_BYTES or data[p] != MAGIC_BYTE:
-            return self._no_header(p, n)
-        schema_id = int.from_bytes(data[p + 1 : p + HEADER_BYTES])
-        key: Any = schema_id
-        names: SchemaNames | None = None
-        if not self.by_topic:
-            names = self.names(schema_id)
-            if names is None:
-                return schema_id
-            if names.schema_type == "PROTOBUF" and names.error is None:
-                try:
-                    key = (schema_id, message_indexes(data, p + HEADER_BYTES, p + n))
-                except ValueError as e:
-                    return (
-                        f"{self.side} with schema id {schema_id} has malformed Protobuf message indexes ({e})"
-                    )
-        if key in self.memo:
-            return self.memo[key]
-        outcome = self.memo[key] = self._decide(schema_id, key, names)
-        return outcome
+    def outcomes(self, data: bytes, pos: int, count: int) -> Iterator[tuple[int, str | int | tuple[str]]]:
+        """(batch index, outcome) of each record that does not simply pass."""
+        memo = self.memo
+        spans: list[tuple[int, int]] | None = None  # where each record's key/value is: Protobuf only
+        heads = record_heads(data, pos, count, True) if self.is_key else value_heads(data, pos, count)
+        for i, head in enumerate(heads):
+            if head is None:
+                continue  # null: passes, as in Confluent Server
+            outcome = memo.get(head, _MISSING)
+            if outcome is _MISSING:
+                outcome = memo[head] = self.by_header(head)
+            if outcome is _BY_MESSAGE:
+                if spans is None:  # walked again, once, for the message indexes
+                    spans = []
+                    record_heads(data, pos, count, self.is_key, spans)
+                outcome = self.by_message(head, data, *spans[i])
+            if outcome is not None:
+                yield i, outcome
 
-    def _no_header(self, p: int, n: int) -> str:
-        if n < HEADER_BYTES:
-            return f"{self.side} of {n} bytes has no schema id (the wire format starts with 5 bytes)"
-        return f"{self.side} has no schema id: it starts with byte {self.data[p]}, not the magic byte 0"
+    def by_header(self, head: bytes) -> Any:
+        """An `Outcome` from the 5-byte header alone, or _BY_MESSAGE."""
+        if len(head) < HEADER_BYTES:
+            return f"{self.side} of {len(head)} bytes has no schema id (the wire format starts with 5 bytes)"
+        if head[0] != MAGIC_BYTE:
+            return f"{self.side} has no schema id: it starts with byte {head[0]}, not the magic byte 0"
+        schema_id = int.from_bytes(head[1:])
+        if self.by_topic:
+            return self._decide(schema_id, None)
+        names = self.names(schema_id)
+        if names is None:
+            return schema_id
+        if names.schema_type == "PROTOBUF" and names.error is None:
+            return _BY_MESSAGE
+        return self._decide(schema_id, names)
 
-    def _decide(self, schema_id: int, key: Any, names: SchemaNames | None) -> None | str | tuple[str]:
+    def by_message(self, head: bytes, data: bytes, start: int, end: int) -> Outcome:
+        """The `Outcome` of a Protobuf record: its message indexes name the record."""
+        schema_id = int.from_bytes(head[1:])
+        try:
+            indexes = message_indexes(data, start + HEADER_BYTES, end)
+        except ValueError as e:
+            return f"{self.side} with schema id {schema_id} has malformed Protobuf message indexes ({e})"
+        key = (schema_id, indexes)
+        outcome = self.by_index.get(key, _MISSING)
+        if outcome is _MISSING:
+            outcome = self.by_index[key] = self._decide(schema_id, self.names(schema_id), indexes)
+        return cast(Outcome, outcome)
+
+    def _decide(self, schema_id: int, names: SchemaNames | None, indexes: tuple[int, ...] = ()) -> Outcome:
         record_name = None
         if names is not None:
-            if names.error is not None:
-                return f"{self.side} schema id {schema_id}: {names.error}"
             try:
-                record_name = names.record_name(key[1] if isinstance(key, tuple) else ())
+                record_name = names.record_name(indexes)
             except ValueError as e:
                 return f"{self.side} schema id {schema_id}: {e}"
         subject = subject_name(self.strategy, self.topic, self.is_key, record_name)

@@ -7,6 +7,7 @@ TCP refusing and accepting batches on a topic that validates (registry in the sa
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from skiff.agent.schema_validation import (
     check_batch,
     message_indexes,
     names_of,
-    record_spans,
+    record_heads,
     rules_from_configs,
     subject_name,
 )
@@ -109,15 +110,41 @@ def test_topic_configs_are_known_normalized_and_described() -> None:
 
 
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD, Compression.GZIP, Compression.LZ4])
-def test_record_spans_find_keys_and_values_with_headers_and_nulls(codec: Compression) -> None:
+def test_record_heads_of_keys_and_values_with_headers_and_nulls(codec: Compression) -> None:
     from skiff.agent.schema_validation import batch_records
 
     raw = batch([framed(1), None, b"x" * 300], keys=[None, b"key", b"k2"], compression=codec)
     data, pos, count = batch_records(raw)
     assert count == 3 and (pos == BATCH_HEADER_SIZE) == (codec == Compression.NONE)
-    keys, values = record_spans(data, pos, count)
-    assert [None if n < 0 else data[p : p + n] for p, n in keys] == [None, b"key", b"k2"]
-    assert [None if n < 0 else data[p : p + n] for p, n in values] == [framed(1), None, b"x" * 300]
+    assert record_heads(data, pos, count, is_key=True) == [None, b"key", b"k2"]
+    spans: list[tuple[int, int]] = []
+    assert record_heads(data, pos, count, is_key=False, spans=spans) == [framed(1)[:5], None, b"xxxxx"]
+    assert [data[a:b] for a, b in spans] == [framed(1), b"", b"x" * 300]
+
+
+def test_the_fast_value_walk_agrees_with_the_general_one() -> None:
+    """value_heads reads two-byte varints inline and infers offset delta sizes: check it on
+    lengths and offsets around every varint size boundary, nulls, headers, timestamps apart."""
+    from skiff.agent.schema_validation import batch_records, value_heads
+
+    rng = random.Random(7)
+    for n in (1, 5, 64, 65, 300, 8193):
+        records = [
+            Record(
+                i,
+                1_700_000_000_000 + rng.choice([0, 63, 64, 100_000]),
+                rng.choice([None, b"", rng.randbytes(rng.choice([1, 70, 200]))]),
+                rng.choice(
+                    [None, b"", b"\x00\x01", rng.randbytes(rng.choice([3, 5, 63, 64, 8191, 8192, 20_000]))]
+                ),
+                rng.choice([(), (("a", b"x"),)]),
+            )
+            for i in range(n)
+        ]
+        for codec in (Compression.NONE, Compression.ZSTD):
+            data, pos, count = batch_records(build_batch(records, compression=codec))
+            expected = [None if r.value is None else r.value[:5] for r in records]
+            assert value_heads(data, pos, count) == record_heads(data, pos, count, False) == expected
 
 
 def test_message_indexes() -> None:
