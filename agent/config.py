@@ -155,6 +155,13 @@ class AgentConfig:
         default="sqlite:///./skiff-data/metadata.db",
         metadata={"help": "http(s)://host:port of `skiff metadata`, or a database URL to embed metadata"},
     )
+    advertised_metadata_url: str | None = field(
+        default=None,
+        metadata={
+            "help": "metadata URL told to admin tools that name this agent (--bootstrap-server; broker "
+            "config skiff.metadata.url); default: metadata_url if http(s)"
+        },
+    )
 
     # --- Kafka protocol server ------------------------------------------------------
     max_request_bytes: int = field(
@@ -538,6 +545,19 @@ class AgentConfig:
             advertised_host=self.advertised_host,
             advertised_port=self.advertised_port,
         )
+
+    def public_metadata_url(self) -> str:
+        """What admin tools are told (`advertised_metadata_url`, else an http(s) metadata_url
+        without its user:password part); "" for an embedded database, which is never told."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        url = self.advertised_metadata_url or self.metadata_url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            return ""
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        return urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
 
     def resolved_advertised_host(self) -> str:
         if self.advertised_host:

@@ -252,6 +252,15 @@ AGENT_METRIC_DOCS: tuple[MetricDoc, ...] = (
         "aimed at `flush_interval_ms` (250 ms by default); buckets 1 ms to 10 s",
     ),
     MetricDoc(
+        ("skiff_produce_append_latency_seconds",),
+        "histogram",
+        "",
+        "end-to-end append latency of CreateTime batches: from each batch's oldest record timestamp (the "
+        "producer's clock) to the commit of the file holding it (the agent's clock; skew making it negative "
+        "counts as 0); producer linger and batching included; LogAppendTime batches are not observed; "
+        "buckets 1 ms to 300 s",
+    ),
+    MetricDoc(
         ("skiff_fetch_latency_seconds",),
         "histogram",
         "",

@@ -52,6 +52,8 @@ process in tests share them), observed where the time is known:
 
 - `skiff_produce_ack_latency_seconds{acks}` (`0`, `1`, `all`): from the Produce handler
   receiving the decoded request to its response being ready (acks=0: the append);
+- `skiff_produce_append_latency_seconds`: CreateTime batches, their oldest record's timestamp
+  to the commit of their file (the produce buffer, after the commit);
 - `skiff_fetch_latency_seconds`: the Fetch handler, long-poll wait included;
 - `skiff_object_store_request_duration_seconds{operation}` (`put`, `get`, `range`,
   `stream`, `delete`, `list`, `head`, `create`): the agent's store calls (`TimedStore`
@@ -149,8 +151,16 @@ PRODUCE_FILE_RECORDS = Histogram(
     buckets=FILE_RECORDS_BUCKETS,
     registry=None,
 )
+APPEND_LATENCY_BUCKETS_S = (*FETCH_BUCKETS_S, 60.0, 300.0)
+PRODUCE_APPEND_LATENCY = Histogram(
+    "skiff_produce_append_latency_seconds",
+    "CreateTime batches: from the oldest record's timestamp to the commit of the file holding it",
+    buckets=APPEND_LATENCY_BUCKETS_S,
+    registry=None,
+)
 HISTOGRAMS = (
     PRODUCE_ACK_LATENCY,
+    PRODUCE_APPEND_LATENCY,
     FETCH_LATENCY,
     OBJECT_STORE_LATENCY,
     METADATA_CALL_LATENCY,
@@ -178,6 +188,14 @@ def observe_file(size_bytes: int, records: int) -> None:
     """One committed segment file."""
     PRODUCE_FILE_SIZE.observe(size_bytes)
     PRODUCE_FILE_RECORDS.observe(records)
+
+
+def observe_append(now_ms: int, oldest_timestamps_ms: Iterable[int]) -> None:
+    """CreateTime batches just committed: end-to-end append latency, each batch's oldest record's
+    timestamp (the producer's clock) to `now_ms` (the agent's); a client clock ahead of the
+    agent's counts as 0, not as a negative latency."""
+    for ts in oldest_timestamps_ms:
+        PRODUCE_APPEND_LATENCY.observe(max(0, now_ms - ts) / 1000.0)
 
 
 def instrument_metadata_client(metadata: object) -> None:

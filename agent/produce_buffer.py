@@ -52,7 +52,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from skiff.agent.metrics import observe_file
+from skiff.agent.metrics import observe_append, observe_file
 from skiff.agent.seal_deadline import SealDeadline, waited_s
 from skiff.fileformat.segment import ChunkInput, ChunkPlacement, build_segment
 from skiff.metadata.errors import (
@@ -498,8 +498,11 @@ class ProduceBuffer:
         self.bytes_flushed += len(data)
         observe_file(len(data), sum(i.record_count for i in inputs))
         outcomes: dict[asyncio.Future[BatchResult], BatchResult] = {}
+        append_ms: list[int] = []  # CreateTime batches committed: their oldest timestamps
         for (topic_id, partition), result in zip(keys, results, strict=True):
             pending = open_file.entries[(topic_id, partition)]
+            if not result.error_code:
+                append_ms.extend(b.min_timestamp for b, _ in pending if b.timestamp_type == 0)
             for i, (_, fut) in enumerate(pending):
                 if result.error_code and not result.batches:
                     outcomes[fut] = BatchResult(
@@ -507,6 +510,7 @@ class ProduceBuffer:
                     )
                 else:
                     outcomes[fut] = result.batches[i]
+        observe_append(self._wall_clock_ms(), append_ms)
         if self._on_committed is not None:  # before the acks: a fetch after an ack finds the new chunks
             committed = CommittedFile(key, data, tuple(placements), tuple(results), tuple(chunk_specs))
             try:

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from skiff.agent.agent_registry import AgentIdInUse, AgentRegistry
+from skiff.agent.bucket_claim import BUCKET_CLAIM_EVERY_HEARTBEATS, BucketClaim, claim_bucket_at_start
 from skiff.agent.chunk_cache import ChunkLocationCache
 from skiff.agent.commit_watch import CommitWatch
 from skiff.agent.config import AgentConfig, env_var
@@ -480,6 +481,11 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
         if refused is not None:
             await metadata.close()
             raise SystemExit(f"skiff agent: cannot start: the metadata service refused: {refused}")
+        bucket_url = absolute_bucket_url(config.bucket_url)
+        other_bucket = await claim_bucket_at_start(metadata, bucket_url)
+        if other_bucket is not None:
+            await metadata.close()
+            raise SystemExit(f"skiff agent: cannot start: {other_bucket}")
         store = open_agent_store(config)
         try:
             agent = await start_agent(config, metadata, store)
@@ -487,7 +493,12 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
             await store.close()
             await metadata.close()
             raise SystemExit(f"skiff agent: cannot start: {e}") from None
-        start_background(agent, background, absolute_bucket_url(config.bucket_url))
+        claims = BucketClaim(
+            metadata, bucket_url, config.heartbeat_interval_ms * BUCKET_CLAIM_EVERY_HEARTBEATS
+        )
+        claims.start()
+        agent.background.append(claims)
+        start_background(agent, background, bucket_url)
         gc.freeze()  # start-up objects never die: keep full collections short (tail latency)
         gc.set_threshold(*GC_THRESHOLDS)
         if config.metrics_port:
@@ -583,6 +594,10 @@ def run_playground(
     # Kafka port by start_agent; a clash raises OSError(EADDRINUSE) before "is up".
     http_socket = _bind_listening_socket(host, metadata_port)
     metadata_port = http_socket.getsockname()[1]
+    if not config.advertised_metadata_url:  # what `--bootstrap-server` admin commands are told
+        advertised = config.resolved_advertised_host()
+        advertised = f"[{advertised}]" if ":" in advertised else advertised
+        config = config.replace(advertised_metadata_url=f"http://{advertised}:{metadata_port}")
 
     async def main() -> bool:
         service = MetadataService.from_url(db_url, bucket_url=bucket_url)
@@ -609,6 +624,7 @@ def run_playground(
             f"Skiff playground is up.\n"
             f"  Kafka bootstrap:  {config.resolved_advertised_host()}:{agent.port}\n"
             f"  metadata API:     http://{host}:{metadata_port}/docs\n"
+            f"  web console:      http://{host}:{metadata_port}/console\n"
             f"  data directory:   {root}\n"
             f"Try:  echo hello | kcat -b localhost:{agent.port} -t demo -P\n"
             f"      kcat -b localhost:{agent.port} -t demo -C -e\n"
@@ -619,14 +635,28 @@ def run_playground(
             agent.serve_health(host, config.metrics_port)
         try:
             await _wait_for_stop_signal()
-            # The agent drains first (its commits go through the service in this process,
-            # not through the HTTP API), then the metadata API stops.
+            # Background roles stop first, while the listener still answers: the demo's
+            # clients (skiff.cli.demo) leave their group and flush at once instead of
+            # waiting on a closed listener. Then the agent drains (its commits go through
+            # the service in this process, not through the HTTP API), then the metadata API.
+            await _close_background(agent, config.shutdown_timeout_ms)
             clean = await agent.shutdown()
         finally:
             await _stop_http(http, http_task)
         return clean
 
     return 0 if run_until_exit(main()) else 1
+
+
+async def _close_background(agent: RunningAgent, timeout_ms: int) -> None:
+    """Close the background roles within `timeout_ms` (what is left is the drain's)."""
+    tasks, agent.background = list(agent.background), []
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            for task in tasks:
+                await task.close()
+    except TimeoutError:
+        log.warning("background roles still closing after %d ms; the drain goes on", timeout_ms)
 
 
 async def _stop_http(http: Any, task: asyncio.Task[Any], timeout_s: float = 2.0) -> None:

@@ -1,12 +1,13 @@
 """The `skiff` command: one binary that can play every role.
 
-    skiff playground [--data-dir DIR] [--port 9092] [--metadata-port 9093]
+    skiff playground [--data-dir DIR] [--port 9092] [--metadata-port 9093] [--demo]
     skiff agent --bucket URL --metadata URL [--port 9092] [--advertised-host H] [--zone Z] ...
     skiff metadata --db URL [--host H] [--port 9093] [--bucket URL] [--tokens-file PATH]
                    [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--[no-]commit-verify-objects]
     skiff inspect PATH_OR_URL [--verify] [--json] [--metadata URL [--key KEY]]
     skiff compact --metadata URL [--bucket URL] [--once] [--topic T] [--dry-run] [--json]
     skiff users {list,create,delete} --metadata URL [--mechanism M] [--password P | --password-file F]
+    skiff schemas {list,get,register,check,delete,config,mode} --metadata URL ...
     skiff topics list|describe|create|alter|delete ... [--metadata URL] [--json]
     skiff groups list|describe|reset-offsets|delete ... [--metadata URL] [--json]
 
@@ -78,6 +79,14 @@ def _build_parser() -> argparse.ArgumentParser:
         " default: %(default)s)",
     )
 
+    pg.add_argument(
+        "--demo",
+        action="store_true",
+        default=os.environ.get("SKIFF_PLAYGROUND_DEMO", "").lower() in ("1", "true", "yes"),
+        help="also produce sample data into demo-orders, demo-clicks and demo-customers (compacted)"
+        " and run the consumer group demo-dashboard (env SKIFF_PLAYGROUND_DEMO=1; default: off)",
+    )
+
     ag = sub.add_parser("agent", help="run one Kafka protocol agent")
     config.add_arguments(ag)
     ag.add_argument(
@@ -128,7 +137,8 @@ def _build_parser() -> argparse.ArgumentParser:
         dest="bucket_url",
         default=os.environ.get("SKIFF_BUCKET_URL") or None,
         help="the bucket URL the agents write to, told to readers such as Spark (GET /v1/cluster)"
-        " (env SKIFF_BUCKET_URL; default: unset)",
+        " (env SKIFF_BUCKET_URL; default: unset, learned from the first agent that registers; an agent"
+        " writing elsewhere is refused)",
     )
     md.add_argument(
         "--tokens-file",
@@ -181,6 +191,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from skiff.cli.users import add_parser as add_users_parser
 
     add_users_parser(sub)  # `skiff users` (SCRAM users); dispatched through args.run
+    from skiff.cli.schemas import add_parser as add_schemas_parser
+
+    add_schemas_parser(sub)  # `skiff schemas` (the schema registry); dispatched through args.run
 
     from skiff.cli import groups, topics
 
@@ -221,7 +234,7 @@ def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
     return role
 
 
-_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "users"})
+_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "users", "schemas"})
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -390,13 +403,29 @@ def _run_playground(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
     check_ports_free(args.host, [("Kafka port", args.port), ("metadata port", args.metadata_port)])
     interval_ms = args.compaction_interval_ms
+    background = [_maintenance(interval_ms, "playground")] if interval_ms > 0 else []
+    if args.demo:
+        background.append(_demo(args.host, args.port))
     return run_playground(
         data_dir=args.data_dir,
         host=args.host,
         port=args.port,
         metadata_port=args.metadata_port,
-        background=[_maintenance(interval_ms, "playground")] if interval_ms > 0 else [],
+        background=background,
     )
+
+
+def _demo(host: str, port: int) -> BackgroundRole:
+    """`--demo`: sample traffic into the playground's own listener (skiff.cli.demo)."""
+    local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    bootstrap = f"[{local}]:{port}" if ":" in local else f"{local}:{port}"
+
+    def role(md: MetadataClient, bucket_url: str) -> BackgroundTask:
+        from skiff.cli.demo import DemoTraffic
+
+        return DemoTraffic(bootstrap)
+
+    return role
 
 
 _COMMANDS: dict[str, Callable[[argparse.ArgumentParser, argparse.Namespace], int]] = {

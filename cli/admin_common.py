@@ -1,5 +1,6 @@
-"""What `skiff topics` and `skiff groups` share: the metadata connection flags, running
-one async command with clear failures, and output as a rich table or as JSON.
+"""What `skiff topics`, `groups` and `users` share: the cluster flags (`--metadata` or
+`--bootstrap-server`, resolved flag > env > profile > default: skiff.cli.profile), running
+one command with clear failures, and output as a rich table or as JSON.
 
 Tables print to stdout without colour when stdout is not a terminal, with every cell in
 full (no truncation or wrapping: scripts cut columns as they do Kafka's tools' output).
@@ -13,16 +14,14 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from skiff.cli.bootstrap import metadata_url_from_agent
 from skiff.cli.errors import CommandError
+from skiff.cli.profile import DEFAULT_METADATA_URL, DEFAULT_TIMEOUT_MS, Connection, resolve
 from skiff.metadata.wire.operations import MetadataClient
-
-DEFAULT_METADATA_URL = "http://127.0.0.1:9093"
-
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CommandError",
     "add_connection_arguments",
+    "connect",
     "print_json",
     "print_table",
     "run_command",
@@ -37,20 +37,76 @@ __all__ = [
 ]
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+_PRECEDENCE = "flag > env > profile > default; profile: $XDG_CONFIG_HOME/skiff/config.toml"
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    """The cluster flags of every admin command; their values are resolved after parsing
+    (skiff.cli.profile: flag > env > profile > default), so a missing or broken profile is
+    one line from the command, not a failure to build the parser."""
     parser.add_argument(
         "--metadata",
         dest="metadata_url",
-        default=os.environ.get("SKIFF_METADATA_URL", DEFAULT_METADATA_URL),
-        help=f"metadata service URL (or a database URL); default $SKIFF_METADATA_URL or {DEFAULT_METADATA_URL}",
+        default=None,
+        metavar="URL",
+        help="metadata service URL (or a database URL) (env SKIFF_METADATA_URL, profile metadata_url;"
+        f" default: {DEFAULT_METADATA_URL}; {_PRECEDENCE})",
+    )
+    parser.add_argument(
+        "--bootstrap-server",
+        default=None,
+        metavar="HOST:PORT",
+        help="an agent's Kafka address instead of --metadata: the command asks it for the metadata URL"
+        " (env SKIFF_BOOTSTRAP_SERVER, profile bootstrap_server; default: unset)",
+    )
+    parser.add_argument(
+        "--command-config",
+        default=None,
+        metavar="FILE",
+        help="Kafka client properties (key=value) for talking to agents, as Kafka's tools take"
+        " (profile table [kafka]; default: unset)",
+    )
+    parser.add_argument(
+        "--metadata-token-file",
+        default=None,
+        metavar="FILE",
+        help="file holding the metadata bearer token (env SKIFF_METADATA_TOKEN_FILE, or the token in"
+        " SKIFF_METADATA_TOKEN; profile metadata_token_file; default: unset)",
+    )
+    parser.add_argument(
+        "--metadata-ca-file",
+        default=None,
+        metavar="PEM",
+        help="CA bundle of an https:// metadata service (env SKIFF_METADATA_CA_FILE, profile"
+        " metadata_ca_file; default: the system's)",
     )
     parser.add_argument(
         "--timeout-ms",
         type=int,
-        default=int(os.environ.get("SKIFF_METADATA_TIMEOUT_MS", "10000")),
-        help="timeout of one call to the metadata service (env SKIFF_METADATA_TIMEOUT_MS; default: %(default)s)",
+        default=None,
+        help="timeout of one call to metadata or an agent (env SKIFF_METADATA_TIMEOUT_MS, profile"
+        f" timeout_ms; default: {DEFAULT_TIMEOUT_MS})",
     )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def connect(args: argparse.Namespace) -> tuple[Connection, str, dict[str, Any]]:
+    """The resolved connection, the metadata URL (asked of the agent for a bootstrap
+    server) and the metadata client's credential arguments; the connection is kept on
+    `args.connection` for commands that also talk to agents."""
+    conn = resolve(args)
+    url = conn.metadata_url
+    if url is None:
+        assert conn.bootstrap_server is not None
+        url = metadata_url_from_agent(conn.bootstrap_server, conn.kafka_config, conn.timeout_ms)
+    creds: dict[str, Any] = {}
+    if conn.token_file:
+        creds["token_file"] = conn.token_file
+    if conn.ca_file:
+        creds["ca_file"] = conn.ca_file
+    args.connection = conn
+    return conn, url, creds
 
 
 def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataClient], Awaitable[int]]) -> int:
@@ -60,9 +116,10 @@ def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataCli
 
     for logger in ("httpx", "httpcore"):  # one INFO line per call is noise here
         logging.getLogger(logger).setLevel(logging.WARNING)
+    conn, url, creds = connect(args)
 
     async def main() -> int:
-        client = open_metadata_client(args.metadata_url, timeout_s=args.timeout_ms / 1000)
+        client = open_metadata_client(url, timeout_s=conn.timeout_ms / 1000, **creds)
         try:
             return await body(client)
         finally:

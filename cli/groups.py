@@ -19,13 +19,15 @@ Reset, as Kafka's rule: only while the group has no active members (else exit 1 
 Kafka's message); the dry run (the default, as Kafka's) prints the plan and changes
 nothing. Targets: `--to-earliest` the log start offset, `--to-latest` the log end offset,
 `--to-datetime` the first offset whose timestamp is at or after it (the log end if none;
-an ISO 8601 time without a zone is taken as UTC), `--to-offset` clamped into
+an ISO 8601 time without a zone is taken as UTC), asked of an agent as Kafka's tool does
+(ListOffsets by timestamp: exact to the record, `offsets_at_time`), `--to-offset` clamped into
 [log start, log end] as Kafka does.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import struct
@@ -40,9 +42,13 @@ from skiff.cli.admin_common import (
     print_table,
     run_command,
 )
+from skiff.cli.bootstrap import offsets_for_times
+from skiff.cli.profile import DEFAULT_TIMEOUT_MS, Connection
 from skiff.metadata.errors import NON_EMPTY_GROUP, MetadataError
-from skiff.metadata.types import GroupOffset, OffsetQuery, PartitionKey, StoredGroup, Topic
+from skiff.metadata.types import GroupOffset, PartitionKey, StoredGroup, Topic
 from skiff.metadata.wire.operations import MetadataClient
+
+MAX_BOOTSTRAP_AGENTS = 3  # librdkafka needs one; a few survive one being down
 
 
 def add_parser(sub: Any) -> None:
@@ -373,9 +379,7 @@ async def plan_reset(md: MetadataClient, args: argparse.Namespace) -> list[dict[
     committed = {(o.topic, o.partition): o.offset for o in await md.fetch_offsets(args.group, list(wanted))}
     at_time: dict[tuple[str, int], int] = {}
     if args.to_datetime is not None:
-        ts = parse_datetime_ms(args.to_datetime)
-        answers = await md.list_offsets([OffsetQuery(t.topic_id, p, ts) for t, p in keys])
-        at_time = {(t.name, p): a.offset for (t, p), a in zip(keys, answers, strict=True) if not a.error_code}
+        at_time = await offsets_at_time(md, args, keys, parse_datetime_ms(args.to_datetime))
     plan = []
     for t, p in keys:
         start, end = ends[(t.name, p)]
@@ -398,6 +402,25 @@ async def plan_reset(md: MetadataClient, args: argparse.Namespace) -> list[dict[
             }
         )
     return plan
+
+
+async def offsets_at_time(
+    md: MetadataClient, args: argparse.Namespace, keys: list[tuple[Topic, int]], ts_ms: int
+) -> dict[tuple[str, int], int]:
+    """Kafka's lookup (ListOffsets by timestamp) through an agent: exact to the record, as
+    the agent reads the chunk metadata names (metadata alone answers to the chunk). The
+    agent is the `--bootstrap-server`, else the live ready agents metadata lists."""
+    conn: Connection | None = getattr(args, "connection", None)
+    bootstrap = conn.bootstrap_server if conn is not None else None
+    if not bootstrap:
+        agents = [a for a in await md.live_agents() if a.ready]
+        if not agents:
+            raise CommandError("--to-datetime asks an agent (ListOffsets by timestamp), and no agent is live")
+        bootstrap = ",".join(f"{a.host}:{a.port}" for a in agents[:MAX_BOOTSTRAP_AGENTS])
+    queries = [(t.name, p, ts_ms) for t, p in keys]
+    kafka_config = conn.kafka_config if conn is not None else {}
+    timeout_ms = conn.timeout_ms if conn is not None else DEFAULT_TIMEOUT_MS
+    return await asyncio.to_thread(offsets_for_times, bootstrap, kafka_config, timeout_ms, queries)
 
 
 async def _reset(md: MetadataClient, args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@ broker.
     skiff topics delete T
 
 Leaders are computed as agents compute them (rendezvous hashing of the partition over the
-live agents, `agent.routing`); configs are the ones set on the topic (defaults are not
+live agents, `agent.routing`) and shown by the agent's name (its `agent_id`, as groups show
+their coordinator), with the node id Kafka clients are told beside it; configs are the ones set on the topic (defaults are not
 listed, as Kafka's `Configs:` shows only overrides). Every subcommand takes `--json`.
 """
 
@@ -99,7 +100,8 @@ async def _list(md: MetadataClient, args: argparse.Namespace) -> int:
 
 
 async def describe_topics(md: MetadataClient, names: list[str]) -> list[dict[str, Any]]:
-    """Each topic with its partitions' leader (node id), log start and log end offsets."""
+    """Each topic with its partitions' leader (the agent's name, and the node id Kafka
+    clients see), log start and log end offsets."""
     if names:
         found = await md.describe_topics(names)
         missing = [n for n in names if n not in found]
@@ -122,7 +124,8 @@ async def describe_topics(md: MetadataClient, names: list[str]) -> list[dict[str
             partitions.append(
                 {
                     "partition": p,
-                    "leader": None if leader is None else node_ids[leader],
+                    "leader": leader,  # the agent's name, as groups show their coordinator
+                    "leader_node_id": None if leader is None else node_ids[leader],
                     "log_start_offset": st.log_start_offset,
                     "log_end_offset": st.high_watermark,
                 }
@@ -143,9 +146,9 @@ async def _describe(md: MetadataClient, args: argparse.Namespace) -> int:
             f"\tConfigs: {configs}"
         )
         print_table(
-            ["PARTITION", "LEADER", "LOG-START-OFFSET", "LOG-END-OFFSET"],
+            ["PARTITION", "LEADER", "NODE-ID", "LOG-START-OFFSET", "LOG-END-OFFSET"],
             [
-                (p["partition"], p["leader"], p["log_start_offset"], p["log_end_offset"])
+                (p["partition"], p["leader"], p["leader_node_id"], p["log_start_offset"], p["log_end_offset"])
                 for p in t["partitions"]
             ],
         )

@@ -1,9 +1,9 @@
 """`skiff users`: SCRAM users in metadata (what SASL/PLAIN and SASL/SCRAM logins check).
 
-    skiff users list   --metadata URL [--json]
-    skiff users create NAME --metadata URL [--mechanism SCRAM-SHA-256|SCRAM-SHA-512]...
+    skiff users list   [--metadata URL | --bootstrap-server H:P] [--json]
+    skiff users create NAME [...] [--mechanism SCRAM-SHA-256|SCRAM-SHA-512]...
                        [--password P | --password-file FILE] [--iterations N]
-    skiff users delete NAME --metadata URL [--mechanism M]...
+    skiff users delete NAME [...] [--mechanism M]...
 
 `create` salts and derives the credential here (`metadata.security.scram_types.make_credential`:
 random 32-byte salt, PBKDF2 with `--iterations`, default 8192) and sends only salt,
@@ -14,9 +14,10 @@ line of `--password-file` (`-`: standard input), else `SKIFF_USER_PASSWORD`, els
 `delete` without `--mechanism` removes every credential of the user. Agents see a change
 within their `scram_credential_cache_ms` (5 s by default).
 
-`--metadata` is the metadata service URL (http://...) or a database URL; default
-`SKIFF_METADATA_URL`. Exit status 0 on success, 1 when metadata refuses (message on
-stderr), 2 on usage errors.
+The cluster is `--metadata` (the metadata service URL, http://..., or a database URL) or
+`--bootstrap-server` (an agent, asked for the metadata URL), from the flag, `SKIFF_*`, or
+the profile (skiff.cli.profile). Exit status 0 on success, 1 when metadata refuses
+(message on stderr), 2 on usage errors.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import sys
 from typing import Any
 
 from rich.table import Table
-from skiff.cli.admin_common import stdout_console
+from skiff.cli.admin_common import add_connection_arguments, connect, stdout_console
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.security.scram_types import DEFAULT_ITERATIONS, MECHANISM_CODES, make_credential
 
@@ -40,12 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     ops = p.add_subparsers(dest="users_command", required=True)
 
     def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument(
-            "--metadata",
-            dest="metadata_url",
-            default=os.environ.get("SKIFF_METADATA_URL"),
-            help="metadata service URL (http://host:port) or database URL [env SKIFF_METADATA_URL]",
-        )
+        add_connection_arguments(q, json_flag=False)  # --metadata or --bootstrap-server (cli.profile)
 
     ls = ops.add_parser("list", help="users and their SCRAM mechanisms")
     common(ls)
@@ -132,12 +128,9 @@ def _run(args: argparse.Namespace, md: Any) -> int:
 def run_users(args: argparse.Namespace) -> int:
     from skiff.metadata.wire.connect import open_sync_metadata_client
 
-    if not args.metadata_url:
-        print("skiff users: --metadata (or SKIFF_METADATA_URL) is required", file=sys.stderr)
-        return 2
-
     def main() -> int:
-        md = open_sync_metadata_client(args.metadata_url)
+        conn, url, creds = connect(args)
+        md = open_sync_metadata_client(url, timeout_s=conn.timeout_ms / 1000, **creds)
         try:
             return _run(args, md)
         finally:

@@ -26,7 +26,8 @@ the playground use the default.
 
 After each successful run the task's time is recorded in metadata (`record_success`:
 "gc" / "orphans"); metadata's /metrics reports its age
-(`skiff_maintenance_last_success_age_seconds{task=...}`).
+(`skiff_maintenance_last_success_age_seconds{task=...}`). Each batch deleted is logged at
+DEBUG; the maintenance pass logs one INFO summary when anything was (compactor.runner).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class GarbageCollector:
             await asyncio.to_thread(self._store.delete_many, [c.object_key for c in claimed])
             await self._md.forget_files(self.token, [c.file_id for c in claimed])
             deleted += len(claimed)
-            log.info("gc: deleted %d file(s)", len(claimed))
+            log.debug("gc: deleted %d file(s)", len(claimed))
         self.stats.files_deleted += deleted
         await self._md.record_success("gc")
         return deleted
@@ -153,7 +154,7 @@ class GarbageCollector:
                 await self._limiter.acquire(len(gone_probes))
                 await asyncio.to_thread(self._store.delete_many, gone_probes)
                 deleted += len(gone_probes)
-                log.info("gc: deleted %d readiness probe object(s) of gone agents", len(gone_probes))
+                log.debug("gc: deleted %d readiness probe object(s) of gone agents", len(gone_probes))
             if not old:
                 continue
             unknown = await self._md.unknown_object_keys(sorted(old))
@@ -161,7 +162,7 @@ class GarbageCollector:
                 await self._limiter.acquire(len(unknown))
                 await asyncio.to_thread(self._store.delete_many, unknown)
                 deleted += len(unknown)
-                log.info("gc: deleted %d orphan object(s)", len(unknown))
+                log.debug("gc: deleted %d orphan object(s)", len(unknown))
         self.stats.orphans_deleted += deleted
         await self._md.record_success("orphans")
         return deleted

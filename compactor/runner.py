@@ -23,6 +23,10 @@ inputs stay live and its partitions are planned again once the lease is gone. A 
 never raises for one job's failure. Many runners may run side by side: the leases keep
 their jobs apart, the collector's claims keep their deletes apart.
 
+Logs: one INFO line when a job is claimed and one when it is done (its swaps at DEBUG),
+one GC summary when GC deleted something, and the pass's line at INFO only when the pass
+changed something (DEBUG otherwise), so an idle cluster's passes log nothing at INFO.
+
 `MaintenanceLoop` runs passes on an interval until stopped (the playground, agents with
 the compaction role, `skiff compact` without `--once`).
 """
@@ -309,9 +313,8 @@ class _JobThread:
                 self._md.replace_chunks(list(ids), file, list(outputs), updates, plan.lease_token), self._loop
             )
             fut.result()
-        # one line per swap: which holder replaced which chunks (operators; the agent
-        # role's e2e test counts swaps per holder from it)
-        log.info(
+        # DEBUG: a job may swap many outputs; its one INFO line is the summary at its end
+        log.debug(
             "compaction: holder %s job %s swapped %s (%d bytes) for %d input chunk(s): %s",
             self._holder,
             plan.job_id,
@@ -413,6 +416,7 @@ async def _compact(
         summary.add_job(plan, done.result.stats, done.bytes_read)
         metrics.job_finished(done.result.stats)
         progress.job_done(plan, done.result.stats)
+        _log_job_done(config.planner.holder, plan, done.result)
 
 
 async def run_pass(
@@ -450,16 +454,69 @@ async def run_pass(
         progress.stage("offset expiry")
         summary.offsets_expired += await retention.expire_offsets(md, config.offsets_retention_minutes)
     summary.elapsed_s = time.monotonic() - started
-    log.info(
-        "maintenance pass of holder %s: %d job(s), %d failed, %d file(s) in, %d out, %d record(s) removed",
-        config.planner.holder,
-        summary.jobs,
-        summary.jobs_failed,
-        summary.files_in,
-        summary.files_out,
-        summary.records_removed,
-    )
+    _log_pass(config.planner.holder, summary)
     return summary
+
+
+# A job's summary line names at most this many output files (a job rolls an output every
+# `roll_bytes`, 256 MiB by default: a few per job in practice; the count is always given).
+MAX_LOGGED_OUTPUTS = 10
+
+
+def _log_job_done(holder: str, plan: JobPlan, result: JobResult) -> None:
+    """One INFO line per finished job (its claim is the other one): what it read, wrote and
+    removed, and its output files (the agent role's e2e test matches them with metadata)."""
+    stats = result.stats
+    keys = result.output_keys
+    shown = ",".join(keys[:MAX_LOGGED_OUTPUTS]) + (
+        f",+{len(keys) - MAX_LOGGED_OUTPUTS}" if len(keys) > MAX_LOGGED_OUTPUTS else ""
+    )
+    log.info(
+        "compaction: holder %s job %s done: %d partition(s), %d file(s) in (%d bytes), %d out (%d bytes), "
+        "%d record(s) in, %d out, %d removed; outputs: %s",
+        holder,
+        plan.job_id,
+        len(plan.partitions),
+        stats.files_in,
+        stats.bytes_in,
+        stats.files_out,
+        stats.bytes_out,
+        stats.records_in,
+        stats.records_out,
+        stats.records_in - stats.records_out,
+        shown or "-",
+    )
+
+
+def _log_pass(holder: str, s: PassSummary) -> None:
+    """GC's one summary line when it deleted something, and the pass's own line: INFO when
+    the pass changed anything, DEBUG when it found nothing to do (an idle cluster's passes,
+    every `interval_ms`, would otherwise log a line each)."""
+    if s.gc_files_deleted or s.orphans_deleted:
+        log.info(
+            "gc: holder %s deleted %d file(s) past their grace and %d orphan object(s)",
+            holder,
+            s.gc_files_deleted,
+            s.orphans_deleted,
+        )
+    worked = s.jobs or s.jobs_failed or s.retention_chunks_deleted or s.gc_files_deleted
+    worked = worked or s.orphans_deleted or s.offsets_expired
+    log.log(
+        logging.INFO if worked else logging.DEBUG,
+        "maintenance pass of holder %s: %d job(s), %d failed, %d file(s) in, %d out, %d record(s) removed, "
+        "%d chunk(s) past retention, %d file(s) and %d orphan(s) deleted, %d offset(s) expired, %.1f s",
+        holder,
+        s.jobs,
+        s.jobs_failed,
+        s.files_in,
+        s.files_out,
+        s.records_removed,
+        s.retention_chunks_deleted,
+        s.gc_files_deleted,
+        s.orphans_deleted,
+        s.offsets_expired,
+        s.elapsed_s,
+    )
 
 
 class MaintenanceLoop:

@@ -6,13 +6,24 @@ clocks may disagree); `live_agents` lists the live ones by agent id and deletes 
 expired rows. Each heartbeat carries the agent's readiness (`AgentInfo.ready`, its own
 probe of the bucket and metadata: agent.health); live agents are listed ready or not, and
 routing (agent.agent_registry) gives partitions and coordinators to the ready ones only.
+
+The cluster's bucket: `skiff metadata --bucket` configures it; without it, the first agent
+that claims a bucket (`claim_bucket`, at its start and then with every
+`BUCKET_CLAIM_EVERY_HEARTBEATS`th heartbeat: agent.runtime) teaches it, and an agent that
+names another bucket is refused (INVALID_CONFIG), so one cluster never writes to two
+buckets and readers such as Spark are told where the data is (`GET /v1/cluster`). A
+learned bucket lives in this process: after a restart the agents' next claims teach it
+again (each replica of a replicated service learns it from the claims it receives).
+URLs are compared without a trailing slash.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 
 from skiff.metadata.db import read_tx, write_tx
+from skiff.metadata.errors import INVALID_CONFIG, MetadataError
 from skiff.metadata.groups import leases as group_leases
 from skiff.metadata.rows import Db
 from skiff.metadata.schema import agents
@@ -23,9 +34,33 @@ DEFAULT_AGENT_TTL_MS = 10_000
 
 
 class Membership:
-    def __init__(self, db: Db, ttl_ms: int = DEFAULT_AGENT_TTL_MS) -> None:
+    def __init__(self, db: Db, ttl_ms: int = DEFAULT_AGENT_TTL_MS, bucket_url: str | None = None) -> None:
         self._db = db
         self.ttl_ms = ttl_ms
+        self.configured_bucket_url = bucket_url  # `skiff metadata --bucket`, if given
+        self._learned_bucket_url: str | None = None
+        self._bucket_lock = threading.Lock()
+
+    @property
+    def bucket_url(self) -> str | None:
+        """The cluster's bucket: configured, else learned from the agents, else None."""
+        return self.configured_bucket_url or self._learned_bucket_url
+
+    def claim_bucket(self, bucket_url: str) -> str:
+        """An agent says where it writes; the cluster's bucket is answered (learned now if
+        none is known). INVALID_CONFIG when the agent writes elsewhere."""
+        with self._bucket_lock:
+            known = self.bucket_url
+            if known is None:
+                self._learned_bucket_url = known = bucket_url
+        if known.rstrip("/") != bucket_url.rstrip("/"):
+            how = "configured with --bucket" if self.configured_bucket_url else "learned from its first agent"
+            raise MetadataError(
+                INVALID_CONFIG,
+                f"this cluster's bucket is {known} ({how}); an agent writing to {bucket_url} is refused:"
+                " give it the cluster's --bucket-url",
+            )
+        return known
 
     def heartbeat_agent(self, agent: AgentInfo) -> None:
         """Register or refresh an agent; last_heartbeat_ms is the service's clock. A live

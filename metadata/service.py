@@ -146,7 +146,7 @@ class MetadataService(SchemaRegistryOperations):
         self.compaction_planning = CompactionPlanning(self._db)
         self.compaction_leases = CompactionLeases(self._db)
         self.groups = GroupOffsets(self._db)
-        self.agents = Membership(self._db, agent_ttl_ms)
+        self.agents = Membership(self._db, agent_ttl_ms, bucket_url)
         self.retention = Retention(self._db)
         self.gc = GarbageCollection(self._db)
         self.scram_users = ScramUsers(self._db)
@@ -206,8 +206,11 @@ class MetadataService(SchemaRegistryOperations):
         self.agents.ttl_ms = value
 
     def bucket_url(self) -> str | None:
-        """The bucket URL the agents write to, as configured (None: not configured)."""
-        return self.configured_bucket_url
+        """The bucket URL the agents write to: configured, else learned from them (None: neither)."""
+        return self.agents.bucket_url
+
+    def claim_bucket(self, bucket_url: str) -> str:
+        return self.agents.claim_bucket(bucket_url)
 
     def ensure_commit_listener(self) -> None:
         """Start (once) the thread that publishes other replicas' commits into

@@ -232,6 +232,7 @@ def broker_config_entries(ctx: AgentContext, keys: Iterable[str] | None = None) 
         ("min.insync.replicas", "1", topic_configs.TYPE_INT),
         ("skiff.flush.interval.ms", str(cfg.flush_interval_ms), topic_configs.TYPE_INT),
         ("skiff.flush.max.bytes", str(cfg.flush_max_bytes), topic_configs.TYPE_INT),
+        ("skiff.metadata.url", cfg.public_metadata_url(), topic_configs.TYPE_STRING),  # skiff.cli.bootstrap
     ]
     wanted = None if keys is None else set(keys)
     return [

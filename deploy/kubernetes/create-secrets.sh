@@ -8,6 +8,8 @@
 #   skiff-metadata-tokens  tokens                      role:token lines (agent, compactor, reader, admin)
 #   skiff-agent-token      token                       the agent role's token
 #   skiff-compactor-token  token                       the compactor role's token
+#   skiff-reader-token     token                       the reader role's token (Prometheus
+#                                                      scrapes metadata's /metrics with it)
 #   skiff-kafka-tls        tls.crt, tls.key            the agents' SASL_SSL listener certificate
 #
 # The four tokens are random (32 bytes, hex) and made once: an existing
@@ -87,13 +89,21 @@ put tls skiff-kafka-tls --cert="$kafka_cert" --key="$kafka_key"
 if [ "$rotate" = 0 ] && [ "$dry_run" = 0 ] \
     && kubectl get secret "${ns_args[@]}" skiff-metadata-tokens >/dev/null 2>&1; then
     echo "create-secrets.sh: keeping the existing tokens (--rotate-tokens makes new ones)" >&2
+    if ! kubectl get secret "${ns_args[@]}" skiff-reader-token >/dev/null 2>&1; then
+        # made by a newer script than the one that made the tokens: take the reader's line
+        reader_token="$(kubectl get secret "${ns_args[@]}" skiff-metadata-tokens -o jsonpath='{.data.tokens}' \
+            | base64 -d | sed -n 's/^reader://p' | head -n 1)"
+        [ -n "$reader_token" ] || die "skiff-metadata-tokens has no reader token (--rotate-tokens makes one)"
+        put generic skiff-reader-token --from-literal=token="$reader_token"
+    fi
     exit 0
 fi
-agent_token="$(token)" compactor_token="$(token)"
+agent_token="$(token)" compactor_token="$(token)" reader_token="$(token)"
 tokens="agent:${agent_token}
 compactor:${compactor_token}
-reader:$(token)
+reader:${reader_token}
 admin:$(token)"
 put generic skiff-metadata-tokens --from-literal=tokens="$tokens"
 put generic skiff-agent-token --from-literal=token="$agent_token"
 put generic skiff-compactor-token --from-literal=token="$compactor_token"
+put generic skiff-reader-token --from-literal=token="$reader_token"

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from skiff.metadata.db import read_tx
 from skiff.metadata.rows import Db
-from skiff.metadata.schemas import formats
-from skiff.metadata.schemas.store import RegistryReads
+from skiff.metadata.schemas.store import RegistryReads, explained
 from skiff.metadata.schemas.types import (
     IMPORT,
     RegisteredSchema,
@@ -79,8 +78,11 @@ class SchemaRegistryOperations:
                 targets = [
                     reads.registered(conn, r) for r in reads.version_rows(conn, subject) if not r.deleted
                 ]
-            previous = [reads.parse(conn, SchemaSpec(t.schema, t.schema_type, t.references)) for t in targets]
-        return formats.incompatibilities(level, parsed, previous) if previous else []
+            previous = [
+                (t.version, reads.parse(conn, SchemaSpec(t.schema, t.schema_type, t.references)))
+                for t in targets
+            ]
+        return explained(level, parsed, previous)
 
     def schema_settings(self, subject: str | None = None, default_to_global: bool = False) -> SchemaSettings:
         return self.schema_reads.settings(subject, default_to_global)

@@ -313,5 +313,25 @@ def referrers(conn: Connection, subject: str, version: int) -> set[int]:
     }
 
 
+def explained(
+    level: str, new: formats.ParsedSchema, previous: Sequence[tuple[int, formats.ParsedSchema]]
+) -> list[str]:
+    """`formats.incompatibilities` of `new` against the (version, schema) pairs, with the parts of
+    Confluent's verbose message only the store knows: `{oldSchemaVersion: N}` before the failing
+    version's `{oldSchema: ...}`, and `{validateFields: 'false', compatibility: 'LEVEL'}` last."""
+    problems = formats.incompatibilities(level, new, [p for _, p in previous])
+    if not problems:
+        return []
+    out: list[str] = []
+    for message in problems:
+        for version, old in previous:
+            if message.startswith("{oldSchema: ") and old.canonical[:200] in message:
+                out.append(f"{{oldSchemaVersion: {version}}}")
+                break
+        out.append(message)
+    out.append(f"{{validateFields: 'false', compatibility: '{level}'}}")
+    return out
+
+
 def subject_not_found(subject: str) -> RegistryError:
     return RegistryError(SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")

@@ -42,6 +42,7 @@ from skiff.metadata.schemas.store import (
     GLOBAL,
     RegistryReads,
     check_level,
+    explained,
     fingerprint,
     referrers,
     refs_to_json,
@@ -129,8 +130,10 @@ class RegistryWrites:
         level = settings.compatibility or "BACKWARD"
         if level == "NONE" or not live:
             return
-        previous = [self._reads.parse(conn, _spec_of(self._reads.registered(conn, r))) for r in live]
-        problems = formats.incompatibilities(level, parsed, previous)
+        previous = [
+            (int(r.version), self._reads.parse(conn, _spec_of(self._reads.registered(conn, r)))) for r in live
+        ]
+        problems = explained(level, parsed, previous)
         if problems:
             raise RegistryError(
                 INCOMPATIBLE_SCHEMA,

@@ -46,6 +46,7 @@ from skiff.metadata.schemas.errors import RegistryError
 from skiff.metadata.server import auth as auth_mod
 from skiff.metadata.server import metrics as metrics_mod
 from skiff.metadata.server.auth import MetadataAuth, TokenTable, public
+from skiff.metadata.server.console import mount_console
 from skiff.metadata.server.health import ReadinessProbe
 from skiff.metadata.server.registry_api import registry_routers
 from skiff.metadata.server.routes import operation_routers
@@ -170,6 +171,7 @@ def create_app(
     app.include_router(health_router(service, ready_timeout_ms))
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     auth_mod.add_middleware(app, auth)  # no body is read before authentication
+    mount_console(app, service, auth)  # the web console at /console (its cookie gate goes outside auth)
     metrics_mod.add_middleware(app, metrics)  # outermost: times and counts every request
     return app
 

@@ -344,6 +344,12 @@ class Agents(Protocol):
         """On clean shutdown."""
         ...
 
+    @operation("/v1/agents/bucket", AGENT)
+    async def claim_bucket(self, bucket_url: Name) -> str:
+        """The bucket this agent writes to; answers the cluster's (learned from the first
+        agent if not configured: metadata.membership). INVALID_CONFIG if it is another."""
+        ...
+
 
 class Cluster(Protocol):
     @operation("/v1/agents", *READ, http_method="GET")
@@ -351,7 +357,7 @@ class Cluster(Protocol):
 
     @operation("/v1/cluster", *READ, http_method="GET")
     async def bucket_url(self) -> str | None:
-        """Where the agents write (None: not configured)."""
+        """Where the agents write (None: neither configured nor learned from an agent)."""
         ...
 
 

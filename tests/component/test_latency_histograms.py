@@ -7,6 +7,7 @@ the test compares scrapes taken before and after."""
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -45,12 +46,12 @@ def _moved(before: Samples, after: Samples, name: str, **labels: str) -> float:
     return after.get(key, 0.0) - before.get(key, 0.0)
 
 
-async def _produce(bootstrap: str, acks: int | str) -> None:
+async def _produce(bootstrap: str, acks: int | str, timestamp_ms: int | None = None) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=acks)
     await producer.start()
     try:
         for i in range(RECORDS):
-            await producer.send_and_wait("h", b"v%d" % i, partition=0)
+            await producer.send_and_wait("h", b"v%d" % i, partition=0, timestamp_ms=timestamp_ms)
     finally:
         await producer.stop()
 
@@ -83,7 +84,8 @@ async def test_histograms_follow_produce_and_fetch(tmp_path: Path) -> None:
         await md.create_topic("h", 1, {})
         before, _ = await asyncio.to_thread(scrape, port)
         await _produce(bootstrap, 1)
-        await _produce(bootstrap, "all")
+        # records stamped two minutes ago: their append latency lands above the 60 s bucket
+        await _produce(bootstrap, "all", timestamp_ms=int(time.time() * 1000) - 120_000)
         assert len(await _fetch_all(bootstrap)) == 2 * RECORDS
         after, types = await asyncio.to_thread(scrape, port)
     finally:
@@ -96,11 +98,16 @@ async def test_histograms_follow_produce_and_fetch(tmp_path: Path) -> None:
         "skiff_metadata_call_duration_seconds",
         "skiff_produce_file_size_bytes",
         "skiff_produce_file_records",
+        "skiff_produce_append_latency_seconds",
     ):
         assert types[name] == "histogram", name
     assert _moved(before, after, "skiff_produce_ack_latency_seconds_count", acks="1") == RECORDS
     assert _moved(before, after, "skiff_produce_ack_latency_seconds_count", acks="all") == RECORDS
     assert _moved(before, after, "skiff_fetch_latency_seconds_count") >= 1
+    # one observation per CreateTime batch (aiokafka sends each record as its own batch)
+    assert _moved(before, after, "skiff_produce_append_latency_seconds_count") == 2 * RECORDS
+    assert _moved(before, after, "skiff_produce_append_latency_seconds_bucket", le="60.0") == RECORDS
+    assert _moved(before, after, "skiff_produce_append_latency_seconds_bucket", le="300.0") == 2 * RECORDS
     files = _moved(before, after, "skiff_produce_files_total")
     assert files >= 2  # every send waited for its ack: at least one file per producer
     assert _moved(before, after, "skiff_produce_file_size_bytes_count") == files

@@ -49,7 +49,8 @@ from tests.support.served_app import Served
 
 TOKENS = {role: f"{role}-token-{'x' * 24}" for role in sorted(ROLES)}
 TOKENS_TEXT = "\n".join(f"{role}:{token}" for role, token in TOKENS.items())
-PUBLIC_PATHS = {"/healthz", "/readyz"}
+# The console's login page and stylesheet are public too (metadata.server.console.login).
+PUBLIC_PATHS = {"/healthz", "/readyz", "/console/login", "/console/logout", "/console/static/console.css"}
 FASTAPI_DOC_PATHS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
 
@@ -248,12 +249,13 @@ def test_every_route_declares_its_roles_and_is_enforced(app: FastAPI) -> None:
     assert seen[("POST", "/v1/replace-chunks")] == {COMPACTOR, ADMIN}
     assert seen[("POST", "/v1/topics/describe")] == {AGENT, COMPACTOR, READER, ADMIN}
     assert seen[("GET", "/healthz")] == set(ROLES)
-    # every admin-only route but the added one is an operator route, declared so on purpose
+    # every admin-only route but the added one is an operator route (or a console action),
+    # declared so on purpose
     declared_admin_only = [k for k, v in seen.items() if v == {ADMIN} and k[1] != "/v1/added-later"]
     registry_admin = {"/config", "/config/{subject}", "/mode", "/mode/{subject}", "/subjects/{subject}"}
     registry_admin |= {"/subjects/{subject}/versions/{version}"}
     assert declared_admin_only and all(
-        path.startswith(("/v1/admin/", "/v1/schemas/delete-", "/v1/schemas/set-"))
+        path.startswith(("/v1/admin/", "/console/actions/", "/v1/schemas/delete-", "/v1/schemas/set-"))
         or (method in ("PUT", "DELETE") and path in registry_admin)
         for method, path in declared_admin_only
     )

@@ -93,7 +93,14 @@ def test_compatibility_levels(registry: tuple[SchemaRegistryClient, MetadataServ
         f"{url}/compatibility/subjects/users-value/versions/latest?verbose=true",
         json={"schema": USER_BAD},
     ).json()
-    assert verbose["is_compatible"] is False and verbose["messages"]
+    assert verbose["is_compatible"] is False
+    # Confluent's verbose details: the error, the failing version and its schema, the level
+    assert "READER_FIELD_MISSING_DEFAULT_VALUE" in verbose["messages"][0]
+    assert verbose["messages"][1:] == [
+        "{oldSchemaVersion: 1}",
+        f"{{oldSchema: '{USER_V1}'}}",
+        "{validateFields: 'false', compatibility: 'BACKWARD'}",
+    ]
     # per-subject level wins over the global one; 40408 when a subject has none of its own
     assert _code(lambda: sr.get_compatibility("users-value")) == (404, 40408)
     sr.set_compatibility("users-value", "NONE")

@@ -83,9 +83,12 @@ def test_topics_create_list_describe_alter_delete(env: Env) -> None:
         (1, 0, 0),
         (2, 0, 3),
     ]
-    # the leader column is the broker id clients are told (Metadata)
+    # the leader is shown by the agent's name, beside the broker id clients are told (Metadata)
     md = AdminClient({"bootstrap.servers": env.bootstrap}).list_topics(topic, timeout=10)
-    assert [p["leader"] for p in d["partitions"]] == [md.topics[topic].partitions[i].leader for i in range(3)]
+    assert [p["leader_node_id"] for p in d["partitions"]] == [
+        md.topics[topic].partitions[i].leader for i in range(3)
+    ]
+    assert [p["leader"] for p in d["partitions"]] == ["ops-a"] * 3
     text = env.ok("topics", "describe", topic)
     assert (
         f"Topic: {topic}" in text

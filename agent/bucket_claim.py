@@ -1,0 +1,71 @@
+"""An agent names the bucket it writes to, so metadata knows the cluster's bucket without
+being told (`skiff metadata` without `--bucket`: metadata.membership).
+
+At start (`claim_bucket_at_start`, before serving) a refusal stops the agent: the cluster
+writes elsewhere (configured, or learned from an earlier agent), and one cluster must not
+write to two buckets. Then `BucketClaim` claims again every
+`BUCKET_CLAIM_EVERY_HEARTBEATS` heartbeat intervals, so a metadata service restarted
+without `--bucket` learns the bucket again within that time (one small call per agent:
+at the default 3 s heartbeat, one every 30 s). A later refusal is logged, not fatal: the
+agent's data is where it always was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from skiff.metadata.errors import INVALID_CONFIG, MetadataError, MetadataUnavailable
+from skiff.metadata.wire.operations import MetadataClient
+
+log = logging.getLogger(__name__)
+
+# The agent names its bucket to metadata at start and then every this many heartbeats, so
+# a metadata service restarted without --bucket learns it again (metadata.membership).
+BUCKET_CLAIM_EVERY_HEARTBEATS = 10
+
+
+class BucketClaim:
+    """A background task: claim this agent's bucket (`claim_bucket`) every
+    `interval_ms`; a refusal is logged (another bucket was learned meanwhile)."""
+
+    def __init__(self, metadata: MetadataClient, bucket_url: str, interval_ms: int) -> None:
+        self._metadata = metadata
+        self._bucket_url = bucket_url
+        self._interval_s = interval_ms / 1000
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="bucket-claim")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self._metadata.claim_bucket(self._bucket_url)
+            except MetadataError as e:
+                log.error("metadata refuses this agent's bucket: %s", e.message)
+            except MetadataUnavailable:
+                pass  # the heartbeat reports it; the next claim retries
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+async def claim_bucket_at_start(metadata: MetadataClient, bucket_url: str) -> str | None:
+    """Metadata's refusal of this agent's bucket (None: accepted, or metadata unreachable:
+    the agent starts and the later claims retry)."""
+    try:
+        await metadata.claim_bucket(bucket_url)
+    except MetadataError as e:
+        if e.error_code == INVALID_CONFIG:
+            return e.message
+        raise
+    except MetadataUnavailable:
+        pass
+    return None

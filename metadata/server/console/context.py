@@ -1,0 +1,137 @@
+"""What every console route shares: the service, the token table, the templates, the bucket.
+
+`ConsoleContext.render` fills a template with what every page shows (the caller's roles,
+whether authentication is on, the CSRF token of its forms, the time) and the formatting
+helpers of `views.formats`; templates autoescape everything they are given (the SVG
+charts, escaped when drawn, are the one value marked safe). `page` turns the service's
+refusals (unknown topic, invalid request) into an HTML error page with the service's
+status codes instead of the API's JSON. The bucket is opened on first use (the message
+browser), from the URL the service was given (`skiff metadata --bucket`, the playground's).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from skiff.fileformat.objectstore import ObjectStore, open_store
+from skiff.metadata.db import read_tx
+from skiff.metadata.errors import INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION, MetadataError
+from skiff.metadata.server.auth import MetadataAuth
+from skiff.metadata.server.console.lag_history import LagHistory
+from skiff.metadata.server.console.session import caller_roles, csrf_token
+from skiff.metadata.server.console.views import formats
+from skiff.metadata.server.console.views.data import CostPrices
+from skiff.metadata.server.metrics_queries import lag_rows
+from skiff.metadata.service import MetadataService
+from skiff.metadata.wire.roles import ADMIN
+
+HERE = Path(__file__).parent
+
+
+class ConsoleContext:
+    def __init__(
+        self, service: MetadataService, auth: MetadataAuth, prices: CostPrices | None = None
+    ) -> None:
+        self.service = service
+        self.auth = auth
+        self.prices = prices or CostPrices()
+        self.env = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(["html"]),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        for name in ("fmt_bytes", "fmt_count", "fmt_time", "fmt_age"):
+            self.env.globals[name] = getattr(formats, name)
+        self._store: ObjectStore | None = None
+        self._store_lock = threading.Lock()
+        self.lag_history = LagHistory()
+
+    def sample_lag(self) -> None:
+        """Record every group's total lag when a sample is due (console.lag_history)."""
+        now = self.now_ms()
+        if not self.lag_history.due(now):
+            return
+        with read_tx(self.service.engine) as conn:
+            rows, _ = lag_rows(conn)
+        totals: dict[str, int] = {}
+        for r in rows:
+            totals[r.group_id] = totals.get(r.group_id, 0) + int(r.lag_sum or 0)
+        self.lag_history.record(now, totals)
+
+    def now_ms(self) -> int:
+        return self.service.clock()
+
+    def store(self) -> ObjectStore:
+        """The bucket the agents write to; MetadataError if the service was not told it."""
+        url = self.service.bucket_url()
+        if url is None:
+            raise MetadataError(
+                INVALID_REQUEST,
+                "this metadata service does not know the bucket (start it with --bucket) to read records from",
+            )
+        with self._store_lock:
+            if self._store is None:
+                self._store = open_store(url)
+            return self._store
+
+    def close(self) -> None:
+        with self._store_lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    def render(
+        self,
+        request: Request,
+        template: str,
+        *,
+        title: str,
+        nav: str = "",
+        status_code: int = 200,
+        **values: Any,
+    ) -> HTMLResponse:
+        roles = caller_roles(request, self.auth)
+        html = self.env.get_template(template).render(
+            title=title,
+            nav=nav,
+            auth_enabled=self.auth.enabled,
+            roles=sorted(roles),
+            is_admin=ADMIN in roles,
+            csrf_token=csrf_token(request),
+            now=formats.fmt_time(self.now_ms()),
+            now_ms=self.now_ms(),
+            **values,
+        )
+        return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+
+    def error(self, request: Request, message: str, status_code: int, back: str = "/console") -> HTMLResponse:
+        return self.render(
+            request, "error.html", title="Error", status_code=status_code, message=message, back=back
+        )
+
+    def page(
+        self, request: Request, build: Callable[[], HTMLResponse], back: str = "/console"
+    ) -> HTMLResponse:
+        """`build()`, or the error page for what the service refused."""
+        try:
+            return build()
+        except MetadataError as e:
+            status = 404 if e.error_code == UNKNOWN_TOPIC_OR_PARTITION else 400
+            return self.error(request, e.message, status, back)
+
+
+# No page of the console runs a script or is framed by another site.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self';"
+    " frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}

@@ -1,0 +1,1 @@
+"""The console's pure side: view models (`data`), formatting (`formats`), SVG charts (`charts`)."""
