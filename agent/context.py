@@ -11,6 +11,8 @@ by name. It holds:
 - `agents`: the `LiveAgents` routing view (brokers, leaders, coordinators);
 - `clock`: wall time in ms and a monotonic clock, injectable for tests;
 - `acls`: the `AclCache` the handlers authorize against (`agent.handlers.authorized`);
+- `schemas`: the `SchemaIdCache` in front of the schema registry, for the topics that ask
+  for broker-side schema validation (`agent.schema_validation`);
 - `parts`: the data-path components (`AgentParts`), so that a reader can follow
   produce -> `parts.produce_buffer` -> PUT through `parts.bucket` -> commit, and
   fetch -> `parts.chunk_locations` / metadata -> `parts.bucket` (the range cache) -> GET.
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 from skiff.agent.acl_cache import AclCache
 from skiff.agent.agent_registry import LiveAgents
 from skiff.agent.config import AgentConfig
+from skiff.agent.schema_cache import SchemaIdCache
 from skiff.agent.topic_cache import TopicCache
 from skiff.metadata.types import AgentInfo
 from skiff.metadata.wire.operations import AgentClient
@@ -76,6 +79,8 @@ class AgentContext:
     agents: LiveAgents
     clock: Clock
     parts: AgentParts
+    # The schema registry's ids by subject, for broker-side validation (agent.schema_cache).
+    schemas: SchemaIdCache
     # Kafka ACLs, decided in memory; disabled (everything allowed) unless authorizer_enabled.
     acls: AclCache = field(default_factory=AclCache.disabled)
 

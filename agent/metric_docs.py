@@ -133,6 +133,27 @@ AGENT_METRIC_DOCS: tuple[MetricDoc, ...] = (
         "ACL checks refused, by Kafka API and resource type (`topic`, `group`, `cluster`, `transactional_id`): a request naming three refused topics counts three",
     ),
     MetricDoc(
+        ("skiff_schema_validation_refused_records_total",),
+        "counter",
+        "topic",
+        "records refused by broker-side schema validation (no schema id, or one not registered under the "
+        "topic's subject), by topic: the first 1000 topics by name, the rest as `_other`",
+    ),
+    MetricDoc(
+        ("skiff_schema_cache_hits_total", "skiff_schema_cache_misses_total"),
+        "counter",
+        "cache",
+        "schema validation's lookups answered from the agent's registry cache or not, by cache (`subject`: "
+        "a subject's ids; `schema`: a schema id's record names), one per distinct header per batch",
+    ),
+    MetricDoc(
+        ("skiff_schema_registry_fetches_total", "skiff_schema_registry_fetch_failures_total"),
+        "counter",
+        "",
+        "calls made by schema validation to the registry (a subject's ids, a schema by id), and those that "
+        "failed (the batch then gets the retriable REQUEST_TIMED_OUT)",
+    ),
+    MetricDoc(
         ("skiff_fetch_cache_hits_total", "skiff_fetch_cache_misses_total", "skiff_fetch_cache_loads_total"),
         "counter",
         "",

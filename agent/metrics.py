@@ -38,6 +38,9 @@ plain integer counters and pay nothing per request for metrics:
   agent-wide request bytes, against `queued_max_request_bytes`);
 - `skiff_purgatory_delayed{purgatory}`, `skiff_purgatory_watched{purgatory}` for the
   fetch, heartbeat and rebalance purgatories; `skiff_groups`.
+- broker-side schema validation (`agent.schema_cache`): `skiff_schema_validation_refused_records_total{topic}`,
+  `skiff_schema_cache_{hits,misses}_total{cache}`, `skiff_schema_registry_fetches_total` and
+  `..._fetch_failures_total`;
 - `skiff_agent_ready`: 1 when /readyz would answer 200 (agent.health), else 0; and
   `skiff_readiness_probe_failures_total{dependency}` (`bucket`, `metadata`): probes that
   found that dependency failing.
@@ -222,6 +225,7 @@ class AgentCollector(Collector):
         yield from readiness_metrics(a.readiness)
         yield from security_metrics(a.servers or [a.server])
         yield from _authorization_metrics(a)
+        yield from _schema_validation_metrics(a)
         for histogram in HISTOGRAMS:
             for family in histogram.collect():  # fresh objects per collect: safe to trim
                 # No `_created` series: one more family per histogram that no query uses.
@@ -409,6 +413,38 @@ def _authorization_metrics(a: RunningAgent) -> Iterator[Metric]:
     for (api_key, resource), n in sorted(a.context.acls.denied.items()):
         denied.add_metric([api_name(api_key) or str(api_key), resource.name.lower()], n)
     yield denied
+
+
+def _schema_validation_metrics(a: RunningAgent) -> Iterator[Metric]:
+    """Broker-side schema validation (agent.schema_cache): refusals by topic, the cache, the registry calls."""
+    schemas = a.context.schemas
+    refused = CounterMetricFamily(
+        "skiff_schema_validation_refused_records",
+        "Records refused by broker-side schema validation, by topic",
+        labels=["topic"],
+    )
+    for topic, n in sorted(schemas.refused_records.items()):
+        refused.add_metric([topic], n)
+    yield refused
+    hits = CounterMetricFamily(
+        "skiff_schema_cache_hits", "Schema validation lookups answered from the cache", labels=["cache"]
+    )
+    misses = CounterMetricFamily(
+        "skiff_schema_cache_misses", "Schema validation lookups the cache could not answer", labels=["cache"]
+    )
+    for cache in sorted(schemas.hits):
+        hits.add_metric([cache], schemas.hits[cache])
+        misses.add_metric([cache], schemas.misses[cache])
+    yield hits
+    yield misses
+    yield CounterMetricFamily(
+        "skiff_schema_registry_fetches", "Schema registry calls made by validation", value=schemas.fetches
+    )
+    yield CounterMetricFamily(
+        "skiff_schema_registry_fetch_failures",
+        "Schema registry calls made by validation that failed",
+        value=schemas.fetch_failures,
+    )
 
 
 def readiness_metrics(readiness: Readiness | None) -> Iterator[Metric]:

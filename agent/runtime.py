@@ -86,6 +86,7 @@ from skiff.agent.metrics import TimedStore, instrument_metadata_client
 from skiff.agent.network.listener_servers import start_listener_servers
 from skiff.agent.network.server import AgentServer
 from skiff.agent.produce_buffer import CommittedFile, ProduceBuffer
+from skiff.agent.schema_cache import SchemaIdCache
 from skiff.agent.transactions.coordinator import TxnCoordinator
 from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
 from skiff.fileformat.objectstore.keys import readiness_key
@@ -310,6 +311,7 @@ def build_agent_context(
             groups=groups,
             transactions=transactions,
         ),
+        schemas=SchemaIdCache(metadata, monotonic=clock.monotonic),
         acls=acl_cache(config, metadata),
     )
 

@@ -42,6 +42,18 @@ MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 RETENTION_BYTES = "retention.bytes"
 RETENTION_MS = "retention.ms"
+# Broker-side schema validation, as Confluent Server names its topic configs
+# (the agent's `agent.schema_validation` acts on them).
+KEY_SCHEMA_VALIDATION = "confluent.key.schema.validation"
+VALUE_SCHEMA_VALIDATION = "confluent.value.schema.validation"
+KEY_SUBJECT_NAME_STRATEGY = "confluent.key.subject.name.strategy"
+VALUE_SUBJECT_NAME_STRATEGY = "confluent.value.subject.name.strategy"
+
+_STRATEGY_PACKAGE = "io.confluent.kafka.serializers.subject."
+TOPIC_NAME_STRATEGY = _STRATEGY_PACKAGE + "TopicNameStrategy"
+RECORD_NAME_STRATEGY = _STRATEGY_PACKAGE + "RecordNameStrategy"
+TOPIC_RECORD_NAME_STRATEGY = _STRATEGY_PACKAGE + "TopicRecordNameStrategy"
+SUBJECT_NAME_STRATEGIES = (TOPIC_NAME_STRATEGY, RECORD_NAME_STRATEGY, TOPIC_RECORD_NAME_STRATEGY)
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -118,6 +130,15 @@ def _cleanup_policy(v: str) -> str:
     return ",".join(dict.fromkeys(items))
 
 
+def _subject_name_strategy(v: str) -> str:
+    """A strategy's full class name, also given by its short name (`RecordNameStrategy`)."""
+    s = v.strip()
+    for full in SUBJECT_NAME_STRATEGIES:
+        if s in (full, full.removeprefix(_STRATEGY_PACKAGE)):
+            return full
+    raise ValueError(f"{v!r} is not one of {', '.join(SUBJECT_NAME_STRATEGIES)} (or their short names)")
+
+
 def _any_string(v: str) -> str:
     return v
 
@@ -155,6 +176,38 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
             _long(0),
             True,
             "how long tombstones are kept on compacted topics",
+        ),
+        ConfigDef(
+            KEY_SCHEMA_VALIDATION,
+            TYPE_BOOLEAN,
+            "false",
+            _bool,
+            True,
+            "true: every record's key must carry a schema id registered under the key's subject",
+        ),
+        ConfigDef(
+            KEY_SUBJECT_NAME_STRATEGY,
+            TYPE_STRING,
+            TOPIC_NAME_STRATEGY,
+            _subject_name_strategy,
+            True,
+            "the key's subject: TopicNameStrategy, RecordNameStrategy or TopicRecordNameStrategy",
+        ),
+        ConfigDef(
+            VALUE_SCHEMA_VALIDATION,
+            TYPE_BOOLEAN,
+            "false",
+            _bool,
+            True,
+            "true: every record's value must carry a schema id registered under the value's subject",
+        ),
+        ConfigDef(
+            VALUE_SUBJECT_NAME_STRATEGY,
+            TYPE_STRING,
+            TOPIC_NAME_STRATEGY,
+            _subject_name_strategy,
+            True,
+            "the value's subject: TopicNameStrategy, RecordNameStrategy or TopicRecordNameStrategy",
         ),
         ConfigDef("file.delete.delay.ms", TYPE_LONG, "60000", _long(0), False),
         ConfigDef("flush.messages", TYPE_LONG, str(_L), _long(1), False),

@@ -17,11 +17,18 @@ Per partition of a request:
    The partition's answer carries the error message and, when the fault is a record's, the
    rejected records' batch indexes and messages (`record_errors`, KIP-467: written for v8+,
    older versions get the code alone);
-3. for topics with `message.timestamp.type=LogAppendTime` the batch's timestamp type and
+3. on topics with broker-side schema validation (`confluent.value.schema.validation` /
+   `confluent.key.schema.validation`, `agent.schema_validation`), every non-null value (key)
+   must carry a schema id registered under the topic's subject: else INVALID_RECORD with
+   each rejected record in `record_errors`; a registry out of reach refuses the batch with the
+   retriable REQUEST_TIMED_OUT and the reason. Decided from the agent's cache
+   (`agent.schema_cache`) on the synchronous path; a request whose check needs a registry
+   lookup takes the awaiting path, which fetches first;
+4. for topics with `message.timestamp.type=LogAppendTime` the batch's timestamp type and
    maxTimestamp are set to the agent's receive time and its CRC recomputed, as Kafka does; for
    CreateTime topics a header maxTimestamp that is not the records' largest timestamp is
    corrected the same way (Kafka's `setMaxTimestamp`);
-4. a transactional batch carries the request's transactional id to the produce buffer; the
+5. a transactional batch carries the request's transactional id to the produce buffer; the
    file commit decides whether it is stored (KIP-890 part 1, in the database transaction
    that assigns its offsets: metadata.transactions.state.check_produce): the partition must be in
    the producer's ongoing transaction at its current epoch, else the partition's answer is
@@ -30,7 +37,7 @@ Per partition of a request:
    request per Produce and still let a transaction that ends meanwhile (a timeout, a new
    producer instance) be reopened by the late batch; the answer comes with the commit's
    either way (acks=0 gets none, as in Kafka);
-5. the batches go to the produce buffer (`agent.produce_buffer`); acks=0 returns no
+6. the batches go to the produce buffer (`agent.produce_buffer`); acks=0 returns no
    response at once, acks=1/all wait for the file's commit (all is the same as 1: the
    object store is the replication).
 
@@ -59,6 +66,7 @@ from kio.schema.produce.v9.response import (
 from kio.static.primitive import TZAware, i32, i64
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import (
+    METADATA_UNAVAILABLE,
     NO_THROTTLE,
     ConnectionInfo,
     HandlerSpec,
@@ -72,6 +80,8 @@ from skiff.agent.handlers._access import RT, TOPIC_DENIED, TXN_ID_DENIED, item, 
 from skiff.agent.metrics import observe_produce_ack
 from skiff.agent.produce_buffer import PendingBatch
 from skiff.agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
+from skiff.agent.schema_cache import Unavailable
+from skiff.agent.schema_validation import Lookups, topic_rules
 from skiff.fileformat.batch_header import (
     LOG_OVERHEAD,
     BatchHeader,
@@ -351,6 +361,43 @@ def _check_partitions(
     return answers, validated
 
 
+def _schemas_now(
+    ctx: AgentContext, validated: Validated, answers: dict[tuple[int, int], Answer]
+) -> Validated | None:
+    """Step 3 of the module doc from the cache alone: the batches that pass (refusals go to
+    `answers`), or None when one needs a registry lookup (the awaiting path then decides)."""
+    if not any(topic_rules(v[1]) is not None for v in validated):
+        return validated  # the usual request: no topic validates schemas
+    passed: Validated = []
+    for v in validated:
+        verdict = ctx.schemas.check(v[1], v[3][0].data)
+        if verdict is None:
+            passed.append(v)
+        elif isinstance(verdict, Lookups):
+            return None
+        else:
+            answers[v[0]] = _answer(v[2], ErrorCode.invalid_record, verdict.message, verdict.record_errors)
+    return passed
+
+
+async def _schemas_fetching(
+    ctx: AgentContext, validated: Validated, answers: dict[tuple[int, int], Answer]
+) -> Validated:
+    """Step 3 of the module doc, fetching from the registry what the cache lacks."""
+    if not any(topic_rules(v[1]) is not None for v in validated):
+        return validated
+    passed: Validated = []
+    for v in validated:
+        verdict = await ctx.schemas.check_fetching(v[1], v[3][0].data)
+        if verdict is None:
+            passed.append(v)
+        elif isinstance(verdict, Unavailable):
+            answers[v[0]] = _answer(v[2], METADATA_UNAVAILABLE, verdict.message)
+        else:
+            answers[v[0]] = _answer(v[2], ErrorCode.invalid_record, verdict.message, verdict.record_errors)
+    return passed
+
+
 # --- the synchronous path ---------------------------------------------------------------
 
 T = TypeVar("T")
@@ -385,7 +432,10 @@ def start_inline(
             if topic is None:
                 return None  # a load (or an unknown topic): the awaiting path
             topics[t.name] = topic
-        answers, validated = _check_partitions(ctx, request, topics, None, ctx.clock.wall_ms())
+        answers, checked = _check_partitions(ctx, request, topics, None, ctx.clock.wall_ms())
+        validated = _schemas_now(ctx, checked, answers)
+        if validated is None:
+            return None  # a registry lookup first: the awaiting path
         size = 0
         for v in validated:
             for b in v[3]:
@@ -529,7 +579,8 @@ async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
         topics = await ctx.topics.get_by_name(names)
     except Exception as exc:  # boundary: a failed lookup is each partition's error code
         lookup_error = error_of(exc)
-    answers, validated = _check_partitions(ctx, request, topics, lookup_error, ctx.clock.wall_ms())
+    answers, checked = _check_partitions(ctx, request, topics, lookup_error, ctx.clock.wall_ms())
+    validated = await _schemas_fetching(ctx, checked, answers)
     if ticket.previous is not None:
         await ticket.previous
     pending: dict[tuple[int, int], tuple[list[asyncio.Future[BatchResult]], int | None]] = {}
