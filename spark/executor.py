@@ -4,7 +4,8 @@ No metadata access here: the task carries its chunk locations. Chunks are read w
 ranged GETs through the synchronous object store (`fileformat.objectstore`, boto3 for
 s3://), up to `prefetch` of them in flight on a small thread pool (bounded by
 `prefetch_bytes`) so the next chunk downloads while this one decodes, and decoded by
-`spark.decode.RecordBatchBuilder`. Under read_committed the task also carries the aborted
+`spark.decode.RecordBatchBuilder`; a typed read then decodes key and value with the
+task's schemas (`spark.typed_apply`). Under read_committed the task also carries the aborted
 transactions of its range (planned by the driver), whose batches the builder drops.
 
 A chunk whose object is gone (compaction swapped it out and the collector deleted it, or
@@ -28,6 +29,7 @@ from skiff.fileformat.objectstore import ObjectStore, open_store
 from skiff.fileformat.objectstore.errors import ObjectNotFound, StorageError
 from skiff.spark.decode import RecordBatchBuilder
 from skiff.spark.planner import PlannedRead, SkiffSourceError, bucket_read_error
+from skiff.spark.typed import TypedTask
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,26 @@ def read_task(
     prefetch: int = 3,
     prefetch_bytes: int = 64 * 1024 * 1024,
     store: ObjectStore | None = None,
+    typed: TypedTask | None = None,
+) -> Iterator[pa.RecordBatch]:
+    batches = _read_raw(task, bucket, include_headers, fail_on_data_loss, prefetch, prefetch_bytes, store)
+    if typed is None:
+        yield from batches
+        return
+    from skiff.spark.typed_apply import apply_typed
+
+    for batch in batches:
+        yield apply_typed(batch, typed, task.topic, task.partition)
+
+
+def _read_raw(
+    task: PlannedRead,
+    bucket: str,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    prefetch: int,
+    prefetch_bytes: int,
+    store: ObjectStore | None,
 ) -> Iterator[pa.RecordBatch]:
     builder = RecordBatchBuilder(
         task.topic,

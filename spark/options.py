@@ -23,7 +23,10 @@ Names and semantics follow Spark's Kafka integration guide (keys are case-insens
   usual AWS settings); the metadata service's credentials `metadata.token` or
   `metadata.tokenFile` and `metadata.caFile` (default: the driver's `SKIFF_METADATA_TOKEN`,
   `SKIFF_METADATA_TOKEN_FILE`, `SKIFF_METADATA_CA_FILE`, as every Skiff client; only the
-  driver talks to metadata, so executors need none of them).
+  driver talks to metadata, so executors need none of them);
+- typed reads through the schema registry: `valueFormat`/`keyFormat`, `valueSubject`/
+  `keySubject`, `valueSchemaVersion`/`keySchemaVersion`, `valueProtobufMessage`/
+  `keyProtobufMessage`, `onDecodeError` (`spark.typed_options`).
 
 Errors are `SkiffOptionError` (a ValueError) with a message naming the option.
 """
@@ -34,6 +37,8 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from skiff.spark.typed_options import TypedOptionError, TypedOptions, parse_typed
 
 EARLIEST = -2
 LATEST = -1
@@ -74,6 +79,8 @@ class SourceOptions:
     metadata_token: str | None = field(default=None, repr=False)
     metadata_token_file: str | None = None
     metadata_ca_file: str | None = None
+    # typed reads (spark.typed_options): None when key and value are both raw
+    typed: TypedOptions | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -138,7 +145,9 @@ def include_headers_option(raw: Mapping[str, str]) -> bool:
     return _bool({str(k).lower(): str(v) for k, v in raw.items()}, "includeHeaders", False)
 
 
-def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceOptions:
+def parse_options(raw: Mapping[str, str], *, streaming: bool | None = False) -> SourceOptions:
+    """The options of a batch (`streaming` False) or streaming (True) query; None: either
+    (the schema is asked before Spark says which), so neither's own checks apply."""
     opts = {str(k).lower(): str(v) for k, v in raw.items()}
     metadata_url = opts.get("metadata.url")
     if not metadata_url:
@@ -174,7 +183,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceO
             ) from None
     starting = _offset_spec(opts, "starting", "latest" if streaming else "earliest")
     ending = _offset_spec(opts, "ending", "latest")
-    if not streaming:
+    if streaming is False:
         # Spark refuses these for batch queries: a batch must have a fixed, readable range.
         if starting.kind == "latest" or (
             starting.kind == "offsets" and LATEST in (starting.per_partition or {}).values()
@@ -184,7 +193,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceO
             ending.kind == "offsets" and EARLIEST in (ending.per_partition or {}).values()
         ):
             raise SkiffOptionError("endingOffsets cannot be earliest (-2) for batch queries")
-    elif any(k.startswith("ending") for k in opts):
+    elif streaming and any(k.startswith("ending") for k in opts):
         raise SkiffOptionError("ending offsets options are for batch queries only")
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
     if strategy not in ("error", "latest"):
@@ -196,6 +205,10 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceO
         raise SkiffOptionError(
             f"option kafka.isolation.level must be read_uncommitted or read_committed, got {isolation!r}"
         )
+    try:
+        typed = parse_typed(opts)
+    except TypedOptionError as exc:
+        raise SkiffOptionError(str(exc)) from None
     return SourceOptions(
         metadata_url=metadata_url,
         bucket=opts.get("bucket") or None,
@@ -214,4 +227,5 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> SourceO
         metadata_token=opts.get("metadata.token") or None,
         metadata_token_file=opts.get("metadata.tokenfile") or None,
         metadata_ca_file=opts.get("metadata.cafile") or None,
+        typed=typed,
     )

@@ -12,6 +12,12 @@ metadata for the offsets and chunks (`spark.planner`) and hands Spark one
 gives the Structured Streaming reader (`spark.stream`). Without the `bucket` option the
 bucket URL comes from metadata. With `kafka.isolation.level=read_committed` each task
 carries the aborted transactions of its range, so executors still need no metadata.
+
+Typed reads (`valueFormat`/`keyFormat` avro, json, protobuf): `schema()` asks the schema
+registry for the reader schemas (`spark.typed`), so the column is the reader schema's type
+and `_error` is added; Spark pickles the data source after `schema()`, so the reader schemas
+asked there are the ones the query plans and reads with. Each task carries its topic's
+schemas (`spark.typed.TypedTask`).
 """
 
 from __future__ import annotations
@@ -20,11 +26,24 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 from skiff.metadata.wire.http_client import SyncHttpMetadataClient
-from skiff.spark.options import SourceOptions, include_headers_option, parse_options
+from skiff.spark.options import SkiffOptionError, SourceOptions, include_headers_option, parse_options
 from skiff.spark.planner import PlannedRead, plan_batch, resolve_bucket, run
+from skiff.spark.typed import TypedPlanner, TypedTask, spark_type, topics_of
+from skiff.spark.typed_options import ERROR_COLUMN, TypedOptionError, TypedOptions, parse_typed
 
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long,"
@@ -37,33 +56,85 @@ def schema_ddl(include_headers: bool) -> str:
     return KAFKA_SCHEMA + (HEADERS_FIELD if include_headers else "")
 
 
+def typed_schema(include_headers: bool, types: dict[str, pa.DataType], error_column: bool) -> StructType:
+    """The Kafka schema with the typed sides' columns of the reader schemas' types."""
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    columns: list[tuple[str, DataType]] = [
+        ("key", BinaryType()),
+        ("value", BinaryType()),
+        ("topic", StringType()),
+        ("partition", IntegerType()),
+        ("offset", LongType()),
+        ("timestamp", TimestampType()),
+        ("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        columns.append(("headers", ArrayType(header)))
+    fields = [StructField(name, spark_type(types[name]) if name in types else t) for name, t in columns]
+    if error_column:
+        fields.append(StructField(ERROR_COLUMN, StringType()))
+    return StructType(fields)
+
+
+def typed_options(raw: dict[str, str]) -> TypedOptions | None:
+    try:
+        return parse_typed({str(k).lower(): str(v) for k, v in raw.items()})
+    except TypedOptionError as exc:
+        raise SkiffOptionError(str(exc)) from None
+
+
 class SkiffInputPartition(InputPartition):
     """One task: a planned read (offset range + chunk locations) and how to read it."""
 
     def __init__(
-        self, task: PlannedRead, bucket: str, include_headers: bool, fail_on_data_loss: bool
+        self,
+        task: PlannedRead,
+        bucket: str,
+        include_headers: bool,
+        fail_on_data_loss: bool,
+        typed: TypedTask | None = None,
     ) -> None:
         super().__init__(task)
         self.task = task
         self.bucket = bucket
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
+        self.typed = typed
+
+
+def input_partitions(
+    tasks: list[PlannedRead], bucket: str, opts: SourceOptions, typed: dict[str, TypedTask]
+) -> list[InputPartition]:
+    return [
+        SkiffInputPartition(
+            t, bucket, opts.include_headers, opts.fail_on_data_loss, typed.get(t.topic) if typed else None
+        )
+        for t in tasks
+    ]
+
+
+def typed_specs(
+    planner: TypedPlanner | None, client: SyncHttpMetadataClient, tasks: list[PlannedRead]
+) -> dict[str, TypedTask]:
+    """Each planned topic's schemas (none for raw reads)."""
+    if planner is None:
+        return {}
+    return planner.task_specs(client, sorted({t.topic for t in tasks}))
 
 
 class SkiffBatchReader(DataSourceReader):
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, typed: TypedPlanner | None = None) -> None:
         self.opts = opts
+        self.typed = typed or (TypedPlanner(opts.typed) if opts.typed is not None else None)
 
     def partitions(self) -> Sequence[InputPartition]:
-        def plan(client: SyncHttpMetadataClient) -> tuple[str, list[PlannedRead]]:
+        def plan(client: SyncHttpMetadataClient) -> tuple[str, list[PlannedRead], dict[str, TypedTask]]:
             bucket = resolve_bucket(client, self.opts)
-            return bucket, plan_batch(client, dataclasses.replace(self.opts, bucket=bucket))
+            tasks = plan_batch(client, dataclasses.replace(self.opts, bucket=bucket))
+            return bucket, tasks, typed_specs(self.typed, client, tasks)
 
-        bucket, tasks = run(plan, self.opts)
-        return [
-            SkiffInputPartition(t, bucket, self.opts.include_headers, self.opts.fail_on_data_loss)
-            for t in tasks
-        ]
+        bucket, tasks, typed = run(plan, self.opts)
+        return input_partitions(tasks, bucket, self.opts, typed)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_partition(partition)
@@ -80,6 +151,7 @@ def read_partition(partition: InputPartition) -> Iterator[Any]:
         partition.bucket,
         include_headers=partition.include_headers,
         fail_on_data_loss=partition.fail_on_data_loss,
+        typed=partition.typed,
     )
 
 
@@ -94,13 +166,26 @@ class SkiffDataSource(DataSource):
         return parse_options(dict(self.options), streaming=streaming)
 
     def schema(self) -> StructType | str:
-        # only includeHeaders matters here: the batch/streaming checks run in reader()/streamReader()
-        return schema_ddl(include_headers_option(dict(self.options)))
+        # the batch/streaming checks run in reader()/streamReader(); here includeHeaders and,
+        # for typed reads, the reader schemas (asked once, pinned: see the module docstring)
+        raw = dict(self.options)
+        include_headers = include_headers_option(raw)
+        typed = typed_options(raw)
+        if typed is None:
+            return schema_ddl(include_headers)
+        opts = parse_options(raw, streaming=None)
+        planner = TypedPlanner(typed)
+        types = run(lambda client: planner.arrow_types(client, topics_of(client, opts)), opts)
+        self._typed = planner
+        return typed_schema(include_headers, types, error_column=not typed.fail_on_error)
+
+    def _planner(self) -> TypedPlanner | None:
+        return getattr(self, "_typed", None)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return SkiffBatchReader(self._opts(streaming=False))
+        return SkiffBatchReader(self._opts(streaming=False), self._planner())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from skiff.spark.stream import SkiffStreamReader
 
-        return SkiffStreamReader(self._opts(streaming=True))
+        return SkiffStreamReader(self._opts(streaming=True), self._planner())

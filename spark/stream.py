@@ -19,6 +19,9 @@ Offsets are Spark's Kafka source offsets: JSON of the next offset to read per pa
    Spark's Kafka source, chunks attached by find_chunks, with the aborted transactions
    under read_committed). Executors read them with the batch executor.
 
+Typed reads: each micro-batch's tasks carry the writer schemas registered when it is
+planned (`spark.typed`), with the reader schemas the query started with.
+
 The plan depends only on the two offsets, so a batch Spark replays after a restart from
 its checkpoint reads exactly the same records: nothing lost, nothing twice.
 
@@ -50,7 +53,8 @@ from skiff.spark.planner import (
     run,
 )
 from skiff.spark.ranges import OffsetRange
-from skiff.spark.source import SkiffInputPartition, read_partition
+from skiff.spark.source import input_partitions, read_partition, typed_specs
+from skiff.spark.typed import TypedPlanner
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -100,8 +104,10 @@ def rate_limit(max_rows: int, begin: Mapping[Key, int], until: Mapping[Key, int]
 
 
 class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, typed: TypedPlanner | None = None) -> None:
         self.opts = opts
+        # typed reads: the reader schemas pinned by the DataFrame's schema; writers per batch
+        self.typed = typed or (TypedPlanner(opts.typed) if opts.typed is not None else None)
         self._bucket: str | None = None
         self._parts: dict[Key, PartitionInfo] = {}  # the last answer from metadata
         self._available_now: dict[Key, int] | None = None
@@ -173,20 +179,18 @@ class SkiffStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if all(begin.get(k) == u for k, u in until.items()):
             return []  # nothing new: no metadata call
 
-        def plan(client: SyncHttpMetadataClient) -> tuple[str, list[Any]]:
+        def plan(client: SyncHttpMetadataClient) -> tuple[str, list[Any], dict[str, Any]]:
             bucket = self._bucket or resolve_bucket(client, self.opts)
             if not set(until) <= set(self._parts):  # e.g. a batch replayed after a restart
                 self._parts = {(p.topic, p.partition): p for p in resolve_partitions(client, self.opts)}
             ranges = self._ranges(begin, until)
             ids = {k: p.topic_id for k, p in self._parts.items()}
-            return bucket, plan_tasks(client, ranges, ids, self.opts)
+            tasks = plan_tasks(client, ranges, ids, self.opts)
+            return bucket, tasks, typed_specs(self.typed, client, tasks)
 
-        self._bucket, tasks = run(plan, self.opts)
+        self._bucket, tasks, typed = run(plan, self.opts)
         self._last_end = end
-        return [
-            SkiffInputPartition(t, self._bucket, self.opts.include_headers, self.opts.fail_on_data_loss)
-            for t in tasks
-        ]
+        return input_partitions(tasks, self._bucket, self.opts, typed)
 
     def _ranges(self, begin: Mapping[Key, int], until: Mapping[Key, int]) -> list[OffsetRange]:
         ranges = []
