@@ -52,6 +52,7 @@ Per request:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import struct
@@ -66,7 +67,7 @@ from kio.schema.fetch.v12.response import (
     FetchResponse,
     PartitionData,
 )
-from kio.schema.types import ProducerId
+from kio.schema.types import BrokerId, ProducerId
 from kio.static.primitive import Records, i32, i64
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import (
@@ -315,6 +316,32 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         FETCH_LATENCY.observe(time.perf_counter() - started_s)
 
 
+def _redirect_zone(ctx: AgentContext, request: Request) -> str | None:
+    """The client's zone when this consumer fetch should be sent to an agent of it (KIP-392's
+    preferred read replica): the request can carry one (v11+), the client states a zone (a
+    rack_id read here, or its client.id: agent.zones), this agent is not in it and the zone
+    has ready agents. Else None: served here, as any agent serves any partition."""
+    zone_state = request.connection.zone
+    if request.api_version < 11:
+        return None
+    zone_state.saw_rack_id(getattr(request.body, "rack_id", None))
+    zone = zone_state.zone
+    if zone is None or int(getattr(request.body, "replica_id", -1)) >= 0:
+        return None
+    agents = ctx.agents
+    if zone == agents.self_info.zone or agents.routed_zone(zone) != zone:
+        return None
+    return zone
+
+
+def _redirected(ctx: AgentContext, topic: Topic, partition: int, zone: str) -> PartitionData:
+    """An answer with no records naming the partition's leader in `zone` as preferred read
+    replica (watermarks unknown here, -1: clients keep what they knew and learn them there)."""
+    leader = ctx.agents.leaders_for_topic(topic.topic_id, topic.partition_count, zone)[partition]
+    answer = _pdata(partition, ErrorCode.none, records=b"")
+    return dataclasses.replace(answer, preferred_read_replica=BrokerId(leader))
+
+
 async def _fetch(ctx: AgentContext, request: Request) -> Any:
     body = request.body
     session_id = int(getattr(body, "session_id", 0))
@@ -346,6 +373,7 @@ async def _fetch(ctx: AgentContext, request: Request) -> Any:
                 for t in body.topics
             ),
         )
+    redirect_zone = _redirect_zone(ctx, request)
     slots: list[list[tuple[Key, int, int] | PartitionData]] = []
     for t in body.topics:
         topic = topics.get(t.topic)
@@ -356,6 +384,8 @@ async def _fetch(ctx: AgentContext, request: Request) -> Any:
                 row.append(_pdata(p.partition, ErrorCode.topic_authorization_failed, records=b""))
             elif topic is None or not 0 <= p.partition < topic.partition_count:
                 row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
+            elif redirect_zone is not None:
+                row.append(_redirected(ctx, topic, int(p.partition), redirect_zone))
             else:
                 key = (topic.topic_id, int(p.partition))
                 max_bytes = min(max(int(p.partition_max_bytes), 0), ctx.config.max_partition_fetch_bytes)

@@ -119,26 +119,39 @@ def brokers_of(ctx: AgentContext, listener: str = "PLAINTEXT") -> tuple[Metadata
 
 
 @functools.lru_cache(maxsize=4096)
-def _partitions(leaders: tuple[int, ...]) -> tuple[MetadataResponsePartition, ...]:
-    """Partition entries for a leader assignment (memoized: entries are immutable and shared)."""
-    return tuple(
-        MetadataResponsePartition(
-            error_code=ErrorCode.none if leader != NO_LEADER else ErrorCode.leader_not_available,
-            partition_index=i32(p),
-            leader_id=BrokerId(leader),
-            leader_epoch=i32(-1),
-            replica_nodes=(BrokerId(leader),) if leader != NO_LEADER else (),
-            isr_nodes=(BrokerId(leader),) if leader != NO_LEADER else (),
-            offline_replicas=(),
+def _partitions(
+    leaders: tuple[int, ...], replicas: tuple[tuple[int, ...], ...] | None = None
+) -> tuple[MetadataResponsePartition, ...]:
+    """Partition entries for a leader assignment, with each partition's replicas when agents
+    span zones (else the leader alone). Memoized: entries are immutable and shared."""
+    out = []
+    for p, leader in enumerate(leaders):
+        nodes: tuple[BrokerId, ...] = ()
+        if leader != NO_LEADER:
+            nodes = tuple(BrokerId(n) for n in replicas[p]) if replicas is not None else (BrokerId(leader),)
+        out.append(
+            MetadataResponsePartition(
+                error_code=ErrorCode.none if leader != NO_LEADER else ErrorCode.leader_not_available,
+                partition_index=i32(p),
+                leader_id=BrokerId(leader),
+                leader_epoch=i32(-1),
+                replica_nodes=nodes,
+                isr_nodes=nodes,
+                offline_replicas=(),
+            )
         )
-        for p, leader in enumerate(leaders)
-    )
+    return tuple(out)
 
 
 def topic_entry(
     ctx: AgentContext, topic: Topic, with_ops: bool, request: Request | None = None
 ) -> MetadataResponseTopic:
-    partitions = _partitions(ctx.agents.leaders_for_topic(topic.topic_id, topic.partition_count))
+    zone = request.connection.zone.zone if request is not None else None
+    agents = ctx.agents
+    partitions = _partitions(
+        agents.leaders_for_topic(topic.topic_id, topic.partition_count, zone),
+        agents.replicas_for_topic(topic.topic_id, topic.partition_count, zone),
+    )
     ops = TOPIC_AUTHORIZED_OPERATIONS
     if with_ops and request is not None:
         computed = authorized_operations(ctx, request, Resource.TOPIC, topic.name)
