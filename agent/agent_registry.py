@@ -31,6 +31,13 @@ from it within one of its heartbeats. With no ready agent at all there is no lea
 (`NO_LEADER`: Metadata answers LEADER_NOT_AVAILABLE, which clients retry) and no
 coordinator (FindCoordinator answers COORDINATOR_NOT_AVAILABLE); the controller is then
 this agent (admin requests only need metadata).
+
+Zones (agent.zones): agents report their zone. Leaders for a client of zone Z are hashed
+over the ready agents of Z (`leaders_for_topic(..., zone)`), over all ready agents when Z
+has none or the client states no zone. `replicas_for_topic` lists, when ready agents span
+two or more zones, each partition's leader and every other zone's leader (Metadata's
+replicas; see agent.handlers.kafka_metadata). Group and transaction coordinators and the
+controller stay hashed over all ready agents: one per group, cluster-wide.
 """
 
 from __future__ import annotations

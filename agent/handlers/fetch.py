@@ -47,6 +47,11 @@ Per request:
    clients drop aborted records and skip the markers. A read_committed fetch at the LSO
    waits like one at the high watermark: the LSO only moves with a commit (of the markers,
    or a file holding them) that moves the high watermark too, which wakes it.
+6. Zones (agent.zones): a v11+ request's rack_id (the client's `client.rack`) becomes its
+   connection's zone. A consumer fetch from a client of zone Z reaching an agent outside Z,
+   while Z has ready agents, is answered per partition with no records and Z's leader of the
+   partition as `preferred_read_replica` (KIP-392); clients then fetch there. The answer
+   carries no watermarks (-1). An agent in Z never redirects, so a client moves at most once.
 """
 
 from __future__ import annotations
@@ -342,6 +347,32 @@ def _redirected(ctx: AgentContext, topic: Topic, partition: int, zone: str) -> P
     return dataclasses.replace(answer, preferred_read_replica=BrokerId(leader))
 
 
+def _slots(
+    ctx: AgentContext, request: Request, topics: dict[str, Topic]
+) -> list[list[tuple[Key, int, int] | PartitionData]]:
+    """Per requested partition: its answer when it is known without reading (refused,
+    unknown, sent to its zone), else (key, fetch offset, max bytes) to read."""
+    redirect_zone = _redirect_zone(ctx, request)
+    slots: list[list[tuple[Key, int, int] | PartitionData]] = []
+    for t in request.body.topics:
+        topic = topics.get(t.topic)
+        allowed = authorized(ctx, request, Op.READ, Resource.TOPIC, t.topic)
+        row: list[tuple[Key, int, int] | PartitionData] = []
+        for p in t.partitions:
+            if not allowed:  # empty records, not null: librdkafka refuses a null record set
+                row.append(_pdata(p.partition, ErrorCode.topic_authorization_failed, records=b""))
+            elif topic is None or not 0 <= p.partition < topic.partition_count:
+                row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
+            elif redirect_zone is not None:
+                row.append(_redirected(ctx, topic, int(p.partition), redirect_zone))
+            else:
+                key = (topic.topic_id, int(p.partition))
+                max_bytes = min(max(int(p.partition_max_bytes), 0), ctx.config.max_partition_fetch_bytes)
+                row.append((key, int(p.fetch_offset), max_bytes))
+        slots.append(row)
+    return slots
+
+
 async def _fetch(ctx: AgentContext, request: Request) -> Any:
     body = request.body
     session_id = int(getattr(body, "session_id", 0))
@@ -373,25 +404,7 @@ async def _fetch(ctx: AgentContext, request: Request) -> Any:
                 for t in body.topics
             ),
         )
-    redirect_zone = _redirect_zone(ctx, request)
-    slots: list[list[tuple[Key, int, int] | PartitionData]] = []
-    for t in body.topics:
-        topic = topics.get(t.topic)
-        allowed = authorized(ctx, request, Op.READ, Resource.TOPIC, t.topic)
-        row: list[tuple[Key, int, int] | PartitionData] = []
-        for p in t.partitions:
-            if not allowed:  # empty records, not null: librdkafka refuses a null record set
-                row.append(_pdata(p.partition, ErrorCode.topic_authorization_failed, records=b""))
-            elif topic is None or not 0 <= p.partition < topic.partition_count:
-                row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
-            elif redirect_zone is not None:
-                row.append(_redirected(ctx, topic, int(p.partition), redirect_zone))
-            else:
-                key = (topic.topic_id, int(p.partition))
-                max_bytes = min(max(int(p.partition_max_bytes), 0), ctx.config.max_partition_fetch_bytes)
-                row.append((key, int(p.fetch_offset), max_bytes))
-        slots.append(row)
-
+    slots = _slots(ctx, request, topics)
     answers, total, watermarks = await _read_once(ctx, body, topics, slots)
     max_wait_ms = min(int(body.max_wait.total_seconds() * 1000), ctx.config.fetch_max_wait_ms_cap)
     min_bytes = max(int(body.min_bytes), 1)

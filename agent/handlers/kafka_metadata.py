@@ -10,6 +10,14 @@ lead (agent.health): an agent that is not ready still answers, naming the ready 
 no agent ready every partition is LEADER_NOT_AVAILABLE with leader -1 (Kafka's answer for
 a partition without a leader; clients refresh metadata and retry).
 
+Zones (agent.zones): a client that states its zone (client.id `az=`/`zone=`/`ws_az=`, or the
+rack_id of an earlier Fetch on the connection) is given leaders among the ready agents of
+its zone, rendezvous-hashed within it; all ready agents when its zone has none, and for a
+client of no zone, as before. Brokers are every agent either way. When ready agents span two
+or more zones each partition lists as replicas (and ISR) its leader, then every other zone's
+leader: the Java client follows a Fetch's preferred read replica (agent.handlers.fetch) only
+to a listed replica.
+
 Requested topics:
 - an invalid name -> INVALID_TOPIC_EXCEPTION;
 - an unknown name -> created with `default_partitions` when the agent allows it
