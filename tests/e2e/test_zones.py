@@ -8,9 +8,10 @@ agent's, so "stays in its zone" is measured, not inferred.
 - Clients stating their zone in client.id (`az=`, `zone=`, `ws_az=`), bootstrapped on an agent
   of the OTHER zone: not one produce or fetch byte crosses zones, and both zones' agents serve.
 - A consumer stating its zone only as `client.rack` (confluent-kafka, and the Java client):
-  its first Metadata answer cannot know the zone, so it may fetch from the other zone once;
+  its first Metadata answer cannot know the zone, so it fetches from the other zone once;
   that agent answers with a preferred read replica in the client's zone (KIP-392) and no
-  records, and every record byte is then served in zone.
+  records (a few hundred bytes, counted as crossing), and every record byte is then served
+  in zone.
 - Zone B losing its agent: zone-B clients are routed to zone A (counted as cross-zone), and
   lose nothing.
 """
@@ -168,8 +169,9 @@ def test_clients_stay_in_their_zone_and_move_when_it_loses_its_agents(
     _consume(a0.bootstrap, topic, 2 * RECORDS, **{"client.rack": "zone-b", "client.id": "rack-only"})
     after = _totals(agents)
     assert _delta(after, before, ["agent-2"], ("out", "same")) >= 2 * payload
+    # its first Metadata answer (no zone yet) sent it out of zone: only the redirects crossed
     crossed = _delta(after, before, zone_a, ("out", "other"))
-    assert crossed < 0.05 * payload, f"{crossed} fetch bytes crossed zones for a client.rack consumer"
+    assert 0 < crossed < 0.05 * payload, f"{crossed} fetch bytes crossed zones for a client.rack consumer"
 
     # Zone B loses its agent: its clients move to zone A and lose nothing.
     b.process.kill(signal.SIGTERM)
@@ -210,5 +212,5 @@ def test_the_java_client_stays_in_its_zone(
         assert after[n][("in", "other")] == 0 and after[n][("in", "same")] == 0, after[n]
     assert after["agent-2"][("in", "same")] >= payload
     assert _delta(after, before, ["agent-2"], ("out", "same")) >= payload
-    crossed = _delta(after, before, zone_a, ("out", "other"))
-    assert crossed < 0.05 * payload, f"{crossed} fetch bytes crossed zones for the Java consumer"
+    crossed = _delta(after, before, zone_a, ("out", "other"))  # the redirects, and only them
+    assert 0 < crossed < 0.05 * payload, f"{crossed} fetch bytes crossed zones for the Java consumer"
