@@ -31,6 +31,13 @@ from it within one of its heartbeats. With no ready agent at all there is no lea
 (`NO_LEADER`: Metadata answers LEADER_NOT_AVAILABLE, which clients retry) and no
 coordinator (FindCoordinator answers COORDINATOR_NOT_AVAILABLE); the controller is then
 this agent (admin requests only need metadata).
+
+Zones (agent.zones): agents report their zone. Leaders for a client of zone Z are hashed
+over the ready agents of Z (`leaders_for_topic(..., zone)`), over all ready agents when Z
+has none or the client states no zone. `replicas_for_topic` lists, when ready agents span
+two or more zones, each partition's leader and every other zone's leader (Metadata's
+replicas; see agent.handlers.kafka_metadata). Group and transaction coordinators and the
+controller stay hashed over all ready agents: one per group, cluster-wide.
 """
 
 from __future__ import annotations
@@ -151,6 +158,11 @@ class LiveAgents:
         everyone = (self._self, *self._others)
         ids = routing.assign_node_ids([a.agent_id for a in everyone])  # over all: stable ids
         self._agent_ids = tuple(sorted(a.agent_id for a in everyone if a.ready))
+        zones: dict[str, list[str]] = {}
+        for a in everyone:
+            if a.ready and a.zone:
+                zones.setdefault(a.zone, []).append(a.agent_id)
+        self._zone_ids = {z: tuple(sorted(members)) for z, members in sorted(zones.items())}
         self._brokers = {
             ids[a.agent_id]: Broker(ids[a.agent_id], a.agent_id, a.host, a.port, a.zone, a.listeners)
             for a in everyone
@@ -160,7 +172,8 @@ class LiveAgents:
         self._self_node_id = ids[self._self.agent_id]
         controller = routing.controller_owner(self._agent_ids)
         self._controller_id = ids[controller] if controller is not None else self._self_node_id
-        self._leaders: dict[tuple[uuid.UUID, int], tuple[int, ...]] = {}
+        self._leaders: dict[tuple[uuid.UUID, int, str | None], tuple[int, ...]] = {}
+        self._replicas: dict[tuple[uuid.UUID, int, str | None], tuple[tuple[int, ...], ...]] = {}
         self.version += 1
 
     # --- reads --------------------------------------------------------------------------
@@ -188,24 +201,68 @@ class LiveAgents:
         """The agents routing hashes over: the ready ones (this one only while ready)."""
         return self._agent_ids
 
-    def leader_for(self, topic_id: uuid.UUID, partition: int) -> int:
-        """The partition's leader node id, NO_LEADER when no agent is ready."""
-        owner = routing.partition_owner(topic_id, partition, self._agent_ids)
+    def zones(self) -> tuple[str, ...]:
+        """The zones that have ready agents, sorted."""
+        return tuple(self._zone_ids)
+
+    def routed_zone(self, zone: str | None) -> str | None:
+        """The zone a client of `zone` is routed within: its own when it has ready agents,
+        else None (every ready agent, as for a client that states no zone)."""
+        return zone if zone is not None and zone in self._zone_ids else None
+
+    def _candidates(self, zone: str | None) -> tuple[str, ...]:
+        return self._zone_ids[zone] if zone is not None else self._agent_ids
+
+    def leader_for(self, topic_id: uuid.UUID, partition: int, zone: str | None = None) -> int:
+        """The partition's leader node id for a client of `zone` (agent.zones), NO_LEADER when
+        no agent is ready."""
+        owner = routing.partition_owner(topic_id, partition, self._candidates(self.routed_zone(zone)))
         return self._by_agent[owner].node_id if owner is not None else NO_LEADER
 
-    def leaders_for_topic(self, topic_id: uuid.UUID, partition_count: int) -> tuple[int, ...]:
-        """Leader node id of partitions 0..partition_count-1 (memoized until membership changes)."""
-        key = (topic_id, partition_count)
+    def leaders_for_topic(
+        self, topic_id: uuid.UUID, partition_count: int, zone: str | None = None
+    ) -> tuple[int, ...]:
+        """Leader node id of partitions 0..partition_count-1 for a client of `zone`: rendezvous
+        hashing within the zone's ready agents, or all of them when it has none or is None
+        (memoized until membership changes)."""
+        routed = self.routed_zone(zone)
+        key = (topic_id, partition_count, routed)
         leaders = self._leaders.get(key)
         if leaders is None:
             if len(self._leaders) >= _MAX_MEMOIZED_TOPICS:
                 self._leaders.clear()
-            if len(self._agent_ids) == 1:
-                leaders = (self._by_agent[self._agent_ids[0]].node_id,) * partition_count
+            candidates = self._candidates(routed)
+            if len(candidates) == 1:
+                leaders = (self._by_agent[candidates[0]].node_id,) * partition_count
             else:
-                leaders = tuple(self.leader_for(topic_id, p) for p in range(partition_count))
+                leaders = tuple(self.leader_for(topic_id, p, routed) for p in range(partition_count))
             self._leaders[key] = leaders
         return leaders
+
+    def replicas_for_topic(
+        self, topic_id: uuid.UUID, partition_count: int, zone: str | None = None
+    ) -> tuple[tuple[int, ...], ...] | None:
+        """Per partition, the agents a client may be sent to: the leader for a client of `zone`
+        first, then the in-zone leader of every other zone (a Fetch from another zone's client
+        names its zone's one as preferred read replica, KIP-392, and the Java client follows
+        only a replica listed in Metadata). None while fewer than two zones have ready agents:
+        the leader alone is the replica (memoized until membership changes)."""
+        if len(self._zone_ids) < 2:
+            return None
+        routed = self.routed_zone(zone)
+        key = (topic_id, partition_count, routed)
+        replicas = self._replicas.get(key)
+        if replicas is None:
+            if len(self._replicas) >= _MAX_MEMOIZED_TOPICS:
+                self._replicas.clear()
+            per_zone = [self.leaders_for_topic(topic_id, partition_count, z) for z in self._zone_ids]
+            leaders = self.leaders_for_topic(topic_id, partition_count, routed)
+            replicas = tuple(
+                (leader, *dict.fromkeys(z[p] for z in per_zone if z[p] != leader))
+                for p, leader in enumerate(leaders)
+            )
+            self._replicas[key] = replicas
+        return replicas
 
     def coordinator_for_group(self, group_id: str) -> Broker | None:
         """The group's coordinator, None when no agent is ready."""

@@ -37,6 +37,11 @@ fetch at the LSO waits like one at the tail when the LSO is known for a high wat
 that is confirmed current (recently, or by the commit watch following the partition).
 Bounds: at most `max_aborted_per_partition` ranges per partition (past it the span is
 forgotten and fetches ask metadata) and `max_aborted_total` in the whole cache.
+
+Ownership: no entry is owned by rule. Each agent learns what it serves, and routing
+(agent.agent_registry) sends the clients of each zone to that zone's leader of a partition,
+so this cache and the range cache of bytes are warm for a partition on one agent per zone
+(its in-zone leader), and no agent caches for another zone's clients.
 """
 
 from __future__ import annotations

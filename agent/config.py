@@ -80,7 +80,18 @@ class AgentConfig:
         default=None, metadata={"help": "port clients are told to connect to (default: the bound port)"}
     )
     zone: str | None = field(
-        default=None, metadata={"help": "availability zone, reported as the broker rack"}
+        default=None,
+        metadata={
+            "help": "availability zone: reported as the broker rack; clients of this zone are "
+            "routed to agents of it (docs/operations.md, Zones)"
+        },
+    )
+    zone_from_node: str | None = field(
+        default=None,
+        metadata={
+            "help": "Kubernetes node name (spec.nodeName): with no zone set, the zone is read at "
+            "start-up from this node's topology.kubernetes.io/zone label (needs get on nodes)"
+        },
     )
     cluster_id: str = field(default="skiff", metadata={"help": "cluster id reported to clients"})
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from skiff.agent.zones import MAX_ZONE_CHARS, valid_zone
+
 if TYPE_CHECKING:
     from skiff.agent.config import AgentConfig
 
@@ -48,6 +50,10 @@ def _check_identity(config: AgentConfig) -> None:
             raise ValueError(f"{name} must be a TCP port, got {getattr(config, name)}")
     if config.advertised_port is not None and not 0 <= config.advertised_port <= 65535:
         raise ValueError(f"advertised_port must be a TCP port, got {config.advertised_port}")
+    if config.zone is not None and valid_zone(config.zone) is None:
+        raise ValueError(
+            f"zone must be 1-{MAX_ZONE_CHARS} characters of A-Z a-z 0-9 . _ : -, got {config.zone!r}"
+        )
 
 
 def _check_sizes_and_timeouts(config: AgentConfig) -> None:

@@ -189,6 +189,14 @@ AGENT_METRIC_DOCS: tuple[MetricDoc, ...] = (
         ("skiff_requests_total",), "counter", "api", "Kafka requests read, by API (`produce`, `fetch`, ...)"
     ),
     MetricDoc(
+        ("skiff_client_zone_bytes_total",),
+        "counter",
+        "direction,client_zone",
+        "bytes served to clients: `in` Produce requests received, `out` Fetch responses sent, by the "
+        "client's zone (its `client.rack` or `client.id` `az=`) against this agent's: `same`, `other` "
+        "(cross-zone traffic), `unknown` (the client or the agent states no zone)",
+    ),
+    MetricDoc(
         ("skiff_fetch_followed_partitions",),
         "gauge",
         "",

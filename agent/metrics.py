@@ -24,6 +24,8 @@ plain integer counters and pay nothing per request for metrics:
 - `skiff_authorization_denied_total{api,resource}`: ACL checks refused, by Kafka API and
   resource type (`topic`, `group`, `cluster`, `transactional_id`), counted where handlers
   check (`agent.handlers.authorized`): a request naming three refused topics counts three;
+- `skiff_client_zone_bytes_total{direction,client_zone}`: Produce request bytes in and Fetch
+  response bytes out, by the client's zone against the agent's (`agent.zones`);
 - `skiff_requests_total{api}`: Kafka requests read, by API name (`produce`, `fetch`, ...);
   `skiff_produce_requests_inline_total`: the produce requests among them handled on the
   synchronous path (the others waited for a topic load, a transaction check, buffer room or
@@ -102,6 +104,7 @@ from skiff.agent.store_metrics import (
     object_store_families,
     store_snapshots,
 )
+from skiff.agent.zones import zone_traffic_families
 from skiff.fileformat.objectstore.pricing import Prices
 
 if TYPE_CHECKING:
@@ -218,6 +221,7 @@ class AgentCollector(Collector):
         yield from _produce_buffer_metrics(a)
         yield from _fetch_cache_metrics(a)
         yield from _request_metrics(a)
+        yield from zone_traffic_families(s.zone_traffic for s in a.servers or [a.server])
         yield from _produce_stage_metrics(a)
         yield from _response_encoding_metrics(a)
         yield from _connection_limit_metrics(a)

@@ -461,8 +461,11 @@ GC_THRESHOLDS = (50_000, 10, 10)
 def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) -> int:
     """`skiff agent`: serve (and run the background roles) until SIGINT/SIGTERM, then shut
     down gracefully; 0 if that finished within `shutdown_timeout_ms`, else 1."""
+    from skiff.agent.kube_zone import with_node_zone
     from skiff.metadata.wire.connect import open_metadata_client
     from skiff.metadata.wire.credentials import CredentialsError
+
+    config = with_node_zone(config)  # SKIFF_ZONE_FROM_NODE: the Kubernetes node's zone label
 
     async def main() -> bool:
         try:

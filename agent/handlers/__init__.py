@@ -57,6 +57,7 @@ from kio.static.primitive import i32Timedelta
 from skiff.agent.handlers._access import Access, Check
 from skiff.agent.network.sasl import PRE_AUTH_KEYS
 from skiff.agent.protocol import RequestHeader, api_name, error_response, kio_version_range, to_error_code
+from skiff.agent.zones import ClientZone
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.security.acl_types import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -90,6 +91,8 @@ class ConnectionInfo:
     # The client's address as ACL hosts name it (Kafka: InetAddress.getHostAddress()); derived
     # from `peer` unless given.
     client_host: str = ""
+    # The client's availability zone (agent.zones): from its client.id, then a Fetch's rack_id.
+    zone: ClientZone = field(default_factory=ClientZone)
 
     def __post_init__(self) -> None:
         if not self.client_host:

@@ -47,11 +47,17 @@ Per request:
    clients drop aborted records and skip the markers. A read_committed fetch at the LSO
    waits like one at the high watermark: the LSO only moves with a commit (of the markers,
    or a file holding them) that moves the high watermark too, which wakes it.
+6. Zones (agent.zones): a v11+ request's rack_id (the client's `client.rack`) becomes its
+   connection's zone. A consumer fetch from a client of zone Z reaching an agent outside Z,
+   while Z has ready agents, is answered per partition with no records and Z's leader of the
+   partition as `preferred_read_replica` (KIP-392); clients then fetch there. The answer
+   carries no watermarks (-1). An agent in Z never redirects, so a client moves at most once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import struct
@@ -66,7 +72,7 @@ from kio.schema.fetch.v12.response import (
     FetchResponse,
     PartitionData,
 )
-from kio.schema.types import ProducerId
+from kio.schema.types import BrokerId, ProducerId
 from kio.static.primitive import Records, i32, i64
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import (
@@ -315,6 +321,58 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         FETCH_LATENCY.observe(time.perf_counter() - started_s)
 
 
+def _redirect_zone(ctx: AgentContext, request: Request) -> str | None:
+    """The client's zone when this consumer fetch should be sent to an agent of it (KIP-392's
+    preferred read replica): the request can carry one (v11+), the client states a zone (a
+    rack_id read here, or its client.id: agent.zones), this agent is not in it and the zone
+    has ready agents. Else None: served here, as any agent serves any partition."""
+    zone_state = request.connection.zone
+    if request.api_version < 11:
+        return None
+    zone_state.saw_rack_id(getattr(request.body, "rack_id", None))
+    zone = zone_state.zone
+    if zone is None or int(getattr(request.body, "replica_id", -1)) >= 0:
+        return None
+    agents = ctx.agents
+    if zone == agents.self_info.zone or agents.routed_zone(zone) != zone:
+        return None
+    return zone
+
+
+def _redirected(ctx: AgentContext, topic: Topic, partition: int, zone: str) -> PartitionData:
+    """An answer with no records naming the partition's leader in `zone` as preferred read
+    replica (watermarks unknown here, -1: clients keep what they knew and learn them there)."""
+    leader = ctx.agents.leaders_for_topic(topic.topic_id, topic.partition_count, zone)[partition]
+    answer = _pdata(partition, ErrorCode.none, records=b"")
+    return dataclasses.replace(answer, preferred_read_replica=BrokerId(leader))
+
+
+def _slots(
+    ctx: AgentContext, request: Request, topics: dict[str, Topic]
+) -> list[list[tuple[Key, int, int] | PartitionData]]:
+    """Per requested partition: its answer when it is known without reading (refused,
+    unknown, sent to its zone), else (key, fetch offset, max bytes) to read."""
+    redirect_zone = _redirect_zone(ctx, request)
+    slots: list[list[tuple[Key, int, int] | PartitionData]] = []
+    for t in request.body.topics:
+        topic = topics.get(t.topic)
+        allowed = authorized(ctx, request, Op.READ, Resource.TOPIC, t.topic)
+        row: list[tuple[Key, int, int] | PartitionData] = []
+        for p in t.partitions:
+            if not allowed:  # empty records, not null: librdkafka refuses a null record set
+                row.append(_pdata(p.partition, ErrorCode.topic_authorization_failed, records=b""))
+            elif topic is None or not 0 <= p.partition < topic.partition_count:
+                row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
+            elif redirect_zone is not None:
+                row.append(_redirected(ctx, topic, int(p.partition), redirect_zone))
+            else:
+                key = (topic.topic_id, int(p.partition))
+                max_bytes = min(max(int(p.partition_max_bytes), 0), ctx.config.max_partition_fetch_bytes)
+                row.append((key, int(p.fetch_offset), max_bytes))
+        slots.append(row)
+    return slots
+
+
 async def _fetch(ctx: AgentContext, request: Request) -> Any:
     body = request.body
     session_id = int(getattr(body, "session_id", 0))
@@ -346,22 +404,7 @@ async def _fetch(ctx: AgentContext, request: Request) -> Any:
                 for t in body.topics
             ),
         )
-    slots: list[list[tuple[Key, int, int] | PartitionData]] = []
-    for t in body.topics:
-        topic = topics.get(t.topic)
-        allowed = authorized(ctx, request, Op.READ, Resource.TOPIC, t.topic)
-        row: list[tuple[Key, int, int] | PartitionData] = []
-        for p in t.partitions:
-            if not allowed:  # empty records, not null: librdkafka refuses a null record set
-                row.append(_pdata(p.partition, ErrorCode.topic_authorization_failed, records=b""))
-            elif topic is None or not 0 <= p.partition < topic.partition_count:
-                row.append(_pdata(p.partition, ErrorCode.unknown_topic_or_partition))
-            else:
-                key = (topic.topic_id, int(p.partition))
-                max_bytes = min(max(int(p.partition_max_bytes), 0), ctx.config.max_partition_fetch_bytes)
-                row.append((key, int(p.fetch_offset), max_bytes))
-        slots.append(row)
-
+    slots = _slots(ctx, request, topics)
     answers, total, watermarks = await _read_once(ctx, body, topics, slots)
     max_wait_ms = min(int(body.max_wait.total_seconds() * 1000), ctx.config.fetch_max_wait_ms_cap)
     min_bytes = max(int(body.min_bytes), 1)

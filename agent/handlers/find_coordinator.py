@@ -10,6 +10,11 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED), whose coordinator is the rendezvous owne
 `b"txn:" + id` (`agent.transactions.coordinator.TxnCoordinator.coordinator_for`). Any other key type
 gets INVALID_REQUEST, as Kafka answers an unknown one. Only ready agents coordinate
 (agent.health); with none ready the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
+
+Zones (agent.zones): coordinators stay global, whatever the client's zone. A group's state
+lives with its coordinator's lease (agent.groups.fencing) and its members may sit in several
+zones, so it has one coordinator cluster-wide; its traffic (joins, heartbeats, commits)
+carries no records, so crossing a zone for it costs little (docs/operations.md, "Zones").
 """
 
 from __future__ import annotations

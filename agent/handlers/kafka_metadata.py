@@ -10,6 +10,14 @@ lead (agent.health): an agent that is not ready still answers, naming the ready 
 no agent ready every partition is LEADER_NOT_AVAILABLE with leader -1 (Kafka's answer for
 a partition without a leader; clients refresh metadata and retry).
 
+Zones (agent.zones): a client that states its zone (client.id `az=`/`zone=`/`ws_az=`, or the
+rack_id of an earlier Fetch on the connection) is given leaders among the ready agents of
+its zone, rendezvous-hashed within it; all ready agents when its zone has none, and for a
+client of no zone, as before. Brokers are every agent either way. When ready agents span two
+or more zones each partition lists as replicas (and ISR) its leader, then every other zone's
+leader: the Java client follows a Fetch's preferred read replica (agent.handlers.fetch) only
+to a listed replica.
+
 Requested topics:
 - an invalid name -> INVALID_TOPIC_EXCEPTION;
 - an unknown name -> created with `default_partitions` when the agent allows it
@@ -119,26 +127,39 @@ def brokers_of(ctx: AgentContext, listener: str = "PLAINTEXT") -> tuple[Metadata
 
 
 @functools.lru_cache(maxsize=4096)
-def _partitions(leaders: tuple[int, ...]) -> tuple[MetadataResponsePartition, ...]:
-    """Partition entries for a leader assignment (memoized: entries are immutable and shared)."""
-    return tuple(
-        MetadataResponsePartition(
-            error_code=ErrorCode.none if leader != NO_LEADER else ErrorCode.leader_not_available,
-            partition_index=i32(p),
-            leader_id=BrokerId(leader),
-            leader_epoch=i32(-1),
-            replica_nodes=(BrokerId(leader),) if leader != NO_LEADER else (),
-            isr_nodes=(BrokerId(leader),) if leader != NO_LEADER else (),
-            offline_replicas=(),
+def _partitions(
+    leaders: tuple[int, ...], replicas: tuple[tuple[int, ...], ...] | None = None
+) -> tuple[MetadataResponsePartition, ...]:
+    """Partition entries for a leader assignment, with each partition's replicas when agents
+    span zones (else the leader alone). Memoized: entries are immutable and shared."""
+    out = []
+    for p, leader in enumerate(leaders):
+        nodes: tuple[BrokerId, ...] = ()
+        if leader != NO_LEADER:
+            nodes = tuple(BrokerId(n) for n in replicas[p]) if replicas is not None else (BrokerId(leader),)
+        out.append(
+            MetadataResponsePartition(
+                error_code=ErrorCode.none if leader != NO_LEADER else ErrorCode.leader_not_available,
+                partition_index=i32(p),
+                leader_id=BrokerId(leader),
+                leader_epoch=i32(-1),
+                replica_nodes=nodes,
+                isr_nodes=nodes,
+                offline_replicas=(),
+            )
         )
-        for p, leader in enumerate(leaders)
-    )
+    return tuple(out)
 
 
 def topic_entry(
     ctx: AgentContext, topic: Topic, with_ops: bool, request: Request | None = None
 ) -> MetadataResponseTopic:
-    partitions = _partitions(ctx.agents.leaders_for_topic(topic.topic_id, topic.partition_count))
+    zone = request.connection.zone.zone if request is not None else None
+    agents = ctx.agents
+    partitions = _partitions(
+        agents.leaders_for_topic(topic.topic_id, topic.partition_count, zone),
+        agents.replicas_for_topic(topic.topic_id, topic.partition_count, zone),
+    )
     ops = TOPIC_AUTHORIZED_OPERATIONS
     if with_ops and request is not None:
         computed = authorized_operations(ctx, request, Resource.TOPIC, topic.name)

@@ -62,6 +62,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
+from skiff.agent import zones
 from skiff.agent.handlers import (
     ConnectionInfo,
     HandlerSpec,
@@ -105,6 +106,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
+FETCH_KEY = 1
 
 _COALESCE_BYTES = 64 * 1024  # ready responses written in one call, up to about this much
 _READ_BURST_REQUESTS = 32  # requests one reader dispatches before it yields to the loop
@@ -390,6 +392,9 @@ class Connection:
         except MalformedRequest as e:
             self._protocol_error(f"malformed {spec.name} v{api_version} request (correlation id {corr}): {e}")
             return self._done(_CLOSE)
+        self.info.zone.saw_client_id(header.client_id)  # the client's zone (agent.zones)
+        if api_key == PRODUCE_KEY:
+            self.server.zone_traffic.count(zones.IN, self.info.zone.zone, len(frame))
         return spec, Request(header, body, self.info, self.server.registry)
 
     def _start_now(self, spec: HandlerSpec, request: Request) -> tuple[asyncio.Future[_Outcome], int] | None:
@@ -449,9 +454,18 @@ class Connection:
             task = asyncio.create_task(self._run_handler(spec, request, coro))
             task.add_done_callback(lambda _: _end_ticket(ticket, coro))
         else:
-            task = asyncio.create_task(self._run_handler(spec, request))
+            run = self._run_fetch if spec.api_key == FETCH_KEY else self._run_handler
+            task = asyncio.create_task(run(spec, request))
         self._track(task, alone)
         return task
+
+    async def _run_fetch(self, spec: HandlerSpec, request: Request) -> _Outcome:
+        """A Fetch, and its response's bytes counted by the client's zone (known by now: the
+        handler read its rack_id). Counted here, before the writer takes the frame."""
+        outcome = await self._run_handler(spec, request)
+        if outcome.frame is not None:
+            self.server.zone_traffic.count(zones.OUT, self.info.zone.zone, len(outcome.frame))
+        return outcome
 
     def _track(self, task: asyncio.Task[_Outcome], alone: bool) -> None:
         self.tasks.add(task)

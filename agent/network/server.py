@@ -28,6 +28,7 @@ from skiff.agent.handlers import ConnectionInfo, HandlerRegistry, default_regist
 from skiff.agent.network.connection import Connection
 from skiff.agent.network.limits import ByteBudget, ConnectionLimiter
 from skiff.agent.network.tls import ListenerSecurity
+from skiff.agent.zones import ZoneTraffic
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ class AgentServer:
         self.produce_inline = 0  # produce requests handled without a task
         self.responses_encoded_sliced = 0  # large responses encoded in slices (agent.protocol.sliced_encode)
         self.encode_slice_yields = 0  # turns those encodings gave the event loop
+        # produce and fetch bytes by the clients' zone against this agent's (agent.zones)
+        self.zone_traffic = ZoneTraffic(cfg.zone)
 
     # --- lifecycle ----------------------------------------------------------------------
 

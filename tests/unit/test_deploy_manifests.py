@@ -527,6 +527,29 @@ def test_agents_have_an_external_listener_on_a_host_port(overlay: str) -> None:
     assert agent["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0, "a surge pod cannot get the host port"
 
 
+@pytest.mark.parametrize("overlay", sorted(RENDERED))
+def test_agents_read_their_zone_from_their_node(overlay: str) -> None:
+    """The zone label of the agent's node reaches the agent: its node name from the downward
+    API in SKIFF_ZONE_FROM_NODE, and its service account bound to a role that may get nodes
+    (and nothing more)."""
+    objects = _by_kind_and_name(RENDERED[overlay])
+    agent = objects[("Deployment", "skiff-agent")]
+    pod = _pod_spec(agent)
+    env = {e["name"]: e for e in next(_containers(agent))["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env[ENV_PREFIX + "ZONE_FROM_NODE"]["value"] == "$(NODE_NAME)"
+    account = pod["serviceAccountName"]
+    assert ("ServiceAccount", account) in objects
+    bindings = [
+        b
+        for (kind, _), b in objects.items()
+        if kind == "ClusterRoleBinding" and any(s["name"] == account for s in b["subjects"])
+    ]
+    assert len(bindings) == 1
+    role = objects[("ClusterRole", bindings[0]["roleRef"]["name"])]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+
+
 def test_production_spreads_agents_and_metadata_over_zones_and_nodes() -> None:
     objects = _by_kind_and_name(RENDERED["overlays/production"])
     for name in ("skiff-agent", "skiff-metadata"):
