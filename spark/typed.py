@@ -6,7 +6,8 @@ option or `<topic>-<side>` (TopicNameStrategy). The reader schema is the subject
 named by the options (default: the latest), asked once, when Spark first asks the schema
 (or the reader is built), and pinned for the query's life, so a streaming query keeps one
 DataFrame schema. The writer schemas are every schema id registered under the subject
-(`schema_subject_ids`: the live versions) with its text (`schema_by_id`; PROTOBUF as the
+(`schema_subject_ids`, soft-deleted versions included: data written with them still
+decodes) with its text (`schema_by_id`; PROTOBUF as the
 serialized descriptor), asked each time tasks are planned (a batch query once, a stream
 each micro-batch, new ids only), so records written with a version registered mid-stream
 decode in the next micro-batch. References are followed and shipped with the schema that
@@ -161,7 +162,7 @@ class TypedPlanner:
             for side in self.typed.sides:
                 reader = self._reader(client, side, topic)
                 try:
-                    ids = client.schema_subject_ids(reader.subject)
+                    ids = client.schema_subject_ids(reader.subject, deleted=True)
                 except RegistryError as exc:
                     raise _missing(side, reader.subject, exc) from None
                 writers = tuple((i, self.source(client, i, side.schema_type)) for i in sorted(ids))

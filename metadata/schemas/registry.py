@@ -54,8 +54,8 @@ class SchemaRegistryOperations:
     ) -> RegisteredSchema:
         return self.schema_reads.lookup(subject, spec, normalize, deleted)
 
-    def schema_subject_ids(self, subject: str) -> list[int]:
-        return self.schema_reads.subject_schema_ids(subject)
+    def schema_subject_ids(self, subject: str, deleted: bool = False) -> list[int]:
+        return self.schema_reads.subject_schema_ids(subject, deleted)
 
     def schema_referenced_by(self, subject: str, version: int) -> list[int]:
         return self.schema_reads.referenced_by(subject, version)

@@ -207,10 +207,11 @@ class RegistryReads:
                 raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
             return self.registered(conn, match[-1])
 
-    def subject_schema_ids(self, subject: str) -> list[int]:
-        """The ids of `subject`'s live versions (what broker-side validation admits)."""
+    def subject_schema_ids(self, subject: str, deleted: bool = False) -> list[int]:
+        """The ids of `subject`'s live versions (what broker-side validation admits), and of
+        its soft-deleted ones too with `deleted`."""
         with read_tx(self._db.engine) as conn:
-            return sorted({r.schema_id for r in self.version_rows(conn, subject) if not r.deleted})
+            return sorted({r.schema_id for r in self.version_rows(conn, subject) if deleted or not r.deleted})
 
     def referenced_by(self, subject: str, version: int) -> list[int]:
         """Ids of the schemas whose references name `subject` at `version`."""

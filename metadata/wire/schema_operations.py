@@ -46,8 +46,10 @@ class SchemaLookups(Protocol):
         ...
 
     @operation("/v1/schemas/subject-ids", *SCHEMA_READ)
-    async def schema_subject_ids(self, subject: Subject) -> list[int]:
-        """The schema ids of the subject's live versions (broker-side validation)."""
+    async def schema_subject_ids(self, subject: Subject, deleted: bool = False) -> list[int]:
+        """The schema ids of the subject's live versions (broker-side validation admits these),
+        with `deleted` also of its soft-deleted ones (readers: data written with a version
+        soft-deleted since still decodes)."""
         ...
 
 

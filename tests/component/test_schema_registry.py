@@ -114,13 +114,16 @@ def test_compatibility_levels(registry: tuple[SchemaRegistryClient, MetadataServ
 
 
 def test_deletes_soft_then_hard(registry: tuple[SchemaRegistryClient, MetadataService, str]) -> None:
-    sr, _, url = registry
+    sr, svc, url = registry
     id1 = sr.register_schema("users-value", Schema(USER_V1, "AVRO"))
-    sr.register_schema("users-value", Schema(USER_V2, "AVRO"))
+    id2 = sr.register_schema("users-value", Schema(USER_V2, "AVRO"))
     assert _code(lambda: sr.delete_version("users-value", 1, permanent=True)) == (404, 40407)
     assert sr.delete_version("users-value", 1) == 1
     assert _code(lambda: sr.delete_version("users-value", 1)) == (404, 40406)
     assert sr.get_versions("users-value") == [2]
+    # validation admits the live versions' ids; readers still decode data of soft-deleted ones
+    assert svc.schema_subject_ids("users-value") == [id2]
+    assert svc.schema_subject_ids("users-value", deleted=True) == sorted([id1, id2])
     assert httpx.get(f"{url}/subjects/users-value/versions?deleted=true").json() == [1, 2]
     assert sr.get_schema(id1).schema_str == USER_V1  # a soft-deleted version still holds its id
     assert _code(lambda: sr.delete_subject("users-value", permanent=True)) == (404, 40405)
