@@ -69,7 +69,7 @@ class RowDecoder(ABC):
                 continue
             try:
                 rows[i] = self.decode_body(writer, data[starts[i] : ends[i]], indexes[i])
-            except Exception as exc:  # noqa: BLE001 - the decoders raise many types on hostile bytes; a payload must never fail the batch
+            except Exception as exc:  # boundary: the decoders raise many types on hostile bytes; one payload never fails the batch
                 errors[i] = error_text(f"schema id {schema_id}", f"{type(exc).__name__}: {exc}")
 
 
