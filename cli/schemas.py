@@ -30,19 +30,8 @@ from typing import Any
 from rich.table import Table
 from skiff.cli.admin_common import stdout_console
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
-from skiff.metadata.schemas.types import LATEST, SchemaReference, SchemaSpec
-
-TYPES = ("AVRO", "JSON", "PROTOBUF")
-LEVELS = (
-    "NONE",
-    "BACKWARD",
-    "BACKWARD_TRANSITIVE",
-    "FORWARD",
-    "FORWARD_TRANSITIVE",
-    "FULL",
-    "FULL_TRANSITIVE",
-)
-MODES = ("READWRITE", "READONLY", "IMPORT")
+from skiff.metadata.schemas.formats import LEVELS, SCHEMA_TYPES
+from skiff.metadata.schemas.types import MODES, SchemaReference, SchemaSpec, version_from_text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -78,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         common(q)
         q.add_argument("subject", help="the subject (TopicNameStrategy: <topic>-value or <topic>-key)")
         q.add_argument("--schema", required=True, help="the schema file ('-': standard input)")
-        q.add_argument("--type", default="AVRO", choices=TYPES, type=str.upper, help="default: AVRO")
+        q.add_argument("--type", default="AVRO", choices=SCHEMA_TYPES, type=str.upper, help="default: AVRO")
         q.add_argument(
             "--reference",
             action="append",
@@ -111,13 +100,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def parse_version(text: str) -> int:
-    if text == "latest":
-        return LATEST
-    try:
-        v = int(text)
-    except ValueError:
-        raise ValueError(f"--version must be a number or latest, got {text!r}") from None
-    if v < 1 and v != LATEST:
+    v = version_from_text(text)
+    if v is None:
         raise ValueError(f"--version must be a number or latest, got {text!r}")
     return v
 

@@ -265,15 +265,7 @@ class RegistryReads:
             return self.settings_in(conn, subject, default_to_global)
 
     def settings_in(self, conn: Connection, subject: str | None, default_to_global: bool) -> SchemaSettings:
-        rows = settings_rows(conn, subject)
-        own = rows.get(subject or GLOBAL)
-        if subject and (own is None or own.compatibility is None):
-            if not default_to_global:
-                raise RegistryError(
-                    SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED,
-                    f"Subject '{subject}' does not have subject-level compatibility configured",
-                )
-            own = rows.get(GLOBAL)
+        own = effective_row(conn, subject, "compatibility", default_to_global)
         level = own.compatibility if own is not None and own.compatibility else DEFAULT_COMPATIBILITY
         normalize = own.normalize if own is not None else None
         return SchemaSettings(subject, level, normalize)
@@ -283,16 +275,31 @@ class RegistryReads:
             return self.mode_in(conn, subject, default_to_global)
 
     def mode_in(self, conn: Connection, subject: str | None, default_to_global: bool) -> str:
-        rows = settings_rows(conn, subject)
-        own = rows.get(subject or GLOBAL)
-        if subject and (own is None or own.mode is None):
-            if not default_to_global:
-                raise RegistryError(
-                    SUBJECT_LEVEL_MODE_NOT_CONFIGURED,
-                    f"Subject '{subject}' does not have subject-level mode configured",
-                )
-            own = rows.get(GLOBAL)
+        own = effective_row(conn, subject, "mode", default_to_global)
         return own.mode if own is not None and own.mode else READWRITE
+
+
+_NOT_CONFIGURED = {
+    "compatibility": SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED,
+    "mode": SUBJECT_LEVEL_MODE_NOT_CONFIGURED,
+}
+
+
+def effective_row(
+    conn: Connection, subject: str | None, setting: str, default_to_global: bool
+) -> Row[Any] | None:
+    """The settings row that decides `setting` at `subject`: its own when it sets it, else the
+    global one when `default_to_global` (else Confluent's 40408 / 40409); None: nothing set."""
+    rows = settings_rows(conn, subject)
+    own = rows.get(subject or GLOBAL)
+    if subject and (own is None or getattr(own, setting) is None):
+        if not default_to_global:
+            raise RegistryError(
+                _NOT_CONFIGURED[setting],
+                f"Subject '{subject}' does not have subject-level {setting} configured",
+            )
+        own = rows.get(GLOBAL)
+    return own
 
 
 def settings_rows(conn: Connection, subject: str | None) -> Mapping[str, Row[Any]]:

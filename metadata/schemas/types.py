@@ -86,3 +86,18 @@ class SchemaSettings:
     compatibility: str | None = None
     normalize: bool | None = None
     mode: str | None = None
+
+
+MAX_VERSION = 2**31 - 1
+
+
+def version_from_text(text: str) -> int | None:
+    """A version as Confluent's paths and CLI write it: `latest` or -1 (LATEST), or 1 ..
+    2^31-1; None when `text` is none of these (each caller words its own refusal)."""
+    if text == "latest":
+        return LATEST
+    try:
+        v = int(text)
+    except ValueError:
+        return None
+    return v if v == LATEST or 1 <= v <= MAX_VERSION else None

@@ -29,14 +29,15 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from skiff.metadata.schemas.errors import INVALID_VERSION, SCHEMA_NOT_FOUND, RegistryError
 from skiff.metadata.schemas.types import (
     AVRO,
-    LATEST,
     MAX_REFERENCES,
     MAX_SCHEMA_CHARS,
+    MAX_VERSION,
     RegisteredSchema,
     SchemaReference,
     SchemaSettings,
     SchemaSpec,
     StoredSchema,
+    version_from_text,
 )
 from skiff.metadata.server.auth import allow
 from skiff.metadata.service import MetadataService
@@ -45,7 +46,6 @@ from skiff.metadata.wire.schema_operations import SCHEMA_READ
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 UNPROCESSABLE = 422
-MAX_VERSION = 2**31 - 1
 
 
 def _answer(value: Any, status: int = 200) -> JSONResponse:
@@ -54,19 +54,14 @@ def _answer(value: Any, status: int = 200) -> JSONResponse:
 
 def parse_version(text: str) -> int:
     """Confluent's version path segment: `latest`, -1 or 1 .. 2^31-1 (else 42202)."""
-    if text == "latest":
-        return LATEST
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v == LATEST or 1 <= v <= MAX_VERSION:
-        return v
-    raise RegistryError(
-        INVALID_VERSION,
-        f"The specified version '{text}' is not a valid version id. Allowed values are between"
-        f' [1, {MAX_VERSION}] and the string "latest"',
-    )
+    v = version_from_text(text)
+    if v is None:
+        raise RegistryError(
+            INVALID_VERSION,
+            f"The specified version '{text}' is not a valid version id. Allowed values are between"
+            f' [1, {MAX_VERSION}] and the string "latest"',
+        )
+    return v
 
 
 async def _body(request: Request) -> dict[str, Any]:
