@@ -378,3 +378,18 @@ def create_batches(new: Sequence[NewTopic]) -> list[list[NewTopic]]:
     if batch:
         batches.append(batch)
     return batches
+
+
+@dataclass(frozen=True)
+class ActiveProducer:
+    """One producer's state in one partition (Kafka's DescribeProducers): its epoch, the last
+    sequence number it wrote there, when that last batch was committed (ms), and the first
+    offset of its transaction open in the partition (-1: none)."""
+
+    topic_id: uuid.UUID
+    partition: Int32
+    producer_id: Int64
+    producer_epoch: Int32
+    last_sequence: Int32 = -1
+    last_commit_ms: Int64 = -1
+    txn_start_offset: Int64 = -1
