@@ -93,6 +93,8 @@ from skiff.metadata.types import (
     OffsetAnswer,
     OffsetCommitResult,
     OffsetQuery,
+    OffsetsLogPage,
+    OffsetsLogQuery,
     OutputChunk,
     PartitionFetchInfo,
     PartitionKey,
@@ -370,6 +372,9 @@ class MetadataService(SchemaRegistryOperations):
 
     def describe_producers(self, keys: Sequence[PartitionKey]) -> list[ActiveProducer]:
         return self.log_info.describe_producers(keys)
+
+    def read_offsets_log(self, queries: Sequence[OffsetsLogQuery]) -> list[OffsetsLogPage]:
+        return self.groups.read_offsets_log(queries)
 
     # ------------------------------------------------------------------ consumer groups
 

@@ -48,6 +48,7 @@ from skiff.agent.handlers import (
     authorized,
     authorized_operations,
 )
+from skiff.agent.handlers import _consumer_offsets as consumer_offsets
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, filtered, item, on, reported, requires
 from skiff.agent.handlers.kafka_metadata import INTERNAL_TOPICS, TOPIC_AUTHORIZED_OPERATIONS
 from skiff.agent.protocol import convert
@@ -114,7 +115,15 @@ def _invalid(body: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsRes
 
 
 async def _lookup(ctx: AgentContext, names: list[str] | None) -> dict[str, Topic | None]:
-    """name -> topic (None: unavailable) for `names`, or every topic when None."""
+    """name -> topic (None: unavailable) for `names`, or every topic when None; with the
+    internal `__consumer_offsets` (agent.handlers._consumer_offsets)."""
+    found = await _lookup_table(ctx, names)
+    if names is None or consumer_offsets.NAME in names:
+        found[consumer_offsets.NAME] = consumer_offsets.TOPIC
+    return found
+
+
+async def _lookup_table(ctx: AgentContext, names: list[str] | None) -> dict[str, Topic | None]:
     try:
         if names is None:
             return {t.name: t for t in await ctx.topics.all_topics()}

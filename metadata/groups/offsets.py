@@ -25,10 +25,11 @@ from skiff.metadata.errors import (
 )
 from skiff.metadata.groups import admin as group_admin
 from skiff.metadata.groups import leases as group_leases
+from skiff.metadata.groups import offsets_log
 from skiff.metadata.groups.lease_types import LeaseToken
 from skiff.metadata.rows import IDS_PER_STATEMENT, Db, upsert
 from skiff.metadata.schema import group_offsets, topics
-from skiff.metadata.types import GroupOffset, OffsetCommitResult
+from skiff.metadata.types import GroupOffset, OffsetCommitResult, OffsetsLogPage, OffsetsLogQuery
 from sqlalchemy import Connection, delete, select, tuple_
 
 # A committed offset's key (the primary key of `group_offsets`).
@@ -88,12 +89,19 @@ class GroupOffsets:
             if not result.error_code:
                 latest[(o.topic, o.partition)] = o
         if latest:
-            upsert(conn, group_offsets, OFFSET_KEY, [_row(group_id, o, now) for o in latest.values()])
+            rows = [_row(group_id, o, now) for o in latest.values()]
+            offsets_log.place(conn, rows)  # their places in __consumer_offsets
+            upsert(conn, group_offsets, OFFSET_KEY, rows)
         return results
 
     def fetch_offsets(self, group_id: str, topics_: Sequence[str] | None) -> list[GroupOffset]:
         with read_tx(self._db.engine) as conn:
             return fetch_offsets_in(conn, group_id, topics_)
+
+    def read_offsets_log(self, queries: Sequence[OffsetsLogQuery]) -> list[OffsetsLogPage]:
+        """Partitions of `__consumer_offsets` (metadata.groups.offsets_log), in one snapshot."""
+        with read_tx(self._db.engine) as conn:
+            return [offsets_log.read(conn, q) for q in queries]
 
     def delete_group_offsets(self, group_id: str) -> None:
         """Forget a group's committed offsets (DeleteGroups)."""

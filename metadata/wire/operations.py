@@ -46,6 +46,8 @@ from skiff.metadata.types import (
     OffsetAnswer,
     OffsetCommitResult,
     OffsetQuery,
+    OffsetsLogPage,
+    OffsetsLogQuery,
     OutputChunk,
     PartitionFetchInfo,
     PartitionKey,
@@ -363,6 +365,12 @@ class PartitionInfo(Protocol):
     @operation("/v1/partitions/producers", AGENT)
     async def describe_producers(self, keys: Items[PartitionKey]) -> list[ActiveProducer]:
         """The producers of the partitions (DescribeProducers), at most 10,000."""
+        ...
+
+    @operation("/v1/consumer-offsets/read", AGENT)
+    async def read_offsets_log(self, queries: Items[OffsetsLogQuery]) -> list[OffsetsLogPage]:
+        """Partitions of `__consumer_offsets`: the committed offsets in log order
+        (metadata.groups.offsets_log), their ends, offsets for timestamps."""
         ...
 
 
