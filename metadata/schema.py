@@ -140,6 +140,12 @@ group_offsets = Table(
     Column("metadata", Text, nullable=True),
     Column("leader_epoch", Integer, nullable=False),
     Column("commit_time_ms", BigInteger, nullable=False),
+    # Where this commit sits in `__consumer_offsets` (metadata.groups.offsets_log): the
+    # partition of its group (Kafka's rule) and its offset there, from a per-partition counter
+    # row `consumer_offsets-<partition>` of `sequences`, taken in the commit's transaction.
+    Column("log_partition", Integer, nullable=True),
+    Column("log_offset", BigInteger, nullable=True),
+    Index(None, "log_partition", "log_offset"),
 )
 
 agents = Table(

@@ -63,6 +63,7 @@ from skiff.metadata.groups import admin as group_admin
 from skiff.metadata.groups import leases as group_leases
 from skiff.metadata.groups.lease_types import LeaseGrant, LeaseToken
 from skiff.metadata.groups.offsets import GroupOffsets
+from skiff.metadata.log_info import LogInfo
 from skiff.metadata.maintenance.gc import GarbageCollection
 from skiff.metadata.maintenance.retention import DEFAULT_MAX_CHUNKS_PER_PARTITION, Retention
 from skiff.metadata.membership import DEFAULT_AGENT_TTL_MS, Membership
@@ -77,6 +78,7 @@ from skiff.metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
 from skiff.metadata.transactions.state import Outcome, Partition, TxnRecord
 from skiff.metadata.transactions.store import Transactions
 from skiff.metadata.types import (
+    ActiveProducer,
     AgentInfo,
     ChunkResult,
     ChunkSpec,
@@ -91,6 +93,8 @@ from skiff.metadata.types import (
     OffsetAnswer,
     OffsetCommitResult,
     OffsetQuery,
+    OffsetsLogPage,
+    OffsetsLogQuery,
     OutputChunk,
     PartitionFetchInfo,
     PartitionKey,
@@ -142,6 +146,7 @@ class MetadataService(SchemaRegistryOperations):
             object_check=None if self._store is None else ObjectCheck(self._store),
         )
         self.reads = Reads(self._db)
+        self.log_info = LogInfo(self._db)
         self.compaction = CompactionSwap(self._db)
         self.compaction_planning = CompactionPlanning(self._db)
         self.compaction_leases = CompactionLeases(self._db)
@@ -359,6 +364,17 @@ class MetadataService(SchemaRegistryOperations):
 
     def last_successes(self) -> dict[str, int]:
         return self.gc.last_successes()
+
+    # ------------------------------------------------------------------ partition info
+
+    def partition_sizes(self, keys: Sequence[PartitionKey]) -> list[int]:
+        return self.log_info.partition_sizes(keys)
+
+    def describe_producers(self, keys: Sequence[PartitionKey]) -> list[ActiveProducer]:
+        return self.log_info.describe_producers(keys)
+
+    def read_offsets_log(self, queries: Sequence[OffsetsLogQuery]) -> list[OffsetsLogPage]:
+        return self.groups.read_offsets_log(queries)
 
     # ------------------------------------------------------------------ consumer groups
 

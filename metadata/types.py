@@ -381,3 +381,54 @@ def create_batches(new: Sequence[NewTopic]) -> list[list[NewTopic]]:
     if batch:
         batches.append(batch)
     return batches
+
+
+@dataclass(frozen=True)
+class ActiveProducer:
+    """One producer's state in one partition (Kafka's DescribeProducers): its epoch, the last
+    sequence number it wrote there, when that last batch was committed (ms), and the first
+    offset of its transaction open in the partition (-1: none)."""
+
+    topic_id: uuid.UUID
+    partition: Int32
+    producer_id: Int64
+    producer_epoch: Int32
+    last_sequence: Int32 = -1
+    last_commit_ms: Int64 = -1
+    txn_start_offset: Int64 = -1
+
+
+@dataclass(frozen=True)
+class OffsetsLogQuery:
+    """A read of one partition of `__consumer_offsets` (metadata.groups.offsets_log): up to
+    `max_records` commits from `from_offset` on, and, with `timestamp` >= 0, the first offset
+    committed at or after that time (ms)."""
+
+    partition: Annotated[int, Interval(ge=0, le=49)]
+    from_offset: NonNegInt64 = 0
+    max_records: Annotated[int, Interval(ge=0, le=10_000)] = 0
+    timestamp: Int64 = -1
+
+
+@dataclass(frozen=True)
+class OffsetsLogEntry:
+    """One committed offset as a record of `__consumer_offsets`, at `log_offset`."""
+
+    log_offset: Int64
+    group_id: KafkaId
+    topic: Name
+    partition: Int32
+    committed_offset: Int64
+    leader_epoch: Int32
+    metadata: str | None
+    commit_time_ms: Int64
+
+
+@dataclass(frozen=True)
+class OffsetsLogPage:
+    """The partition's next offset, the commits read (in offset order) and, for a timestamp
+    query, the first offset at or after it (-1: none)."""
+
+    high_watermark: Int64
+    entries: Annotated[tuple[OffsetsLogEntry, ...], MaxLen(10_000)] = ()
+    offset_for_timestamp: Int64 = -1

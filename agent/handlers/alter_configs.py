@@ -2,13 +2,15 @@
 
 Kafka semantics: the configs listed become the topic's overrides and every override not
 listed is removed (reset to its default). Per resource: the same resource twice ->
-INVALID_REQUEST for each; topics: illegal name -> INVALID_TOPIC_EXCEPTION, unknown ->
-UNKNOWN_TOPIC_OR_PARTITION, a null value -> INVALID_REQUEST, unknown names or invalid
-values -> INVALID_CONFIG; `validate_only` checks without changing anything. Broker
-resources -> INVALID_REQUEST: agents are configured statically (flags and SKIFF_*
-variables) and have no dynamic broker configs. Authorization (Kafka's ACLs), before the
-rest (`refusal`, shared with IncrementalAlterConfigs): a topic needs ALTER_CONFIGS on it,
-else TOPIC_AUTHORIZATION_FAILED; any other resource ALTER_CONFIGS on the cluster, else
+INVALID_REQUEST for each; topics: illegal name -> INVALID_TOPIC_EXCEPTION, a null value ->
+INVALID_REQUEST, unknown -> UNKNOWN_TOPIC_OR_PARTITION (resource errors before config
+errors, as ZooKeeper-mode Kafka >= 2.7 answers and the clients' suites expect; a KRaft
+controller validates the configs first), unknown names or invalid values ->
+INVALID_CONFIG; `validate_only` checks without changing anything. Broker resources ->
+INVALID_REQUEST: agents are configured statically (flags and SKIFF_* variables) and have
+no dynamic broker configs. Authorization (Kafka's ACLs), before the rest (`refusal`,
+shared with IncrementalAlterConfigs): a topic needs ALTER_CONFIGS on it, else
+TOPIC_AUTHORIZATION_FAILED; any other resource ALTER_CONFIGS on the cluster, else
 CLUSTER_AUTHORIZATION_FAILED.
 """
 
@@ -72,14 +74,11 @@ async def alter_topic(
     delete_configs: list[str],
     replace: bool,
     validate_only: bool,
-    check_exists: bool = True,
 ) -> tuple[ErrorCode, str | None]:
-    """Check that the topic exists, then (unless validate_only) apply; (error code, message)."""
+    """Apply (unless validate_only) to a topic known to exist; (error code, message)."""
+    if validate_only:
+        return ErrorCode.none, None
     try:
-        if check_exists and name not in await ctx.metadata.describe_topics([name]):
-            return ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist."
-        if validate_only:
-            return ErrorCode.none, None
         updated = await ctx.metadata.alter_topic_configs(name, set_configs, delete_configs, replace)
     except METADATA_ERRORS as e:
         code, message = error_of(e)
@@ -89,6 +88,19 @@ async def alter_topic(
         return code, message
     ctx.topics.put(updated)
     return ErrorCode.none, None
+
+
+async def topic_exists(ctx: AgentContext, name: str) -> tuple[ErrorCode, str | None]:
+    """NONE if the topic exists, else UNKNOWN_TOPIC_OR_PARTITION (or metadata's error)."""
+    try:
+        if name in await ctx.metadata.describe_topics([name]):
+            return ErrorCode.none, None
+    except METADATA_ERRORS as e:
+        code, message = error_of(e)
+        if code == ErrorCode.unknown_server_error:
+            raise
+        return code, message
+    return ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist."
 
 
 def refusal(ctx: AgentContext, request: Request, res: _Resource) -> ErrorCode | None:
@@ -120,6 +132,11 @@ async def _alter_one(
         if c.value is None:
             return _result(res, ErrorCode.invalid_request, f"Null value not supported for : {c.name}")
         raw[c.name] = c.value
+    # Resource errors before config errors (Kafka >= 2.7, KAFKA-10033): a topic that does
+    # not exist is UNKNOWN_TOPIC_OR_PARTITION whatever its configs say.
+    code, message = await topic_exists(ctx, res.resource_name)
+    if code != ErrorCode.none:
+        return _result(res, code, message)
     try:
         normalized = topic_configs.validate_configs(raw)
     except topic_configs.ConfigError as e:

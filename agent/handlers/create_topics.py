@@ -57,6 +57,7 @@ from skiff.agent.handlers import (
     authorized_on_cluster,
     error_of,
 )
+from skiff.agent.handlers import _consumer_offsets as consumer_offsets
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from skiff.agent.handlers._cooperative import pause
 from skiff.agent.handlers.describe_configs import TOPIC_CONFIG_NAMES, ConfigEntry, topic_config_entry
@@ -140,6 +141,8 @@ def validate_topic(ctx: AgentContext, t: CreatableTopic) -> tuple[int, dict[str,
     reason = topic_configs.topic_name_error(t.name)
     if reason is not None:
         raise TopicError(ErrorCode.invalid_topic_exception, reason)
+    if t.name == consumer_offsets.NAME:  # served from metadata's offsets log: it exists
+        raise TopicError(ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
     partitions = _partition_count(ctx, t)
     if t.replication_factor == 0 or t.replication_factor < -1:
         raise TopicError(

@@ -85,6 +85,7 @@ from skiff.agent.handlers import (
     authorized,
     error_of,
 )
+from skiff.agent.handlers import _consumer_offsets as consumer_offsets
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from skiff.agent.metrics import FETCH_LATENCY
 from skiff.fileformat.chunk_reader import ChunkReadError, FetchSelection, PartitionRead
@@ -417,14 +418,15 @@ async def _fetch(ctx: AgentContext, request: Request) -> Any:
             if remaining_ms <= 0 or not await watch.wait(watermarks, remaining_ms):
                 break
             answers, total, watermarks = await _read_once(ctx, body, topics, slots)
+    responses = tuple(
+        FetchableTopicResponse(topic=t.topic, partitions=tuple(a))
+        for t, a in zip(body.topics, answers, strict=True)
+    )
+    # __consumer_offsets is not in the topics table: its partitions, answered unknown above
+    # (after the READ check), are served from metadata's offsets log
+    responses = await consumer_offsets.serve_fetch(ctx, body, responses)
     return FetchResponse(
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        session_id=i32(0),
-        responses=tuple(
-            FetchableTopicResponse(topic=t.topic, partitions=tuple(a))
-            for t, a in zip(body.topics, answers, strict=True)
-        ),
+        throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=i32(0), responses=responses
     )
 
 

@@ -136,9 +136,7 @@ async def _alter_one(
         set_configs, delete_configs = plan_changes(res, dict(topic.configs))
     except _Invalid as e:
         return _result(res, e.code, e.message)
-    code, message = await alter_topic(
-        ctx, name, set_configs, delete_configs, False, validate_only, check_exists=False
-    )
+    code, message = await alter_topic(ctx, name, set_configs, delete_configs, False, validate_only)
     return _result(res, code, message)
 
 

@@ -38,7 +38,9 @@ not; auto-creating one also needs CREATE on the cluster or on the topic, else
 TOPIC_AUTHORIZATION_FAILED. Authorized-operations fields are computed from the ACLs (the
 cluster's only for a principal that may DESCRIBE it, else 0, as Kafka does).
 
-With `topics` null, every topic is listed. When metadata is unreachable, answers come
+With `topics` null, every topic is listed. `__consumer_offsets` is listed, internal, when
+every topic is asked for and by name: it is served read-only from metadata's offsets log
+(agent.handlers._consumer_offsets). When metadata is unreachable, answers come
 from the topic cache where it has them; a named topic it does not have gets
 LEADER_NOT_AVAILABLE (retriable); an all-topics listing with nothing cached raises, and
 the server closes the connection so the client retries elsewhere.
@@ -76,6 +78,7 @@ from skiff.agent.handlers import (
     authorized_on_cluster,
     authorized_operations,
 )
+from skiff.agent.handlers import _consumer_offsets as consumer_offsets
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, filtered, item, on, reported, requires
 from skiff.agent.handlers._cooperative import pause
 from skiff.agent.protocol import convert, response_schema, to_error_code, uuid_or_none
@@ -168,7 +171,7 @@ def topic_entry(
         error_code=ErrorCode.none,
         name=TopicName(topic.name),
         topic_id=topic.topic_id,
-        is_internal=False,
+        is_internal=topic.name in INTERNAL_TOPICS,
         partitions=partitions,
         topic_authorized_operations=i32(ops if with_ops else OPERATIONS_NOT_REQUESTED),
     )
@@ -232,6 +235,8 @@ async def _named_topics(
         unavailable = True
         found = {n: t for n in valid if (t := ctx.topics.cached(n)) is not None}
 
+    if consumer_offsets.NAME in valid:  # served from metadata's offsets log, not a topics row
+        found[consumer_offsets.NAME] = consumer_offsets.TOPIC
     auto_create = ctx.config.auto_create_topics and body.allow_auto_topic_creation
     for i, name in enumerate(names):
         await pause(i)  # up to 10,000 names (agent.protocol.request_limits): let other clients in
@@ -287,6 +292,7 @@ async def _all_topics(ctx: AgentContext, request: Request, with_ops: bool) -> li
             raise
         log.warning("metadata unavailable, listing topics from the cache")
         topics = cached
+    topics = [*topics, consumer_offsets.TOPIC]  # the internal topic, served from metadata's offsets log
     out = []
     for i, t in enumerate(topics):  # every topic of the cluster: give other clients turns
         if authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, t.name):  # the others are left out

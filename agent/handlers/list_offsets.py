@@ -53,6 +53,7 @@ from skiff.agent.handlers import (
     authorized,
     error_of,
 )
+from skiff.agent.handlers import _consumer_offsets as consumer_offsets
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, item, on, requires
 from skiff.agent.protocol import convert, to_error_code
 from skiff.fileformat.chunk_reader import first_record_at_or_after, max_timestamp_record
@@ -157,6 +158,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                     _answer(p.partition_index, to_error_code(a.error_code), a.offset, a.timestamp)
                 )
         out.append(ListOffsetsTopicResponse(name=t.name, partitions=tuple(partitions)))
+    out = await consumer_offsets.serve_list_offsets(ctx, body, out)  # answered from metadata's log
     return ListOffsetsResponse(throttle_time=NO_THROTTLE, topics=tuple(out))
 
 

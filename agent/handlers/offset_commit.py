@@ -8,9 +8,11 @@ handed out), as `GroupCoordinator.validate_commit` decides. A group this agent d
 coordinate gets NOT_COORDINATOR on every partition; so does a commit whose group lease
 (`agent.groups.fencing`) metadata no longer confirms in the commit's own transaction. Unknown topics or partitions get
 UNKNOWN_TOPIC_OR_PARTITION, metadata strings over 4096 bytes OFFSET_METADATA_TOO_LARGE;
-the rest is written in one metadata call, which answers each partition (offsets below -1:
-INVALID_REQUEST) and whose failure is reported on every partition (REQUEST_TIMED_OUT when
-metadata is unreachable: retriable).
+the rest is written in one metadata call, which answers each partition and whose failure
+is reported on every partition (REQUEST_TIMED_OUT when metadata is unreachable: retriable).
+Offsets are stored as given, negative ones included, as Kafka's coordinator stores them
+(it checks only the metadata size): KafkaJS's `resetOffsets({earliest: true})` commits
+the sentinel -2 and expects OffsetFetch to return it.
 
 Authorization (Kafka's ACLs), checked first: without READ on the group every partition
 gets GROUP_AUTHORIZATION_FAILED; the partitions of topics the principal may not READ get
@@ -128,7 +130,7 @@ async def _commit(
         if failed == ErrorCode.not_coordinator and fence is not None:
             fence.lose(group_id, release=False)
         codes = [[failed if c == ErrorCode.none else c for c in row] for row in codes]
-    else:  # metadata checks each offset too (offset >= -1, the partition still exists)
+    else:  # metadata checks each offset too (the partition still exists)
         for (ti, pi), result in zip(where, results, strict=True):
             codes[ti][pi] = ErrorCode(result.error_code)
     return codes

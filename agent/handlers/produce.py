@@ -76,6 +76,7 @@ from skiff.agent.handlers import (
     authorized,
     error_of,
 )
+from skiff.agent.handlers import _consumer_offsets as consumer_offsets
 from skiff.agent.handlers._access import RT, TOPIC_DENIED, TXN_ID_DENIED, item, on, request, requires
 from skiff.agent.metrics import observe_produce_ack
 from skiff.agent.produce_buffer import PendingBatch
@@ -348,6 +349,11 @@ def _check_partitions(
                 continue
             if lookup_error is not None:
                 answers[key] = _answer(p.index, lookup_error[0], lookup_error[1])
+                continue
+            if t.name == consumer_offsets.NAME and 0 <= p.index < consumer_offsets.PARTITIONS:
+                answers[key] = _answer(
+                    p.index, ErrorCode.invalid_topic_exception, consumer_offsets.WRITE_REFUSED
+                )
                 continue
             if topic is None or not 0 <= p.index < topic.partition_count:
                 answers[key] = _answer(p.index, ErrorCode.unknown_topic_or_partition)

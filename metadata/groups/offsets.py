@@ -3,8 +3,11 @@
 One row per (group, topic, partition): the committed offset, its metadata string and
 leader epoch, and when it was committed. A commit upserts (the last one wins if a
 partition is listed twice in one request) the offsets that pass the checks (partition
-exists, offset >= -1, metadata size) and answers each offset with its own Kafka error
-code; deletions are per group or per partition, each in one transaction. Group membership itself lives in the agents, not here.
+exists, metadata size) and answers each offset with its own Kafka error code. The offset
+itself is stored as given, negative ones included: Kafka's coordinator checks only the
+metadata size, and clients rely on it (KafkaJS `resetOffsets({earliest: true})` commits
+the sentinel -2 and reads it back with OffsetFetch). Deletions are per group or per
+partition, each in one transaction. Group membership itself lives in the agents, not here.
 """
 
 from __future__ import annotations
@@ -16,17 +19,17 @@ from skiff.metadata.commits.validation import MAX_OFFSET_METADATA_BYTES
 from skiff.metadata.db import read_tx, write_tx
 from skiff.metadata.errors import (
     GROUP_ID_NOT_FOUND,
-    INVALID_REQUEST,
     OFFSET_METADATA_TOO_LARGE,
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataError,
 )
 from skiff.metadata.groups import admin as group_admin
 from skiff.metadata.groups import leases as group_leases
+from skiff.metadata.groups import offsets_log
 from skiff.metadata.groups.lease_types import LeaseToken
 from skiff.metadata.rows import IDS_PER_STATEMENT, Db, upsert
 from skiff.metadata.schema import group_offsets, topics
-from skiff.metadata.types import GroupOffset, OffsetCommitResult
+from skiff.metadata.types import GroupOffset, OffsetCommitResult, OffsetsLogPage, OffsetsLogQuery
 from sqlalchemy import Connection, delete, select, tuple_
 
 # A committed offset's key (the primary key of `group_offsets`).
@@ -41,9 +44,9 @@ class GroupOffsets:
         self, group_id: str, offsets: Sequence[GroupOffset], lease: LeaseToken | None = None
     ) -> list[OffsetCommitResult]:
         """Store the valid offsets (the last one wins if a partition is listed twice) and
-        answer each one: refused are offsets below -1 (INVALID_REQUEST), metadata strings
-        over 4096 bytes (OFFSET_METADATA_TOO_LARGE) and partitions that do not exist
-        (UNKNOWN_TOPIC_OR_PARTITION). The topics are read FOR SHARE in the same
+        answer each one: refused are metadata strings over 4096 bytes
+        (OFFSET_METADATA_TOO_LARGE) and partitions that do not exist
+        (UNKNOWN_TOPIC_OR_PARTITION); offsets are stored as given, as Kafka does. The topics are read FOR SHARE in the same
         transaction, so a concurrent delete_topic (which removes its group offsets) cannot
         leave an offset of a deleted topic behind. With `lease`, only while it is the
         group's current coordinator lease (checked in this transaction, else the whole
@@ -86,12 +89,19 @@ class GroupOffsets:
             if not result.error_code:
                 latest[(o.topic, o.partition)] = o
         if latest:
-            upsert(conn, group_offsets, OFFSET_KEY, [_row(group_id, o, now) for o in latest.values()])
+            rows = [_row(group_id, o, now) for o in latest.values()]
+            offsets_log.place(conn, rows)  # their places in __consumer_offsets
+            upsert(conn, group_offsets, OFFSET_KEY, rows)
         return results
 
     def fetch_offsets(self, group_id: str, topics_: Sequence[str] | None) -> list[GroupOffset]:
         with read_tx(self._db.engine) as conn:
             return fetch_offsets_in(conn, group_id, topics_)
+
+    def read_offsets_log(self, queries: Sequence[OffsetsLogQuery]) -> list[OffsetsLogPage]:
+        """Partitions of `__consumer_offsets` (metadata.groups.offsets_log), in one snapshot."""
+        with read_tx(self._db.engine) as conn:
+            return [offsets_log.read(conn, q) for q in queries]
 
     def delete_group_offsets(self, group_id: str) -> None:
         """Forget a group's committed offsets (DeleteGroups)."""
@@ -141,10 +151,6 @@ def _check(o: GroupOffset, partition_count: int | None) -> OffsetCommitResult:
     if partition_count is None or not 0 <= o.partition < partition_count:
         return OffsetCommitResult(
             UNKNOWN_TOPIC_OR_PARTITION, f"no partition {o.partition} of topic {o.topic!r}"
-        )
-    if o.offset < -1:
-        return OffsetCommitResult(
-            INVALID_REQUEST, f"offset {o.offset} of {o.topic}/{o.partition} is below -1"
         )
     if (
         o.metadata is not None

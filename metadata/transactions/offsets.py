@@ -31,6 +31,7 @@ from typing import Any
 
 from skiff.metadata import errors
 from skiff.metadata.errors import POLICY_VIOLATION
+from skiff.metadata.groups import offsets_log
 from skiff.metadata.groups.offsets import _check, _partition_counts, _row
 from skiff.metadata.rows import upsert
 from skiff.metadata.schema import group_offsets, txn_offsets
@@ -109,14 +110,14 @@ def settle(conn: Connection, transactional_id: str, *, commit: bool) -> None:
     committed offsets, ABORT drops them."""
     where = _O.transactional_id == transactional_id
     if commit:
-        rows = conn.execute(select(txn_offsets).where(where)).all()
-        if rows:
-            upsert(
-                conn,
-                group_offsets,
-                ["group_id", "topic", "partition"],
-                [{c.name: getattr(r, c.name) for c in group_offsets.c} for r in rows],
-            )
+        staged = conn.execute(select(txn_offsets).where(where)).all()
+        if staged:
+            rows = [
+                {c.name: getattr(r, c.name) for c in txn_offsets.c if c.name in group_offsets.c}
+                for r in staged
+            ]
+            offsets_log.place(conn, rows)  # their places in __consumer_offsets
+            upsert(conn, group_offsets, ["group_id", "topic", "partition"], rows)
     conn.execute(delete(txn_offsets).where(where))
 
 

@@ -31,6 +31,7 @@ from skiff.metadata.security.acl_types import AclBinding, AclBindingFilter
 from skiff.metadata.security.scram_types import ScramCredential, ScramCredentialInfo
 from skiff.metadata.transactions.state import Outcome, Partition, TxnRecord
 from skiff.metadata.types import (
+    ActiveProducer,
     AgentInfo,
     ChunkResult,
     ChunkSpec,
@@ -45,6 +46,8 @@ from skiff.metadata.types import (
     OffsetAnswer,
     OffsetCommitResult,
     OffsetQuery,
+    OffsetsLogPage,
+    OffsetsLogQuery,
     OutputChunk,
     PartitionFetchInfo,
     PartitionKey,
@@ -351,6 +354,26 @@ class Agents(Protocol):
         ...
 
 
+class PartitionInfo(Protocol):
+    """What Kafka's admin APIs report of partitions beyond their offsets (metadata.log_info)."""
+
+    @operation("/v1/partitions/sizes", AGENT)
+    async def partition_sizes(self, keys: ManyItems[PartitionKey]) -> list[int]:
+        """Bytes of each partition's chunks in the bucket (DescribeLogDirs); 0 when none."""
+        ...
+
+    @operation("/v1/partitions/producers", AGENT)
+    async def describe_producers(self, keys: Items[PartitionKey]) -> list[ActiveProducer]:
+        """The producers of the partitions (DescribeProducers), at most 10,000."""
+        ...
+
+    @operation("/v1/consumer-offsets/read", AGENT)
+    async def read_offsets_log(self, queries: Items[OffsetsLogQuery]) -> list[OffsetsLogPage]:
+        """Partitions of `__consumer_offsets`: the committed offsets in log order
+        (metadata.groups.offsets_log), their ends, offsets for timestamps."""
+        ...
+
+
 class Cluster(Protocol):
     @operation("/v1/agents", *READ, http_method="GET")
     async def live_agents(self) -> list[AgentInfo]: ...
@@ -535,6 +558,7 @@ class AgentClient(
     GroupOffsetReads,
     GroupLeases,
     Agents,
+    PartitionInfo,
     Cluster,
     ScramUsers,
     Acls,
@@ -591,6 +615,7 @@ class MetadataClient(
     GroupLeases,
     GroupOperators,
     Agents,
+    PartitionInfo,
     Cluster,
     ScramUsers,
     Acls,

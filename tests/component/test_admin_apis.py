@@ -402,17 +402,22 @@ def test_kcat_metadata_for_an_unknown_topic_auto_creates_it(harness):
 def test_metadata_unknown_invalid_and_auto_created_topics(harness):
     known, unknown, auto = _name(), _name(), _name()
     _create_raw(harness, known, 2)
-    resp = request_once(harness.bootstrap, _metadata([known, unknown, "bad name", "__consumer_offsets"]))
+    resp = request_once(harness.bootstrap, _metadata([known, unknown, "bad name", "__transaction_state"]))
     by_name = {t.name: t for t in resp.topics}
     assert by_name[known].error_code == ErrorCode.none and by_name[known].topic_id is not None
     assert len(by_name[known].partitions) == 2
     assert by_name[unknown].error_code == ErrorCode.unknown_topic_or_partition
     assert by_name["bad name"].error_code == ErrorCode.invalid_topic_exception
-    assert by_name["__consumer_offsets"].error_code == ErrorCode.unknown_topic_or_partition
-    resp = request_once(harness.bootstrap, _metadata([auto, "__consumer_offsets"], auto=True))
+    assert by_name["__transaction_state"].error_code == ErrorCode.unknown_topic_or_partition
+    resp = request_once(harness.bootstrap, _metadata([auto, "__transaction_state"], auto=True))
     by_name = {t.name: t for t in resp.topics}
     assert by_name[auto].error_code == ErrorCode.none and len(by_name[auto].partitions) == 1
-    assert by_name["__consumer_offsets"].error_code == ErrorCode.unknown_topic_or_partition
+    assert (
+        by_name["__transaction_state"].error_code == ErrorCode.unknown_topic_or_partition
+    )  # never auto-created
+    # __consumer_offsets is served read-only from metadata (agent.handlers._consumer_offsets)
+    (offsets,) = request_once(harness.bootstrap, _metadata(["__consumer_offsets"])).topics
+    assert offsets.error_code == ErrorCode.none and offsets.is_internal and len(offsets.partitions) == 50
 
 
 def test_metadata_v1_to_v3_always_allow_auto_creation(harness):
@@ -657,7 +662,8 @@ def test_metadata_outage_degrades_to_retriable_errors(tmp_path):
         resp = request_once(h.bootstrap, _metadata([cached, "never-seen"]))
         assert resp.topics[0].error_code == ErrorCode.none and len(resp.topics[0].partitions) == 2
         assert resp.topics[1].error_code == ErrorCode.leader_not_available
-        assert [t.name for t in request_once(h.bootstrap, _metadata(None)).topics] == [cached]
+        listed = request_once(h.bootstrap, _metadata(None)).topics
+        assert [t.name for t in listed if not t.is_internal] == [cached]
         req = _create_request(_creatable(_name()))
         assert request_once(h.bootstrap, req).topics[0].error_code == ErrorCode.request_timed_out
         offsets = request_once(h.bootstrap, list_offsets_request(cached, [(0, -1)]))

@@ -498,6 +498,40 @@ def list_transactions(v: int, n: Names) -> Any:
     return _req(66, v)
 
 
+def describe_log_dirs(v: int, n: Names) -> Any:
+    t = _nested(35, v, "DescribableLogDirTopic", topic=n.topic, partitions=(i32(0),))
+    return _req(35, v, topics=(t,))
+
+
+def elect_leaders(v: int, n: Names) -> Any:
+    t = _nested(43, v, "TopicPartitions", topic=n.topic, partitions=(i32(0),))
+    return _req(43, v, topic_partitions=(t,), **({"election_type": i8(0)} if v >= 1 else {}))
+
+
+def alter_partition_reassignments(v: int, n: Names) -> Any:
+    part = _nested(45, v, "ReassignablePartition", partition_index=i32(0), replicas=None)
+    t = _nested(45, v, "ReassignableTopic", name=n.topic, partitions=(part,))
+    return _req(45, v, topics=(t,))
+
+
+def list_partition_reassignments(v: int, n: Names) -> Any:
+    t = _nested(46, v, "ListPartitionReassignmentsTopics", name=n.topic, partition_indexes=(i32(0),))
+    return _req(46, v, topics=(t,))
+
+
+def describe_producers(v: int, n: Names) -> Any:
+    t = _nested(61, v, "TopicRequest", name=n.topic, partition_indexes=(i32(0),))
+    return _req(61, v, topics=(t,))
+
+
+def describe_topic_partitions_named(v: int, n: Names) -> Any:
+    return _req(75, v, topics=(_nested(75, v, "TopicRequest", name=n.topic),))
+
+
+def describe_topic_partitions_all(v: int, n: Names) -> Any:
+    return _req(75, v, topics=())
+
+
 def _topic_listed(resp: Any, n: Names) -> bool:
     return any(t.name == n.topic for t in resp.topics)
 
@@ -556,9 +590,19 @@ ROWS: tuple[Row, ...] = (
     Row(50, describe_scram, ((RT.CLUSTER, CLUSTER, Op.DESCRIBE),), E.cluster_authorization_failed, setup=("user",)),
     Row(51, alter_scram, ((RT.CLUSTER, CLUSTER, Op.ALTER),), E.cluster_authorization_failed, setup=("user",)),
     Row(60, describe_cluster, ((RT.CLUSTER, CLUSTER, Op.DESCRIBE),), None, _cluster_described),
+    Row(35, describe_log_dirs, ((RT.CLUSTER, CLUSTER, Op.DESCRIBE),), E.cluster_authorization_failed, setup=("topic",), min_version=3),
+    Row(43, elect_leaders, ((RT.CLUSTER, CLUSTER, Op.ALTER),), E.cluster_authorization_failed, setup=("topic",)),
+    Row(45, alter_partition_reassignments, ((RT.CLUSTER, CLUSTER, Op.ALTER),), E.cluster_authorization_failed, setup=("topic",)),
+    Row(46, list_partition_reassignments, ((RT.CLUSTER, CLUSTER, Op.DESCRIBE),), E.cluster_authorization_failed, setup=("topic",)),
+    Row(61, describe_producers, ((RT.TOPIC, "topic", Op.READ),), E.topic_authorization_failed, setup=("topic",)),
     Row(65, describe_transactions, ((RT.TRANSACTIONAL_ID, "txn", Op.DESCRIBE),), E.transactional_id_authorization_failed),
     Row(66, list_transactions, ((RT.TRANSACTIONAL_ID, "txn", Op.DESCRIBE),), None, _txn_listed, setup=("txn",)),
+    Row(75, describe_topic_partitions_named, ((RT.TOPIC, "topic", Op.DESCRIBE),), E.topic_authorization_failed, setup=("topic",), variant="named"),
+    Row(75, describe_topic_partitions_all, ((RT.TOPIC, "topic", Op.DESCRIBE),), None, _topic_listed, setup=("topic",), variant="all topics"),
 )  # fmt: skip
+
+# DescribeLogDirs v1-v2 have no error code: a refusal there is an empty answer (from v3 on the
+# row's code), so the matrix starts at v3.
 
 # DescribeTransactions has no `txn` setup: an Empty transaction's start time is -1, which kio's
 # response parser (used here) refuses to read as a timestamp; an unknown id is answered

@@ -236,9 +236,9 @@ def test_each_agent_lists_the_offset_only_groups_it_coordinates(
         h.stop()
 
 
-def test_offset_commit_answers_metadata_refusals_per_partition(harness: AgentHarness) -> None:
-    """A simple OffsetCommit (no member) with a negative offset: that partition is refused
-    with INVALID_REQUEST by metadata's check, its neighbour is committed, -1 is accepted."""
+def test_offset_commit_stores_negative_offsets_as_given(harness: AgentHarness) -> None:
+    """A simple OffsetCommit (no member) with negative offsets: stored as given, as Kafka's
+    coordinator stores them (it checks only the metadata size)."""
     topic = _topic(harness, partitions=3)
     group = _name("g")
     body = OffsetCommitRequest(
@@ -259,5 +259,5 @@ def test_offset_commit_answers_metadata_refusals_per_partition(harness: AgentHar
     )
     resp = _ask(harness, body)
     codes = [int(p.error_code) for p in resp.topics[0].partitions]
-    assert codes == [ErrorCode.none, ErrorCode.invalid_request, ErrorCode.none]
-    assert _offsets(harness, group) == [(topic, 0, 7), (topic, 2, -1)]
+    assert codes == [ErrorCode.none] * 3
+    assert _offsets(harness, group) == [(topic, 0, 7), (topic, 1, -5), (topic, 2, -1)]

@@ -15,6 +15,10 @@
 //             | create-acl TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION
 //               (enum names as in org.apache.kafka.common.acl / .resource, e.g. TOPIC t LITERAL User:a * READ ALLOW)
 //             | describe-acls TYPE NAME|- PATTERN   (a filter; "-" is any name; TYPE and PATTERN may be ANY)
+//             | describe-topics T1,T2,... PAGE_LIMIT (describeTopics, partitionSizeLimitPerResponse)
+//             | describe-log-dirs (every broker of describeCluster) | describe-producers T P
+//             | elect-leaders PREFERRED|UNCLEAN T P | list-reassignments
+//             | alter-reassignment T P BROKER[,BROKER...]|cancel
 //   api-oracle [--kind response|request] [--show]   (reads "api_key api_version hex" lines on stdin)
 //   group-member --bootstrap H:P --topic T --group G [--prop k=v ...]
 //             (an interactive group consumer: one command per stdin line, one JSON answer per line;
@@ -65,6 +69,13 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.CreateTopicsResult;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
+import org.apache.kafka.clients.admin.LogDirDescription;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
+import org.apache.kafka.clients.admin.PartitionReassignment;
+import org.apache.kafka.clients.admin.ProducerState;
+import org.apache.kafka.clients.admin.ReplicaInfo;
+import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
@@ -930,8 +941,121 @@ public final class SkiffJavaClient {
                     break;
                 }
                 default:
-                    throw new UsageError("unknown admin operation: " + op);
+                    if (!adminTools(admin, op, pos)) {
+                        throw new UsageError("unknown admin operation: " + op);
+                    }
             }
+        }
+    }
+
+    /** The admin calls that tools make first (issue 23): describe topics, log dirs, producers;
+     *  elections and reassignments. Returns false for an operation it does not know. */
+    static boolean adminTools(Admin admin, String op, List<String> pos) throws Exception {
+        switch (op) {
+            case "describe-topics": {
+                need(pos, 3, "describe-topics T1,T2,... PAGE_LIMIT");
+                List<String> names = Arrays.asList(pos.get(1).split(","));
+                DescribeTopicsOptions opts = new DescribeTopicsOptions()
+                        .partitionSizeLimitPerResponse(Integer.parseInt(pos.get(2)))
+                        .includeAuthorizedOperations(true);
+                Map<String, TopicDescription> ds = admin.describeTopics(names, opts).allTopicNames().get();
+                List<Object> topics = new ArrayList<>();
+                for (String name : new TreeSet<>(ds.keySet())) {
+                    TopicDescription d = ds.get(name);
+                    List<Object> parts = new ArrayList<>();
+                    for (TopicPartitionInfo p : d.partitions()) {
+                        parts.add(obj("partition", p.partition(), "leader", p.leader() == null ? null : p.leader().id(),
+                                "replicas", nodeIds(p.replicas()), "isr", nodeIds(p.isr())));
+                    }
+                    topics.add(obj("topic", name, "topic_id", d.topicId().toString(), "internal", d.isInternal(),
+                            "operations", d.authorizedOperations() == null ? null : d.authorizedOperations().size(),
+                            "partitions", parts));
+                }
+                emit(obj("type", "topics", "topics", topics));
+                return true;
+            }
+            case "describe-log-dirs": {
+                List<Integer> ids = new ArrayList<>();
+                for (Node n : admin.describeCluster().nodes().get()) {
+                    ids.add(n.id());
+                }
+                Map<Integer, Map<String, LogDirDescription>> all = admin.describeLogDirs(ids).allDescriptions().get();
+                List<Object> brokers = new ArrayList<>();
+                for (Integer id : new TreeSet<>(all.keySet())) {
+                    List<Object> dirs = new ArrayList<>();
+                    for (Map.Entry<String, LogDirDescription> dir : all.get(id).entrySet()) {
+                        List<Object> replicas = new ArrayList<>();
+                        for (Map.Entry<TopicPartition, ReplicaInfo> r : dir.getValue().replicaInfos().entrySet()) {
+                            replicas.add(obj("topic", r.getKey().topic(), "partition", r.getKey().partition(),
+                                    "size", r.getValue().size(), "offset_lag", r.getValue().offsetLag(),
+                                    "future", r.getValue().isFuture()));
+                        }
+                        LogDirDescription d = dir.getValue();
+                        dirs.add(obj("path", dir.getKey(), "error", d.error() == null ? null : d.error().getClass().getSimpleName(),
+                                "total_bytes", d.totalBytes().isPresent() ? d.totalBytes().getAsLong() : null,
+                                "usable_bytes", d.usableBytes().isPresent() ? d.usableBytes().getAsLong() : null,
+                                "replicas", replicas));
+                    }
+                    brokers.add(obj("broker", id, "log_dirs", dirs));
+                }
+                emit(obj("type", "log_dirs", "brokers", brokers));
+                return true;
+            }
+            case "describe-producers": {
+                need(pos, 3, "describe-producers TOPIC PARTITION");
+                TopicPartition tp = new TopicPartition(pos.get(1), Integer.parseInt(pos.get(2)));
+                List<Object> producers = new ArrayList<>();
+                for (ProducerState s : admin.describeProducers(List.of(tp)).partitionResult(tp).get().activeProducers()) {
+                    producers.add(obj("producer_id", s.producerId(), "epoch", s.producerEpoch(),
+                            "last_sequence", s.lastSequence(), "last_timestamp", s.lastTimestamp(),
+                            "coordinator_epoch", s.coordinatorEpoch().isPresent() ? s.coordinatorEpoch().getAsInt() : null,
+                            "txn_start_offset", s.currentTransactionStartOffset().isPresent()
+                                    ? s.currentTransactionStartOffset().getAsLong() : null));
+                }
+                emit(obj("type", "producers", "topic", tp.topic(), "partition", tp.partition(), "producers", producers));
+                return true;
+            }
+            case "elect-leaders": {
+                need(pos, 4, "elect-leaders PREFERRED|UNCLEAN TOPIC PARTITION");
+                TopicPartition tp = new TopicPartition(pos.get(2), Integer.parseInt(pos.get(3)));
+                Map<TopicPartition, Optional<Throwable>> res =
+                        admin.electLeaders(ElectionType.valueOf(pos.get(1)), Set.of(tp)).partitions().get();
+                Optional<Throwable> err = res.get(tp);
+                emit(obj("type", "election", "topic", tp.topic(), "partition", tp.partition(),
+                        "error", err == null || err.isEmpty() ? null : err.get().getClass().getSimpleName()));
+                return true;
+            }
+            case "list-reassignments": {
+                Map<TopicPartition, PartitionReassignment> rs = admin.listPartitionReassignments().reassignments().get();
+                List<Object> out = new ArrayList<>();
+                for (TopicPartition tp : rs.keySet()) {
+                    out.add(obj("topic", tp.topic(), "partition", tp.partition()));
+                }
+                emit(obj("type", "reassignments", "reassignments", out));
+                return true;
+            }
+            case "alter-reassignment": {
+                need(pos, 4, "alter-reassignment TOPIC PARTITION BROKER[,BROKER...]|cancel");
+                TopicPartition tp = new TopicPartition(pos.get(1), Integer.parseInt(pos.get(2)));
+                Optional<NewPartitionReassignment> target = Optional.empty();
+                if (!"cancel".equals(pos.get(3))) {
+                    List<Integer> replicas = new ArrayList<>();
+                    for (String b : pos.get(3).split(",")) {
+                        replicas.add(Integer.parseInt(b));
+                    }
+                    target = Optional.of(new NewPartitionReassignment(replicas));
+                }
+                String error = null;
+                try {
+                    admin.alterPartitionReassignments(Map.of(tp, target)).all().get();
+                } catch (ExecutionException e) {
+                    error = e.getCause().getClass().getSimpleName();
+                }
+                emit(obj("type", "reassignment", "topic", tp.topic(), "partition", tp.partition(), "error", error));
+                return true;
+            }
+            default:
+                return false;
         }
     }
 
