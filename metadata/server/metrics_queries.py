@@ -94,7 +94,9 @@ def lag_rows(conn: Connection, limit: int = MAX_LAG_SERIES) -> tuple[list[Any], 
     """(group, topic, lag sum, lag max, latest commit ms) for the `limit` pairs with the
     largest total lag, and the number of pairs in all."""
     hw, committed = partitions.c.high_watermark, group_offsets.c.committed_offset
-    lag = case((hw > committed, hw - committed), else_=0)
+    # A negative committed offset is a client's sentinel (-1, or -2 "earliest" as KafkaJS
+    # commits), not a position: it counts as no lag rather than as high watermark + 2.
+    lag = case(((committed >= 0) & (hw > committed), hw - committed), else_=0)
     joined = group_offsets.join(topics, topics.c.name == group_offsets.c.topic).join(
         partitions,
         (partitions.c.topic_id == topics.c.topic_id) & (partitions.c.partition == group_offsets.c.partition),

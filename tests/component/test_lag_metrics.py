@@ -46,6 +46,8 @@ def test_lag_sum_and_max_per_group_and_topic_and_commit_age(
     produce(svc, "other", 0, 5, "f3")
     # partition 2 has no committed offset: not counted; partition 1 is past nothing
     svc.commit_offsets("g1", [GroupOffset("orders", 0, 70), GroupOffset("orders", 1, 40)])
+    # -2 is a client's "earliest" sentinel (KafkaJS's resetOffsets), stored as sent: no lag
+    svc.commit_offsets("g1", [GroupOffset("orders", 2, -2)])
     clock.advance(5_000)
     svc.commit_offsets("g2", [GroupOffset("other", 0, 0)])
     clock.advance(2_500)
