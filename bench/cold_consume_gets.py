@@ -1,11 +1,13 @@
 """GETs per file for a cold read by several concurrent consumers (issue 24, item 4).
 
-    python bench/cold_consume_gets.py [--mib 96] [--partitions 100] [--consumers 4]
+    python bench/cold_consume_gets.py [--mib 96] [--rate-mib 8] [--partitions 100] [--consumers 4]
                                       [--rounds 2] [--compare-env PYTHONPATH=<old checkout>]...
 
 One moto S3 server and one SQLite metadata file. A `skiff agent` (this checkout) takes
-`--mib` MiB of 1 KiB keyed records over `--partitions` partitions (librdkafka hashes the
-keys over all partitions: every file holds every partition, a small chunk each). Then,
+`--mib` MiB of 1 KiB keyed records over `--partitions` partitions at `--rate-mib` MiB/s
+(0: full speed; at 8 MiB/s and the default 250 ms flush interval files are ~2 MiB, as in
+the issue's 40 files of 2.3 MiB; librdkafka hashes the keys over all partitions: every
+file holds every partition, a small chunk each). Then,
 for each code version (this checkout first, as `this`, then each `--compare-env`, e.g.
 another checkout on PYTHONPATH), `--rounds` times: the agent is restarted (cold caches)
 and `--consumers` librdkafka consumers, each assigned every partition from offset 0,
@@ -13,7 +15,7 @@ read the whole topic at the same time. Counted:
 
 - at the S3 server (moto's request recorder): the ranged GETs of data files while the
   consumers ran, per file (mean and worst file) and their bytes;
-- at the agent: its own count of ranged GETs (`skiff_object_store_requests{kind=get_range}`);
+- at the agent: its range cache's count of ranged GETs started (`skiff_fetch_cache_loads`);
 - the consumers' combined MiB/s and the machine's load average when the round began.
 
 Prints a markdown table for docs/benchmarks.md. A PYTHONPATH checkout is a directory
@@ -101,9 +103,7 @@ def cold_round(agent: Agent, server: S3Server, topic: str, args: argparse.Namesp
             value = {k.lower(): v for k, v in r.headers.items()}["range"]
             lo, _, hi = value.removeprefix("bytes=").partition("-")
             get_bytes += int(hi) - int(lo) + 1
-    agent_gets = m1.get("skiff_object_store_requests:get_range", 0) - m0.get(
-        "skiff_object_store_requests:get_range", 0
-    )
+    agent_gets = m1.get("skiff_fetch_cache_loads", 0) - m0.get("skiff_fetch_cache_loads", 0)
     short = [o.get("records", 0) for o in outs if o.get("records", 0) < records]
     return {
         "load": load,
@@ -136,6 +136,7 @@ def parse_env(spec: str) -> dict[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mib", type=int, default=96)
+    ap.add_argument("--rate-mib", type=float, default=8.0, help="produce rate in MiB/s (0: full speed)")
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--consumers", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
@@ -154,7 +155,9 @@ def main() -> None:
         admin = AdminClient({"bootstrap.servers": agent.bootstrap})
         for fut in admin.create_topics([NewTopic(topic, args.partitions, 1)]).values():
             fut.result(30)
-        made = produce(agent.bootstrap, topic, args.mib * MiB, RECORD_BYTES, None, keyed=True)
+        made = produce(
+            agent.bootstrap, topic, args.mib * MiB, RECORD_BYTES, args.rate_mib or None, keyed=True
+        )
         files, size = data_files(server, bucket)
         print(
             f"\n### cold read by {args.consumers} concurrent consumers: {args.partitions} partitions, "
@@ -166,7 +169,7 @@ def main() -> None:
             print(f"- `{label}`: {env or 'this checkout'}")
         print(
             "\n| code | round | load avg (1 min) | GETs at the S3 server | per file (mean) | worst file |"
-            " GET MiB / data MiB | agent's get_range count | consumers' MiB/s (sum) |"
+            " GET MiB / data MiB | agent's range-cache loads | consumers' MiB/s (sum) |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
         for label, env in versions:

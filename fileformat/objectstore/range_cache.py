@@ -18,14 +18,18 @@ than a request). Each span load runs as its own task, registered while in flight
 
 Single flight: a missed range covered by a load in flight waits for that one GET; a
 missed range overlapping loads in flight waits for them and loads only the bytes
-between and around them (then its pieces are joined, the one copy made), so concurrent
-fetches of one object range never read the same bytes twice. Readers await the load
+between and around them (then its pieces are joined, the one copy made); those pieces
+are coalesced like any missed ranges, so pieces on both sides of a load in flight within
+the gap share one GET across it (re-reading up to a gap costs less than a request).
+Readers await the load
 through `asyncio.shield`: the cancellation of one reader (the first included) never
 cancels the GET for the others. A failed load raises its error to every reader waiting
 for it and is not kept: it leaves the table when it ends, and the next reader starts a
 fresh GET. The table of loads in flight is bounded (`max_loads_in_flight`, over all
 objects; past it a load still runs but is not offered for sharing) and each entry is
-removed when its load ends, however it ends. Cached spans are evicted least
+removed when its load ends, however it ends.
+
+Cached spans are evicted least
 recently used when their bytes exceed `max_bytes`; a span larger than `max_bytes` is
 served but not kept.
 
@@ -389,7 +393,10 @@ class RangeCache(AsyncObjectStore):
         self, key: str, pieces: list[_Piece], readahead: Sequence[tuple[int, int]], gap: int
     ) -> None:
         """Start the loads for `pieces` (nobody loads them yet), coalesced, with the
-        read-ahead that joins their spans when the in-flight budget has room now."""
+        read-ahead that joins their spans when the in-flight budget has room now. Pieces
+        on both sides of a load in flight within the gap share one GET across it, as
+        across any gap (re-reading up to `gap` bytes costs less than a request); a
+        read-ahead range overlapping a load in flight is left out."""
         limit = self.inflight.limit_bytes
         needed = [(p.start, p.length) for p in pieces]
         extra = [
@@ -403,12 +410,6 @@ class RangeCache(AsyncObjectStore):
             ahead = sum(together[m][1] for m in span.members if m >= len(needed))
             if not mine:
                 continue  # read-ahead alone is not worth a GET of its own
-            if self._overlaps_flight(key, span.start, span.length):
-                # its gap bytes are being read already: the needed pieces alone, no gap
-                gap_here = 0
-                ahead = 0
-            else:
-                gap_here = gap
             if ahead:  # read-ahead joins this span only if there is room for it now
                 held = self.inflight.try_acquire(span.length)
                 if held is not None:
@@ -419,7 +420,7 @@ class RangeCache(AsyncObjectStore):
                     continue
                 self.readahead_skipped_bytes += ahead
             # the needed ranges alone: they wait for room
-            for sub in coalesce_ranges([needed[m] for m in mine], gap_here, max_span_bytes=limit):
+            for sub in coalesce_ranges([needed[m] for m in mine], gap, max_span_bytes=limit):
                 loading = self._start_load(key, sub.start, sub.length)
                 for j in sub.members:
                     pieces[mine[j]].loading = loading

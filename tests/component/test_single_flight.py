@@ -121,6 +121,20 @@ async def test_overlapping_misses_load_only_what_nobody_loads(store: BlockingSto
     assert len(store.calls) == 4
 
 
+async def test_pieces_on_both_sides_of_a_load_within_the_gap_share_one_get(store: BlockingStore) -> None:
+    cache = RangeCache(store, max_bytes=1 << 20, coalesce_gap_bytes=4000, keep_puts=False)
+    first = spawn(cache.get_range("f", 1000, 1000))
+    await store.wait_calls(1)
+    # [500, 1000) and [2000, 2500) are 1000 bytes apart: one GET across the load in flight
+    # (re-reading a gap costs less than a request), and the reader still waits for it
+    wide = spawn(cache.get_range("f", 500, 2000))
+    await store.wait_calls(2)
+    store.release.set()
+    assert await first == BLOB[1000:2000] and await wide == BLOB[500:2500]
+    assert store.calls == [(1000, 1000), (500, 2000)]
+    assert cache.overlap_joins == 1 and cache.loads == 2
+
+
 async def test_cancelling_the_first_reader_does_not_cancel_the_get(store: BlockingStore) -> None:
     cache = cache_over(store)
     first = spawn(cache.get_range("f", 0, 4000))
