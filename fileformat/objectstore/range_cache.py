@@ -14,9 +14,22 @@ span containing it (a memoryview slice, no copy). The ranges of one `get_ranges`
 that are not cached and not already being loaded are grouped into spans with
 `fileformat.chunk_reader.coalesce_ranges`: ranges at most `coalesce_gap_bytes` apart
 share one ranged GET (the gap's bytes are read and kept too; a 1 MiB gap costs far less
-than a request). Each span load runs as its own task, registered while in flight, so
-concurrent requests for bytes inside it wait for that one GET (single flight) and the
-cancellation of one caller never fails the others. Cached spans are evicted least
+than a request). Each span load runs as its own task, registered while in flight.
+
+Single flight: a missed range covered by a load in flight waits for that one GET; a
+missed range overlapping loads in flight waits for them and loads only the bytes
+between and around them (then its pieces are joined, the one copy made); those pieces
+are coalesced like any missed ranges, so pieces on both sides of a load in flight within
+the gap share one GET across it (re-reading up to a gap costs less than a request).
+Readers await the load
+through `asyncio.shield`: the cancellation of one reader (the first included) never
+cancels the GET for the others. A failed load raises its error to every reader waiting
+for it and is not kept: it leaves the table when it ends, and the next reader starts a
+fresh GET. The table of loads in flight is bounded (`max_loads_in_flight`, over all
+objects; past it a load still runs but is not offered for sharing) and each entry is
+removed when its load ends, however it ends.
+
+Cached spans are evicted least
 recently used when their bytes exceed `max_bytes`; a span larger than `max_bytes` is
 served but not kept.
 
@@ -47,6 +60,7 @@ from .base import DEFAULT_CHUNK_SIZE, AsyncObjectStore, AsyncObjectStream, Bytes
 MiB = 1 << 20
 DEFAULT_COALESCE_GAP_BYTES = MiB
 DEFAULT_MAX_INFLIGHT_BYTES = 128 * MiB
+DEFAULT_MAX_LOADS_IN_FLIGHT = 4096
 
 SpanKey = tuple[str, int]  # (object key, start)
 
@@ -109,12 +123,25 @@ class ByteBudget:
 
 
 class _Loading:
-    __slots__ = ("start", "end", "task")
+    """One ranged GET in flight: [start, end) of an object; `task` is set at once."""
 
-    def __init__(self, start: int, end: int, task: asyncio.Task[bytes]) -> None:
+    __slots__ = ("start", "end", "task")
+    task: asyncio.Task[bytes]
+
+    def __init__(self, start: int, end: int) -> None:
         self.start = start
         self.end = end
-        self.task = task
+
+
+class _Piece:
+    """Part of a requested range, and the load in flight it waits for (None: not yet)."""
+
+    __slots__ = ("start", "length", "loading")
+
+    def __init__(self, start: int, length: int, loading: _Loading | None = None) -> None:
+        self.start = start
+        self.length = length
+        self.loading = loading
 
 
 class RangeCache(AsyncObjectStore):
@@ -128,6 +155,7 @@ class RangeCache(AsyncObjectStore):
         coalesce_gap_bytes: int = DEFAULT_COALESCE_GAP_BYTES,
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
         keep_puts: bool = True,
+        max_loads_in_flight: int = DEFAULT_MAX_LOADS_IN_FLIGHT,
     ) -> None:
         if max_bytes < 0:
             raise ValueError("max_bytes must be >= 0")
@@ -143,7 +171,9 @@ class RangeCache(AsyncObjectStore):
         self._spans: OrderedDict[SpanKey, bytes] = OrderedDict()  # LRU order
         self._starts: dict[str, list[int]] = {}  # per object: sorted starts of cached spans
         self._longest: dict[str, int] = {}  # per object: longest cached span (bounds lookups)
-        self._loading: dict[str, list[_Loading]] = {}
+        self._loading: dict[str, list[_Loading]] = {}  # loads in flight others can join
+        self._loading_count = 0  # entries of `_loading`, at most `max_loads_in_flight`
+        self.max_loads_in_flight = max_loads_in_flight
         self._bytes = 0
         self.hits = 0  # ranges answered from cache or from a load already in flight
         self.misses = 0  # ranges that needed a new load
@@ -151,6 +181,8 @@ class RangeCache(AsyncObjectStore):
         self.loaded_bytes = 0
         self.readahead_bytes = 0  # bytes read ahead (in spans with room for them)
         self.readahead_skipped_bytes = 0  # read-ahead left out for lack of in-flight room
+        self.overlap_joins = 0  # ranges that waited for loads in flight overlapping, not covering, them
+        self.unshared_loads = 0  # loads not registered for sharing (the table was full)
 
     # ------------------------------------------------------------------ cache state
 
@@ -232,7 +264,8 @@ class RangeCache(AsyncObjectStore):
 
     # ------------------------------------------------------------------ reads
 
-    async def _load(self, key: str, start: int, length: int, held: int | None) -> bytes:
+    async def _load(self, key: str, loading: _Loading, held: int | None) -> bytes:
+        start, length = loading.start, loading.end - loading.start
         try:
             if held is None:
                 held = await self.inflight.acquire(length)
@@ -243,20 +276,31 @@ class RangeCache(AsyncObjectStore):
             finally:
                 self.inflight.release(held)
         finally:
-            spans = self._loading.get(key, [])
-            self._loading[key] = [s for s in spans if s.start != start or s.end != start + length]
-            if not self._loading[key]:
-                del self._loading[key]
+            # done (bytes cached) or failed (nothing kept: the next reader loads afresh)
+            spans = self._loading.get(key)
+            if spans is not None and loading in spans:
+                spans.remove(loading)
+                self._loading_count -= 1
+                if not spans:
+                    del self._loading[key]
         return data
 
     def _start_load(self, key: str, start: int, length: int, held: int | None = None) -> _Loading:
         self.loads += 1
-        task = asyncio.get_running_loop().create_task(self._load(key, start, length, held))
+        loading = _Loading(start, start + length)
+        loading.task = asyncio.get_running_loop().create_task(self._load(key, loading, held))
         # A failed load nobody waits for any more must not be logged as never retrieved.
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        loading = _Loading(start, start + length, task)
-        self._loading.setdefault(key, []).append(loading)
+        loading.task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        if self._loading_count < self.max_loads_in_flight:
+            self._loading.setdefault(key, []).append(loading)
+            self._loading_count += 1
+        else:  # bounded table: this load is served to its own readers only
+            self.unshared_loads += 1
         return loading
+
+    def _overlaps_flight(self, key: str, start: int, length: int) -> bool:
+        end = start + length
+        return any(s.start < end and start < s.end for s in self._loading.get(key, ()))
 
     def _needs_load(self, key: str, start: int, length: int) -> bool:
         return (
@@ -264,23 +308,41 @@ class RangeCache(AsyncObjectStore):
             and self._in_flight(key, start, length) is None
         )
 
-    async def get_ranges(
-        self,
-        key: str,
-        ranges: Sequence[tuple[int, int]],
-        *,
-        gap_bytes: int | None = None,
-        readahead: Sequence[tuple[int, int]] = (),
-    ) -> list[BytesLike]:
-        """The bytes of each range (see the module docstring for caching, coalescing and
-        the in-flight bound); `gap_bytes` overrides the configured coalescing gap for this
-        call. `readahead` ranges are not returned: they are read into the cache only
-        when they join a span read for `ranges` and the in-flight budget has room now."""
-        gap = self.coalesce_gap_bytes if gap_bytes is None else gap_bytes
-        limit = self.inflight.limit_bytes
+    def _pieces(self, key: str, start: int, length: int) -> list[_Piece] | None:
+        """[start, start + length) cut along the loads in flight overlapping it: pieces
+        inside a load wait for it, the others (loading None) need a load. None when no
+        load in flight overlaps the range."""
+        end = start + length
+        overlapping = sorted(
+            (s for s in self._loading.get(key, ()) if s.start < end and start < s.end),
+            key=lambda s: s.start,
+        )
+        if not overlapping:
+            return None
+        pieces: list[_Piece] = []
+        pos = start
+        for loading in overlapping:
+            if loading.end <= pos:
+                continue  # inside an earlier load already taken
+            if loading.start > pos:
+                pieces.append(_Piece(pos, loading.start - pos))
+                pos = loading.start
+            upto = min(loading.end, end)
+            pieces.append(_Piece(pos, upto - pos, loading))
+            pos = upto
+            if pos >= end:
+                break
+        if pos < end:
+            pieces.append(_Piece(pos, end - pos))
+        return pieces
+
+    def _plan(
+        self, key: str, ranges: Sequence[tuple[int, int]]
+    ) -> tuple[list[BytesLike | None], list[list[_Piece]]]:
+        """Per range: its cached bytes, or the pieces to wait for (a load in flight
+        covering it, or the loads overlapping it plus the bytes between them)."""
         out: list[BytesLike | None] = [None] * len(ranges)
-        waits: list[tuple[int, _Loading]] = []
-        missed: list[int] = []
+        parts: list[list[_Piece]] = [[] for _ in ranges]
         for i, (start, length) in enumerate(ranges):
             if length < 1 or start < 0:
                 raise ValueError(f"bad range ({start}, {length})")
@@ -292,43 +354,95 @@ class RangeCache(AsyncObjectStore):
             loading = self._in_flight(key, start, length)
             if loading is not None:
                 self.hits += 1
-                waits.append((i, loading))
-            else:
+                parts[i] = [_Piece(start, length, loading)]
+                continue
+            pieces = self._pieces(key, start, length)
+            if pieces is not None:
+                self.overlap_joins += 1  # shares the GETs in flight, loads only the rest
+            parts[i] = pieces or [_Piece(start, length)]
+            if any(p.loading is None for p in parts[i]):
                 self.misses += 1
-                missed.append(i)
-        if missed:
-            needed = [ranges[i] for i in missed]
-            extra = [r for r in readahead if r[1] > 0 and r[0] >= 0 and self._needs_load(key, *r)]
-            together = needed + extra
-            for span in coalesce_ranges(together, gap, max_span_bytes=limit):
-                mine = [m for m in span.members if m < len(needed)]
-                ahead = sum(together[m][1] for m in span.members if m >= len(needed))
-                if not mine:
-                    continue  # read-ahead alone is not worth a GET of its own
-                if ahead:  # read-ahead joins this span only if there is room for it now
-                    held = self.inflight.try_acquire(span.length)
-                    if held is not None:
-                        self.readahead_bytes += ahead
-                        loading = self._start_load(key, span.start, span.length, held)
-                        waits.extend((missed[m], loading) for m in mine)
-                        continue
-                    self.readahead_skipped_bytes += ahead
-                # the needed ranges alone: they wait for room
-                for sub in coalesce_ranges([needed[m] for m in mine], gap, max_span_bytes=limit):
-                    loading = self._start_load(key, sub.start, sub.length)
-                    waits.extend((missed[mine[j]], loading) for j in sub.members)
-        for i, loading in waits:
+            else:
+                self.hits += 1  # covered by loads in flight between them
+        return out, parts
+
+    async def get_ranges(
+        self,
+        key: str,
+        ranges: Sequence[tuple[int, int]],
+        *,
+        gap_bytes: int | None = None,
+        readahead: Sequence[tuple[int, int]] = (),
+    ) -> list[BytesLike]:
+        """The bytes of each range (see the module docstring for caching, coalescing,
+        single flight and the in-flight bound); `gap_bytes` overrides the configured
+        coalescing gap for this call. `readahead` ranges are not returned: they are read
+        into the cache only when they join a span read for `ranges` and the in-flight
+        budget has room now."""
+        gap = self.coalesce_gap_bytes if gap_bytes is None else gap_bytes
+        out, parts = self._plan(key, ranges)
+        unloaded = [p for pieces in parts for p in pieces if p.loading is None]
+        if unloaded:
+            self._load_pieces(key, unloaded, readahead, gap)
+        for i, pieces in enumerate(parts):
+            if pieces:
+                out[i] = await self._assemble(key, pieces)
+        return [b for b in out if b is not None]
+
+    def _load_pieces(
+        self, key: str, pieces: list[_Piece], readahead: Sequence[tuple[int, int]], gap: int
+    ) -> None:
+        """Start the loads for `pieces` (nobody loads them yet), coalesced, with the
+        read-ahead that joins their spans when the in-flight budget has room now. Pieces
+        on both sides of a load in flight within the gap share one GET across it, as
+        across any gap (re-reading up to `gap` bytes costs less than a request); a
+        read-ahead range overlapping a load in flight is left out."""
+        limit = self.inflight.limit_bytes
+        needed = [(p.start, p.length) for p in pieces]
+        extra = [
+            r
+            for r in readahead
+            if r[1] > 0 and r[0] >= 0 and self._needs_load(key, *r) and not self._overlaps_flight(key, *r)
+        ]
+        together = needed + extra
+        for span in coalesce_ranges(together, gap, max_span_bytes=limit):
+            mine = [m for m in span.members if m < len(needed)]
+            ahead = sum(together[m][1] for m in span.members if m >= len(needed))
+            if not mine:
+                continue  # read-ahead alone is not worth a GET of its own
+            if ahead:  # read-ahead joins this span only if there is room for it now
+                held = self.inflight.try_acquire(span.length)
+                if held is not None:
+                    self.readahead_bytes += ahead
+                    loading = self._start_load(key, span.start, span.length, held)
+                    for m in mine:
+                        pieces[m].loading = loading
+                    continue
+                self.readahead_skipped_bytes += ahead
+            # the needed ranges alone: they wait for room
+            for sub in coalesce_ranges([needed[m] for m in mine], gap, max_span_bytes=limit):
+                loading = self._start_load(key, sub.start, sub.length)
+                for j in sub.members:
+                    pieces[mine[j]].loading = loading
+
+    async def _assemble(self, key: str, pieces: list[_Piece]) -> BytesLike:
+        """A range's bytes from the loads its pieces wait for (shielded: a cancelled
+        reader never cancels a GET others wait for); one piece is a slice, no copy."""
+        views: list[BytesLike] = []
+        for piece in pieces:
+            loading = piece.loading
+            assert loading is not None  # every piece was given a load by get_ranges
             data = await asyncio.shield(loading.task)
-            start, length = ranges[i]
             if len(data) != loading.end - loading.start:
                 raise ValueError(
                     f"{key}: asked for {loading.end - loading.start} bytes at {loading.start}, got {len(data)}"
                 )
-            offset = start - loading.start
-            out[i] = (
-                data if offset == 0 and length == len(data) else memoryview(data)[offset : offset + length]
-            )
-        return [b for b in out if b is not None]
+            offset = piece.start - loading.start
+            if offset == 0 and piece.length == len(data):
+                views.append(data)
+            else:
+                views.append(memoryview(data)[offset : offset + piece.length])
+        return views[0] if len(views) == 1 else b"".join(views)
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
         (data,) = await self.get_ranges(key, [(start, length)])
