@@ -141,7 +141,11 @@ def main() -> None:
 def run_queries(s3, url: str, bucket: str, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
     from skiff.spark import skiff_session
 
-    spark = skiff_session("skiff-pushdown-bench", args.master, {"spark.ui.enabled": "false"})
+    spark = skiff_session(
+        "skiff-pushdown-bench",
+        args.master,
+        {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
+    )
     spark.sparkContext.setLogLevel("ERROR")
     last_hour_ms = T0 + (args.hours - 1) * HOUR_MS
     condition = f"timestamp >= timestamp_millis({last_hour_ms})"
