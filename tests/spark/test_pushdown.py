@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import (
     EqualTo,
@@ -129,3 +130,38 @@ def test_filtered_query_is_exact(spark, cluster: Cluster, condition: str) -> Non
     truth = {(r[3], r[4]): r for r in cluster.produced.rows["wide"]}
     for partition, offset, key, value in got:
         assert truth[(partition, offset)][:2] == (key, value)
+
+
+def executor_read(cluster: Cluster, filters: list) -> tuple[dict[str, int], int, list[tuple[int, int, int]]]:  # type: ignore[type-arg]
+    """The executors' reads of the planned tasks through one store: (its requests, bytes
+    received, the (partition, offset, timestamp ms) rows decoded)."""
+    from skiff.fileformat.objectstore import open_store
+    from skiff.spark.executor import read_task
+
+    opts = parse_options({"metadata.url": cluster.metadata_url, "subscribe": "wide"})
+    reader = SkiffPushdownReader(opts)
+    reader.pushFilters(filters)
+    store = open_store(cluster.bucket)
+    rows = []
+    for part in reader.partitions():
+        assert isinstance(part, SkiffInputPartition)
+        for batch in read_task(
+            part.task, part.bucket, include_headers=False, fail_on_data_loss=True, store=store
+        ):
+            d = batch.to_pydict()
+            # epoch milliseconds whatever the column's unit (no local-time conversion)
+            stamps = batch.column("timestamp").cast(pa.timestamp("ms")).cast(pa.int64()).to_pylist()
+            rows += list(zip(d["partition"], d["offset"], stamps, strict=True))
+    snap = store.stats.snapshot()
+    return dict(snap.requests), snap.bytes_in, rows
+
+
+def test_executors_get_fewer_bytes_and_every_matching_row(cluster: Cluster) -> None:
+    bound_ms = T0 + 1000 * 280
+    full_requests, full_bytes, full_rows = executor_read(cluster, [])
+    requests, got_bytes, rows = executor_read(cluster, [GreaterThanOrEqual(("timestamp",), at_ms(bound_ms))])
+    assert sum(requests.values()) < sum(full_requests.values())
+    assert got_bytes < full_bytes / 2
+    wanted = sorted(r for r in full_rows if r[2] >= bound_ms)
+    assert len(wanted) == 20
+    assert sorted(r for r in rows if r[2] >= bound_ms) == wanted
