@@ -165,3 +165,17 @@ def test_executors_get_fewer_bytes_and_every_matching_row(cluster: Cluster) -> N
     wanted = sorted(r for r in full_rows if r[2] >= bound_ms)
     assert len(wanted) == 20
     assert sorted(r for r in rows if r[2] >= bound_ms) == wanted
+
+
+def test_session_setting_and_reads_without_it(spark, cluster: Cluster) -> None:  # type: ignore[no-untyped-def]
+    from skiff.spark.session import FILTER_PUSHDOWN_KEY
+
+    assert spark.conf.get(FILTER_PUSHDOWN_KEY) == "true"  # skiff_session() turned it on
+    spark.conf.set(FILTER_PUSHDOWN_KEY, "false")
+    try:
+        # Spark refuses a source taking filters with the setting off; pushFilters=false reads
+        with pytest.raises(Exception, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
+            frame(spark, cluster, True).where("partition = 1").count()
+        assert frame(spark, cluster, False).where("partition = 1").count() == 100
+    finally:
+        spark.conf.set(FILTER_PUSHDOWN_KEY, "true")
