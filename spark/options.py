@@ -81,6 +81,9 @@ class SourceOptions:
     metadata_ca_file: str | None = None
     # typed reads (spark.typed_options): None when key and value are both raw
     typed: TypedOptions | None = None
+    # batch reads take Spark's pushed filters (spark.pushdown); needs the session's
+    # spark.sql.python.filterPushdown.enabled=true
+    push_filters: bool = True
 
     @property
     def read_committed(self) -> bool:
@@ -228,4 +231,5 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None = False) -> 
         metadata_token_file=opts.get("metadata.tokenfile") or None,
         metadata_ca_file=opts.get("metadata.cafile") or None,
         typed=typed,
+        push_filters=_bool(opts, "pushFilters", True),
     )

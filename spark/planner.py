@@ -33,6 +33,7 @@ Streaming (`spark.stream`) reuses steps 1, 2 and 4 for each micro-batch.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from skiff.metadata.types import FetchQuery, OffsetQuery, PartitionKey, Partitio
 from skiff.metadata.wire.credentials import CredentialsError, resolve_credentials
 from skiff.metadata.wire.http_client import SyncHttpMetadataClient
 from skiff.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
+from skiff.spark.pushdown import ScanBounds, chunk_may_match, clamp_range, keeps_partition
 from skiff.spark.ranges import OffsetRange, split_ranges
 
 # find_chunks answers chunks until their bytes add up to this; longer ranges page on.
@@ -305,7 +307,10 @@ def resolve_offsets(
     return out
 
 
-def plan_batch(client: SyncHttpMetadataClient, opts: SourceOptions) -> list[PlannedRead]:
+def plan_batch(
+    client: SyncHttpMetadataClient, opts: SourceOptions, bounds: ScanBounds | None = None
+) -> list[PlannedRead]:
+    """The batch query's tasks; `bounds` (pushed filters, `spark.pushdown`) prune them."""
     parts = resolve_partitions(client, opts)
     starts = resolve_offsets(client, parts, opts.starting, opts, "starting")
     ends = resolve_offsets(client, parts, opts.ending, opts, "ending")
@@ -335,7 +340,27 @@ def plan_batch(client: SyncHttpMetadataClient, opts: SourceOptions) -> list[Plan
             )
         ranges.append(OffsetRange(p.topic, p.partition, start, end))
     ids = {(p.topic, p.partition): p.topic_id for p in parts}
-    return plan_tasks(client, ranges, ids, opts)
+    if bounds is None or not bounds.pruning:
+        return plan_tasks(client, ranges, ids, opts)
+    return prune_tasks(plan_tasks(client, prune_ranges(ranges, bounds), ids, opts), bounds)
+
+
+def prune_ranges(ranges: list[OffsetRange], bounds: ScanBounds) -> list[OffsetRange]:
+    """The ranges of the partitions the bounds keep, cut to their offset bounds."""
+    kept = (clamp_range(r, bounds) for r in ranges if keeps_partition(bounds, r.partition))
+    return [r for r in kept if r is not None]
+
+
+def prune_tasks(tasks: list[PlannedRead], bounds: ScanBounds) -> list[PlannedRead]:
+    """Each task without the chunks no matching row can be in (timestamp bound); a task
+    left without chunks is dropped. Its offset range stays: the reader drops what is
+    outside it, and Spark re-applies every filter."""
+    out = []
+    for t in tasks:
+        chunks = tuple(c for c in t.chunks if chunk_may_match(c, bounds))
+        if chunks:
+            out.append(dataclasses.replace(t, chunks=chunks))
+    return out
 
 
 def plan_tasks(

@@ -1,7 +1,9 @@
 """Getting a SparkSession with the `skiff` format registered.
 
 `skiff_session()` builds (or reuses) a session and registers `SkiffDataSource`;
-`register(spark)` registers it on a session you already have. Python workers use this
+`register(spark)` registers it on a session you already have. Both turn on
+`spark.sql.python.filterPushdown.enabled`, so batch reads get the query's filters
+(`spark.pushdown`). Python workers use this
 interpreter (`PYSPARK_PYTHON`, unless already set). Arrow batches cross from
 the Python workers to the JVM, so the session keeps Spark's defaults for Arrow.
 
@@ -27,10 +29,14 @@ LOOPBACK = "127.0.0.1"
 DRIVER_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
 # Environment variables Spark derives the driver's address from when the keys are unset.
 DRIVER_ADDRESS_ENV = ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME")
+# Spark 4.x hands a Python data source the query's filters only with this on (default off).
+FILTER_PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
 
 
 def register(spark: Any) -> Any:
-    """Register the `skiff` format on `spark` and return it."""
+    """Register the `skiff` format on `spark`, turn on Python data source filter pushdown
+    (a runtime SQL setting; batch reads prune their plan with it), and return `spark`."""
+    spark.conf.set(FILTER_PUSHDOWN_KEY, "true")
     spark.dataSource.register(SkiffDataSource)
     return spark
 

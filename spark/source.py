@@ -9,7 +9,8 @@ are its options (see `spark.options`). `reader()` runs where Spark plans the que
 metadata for the offsets and chunks (`spark.planner`) and hands Spark one
 `SkiffInputPartition` per task; `read()` runs on executors and yields
 `pyarrow.RecordBatch`es (`spark.executor`), with no metadata access. `streamReader()`
-gives the Structured Streaming reader (`spark.stream`). Without the `bucket` option the
+gives the Structured Streaming reader (`spark.stream`). Batch reads take Spark's pushed
+filters (`spark.pushdown`) unless the option pushFilters is false. Without the `bucket` option the
 bucket URL comes from metadata. With `kafka.isolation.level=read_committed` each task
 carries the aborted transactions of its range, so executors still need no metadata.
 
@@ -23,11 +24,17 @@ schemas (`spark.typed.TypedTask`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -42,6 +49,7 @@ from pyspark.sql.types import (
 from skiff.metadata.wire.http_client import SyncHttpMetadataClient
 from skiff.spark.options import SkiffOptionError, SourceOptions, include_headers_option, parse_options
 from skiff.spark.planner import PlannedRead, plan_batch, resolve_bucket, run
+from skiff.spark.pushdown import ScanBounds, bounds_of
 from skiff.spark.typed import TypedPlanner, TypedTask, spark_type, topics_of
 from skiff.spark.typed_options import ERROR_COLUMN, TypedOptionError, TypedOptions, parse_typed
 
@@ -127,10 +135,12 @@ class SkiffBatchReader(DataSourceReader):
         self.opts = opts
         self.typed = typed or (TypedPlanner(opts.typed) if opts.typed is not None else None)
 
+    bounds: ScanBounds | None = None
+
     def partitions(self) -> Sequence[InputPartition]:
         def plan(client: SyncHttpMetadataClient) -> tuple[str, list[PlannedRead], dict[str, TypedTask]]:
             bucket = resolve_bucket(client, self.opts)
-            tasks = plan_batch(client, dataclasses.replace(self.opts, bucket=bucket))
+            tasks = plan_batch(client, dataclasses.replace(self.opts, bucket=bucket), self.bounds)
             return bucket, tasks, typed_specs(self.typed, client, tasks)
 
         bucket, tasks, typed = run(plan, self.opts)
@@ -138,6 +148,16 @@ class SkiffBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_partition(partition)
+
+
+class SkiffPushdownReader(SkiffBatchReader):
+    """The batch reader taking Spark's pushed filters (`spark.pushdown`): those on
+    partition, offset and timestamp prune the plan. Every filter is returned, so Spark
+    still applies each one to the rows read: the answer is exact."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self.bounds = bounds_of(filters)
+        return filters
 
 
 def read_partition(partition: InputPartition) -> Iterator[Any]:
@@ -183,7 +203,12 @@ class SkiffDataSource(DataSource):
         return getattr(self, "_typed", None)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return SkiffBatchReader(self._opts(streaming=False), self._planner())
+        # Spark refuses a reader with pushFilters when its session has filter pushdown off
+        # (spark.sql.python.filterPushdown.enabled): option pushFilters=false reads without
+        opts = self._opts(streaming=False)
+        if opts.push_filters:
+            return SkiffPushdownReader(opts, self._planner())
+        return SkiffBatchReader(opts, self._planner())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from skiff.spark.stream import SkiffStreamReader
