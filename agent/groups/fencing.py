@@ -102,7 +102,7 @@ class GroupFence:
 
     async def ensure(self, group_id: str) -> ErrorCode:
         if not self.owns(group_id):
-            if group_id in self.held or (self.coordinator and group_id in self.coordinator.groups):
+            if group_id in self.held or (self.coordinator and self.coordinator.holds(group_id)):
                 log.info("group %s: no longer coordinated by this agent, letting it go", group_id)
                 self.lose(group_id, release=True)
             return ErrorCode.not_coordinator
@@ -212,7 +212,7 @@ class GroupFence:
         """Let go of groups routed elsewhere, of idle leases of groups not in memory and of
         leases no longer trusted; renew the rest in one request."""
         now = self._now()
-        in_memory = self.coordinator.groups if self.coordinator is not None else {}
+        coordinator = self.coordinator
         for group_id, h in list(self.held.items()):
             if not self.owns(group_id):
                 log.info("group %s: routed to another agent now, letting it go", group_id)
@@ -220,7 +220,7 @@ class GroupFence:
             elif now >= h.deadline_ms:
                 log.warning("group %s: coordinator lease not renewed in time, dropping the group", group_id)
                 self.lose(group_id, release=False)
-            elif group_id not in in_memory and now - h.used_ms >= self.ttl_ms:
+            elif (coordinator is None or not coordinator.holds(group_id)) and now - h.used_ms >= self.ttl_ms:
                 self.lose(group_id, release=True)
         if not self.held:
             return
