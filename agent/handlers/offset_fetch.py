@@ -174,7 +174,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 if g.topics is None
                 else [(t.name, [int(p) for p in t.partition_indexes]) for t in g.topics]
             )
-            member = (body.member_id, int(body.member_epoch)) if request.api_version >= 9 else (None, -1)
+            member = (g.member_id, int(g.member_epoch)) if request.api_version >= 9 else (None, -1)
             groups.append(
                 await _fetch_group(ctx, request, g.group_id, req, bool(body.require_stable), member)
             )
