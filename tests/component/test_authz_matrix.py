@@ -299,6 +299,23 @@ def list_groups(v: int, n: Names) -> Any:
     return _req(16, v)
 
 
+def consumer_group_heartbeat(v: int, n: Names) -> Any:
+    return _req(
+        68,
+        v,
+        group_id=n.group,
+        member_id="authz-member",
+        member_epoch=i32(0),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        subscribed_topic_names=(n.topic,),
+        topic_partitions=(),
+    )
+
+
+def consumer_group_describe(v: int, n: Names) -> Any:
+    return _req(69, v, group_ids=(n.group,), include_authorized_operations=True)
+
+
 def api_versions(v: int, n: Names) -> Any:
     kw = {"client_software_name": "matrix", "client_software_version": "1"} if v >= 3 else {}
     return _req(18, v, **kw)
@@ -558,6 +575,8 @@ ROWS: tuple[Row, ...] = (
     Row(60, describe_cluster, ((RT.CLUSTER, CLUSTER, Op.DESCRIBE),), None, _cluster_described),
     Row(65, describe_transactions, ((RT.TRANSACTIONAL_ID, "txn", Op.DESCRIBE),), E.transactional_id_authorization_failed),
     Row(66, list_transactions, ((RT.TRANSACTIONAL_ID, "txn", Op.DESCRIBE),), None, _txn_listed, setup=("txn",)),
+    Row(68, consumer_group_heartbeat, ((RT.GROUP, "group", Op.READ), (RT.TOPIC, "topic", Op.DESCRIBE)), E.group_authorization_failed, setup=("topic",)),
+    Row(69, consumer_group_describe, ((RT.GROUP, "group", Op.DESCRIBE),), E.group_authorization_failed),
 )  # fmt: skip
 
 # DescribeTransactions has no `txn` setup: an Empty transaction's start time is -1, which kio's

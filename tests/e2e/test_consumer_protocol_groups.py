@@ -147,7 +147,9 @@ class RdMember:
 class JvMember:
     """The Java client (kafka-clients 4.3) with group.protocol=consumer, through `group-member`."""
 
-    def __init__(self, ledger: Ledger, name: str, java: JavaClient, bootstrap: str, topic: str, group: str) -> None:
+    def __init__(
+        self, ledger: Ledger, name: str, java: JavaClient, bootstrap: str, topic: str, group: str
+    ) -> None:
         self.ledger, self.name = ledger, name
         self.member: JavaGroupMember = java.group_member(
             bootstrap, topic, group, props={"group.protocol": "consumer"}
@@ -172,7 +174,9 @@ class JvMember:
     def close(self) -> None:
         answer = self.member.close()
         if answer is not None:
-            self.ledger.revoked(self.name, [p for e in answer.get("events", []) for p in e.get("partitions", [])])
+            self.ledger.revoked(
+                self.name, [p for e in answer.get("events", []) for p in e.get("partitions", [])]
+            )
 
 
 Member = RdMember | JvMember
@@ -263,7 +267,9 @@ def test_java_and_librdkafka_in_one_group(bootstrap: str, java_client: JavaClien
         admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: the futures need the handle
         d = admin.describe_consumer_groups([group])[group].result(timeout=30)
         assert d.type == ConsumerGroupType.CONSUMER
-        assigned = {m.client_id: sorted(tp.partition for tp in m.assignment.topic_partitions) for m in d.members}
+        assigned = {
+            m.client_id: sorted(tp.partition for tp in m.assignment.topic_partitions) for m in d.members
+        }
         assert sorted(assigned) == ["rd1", "skiff-java-member"]
         assert sorted(p for ps in assigned.values() for p in ps) == list(range(PARTITIONS))
     finally:

@@ -200,7 +200,9 @@ def test_session_timeout_removes_a_member(groups: ConsumerGroups, clock: ManualC
     assert c.heartbeat().member_epoch > 4  # the group epoch goes on
 
 
-def test_unrevoked_partitions_within_the_rebalance_timeout(groups: ConsumerGroups, clock: ManualClock) -> None:
+def test_unrevoked_partitions_within_the_rebalance_timeout(
+    groups: ConsumerGroups, clock: ManualClock
+) -> None:
     a, b = Client(groups, "a"), Client(groups, "b")
     a.heartbeat()
     b.heartbeat()
@@ -294,8 +296,13 @@ def test_commit_and_fetch_epochs(groups: ConsumerGroups) -> None:
     a.heartbeat()
     ok = groups.validate_commit("g", "a", a.epoch, api_version=9, transactional=False)
     assert ok == E.none
-    assert groups.validate_commit("g", "a", a.epoch - 1, api_version=9, transactional=False) == E.stale_member_epoch
-    assert groups.validate_commit("g", "a", a.epoch, api_version=8, transactional=False) == E.unsupported_version
+    assert (
+        groups.validate_commit("g", "a", a.epoch - 1, api_version=9, transactional=False)
+        == E.stale_member_epoch
+    )
+    assert (
+        groups.validate_commit("g", "a", a.epoch, api_version=8, transactional=False) == E.unsupported_version
+    )
     assert groups.validate_commit("g", "a", 0, api_version=9, transactional=True) == E.illegal_generation
     assert groups.validate_commit("g", "", -1, api_version=9, transactional=False) == E.unknown_member_id
     assert groups.validate_commit("other", "", -1, api_version=9, transactional=False) is None
@@ -314,9 +321,9 @@ def test_stored_state_round_trips(groups: ConsumerGroups, clock: ManualClock) ->
     assert loaded is not None
     original = group(groups)
     assert loaded.owners == original.owners and loaded.target == original.target
-    assert {m: (x.member_epoch, x.state, x.assigned, x.pending_revocation) for m, x in loaded.members.items()} == {
-        m: (x.member_epoch, x.state, x.assigned, x.pending_revocation) for m, x in original.members.items()
-    }
+    assert {
+        m: (x.member_epoch, x.state, x.assigned, x.pending_revocation) for m, x in loaded.members.items()
+    } == {m: (x.member_epoch, x.state, x.assigned, x.pending_revocation) for m, x in original.members.items()}
     groups.drop("g")
     assert groups.load("g", text)
     a.heartbeat()  # the member goes on at its epoch with the next coordinator
@@ -334,7 +341,9 @@ def test_flush_without_fence_stores_nothing(groups: ConsumerGroups) -> None:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_random_membership_never_double_assigns(groups: ConsumerGroups, clock: ManualClock, seed: int) -> None:
+def test_random_membership_never_double_assigns(
+    groups: ConsumerGroups, clock: ManualClock, seed: int
+) -> None:
     rnd = random.Random(seed)
     clients = [Client(groups, f"m{i}", topics=rnd.choice([("t1",), ("t1", "t2")])) for i in range(6)]
     active: list[Client] = []
