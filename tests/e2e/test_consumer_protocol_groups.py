@@ -276,3 +276,45 @@ def test_java_and_librdkafka_in_one_group(bootstrap: str, java_client: JavaClien
         for m in started[1:]:
             m.close()
     assert committed(bootstrap, topic, group) == [PER_PARTITION] * PARTITIONS
+
+
+def test_admin_lists_and_describes_both_protocols(bootstrap: str) -> None:
+    topic = new_topic(bootstrap)
+    old, new = f"classic-{uuid.uuid4().hex[:8]}", f"consumer-{uuid.uuid4().hex[:8]}"
+    members = {
+        name: Consumer({"bootstrap.servers": bootstrap, "group.id": name, "group.protocol": protocol})
+        for name, protocol in ((old, "classic"), (new, "consumer"))
+    }
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        for c in members.values():
+            c.subscribe([topic])
+        deadline = time.monotonic() + WAIT_S
+        while not all(c.assignment() for c in members.values()):
+            assert time.monotonic() < deadline, "both groups get their assignment"
+            for c in members.values():
+                c.poll(0.1)
+
+        def listed(*types: ConsumerGroupType) -> set[str]:
+            result = admin.list_consumer_groups(types=set(types)).result(timeout=30)
+            return {g.group_id for g in result.valid}
+
+        assert {old, new} <= listed()
+        assert new in listed(ConsumerGroupType.CONSUMER) and old not in listed(ConsumerGroupType.CONSUMER)
+        assert old in listed(ConsumerGroupType.CLASSIC) and new not in listed(ConsumerGroupType.CLASSIC)
+        described = {g: f.result(timeout=30) for g, f in admin.describe_consumer_groups([old, new]).items()}
+        assert described[new].type == ConsumerGroupType.CONSUMER
+        assert described[old].type == ConsumerGroupType.CLASSIC  # through DescribeGroups
+        for d in described.values():
+            assert sorted(tp.partition for tp in d.members[0].assignment.topic_partitions) == list(
+                range(PARTITIONS)
+            )
+        members[new].commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        refused = admin.delete_consumer_groups([new])[new]
+        with pytest.raises(Exception, match="NON_EMPTY_GROUP"):
+            refused.result(timeout=30)
+    finally:
+        for c in members.values():
+            c.close()
+    admin.delete_consumer_groups([new])[new].result(timeout=30)  # empty now: its offsets go
+    assert committed(bootstrap, topic, new)[0] < 0
