@@ -429,14 +429,20 @@ class GroupCoordinator(GroupPersistence):
 
     def consumer_heartbeat(self, req: MemberRequest, view: TopicView) -> HeartbeatResult:
         """ConsumerGroupHeartbeat (agent.groups.consumer_protocol). A classic group with
-        members keeps its id: GROUP_ID_NOT_FOUND ("not a consumer group"), as Kafka answers
-        when it cannot convert the group; an empty one is replaced."""
+        members keeps its id until they have all left: the consumer-protocol member gets
+        COORDINATOR_NOT_AVAILABLE (retriable: it keeps asking, with backoff) and joins the
+        group once the last classic member is gone, the group converted then (its committed
+        offsets stay). That is the online upgrade Skiff offers: a rolling restart with
+        group.protocol=consumer completes, the restarted members consuming from when the
+        last classic member leaves. Kafka 4 also runs mixed groups (classic members mapped
+        onto the consumer group); Skiff does not."""
         classic = self.groups.get(req.group_id)
         if classic is not None and req.member_epoch >= 0:
             if not self.is_empty(req.group_id) or classic.pending:
                 return HeartbeatResult(
-                    ErrorCode.group_id_not_found,
-                    f"Group {req.group_id} is a classic group with members, not a consumer group.",
+                    ErrorCode.coordinator_not_available,
+                    f"Group {req.group_id} is a classic group with {len(classic.members)} member(s): "
+                    "consumer-protocol members join once they have all left (no mixed groups).",
                     req.member_id,
                 )
             self.delete(req.group_id)

@@ -10,6 +10,9 @@ it hands the partition on). Each member commits every record it processed before
 again, so when members join and leave: every produced offset is consumed exactly once (no
 record lost, none repeated), and the group's committed offsets end at the log end.
 
+A rolling restart of a classic group's members with group.protocol=consumer converts the
+group (once its last classic member is gone), with no record lost or repeated.
+
 Then the group admin APIs over both protocols: ListGroups with the v5 type filter
 (consumer vs classic), ConsumerGroupDescribe for a consumer-protocol group (epochs,
 assignor, each member's assignment), and what the Java AdminClient and librdkafka's admin
@@ -110,15 +113,18 @@ class Ledger:
 
 
 class RdMember:
-    """A librdkafka consumer with group.protocol=consumer, committing each record it processes."""
+    """A librdkafka consumer (group.protocol=consumer unless told), committing each record it
+    processes."""
 
-    def __init__(self, ledger: Ledger, name: str, bootstrap: str, topic: str, group: str) -> None:
+    def __init__(
+        self, ledger: Ledger, name: str, bootstrap: str, topic: str, group: str, protocol: str = "consumer"
+    ) -> None:
         self.ledger, self.name, self.topic = ledger, name, topic
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": group,
-                "group.protocol": "consumer",
+                "group.protocol": protocol,
                 "client.id": name,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
@@ -318,3 +324,41 @@ def test_admin_lists_and_describes_both_protocols(bootstrap: str) -> None:
             c.close()
     admin.delete_consumer_groups([new])[new].result(timeout=30)  # empty now: its offsets go
     assert committed(bootstrap, topic, new)[0] < 0
+
+
+def test_rolling_restart_from_classic_to_the_consumer_protocol(bootstrap: str) -> None:
+    """The online upgrade Skiff offers: members restart one by one with group.protocol=consumer;
+    those restarted wait (retriable COORDINATOR_NOT_AVAILABLE) while classic members remain,
+    and the group converts when the last one leaves. Nothing lost, nothing consumed twice."""
+    topic, group = new_topic(bootstrap), f"g-{uuid.uuid4().hex[:8]}"
+    ledger = Ledger()
+    c0 = RdMember(ledger, "classic0", bootstrap, topic, group, protocol="classic")
+    c1 = RdMember(ledger, "classic1", bootstrap, topic, group, protocol="classic")
+    running: list[Member] = [c0, c1]
+    try:
+        poll_until(
+            running, lambda: balanced(ledger, [c0, c1]) and len(ledger.consumed) >= 60, "classic group"
+        )
+        c0.close()
+        ledger.revoked("classic0", list(ledger.held_by("classic0")))
+        n0 = RdMember(ledger, "new0", bootstrap, topic, group)
+        running = [c1, n0]
+        poll_until(running, lambda: len(ledger.consumed) >= 150, "the classic member carries on alone")
+        assert ledger.held_by("classic1") == set(range(PARTITIONS)) and not ledger.held_by("new0")
+        c1.close()
+        ledger.revoked("classic1", list(ledger.held_by("classic1")))
+        n1 = RdMember(ledger, "new1", bootstrap, topic, group)
+        running = [n0, n1]
+        poll_until(running, lambda: len(ledger.consumed) == PARTITIONS * PER_PARTITION, "every record")
+        poll_until(running, lambda: balanced(ledger, [n0, n1]), "the converted group balanced")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert (
+            admin.describe_consumer_groups([group])[group].result(timeout=30).type
+            == ConsumerGroupType.CONSUMER
+        )
+    finally:
+        for m in running:
+            m.close()
+    by_partition = {p: sorted(o for (q, o) in ledger.consumed if q == p) for p in range(PARTITIONS)}
+    assert all(offs == list(range(PER_PARTITION)) for offs in by_partition.values())
+    assert committed(bootstrap, topic, group) == [PER_PARTITION] * PARTITIONS
