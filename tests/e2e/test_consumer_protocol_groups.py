@@ -362,3 +362,27 @@ def test_rolling_restart_from_classic_to_the_consumer_protocol(bootstrap: str) -
     by_partition = {p: sorted(o for (q, o) in ledger.consumed if q == p) for p in range(PARTITIONS)}
     assert all(offs == list(range(PER_PARTITION)) for offs in by_partition.values())
     assert committed(bootstrap, topic, group) == [PER_PARTITION] * PARTITIONS
+
+
+def test_regex_subscription_follows_new_topics(bootstrap: str) -> None:
+    """librdkafka's `^` subscriptions go to the coordinator as SubscribedTopicRegex (v1)."""
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(f"{prefix}-a", 2, 1)])[f"{prefix}-a"].result(timeout=60)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{prefix}", "group.protocol": "consumer"})
+    try:
+        c.subscribe([f"^{prefix}-.*"])
+
+        def topics() -> set[tuple[str, int]]:
+            return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+        deadline = time.monotonic() + WAIT_S
+        while topics() != {(f"{prefix}-a", 0), (f"{prefix}-a", 1)}:
+            assert time.monotonic() < deadline, topics()
+            c.poll(0.1)
+        admin.create_topics([NewTopic(f"{prefix}-b", 1, 1)])[f"{prefix}-b"].result(timeout=60)
+        while (f"{prefix}-b", 0) not in topics():  # within the topic cache's TTL
+            assert time.monotonic() < deadline, topics()
+            c.poll(0.1)
+    finally:
+        c.close()
