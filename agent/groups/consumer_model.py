@@ -90,6 +90,9 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # The member epoch at which it got each partition it holds (KIP-1251's assignment epochs:
+    # a commit at an older member epoch is accepted for partitions held since then).
+    assigned_at: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
     # Timer tokens (agent.groups.consumer_protocol): a timer fires only if its token is current.
     session_token: int = 0
     revoke_token: int = 0
@@ -149,9 +152,12 @@ class ConsumerGroup:
 
     # ------------------------------------------------------------------ ownership
 
-    def set_partitions(self, member: ConsumerMember, assigned: Assignment, pending: Assignment) -> None:
+    def set_partitions(
+        self, member: ConsumerMember, assigned: Assignment, pending: Assignment, epoch: int | None = None
+    ) -> None:
         """Give `member` these assigned and pending-revocation partitions, keeping `owners`
-        exact; DoubleOwnership if another member holds one of them."""
+        exact (those it did not hold yet it holds from `epoch`, default its member epoch);
+        DoubleOwnership if another member holds one of them."""
         wanted = {(t, p) for part in (assigned, pending) for t, ps in part.items() for p in ps}
         for tp in wanted:
             holder = self.owners.get(tp)
@@ -162,6 +168,8 @@ class ConsumerGroup:
         self._release(member, keep=wanted)
         for tp in wanted:
             self.owners[tp] = member.member_id
+        since = member.member_epoch if epoch is None else epoch
+        member.assigned_at = {tp: member.assigned_at.get(tp, since) for tp in wanted}
         member.assigned = {t: ps for t, ps in assigned.items() if ps}
         member.pending_revocation = {t: ps for t, ps in pending.items() if ps}
 

@@ -11,7 +11,8 @@ ConsumerGroupCurrentMemberAssignment records, in one document:
      "members": [{"id", "instance", "rack", "client_id", "client_host", "rebalance_ms",
                   "names": [str], "regex": str|null, "assignor": str|null,
                   "epoch", "previous", "state", "assigned": {topic id: [p]},
-                  "revoking": {topic id: [p]}, "target": {topic id: [p]}}]}
+                  "revoking": {topic id: [p]}, "target": {topic id: [p]},
+                  "since": [[topic id, p, member epoch it was assigned at]]}]}
 
 `type` tells it from a classic group's state. Loading rebuilds the partition owners from
 the members' assigned and pending-revocation partitions, so what one coordinator promised
@@ -77,6 +78,10 @@ def _member(group: ConsumerGroup, m: ConsumerMember) -> dict[str, Any]:
         "state": m.state.value,
         "assigned": _parts(m.assigned),
         "revoking": _parts(m.pending_revocation),
+        "since": [
+            [str(t), p, e]
+            for (t, p), e in sorted(m.assigned_at.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
+        ],
         "target": _parts(group.target.get(m.member_id, {})),
     }
 
@@ -132,4 +137,5 @@ def _load_member(group: ConsumerGroup, md: dict[str, Any]) -> None:
     if m.instance_id is not None:
         group.static[m.instance_id] = m.member_id
     group.target[m.member_id] = _unparts(md.get("target", {}))
+    m.assigned_at = {(uuid.UUID(t), int(p)): int(e) for t, p, e in md.get("since", [])}
     group.set_partitions(m, _unparts(md.get("assigned", {})), _unparts(md.get("revoking", {})))

@@ -43,7 +43,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -533,10 +533,20 @@ class ConsumerGroups:
     # ------------------------------------------------------------------ offsets
 
     def validate_commit(
-        self, group_id: str, member_id: str, member_epoch: int, *, api_version: int, transactional: bool
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        *,
+        api_version: int,
+        transactional: bool,
+        partitions: Sequence[tuple[str, int]] = (),
     ) -> ErrorCode | None:
         """Kafka's ConsumerGroup.validateOffsetCommit; None if `group_id` is not a consumer
-        group held here (the classic rules apply)."""
+        group held here (the classic rules apply). An epoch older than the member's passes
+        when the member still holds every committed partition, each since that epoch or
+        before (KIP-1251's assignment epochs: a commit racing the heartbeat that moved the
+        member on is not refused, one for a partition given up since is)."""
         group = self.groups.get(group_id)
         if group is None:
             return None
@@ -547,8 +557,17 @@ class ConsumerGroups:
             return ErrorCode.unknown_member_id
         if not transactional and api_version < 9:
             return ErrorCode.unsupported_version  # members of this protocol commit with v9+
-        if member_epoch != member.member_epoch:
-            return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
+        if member_epoch == member.member_epoch:
+            return ErrorCode.none
+        if transactional:
+            return ErrorCode.illegal_generation
+        if member_epoch > member.member_epoch or not partitions:
+            return ErrorCode.stale_member_epoch
+        for name, p in partitions:
+            topic = group.topics.get(name)
+            since = None if topic is None else member.assigned_at.get((topic[0], p))
+            if since is None or since > member_epoch:
+                return ErrorCode.stale_member_epoch
         return ErrorCode.none
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:

@@ -369,11 +369,17 @@ class GroupCoordinator(GroupPersistence):
         group_instance_id: str | None,
         *,
         api_version: int = 9,
+        partitions: Sequence[tuple[str, int]] = (),
     ) -> ErrorCode:
         """May this OffsetCommit proceed? (generation -1 with no member id: a simple commit;
         in a consumer-protocol group the generation is the member epoch: STALE_MEMBER_EPOCH.)"""
         consumer = self.consumer.validate_commit(
-            group_id, member_id, generation_id, api_version=api_version, transactional=False
+            group_id,
+            member_id,
+            generation_id,
+            api_version=api_version,
+            transactional=False,
+            partitions=partitions,
         )
         if consumer is not None:
             return consumer

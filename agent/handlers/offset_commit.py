@@ -7,7 +7,8 @@ UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while assignments a
 handed out), as `GroupCoordinator.validate_commit` decides. In a consumer-protocol group
 (KIP-848) the generation field is the member epoch: a member the group does not know gets
 UNKNOWN_MEMBER_ID, an epoch other than the member's current one STALE_MEMBER_EPOCH (a
-commit from before a revocation cannot land after it), a member committing below v9
+commit from before a revocation cannot land after it; an older epoch passes for partitions
+the member has held since then, KIP-1251), a member committing below v9
 UNSUPPORTED_VERSION, and a simple commit (no member) is refused while the group has members.
 A group this agent does not coordinate gets NOT_COORDINATOR on every partition; so does a commit whose group lease
 (`agent.groups.fencing`) metadata no longer confirms in the commit's own transaction. Unknown topics or partitions get
@@ -155,6 +156,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         body.member_id,
         instance_id,
         api_version=request.api_version,
+        partitions=[(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions],
     )
     if code != ErrorCode.none:
         return _all(body, code, denied)

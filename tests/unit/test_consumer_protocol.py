@@ -370,3 +370,31 @@ def test_random_membership_never_double_assigns(
         union = set().union(*(c.partitions() for c in active))
         subscribed = {t for c in active for t in c.topics}
         assert union == {(TOPICS[t][0], p) for t in subscribed for p in range(TOPICS[t][1])}
+
+
+def test_a_commit_racing_the_epoch_bump_passes_for_partitions_still_held(groups: ConsumerGroups) -> None:
+    a, b = Client(groups, "a"), Client(groups, "b")
+    a.heartbeat()
+    b.heartbeat()
+    a.heartbeat()  # told to revoke 3, revokes at once
+    a.heartbeat()  # acked: epoch 2, still holding 3 partitions it got at epoch 1
+    assert a.epoch == 2
+    kept = sorted(p for _, p in a.partitions())
+    gone = sorted(set(range(6)) - set(kept))
+
+    def commit(epoch: int, parts: list[int]) -> ErrorCode | None:
+        return groups.validate_commit(
+            "g", "a", epoch, api_version=9, transactional=False, partitions=[("t1", p) for p in parts]
+        )
+
+    assert commit(1, kept) == E.none  # sent before the heartbeat that moved it to epoch 2 was answered
+    assert commit(1, kept + gone[:1]) == E.stale_member_epoch  # a partition given up since
+    assert commit(3, kept) == E.stale_member_epoch
+    b.heartbeat()
+    assert (
+        b.epoch == 2
+        and groups.validate_commit(
+            "g", "b", 1, api_version=9, transactional=False, partitions=[("t1", gone[0])]
+        )
+        == E.stale_member_epoch
+    )  # b got it at epoch 2
