@@ -386,6 +386,20 @@ class AgentConfig:
             "(Kafka's group.max.session.timeout.ms)"
         },
     )
+    group_consumer_session_timeout_ms: int = field(
+        default=45_000,
+        metadata={
+            "help": "a consumer-protocol (KIP-848) member that does not heartbeat for this long is removed "
+            "from its group (Kafka's group.consumer.session.timeout.ms)"
+        },
+    )
+    group_consumer_heartbeat_interval_ms: int = field(
+        default=5_000,
+        metadata={
+            "help": "how often consumer-protocol (KIP-848) members are told to heartbeat (Kafka's "
+            "group.consumer.heartbeat.interval.ms)"
+        },
+    )
     group_lease_ttl_ms: int = field(
         default=10_000,
         metadata={

@@ -114,6 +114,11 @@ def _check_groups(config: AgentConfig) -> None:
         raise ValueError("group_max_session_timeout_ms must be at least group_min_session_timeout_ms")
     if config.group_max_session_timeout_ms > 2**31 - 1:
         raise ValueError("group_max_session_timeout_ms must fit in a signed 32-bit int (a Kafka int32)")
+    _positive(config, "group_consumer_heartbeat_interval_ms")
+    if config.group_consumer_session_timeout_ms <= config.group_consumer_heartbeat_interval_ms:
+        raise ValueError(
+            "group_consumer_session_timeout_ms must be longer than group_consumer_heartbeat_interval_ms"
+        )
 
 
 def _check_connections(config: AgentConfig) -> None:

@@ -1,5 +1,7 @@
-"""The consumer group coordinator: the group state machine (`model`), rebalances
-(`rebalance`), the coordinator that runs them (`coordinator`), its lease fencing
+"""The consumer group coordinator: the classic protocol's group state machine (`model`),
+rebalances (`rebalance`), the coordinator that runs them (`coordinator`), its lease fencing
 (`fencing`), the state it stores in metadata (`persistence`) and group activity
-(`activity`).
+(`activity`); the consumer protocol of KIP-848 (`consumer_protocol`) over its model and
+reconciliation (`consumer_model`), its server-side assignors (`assignors`) and its stored
+state (`consumer_persistence`).
 """

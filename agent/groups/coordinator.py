@@ -48,6 +48,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
+from skiff.agent.groups.consumer_model import ConsumerGroup, TopicView
+from skiff.agent.groups.consumer_protocol import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    HeartbeatResult,
+    MemberRequest,
+)
 from skiff.agent.groups.fencing import GroupFence
 from skiff.agent.groups.model import (
     Group,
@@ -85,6 +92,8 @@ class GroupCoordinator(GroupPersistence):
         heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat] | None = None,
         rebalance_purgatory: DelayedOperationPurgatory[DelayedOperation] | None = None,
         fence: GroupFence | None = None,
+        consumer_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        consumer_heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
     ) -> None:
         super().__init__(
             initial_rebalance_delay_ms=initial_rebalance_delay_ms,
@@ -92,6 +101,8 @@ class GroupCoordinator(GroupPersistence):
             heartbeat_purgatory=heartbeat_purgatory,
             rebalance_purgatory=rebalance_purgatory,
             fence=fence,
+            consumer_session_timeout_ms=consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=consumer_heartbeat_interval_ms,
         )
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -103,6 +114,8 @@ class GroupCoordinator(GroupPersistence):
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
             fence=fence,
+            consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
         )
 
     @classmethod
@@ -166,6 +179,9 @@ class GroupCoordinator(GroupPersistence):
 
         if not group_id:
             return now(ErrorCode.invalid_group_id)
+        if group_id in self.consumer.groups:
+            # A consumer-protocol group: classic members cannot join it (no mixed groups).
+            return now(ErrorCode.inconsistent_group_protocol)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return now(ErrorCode.invalid_session_timeout)
         if rebalance_timeout_ms <= 0:
@@ -346,9 +362,27 @@ class GroupCoordinator(GroupPersistence):
     # ------------------------------------------------------------------ offsets, admin
 
     def validate_commit(
-        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        *,
+        api_version: int = 9,
+        partitions: Sequence[tuple[str, int]] = (),
     ) -> ErrorCode:
-        """May this OffsetCommit proceed? (generation -1 with no member id: a simple commit.)"""
+        """May this OffsetCommit proceed? (generation -1 with no member id: a simple commit;
+        in a consumer-protocol group the generation is the member epoch: STALE_MEMBER_EPOCH.)"""
+        consumer = self.consumer.validate_commit(
+            group_id,
+            member_id,
+            generation_id,
+            api_version=api_version,
+            transactional=False,
+            partitions=partitions,
+        )
+        if consumer is not None:
+            return consumer
         if generation_id < 0 and not member_id and group_instance_id is None:
             return ErrorCode.none
         group = self.groups.get(group_id)
@@ -373,9 +407,15 @@ class GroupCoordinator(GroupPersistence):
         isTransactional: generation -1, no member id and no instance id skip the check (older
         producers send none); otherwise FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID (a member id the
         group does not know), ILLEGAL_GENERATION. No REBALANCE_IN_PROGRESS, no heartbeat. A
-        group not in memory is Kafka's new Empty group at generation 0."""
+        group not in memory is Kafka's new Empty group at generation 0. In a consumer-protocol
+        group the generation is the member epoch (ILLEGAL_GENERATION if it is not the member's)."""
         if generation_id < 0 and not member_id and group_instance_id is None:
             return ErrorCode.none
+        consumer = self.consumer.validate_commit(
+            group_id, member_id, generation_id, api_version=9, transactional=True
+        )
+        if consumer is not None:
+            return consumer
         group = self.groups.get(group_id)
         if group is not None and group.state == GroupState.DEAD:
             return ErrorCode.coordinator_not_available
@@ -387,9 +427,32 @@ class GroupCoordinator(GroupPersistence):
             return ErrorCode.illegal_generation
         return ErrorCode.none
 
-    def list_groups(self) -> list[Group]:
-        """The groups in memory (the ListGroups handler adds those known only from metadata)."""
-        return [g for g in self.groups.values() if g.state != GroupState.DEAD]
+    def list_groups(self) -> list[Group | ConsumerGroup]:
+        """The groups in memory, of both protocols (the ListGroups handler adds those known
+        only from metadata)."""
+        classic: list[Group | ConsumerGroup] = [g for g in self.groups.values() if g.state != GroupState.DEAD]
+        return classic + list(self.consumer.groups.values())
+
+    def consumer_heartbeat(self, req: MemberRequest, view: TopicView) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat (agent.groups.consumer_protocol). A classic group with
+        members keeps its id until they have all left: the consumer-protocol member gets
+        COORDINATOR_NOT_AVAILABLE (retriable: it keeps asking, with backoff) and joins the
+        group once the last classic member is gone, the group converted then (its committed
+        offsets stay). That is the online upgrade Skiff offers: a rolling restart with
+        group.protocol=consumer completes, the restarted members consuming from when the
+        last classic member leaves. Kafka 4 also runs mixed groups (classic members mapped
+        onto the consumer group); Skiff does not."""
+        classic = self.groups.get(req.group_id)
+        if classic is not None and req.member_epoch >= 0:
+            if not self.is_empty(req.group_id) or classic.pending:
+                return HeartbeatResult(
+                    ErrorCode.coordinator_not_available,
+                    f"Group {req.group_id} is a classic group with {len(classic.members)} member(s): "
+                    "consumer-protocol members join once they have all left (no mixed groups).",
+                    req.member_id,
+                )
+            self.delete(req.group_id)
+        return self.consumer.heartbeat(req, view)
 
     def describe(self, group_id: str) -> GroupDescription | None:
         """The group as DescribeGroups shows it; None if it is not in memory (the handler then
@@ -419,12 +482,15 @@ class GroupCoordinator(GroupPersistence):
 
     def is_empty(self, group_id: str) -> bool:
         """No member: the group is Empty or not in memory (maybe known from its offsets)."""
+        consumer = self.consumer.groups.get(group_id)
+        if consumer is not None and consumer.members:
+            return False
         group = self.groups.get(group_id)
         return group is None or (group.state == GroupState.EMPTY and not group.members)
 
     def delete(self, group_id: str) -> ErrorCode:
         """DeleteGroups: only an empty group (or one this agent does not hold) can go."""
-        if not self.is_empty(group_id):
+        if not self.is_empty(group_id) or not self.consumer.delete(group_id):
             return ErrorCode.non_empty_group
         group = self.groups.pop(group_id, None)
         if group is not None:

@@ -24,7 +24,9 @@ stops. So coordinating a group also takes a lease in metadata, held with an epoc
   group's state is dropped (waiters answered NOT_COORDINATOR) and the next request
   acquires again, with a new epoch.
 - A group that leaves this agent (routing moved it, it was forgotten when empty, the agent
-  stops) has its lease released, so the next coordinator need not wait for the TTL.
+  stops) has its lease released, so the next coordinator need not wait for the TTL. An
+  acquisition here waits for a release of the same group still in flight, so it loads the
+  final state that release stores, never the one before it.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class GroupFence:
         self._acquiring: dict[str, asyncio.Task[ErrorCode]] = {}
         self._locks: dict[str, asyncio.Lock] = {}  # one confirm/release at a time per group, in order
         self._background: set[asyncio.Task[None]] = set()
+        self._releasing: dict[str, asyncio.Task[None]] = {}  # the release in flight per group
         self._task: asyncio.Task[None] | None = None
         self.coordinator: GroupPersistence | None = None  # set by the coordinator
         self.renewals = 0
@@ -102,7 +105,7 @@ class GroupFence:
 
     async def ensure(self, group_id: str) -> ErrorCode:
         if not self.owns(group_id):
-            if group_id in self.held or (self.coordinator and group_id in self.coordinator.groups):
+            if group_id in self.held or (self.coordinator and self.coordinator.holds(group_id)):
                 log.info("group %s: no longer coordinated by this agent, letting it go", group_id)
                 self.lose(group_id, release=True)
             return ErrorCode.not_coordinator
@@ -121,6 +124,11 @@ class GroupFence:
         if group_id in self.held:
             log.warning("group %s: lease not confirmed in time, dropping the group's state", group_id)
             self.lose(group_id, release=False)
+        releasing = self._releasing.get(group_id)
+        if releasing is not None:
+            # A release in flight stores the group's final state (a group forgotten when its
+            # last member left): acquiring before it lands would load the state before it.
+            await asyncio.shield(releasing)
         sent = self._now()
         try:
             grant = await self.metadata.acquire_group_lease(group_id, self.agent_id, self.ttl_ms)
@@ -172,7 +180,7 @@ class GroupFence:
         if self.coordinator is not None:
             self.coordinator.drop_group(group_id)
         if h is not None and release:
-            self._spawn(self._release(group_id, h.epoch, None))
+            self._releasing[group_id] = self._spawn(self._release(group_id, h.epoch, None))
         elif h is not None:
             self.lost += 1
 
@@ -180,7 +188,7 @@ class GroupFence:
         """The coordinator forgot an empty group: store its last state and release."""
         h = self.held.pop(group_id, None)
         if h is not None:
-            self._spawn(self._release(group_id, h.epoch, final_state))
+            self._releasing[group_id] = self._spawn(self._release(group_id, h.epoch, final_state))
 
     async def _release(self, group_id: str, epoch: int, final_state: str | None) -> None:
         async with self._lock(group_id):
@@ -194,6 +202,8 @@ class GroupFence:
         lock = self._locks.get(group_id)
         if group_id not in self.held and lock is not None and not lock.locked():
             del self._locks[group_id]
+        if self._releasing.get(group_id) is asyncio.current_task():
+            del self._releasing[group_id]
 
     def _lock(self, group_id: str) -> asyncio.Lock:
         lock = self._locks.get(group_id)
@@ -201,10 +211,11 @@ class GroupFence:
             lock = self._locks[group_id] = asyncio.Lock()
         return lock
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     # ------------------------------------------------------------------ renewal
 
@@ -212,7 +223,7 @@ class GroupFence:
         """Let go of groups routed elsewhere, of idle leases of groups not in memory and of
         leases no longer trusted; renew the rest in one request."""
         now = self._now()
-        in_memory = self.coordinator.groups if self.coordinator is not None else {}
+        coordinator = self.coordinator
         for group_id, h in list(self.held.items()):
             if not self.owns(group_id):
                 log.info("group %s: routed to another agent now, letting it go", group_id)
@@ -220,7 +231,7 @@ class GroupFence:
             elif now >= h.deadline_ms:
                 log.warning("group %s: coordinator lease not renewed in time, dropping the group", group_id)
                 self.lose(group_id, release=False)
-            elif group_id not in in_memory and now - h.used_ms >= self.ttl_ms:
+            elif (coordinator is None or not coordinator.holds(group_id)) and now - h.used_ms >= self.ttl_ms:
                 self.lose(group_id, release=True)
         if not self.held:
             return

@@ -48,6 +48,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
+from skiff.agent.groups.consumer_persistence import is_consumer_state
+from skiff.agent.groups.consumer_protocol import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    ConsumerGroups,
+)
 from skiff.agent.groups.model import Group, GroupState, JoinResult, Member, SyncResult
 from skiff.agent.groups.rebalance import DelayedSync, GroupRebalancer
 
@@ -151,16 +157,35 @@ class GroupPersistence(GroupRebalancer):
     `fence` is given; without one, as in unit tests of the bare state machine, nothing is
     stored and every answer goes out at once)."""
 
-    def __init__(self, *, fence: GroupFence | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        fence: GroupFence | None = None,
+        consumer_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        consumer_heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.fence = fence
         if fence is not None:
             fence.coordinator = self
         self._base_generation: dict[str, int] = {}  # loaded empty groups: their last generation
         self._tasks: set[asyncio.Task[None]] = set()
+        # The consumer-protocol (KIP-848) groups, under the same leases and purgatory.
+        self.consumer = ConsumerGroups(
+            self.rebalance_purgatory,
+            fence=fence,
+            session_timeout_ms=consumer_session_timeout_ms,
+            heartbeat_interval_ms=consumer_heartbeat_interval_ms,
+        )
+
+    def holds(self, group_id: str) -> bool:
+        """Whether a group of either protocol is in memory here (its lease is in use)."""
+        return group_id in self.groups or group_id in self.consumer.groups
 
     async def _stop_storing(self) -> None:
         """Stop the stores in flight (the groups were dropped) and release every lease."""
+        await self.consumer.close()
         if self.fence is not None:
             await self.fence.close()
         for task in list(self._tasks):
@@ -209,6 +234,7 @@ class GroupPersistence(GroupRebalancer):
     def drop_group(self, group_id: str) -> None:
         """Forget a group whose lease this agent lost or gave up: whoever waits is told
         NOT_COORDINATOR and finds the coordinator again (then rejoins)."""
+        self.consumer.drop(group_id)
         self._base_generation.pop(group_id, None)
         group = self.groups.pop(group_id, None)
         if group is None:
@@ -225,6 +251,10 @@ class GroupPersistence(GroupRebalancer):
         """A lease was just acquired: take over the group's last stored state (see the module
         docstring), or start afresh if there is none (or it does not parse)."""
         self.drop_group(group_id)
+        if is_consumer_state(group_state):
+            assert group_state is not None
+            self.consumer.load(group_id, group_state)
+            return
         stored = decode_group_state(group_state)
         if stored is None:
             return

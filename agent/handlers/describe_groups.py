@@ -1,6 +1,9 @@
 """DescribeGroups (api key 15), v0-v5: state, protocol and members of groups.
 
-A group this agent does not coordinate gets NOT_COORDINATOR. One the coordinator does not
+A group this agent does not coordinate gets NOT_COORDINATOR. A consumer-protocol group
+(KIP-848) is Dead here, as Kafka answers DescribeGroups below v6 for a group that is not
+classic: ConsumerGroupDescribe (api key 69) describes it, and admin clients ask that first.
+One the coordinator does not
 hold in memory is looked up in metadata (one call for the whole request): with committed
 offsets it is Empty (no members, no protocol type, as Kafka reports a group that only
 stores offsets), without any it is Dead, as Kafka reports an unknown group. If metadata
@@ -124,6 +127,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
             continue
         if not owns_group(ctx, group_id):
             answers[group_id] = _failed(group_id, ErrorCode.not_coordinator)
+            continue
+        if group_id in coord.consumer.groups:
+            answers[group_id] = _described(GroupDescription(group_id, GroupState.DEAD.value, "", "", ()))
             continue
         d = coord.describe(group_id)
         if d is None:

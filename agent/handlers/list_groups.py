@@ -6,8 +6,10 @@ an agent restart, or once a group is Empty and forgotten by the coordinator) tha
 hashing gives to this agent, which are Empty with no protocol type (as Kafka reports a
 group that only stores offsets). If metadata cannot be reached the answer is
 COORDINATOR_NOT_AVAILABLE (retriable) rather than a silently partial list. v4+ filter by
-state, v5+ by type: every Skiff group is a "classic" group. As in Kafka, a principal that
-may DESCRIBE the cluster sees every group, any other one only the groups it may DESCRIBE.
+state, v5+ by type: "consumer" for the groups of the consumer group protocol (KIP-848,
+ConsumerGroupHeartbeat), "classic" for the others (JoinGroup groups, and groups known only
+from their offsets, as Kafka lists them). As in Kafka, a principal that may DESCRIBE the
+cluster sees every group, any other one only the groups it may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.list_groups.v5.response import ListedGroup, ListGroupsResponse
 from kio.schema.types import GroupId
 from skiff.agent.context import AgentContext
+from skiff.agent.groups.consumer_model import ConsumerGroup
 from skiff.agent.groups.coordinator import coordinator, owns_group
 from skiff.agent.groups.model import GroupState
 from skiff.agent.handlers import (
@@ -39,15 +42,20 @@ API_KEY = 16
 MIN_VERSION = 0
 MAX_VERSION = 5
 
-GROUP_TYPE = "classic"
+CLASSIC_TYPE = "classic"
+CONSUMER_TYPE = "consumer"
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, ListGroupsRequest)
     states = {s.lower() for s in body.states_filter}
     types = {t.lower() for t in body.types_filter}
-    found: dict[str, tuple[str, str]] = {  # group id -> (protocol type, state)
-        g.group_id: (g.protocol_type or "", g.state.value)
+    found: dict[str, tuple[str, str, str]] = {  # group id -> (protocol type, state, group type)
+        g.group_id: (
+            g.protocol_type or "",
+            g.state.value,
+            CONSUMER_TYPE if isinstance(g, ConsumerGroup) else CLASSIC_TYPE,
+        )
         for g in coordinator(ctx).list_groups()
         if owns_group(ctx, g.group_id)  # not one left over from before a coordinator move
     }
@@ -57,22 +65,22 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         return ListGroupsResponse(throttle_time=NO_THROTTLE, error_code=admin_error_of(e), groups=())
     for group_id in with_offsets:
         if group_id not in found and owns_group(ctx, group_id):
-            found[group_id] = ("", GroupState.EMPTY.value)
+            found[group_id] = ("", GroupState.EMPTY.value, CLASSIC_TYPE)
     listed = []
     every_group = authorized_on_cluster(ctx, request, Op.DESCRIBE)
-    for group_id, (protocol_type, state) in found.items():
+    for group_id, (protocol_type, state, group_type) in found.items():
         if not every_group and not authorized(ctx, request, Op.DESCRIBE, Resource.GROUP, group_id):
             continue
         if states and state.lower() not in states:
             continue
-        if types and GROUP_TYPE not in types:
+        if types and group_type not in types:
             continue
         listed.append(
             ListedGroup(
                 group_id=GroupId(group_id),
                 protocol_type=protocol_type,
                 group_state=state,
-                group_type=GROUP_TYPE,
+                group_type=group_type,
             )
         )
     return ListGroupsResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(listed))

@@ -4,8 +4,13 @@ A commit with generation -1 and no member id is a "simple" commit (a consumer wi
 `assign()` and no group management, or an admin tool): always allowed. Otherwise the
 member and generation must be the group's current ones (ILLEGAL_GENERATION,
 UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while assignments are being
-handed out), as `GroupCoordinator.validate_commit` decides. A group this agent does not
-coordinate gets NOT_COORDINATOR on every partition; so does a commit whose group lease
+handed out), as `GroupCoordinator.validate_commit` decides. In a consumer-protocol group
+(KIP-848) the generation field is the member epoch: a member the group does not know gets
+UNKNOWN_MEMBER_ID, an epoch other than the member's current one STALE_MEMBER_EPOCH (a
+commit from before a revocation cannot land after it; an older epoch passes for partitions
+the member has held since then, KIP-1251), a member committing below v9
+UNSUPPORTED_VERSION, and a simple commit (no member) is refused while the group has members.
+A group this agent does not coordinate gets NOT_COORDINATOR on every partition; so does a commit whose group lease
 (`agent.groups.fencing`) metadata no longer confirms in the commit's own transaction. Unknown topics or partitions get
 UNKNOWN_TOPIC_OR_PARTITION, metadata strings over 4096 bytes OFFSET_METADATA_TOO_LARGE;
 the rest is written in one metadata call, which answers each partition and whose failure
@@ -148,7 +153,12 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         return _all(body, code, denied)
     instance_id = body.group_instance_id if request.api_version >= 7 else None
     code = coordinator(ctx).validate_commit(
-        body.group_id, int(body.generation_id_or_member_epoch), body.member_id, instance_id
+        body.group_id,
+        int(body.generation_id_or_member_epoch),
+        body.member_id,
+        instance_id,
+        api_version=request.api_version,
+        partitions=[(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions],
     )
     if code != ErrorCode.none:
         return _all(body, code, denied)

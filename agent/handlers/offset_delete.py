@@ -102,7 +102,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         return _answer(body, code)
     coord = coordinator(ctx)
     try:
-        if group_id not in coord.groups and not await ctx.metadata.groups_with_offsets([group_id]):
+        if not coord.holds(group_id) and not await ctx.metadata.groups_with_offsets([group_id]):
             return _answer(body, ErrorCode.group_id_not_found)
         topics: dict[str, Topic] = await ctx.topics.get_by_name(list({t.name for t in body.topics}))
     except METADATA_ERRORS as e:
@@ -110,7 +110,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
 
     group = coord.groups.get(group_id)  # looked up again: the awaits above let others run
     subscribed: set[str] | None = set()
-    if group is not None and group.members:
+    consumer = coord.consumer.groups.get(group_id)
+    if consumer is not None:  # a consumer-protocol group: its members' subscribed topics
+        subscribed = set(consumer.topics)
+    elif group is not None and group.members:
         if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return _answer(body, ErrorCode.non_empty_group)
         subscribed = group.subscribed_topics()  # None: unknown, every topic counts

@@ -22,6 +22,11 @@ Authorization (Kafka's ACLs): without READ on a group, that group gets
 GROUP_AUTHORIZATION_FAILED; as in Kafka, topics are checked for DESCRIBE (not READ): a
 requested partition of a topic the principal may not DESCRIBE gets
 TOPIC_AUTHORIZATION_FAILED, and with `topics` null such topics are left out.
+
+v9 (KIP-848): a member of a consumer-protocol group sends its member id and epoch; one the
+group does not know gets UNKNOWN_MEMBER_ID, an epoch that is not the member's current one
+STALE_MEMBER_EPOCH (`ConsumerGroups.validate_fetch`); no member id and epoch -1 (admin
+clients, classic members) is not checked.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from kio.schema.offset_fetch.v9.response import (
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import owns_group
+from skiff.agent.groups.coordinator import coordinator, owns_group
 from skiff.agent.handlers import (
     METADATA_ERRORS,
     NO_THROTTLE,
@@ -104,8 +109,23 @@ def _topic_offsets(
     return OffsetFetchResponseTopics(name=TopicName(name), partitions=tuple(out))
 
 
+def _refusal(ctx: AgentContext, request: Request, group_id: str, member: tuple[str | None, int]) -> ErrorCode:
+    """Why the group's offsets are not served here (NONE: they are)."""
+    if not authorized(ctx, request, Op.READ, Resource.GROUP, group_id):
+        return ErrorCode.group_authorization_failed
+    if not owns_group(ctx, group_id):
+        return ErrorCode.not_coordinator
+    # v9+: a consumer-protocol member's fetch carries its member epoch
+    return coordinator(ctx).consumer.validate_fetch(group_id, *member)
+
+
 async def _fetch_group(
-    ctx: AgentContext, request: Request, group_id: str, requested: Requested, require_stable: bool
+    ctx: AgentContext,
+    request: Request,
+    group_id: str,
+    requested: Requested,
+    require_stable: bool,
+    member: tuple[str | None, int] = (None, -1),
 ) -> OffsetFetchResponseGroup:
     def fail(code: ErrorCode) -> OffsetFetchResponseGroup:
         topics = tuple(
@@ -116,10 +136,9 @@ async def _fetch_group(
         )
         return OffsetFetchResponseGroup(group_id=GroupId(group_id), topics=topics, error_code=code)
 
-    if not authorized(ctx, request, Op.READ, Resource.GROUP, group_id):
-        return fail(ErrorCode.group_authorization_failed)
-    if not owns_group(ctx, group_id):
-        return fail(ErrorCode.not_coordinator)
+    refused = _refusal(ctx, request, group_id, member)
+    if refused != ErrorCode.none:
+        return fail(refused)
 
     def may_describe(topic: str) -> bool:
         return authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, topic)
@@ -155,7 +174,10 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
                 if g.topics is None
                 else [(t.name, [int(p) for p in t.partition_indexes]) for t in g.topics]
             )
-            groups.append(await _fetch_group(ctx, request, g.group_id, req, bool(body.require_stable)))
+            member = (g.member_id, int(g.member_epoch)) if request.api_version >= 9 else (None, -1)
+            groups.append(
+                await _fetch_group(ctx, request, g.group_id, req, bool(body.require_stable), member)
+            )
         return OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
     req1: Requested = (
         None

@@ -299,6 +299,23 @@ def list_groups(v: int, n: Names) -> Any:
     return _req(16, v)
 
 
+def consumer_group_heartbeat(v: int, n: Names) -> Any:
+    return _req(
+        68,
+        v,
+        group_id=n.group,
+        member_id="authz-member",
+        member_epoch=i32(0),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        subscribed_topic_names=(n.topic,),
+        topic_partitions=(),
+    )
+
+
+def consumer_group_describe(v: int, n: Names) -> Any:
+    return _req(69, v, group_ids=(n.group,), include_authorized_operations=True)
+
+
 def api_versions(v: int, n: Names) -> Any:
     kw = {"client_software_name": "matrix", "client_software_version": "1"} if v >= 3 else {}
     return _req(18, v, **kw)
@@ -599,6 +616,8 @@ ROWS: tuple[Row, ...] = (
     Row(66, list_transactions, ((RT.TRANSACTIONAL_ID, "txn", Op.DESCRIBE),), None, _txn_listed, setup=("txn",)),
     Row(75, describe_topic_partitions_named, ((RT.TOPIC, "topic", Op.DESCRIBE),), E.topic_authorization_failed, setup=("topic",), variant="named"),
     Row(75, describe_topic_partitions_all, ((RT.TOPIC, "topic", Op.DESCRIBE),), None, _topic_listed, setup=("topic",), variant="all topics"),
+    Row(68, consumer_group_heartbeat, ((RT.GROUP, "group", Op.READ), (RT.TOPIC, "topic", Op.DESCRIBE)), E.group_authorization_failed, setup=("topic",)),
+    Row(69, consumer_group_describe, ((RT.GROUP, "group", Op.DESCRIBE),), E.group_authorization_failed),
 )  # fmt: skip
 
 # DescribeLogDirs v1-v2 have no error code: a refusal there is an empty answer (from v3 on the
