@@ -19,7 +19,7 @@ writes them once), and two runs that overlap cannot both commit the same records
 retention removed before they were materialized are skipped (a warning says which).
 
 Leases: a topic is materialized under a compaction lease on all its partitions
-(`claim_compaction_job`), so one materializer works on it at a time and compaction does not
+(`claim_compaction_job`, renewed every third of `lease_ms`), so one materializer works on it at a time and compaction does not
 swap its chunks meanwhile; a busy topic is left for the next pass. A commit holds at most
 `max_commit_bytes` of chunks; a run commits until it reaches the offsets it saw at its start.
 `paced` (the maintenance loop) skips a topic committed less than
@@ -29,11 +29,11 @@ swap its chunks meanwhile; a busy topic is left for the next pass. A commit hold
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,6 +243,15 @@ async def materialize_topic(
 ) -> int:
     """Commit the topic's records up to its last stable offsets as of now; the records added."""
     catalog = await asyncio.to_thread(open_catalog, config)
+    try:
+        return await _materialize(md, store, topic, config, catalog)
+    finally:
+        catalog.engine.dispose()  # the catalog's pooled connections: one catalog per topic and pass
+
+
+async def _materialize(
+    md: CompactorClient, store: ObjectStore, topic: Topic, config: TablesConfig, catalog: Any
+) -> int:
     spec = configs.config_value(topic.configs, configs.TABLE_PARTITION_SPEC)
     table = await asyncio.to_thread(ensure_table, catalog, table_name(topic), spec)
     interval_ms = configs.config_int(topic.configs, configs.TABLE_COMMIT_INTERVAL_MS)
@@ -278,6 +287,7 @@ async def materialize_all(md: CompactorClient, store: ObjectStore, config: Table
         if lease is None:
             summary.skipped_busy += 1
             continue
+        renewer = asyncio.create_task(_renew(md, lease.token, config.lease_ms))
         try:
             n = await materialize_topic(md, store, topic, config)
         except Exception as exc:  # boundary: one topic's failure must not stop the pass
@@ -285,6 +295,9 @@ async def materialize_all(md: CompactorClient, store: ObjectStore, config: Table
             log.warning("tables: materializing topic %s failed: %s", topic.name, exc, exc_info=True)
             continue
         finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
             await md.release_compaction_lease(lease.token)
         summary.records += n
         summary.per_table[table_name(topic)] = n
@@ -300,5 +313,12 @@ async def materialize_all(md: CompactorClient, store: ObjectStore, config: Table
     return summary
 
 
-def new_holder() -> str:
-    return f"tables-{uuid.uuid4().hex[:8]}"
+async def _renew(md: CompactorClient, token: str, lease_ms: int) -> None:
+    """Renew every third of the lease's lifetime while the topic is materialized (a lost
+    lease is logged: the catalog's compare-and-swap still keeps each record once)."""
+    while True:
+        await asyncio.sleep(lease_ms / 3000)
+        try:
+            await md.renew_compaction_lease(token, lease_ms)
+        except Exception as exc:  # boundary: the renewal task must not die
+            log.warning("tables: renewing lease failed: %s", exc)
