@@ -107,6 +107,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="PEM CA of an https:// metadata service (env SKIFF_METADATA_CA_FILE; default: the system CAs)",
     )
+    p.add_argument(
+        "--table-catalog",
+        default=os.environ.get("SKIFF_TABLE_CATALOG"),
+        help="database URL of the Iceberg SQL catalog for topics with skiff.table.enabled (env"
+        " SKIFF_TABLE_CATALOG; default: --metadata when it is a database URL, else no tables)",
+    )
     p.add_argument("--once", action="store_true", help="one pass until nothing is left to do, then exit")
     p.add_argument("--topic", default=None, help="only this topic")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
@@ -414,7 +420,9 @@ async def _compact(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
             return await _dry_run(md, config, out)
-        store = open_bucket(await _bucket_url(md, args))
+        bucket_url = await _bucket_url(md, args)
+        store = open_bucket(bucket_url)
+        config = _with_tables(args, config, bucket_url)
         if config.pause is not None:
             config.pause.install_resume_signal()
         exporter = MetricsExporter(store, _holder(args))
@@ -434,6 +442,19 @@ async def _compact(args: argparse.Namespace) -> int:
     finally:
         await md.close()
         swap_client.close()
+
+
+def _with_tables(args: argparse.Namespace, config: RunnerConfig, bucket_url: str) -> RunnerConfig:
+    """Tables on when there is a catalog: --table-catalog, else a database --metadata URL."""
+    catalog = args.table_catalog
+    if not catalog and not str(args.metadata_url).startswith(("http://", "https://")):
+        catalog = args.metadata_url
+    if not catalog:
+        return config
+    from skiff.compactor.tables import TablesConfig, warehouse_for
+
+    tables = TablesConfig(catalog, warehouse_for(bucket_url), holder=_holder(args), topic=args.topic)
+    return dataclasses.replace(config, tables=tables)
 
 
 async def _run(

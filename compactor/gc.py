@@ -46,6 +46,8 @@ from skiff.metadata.wire.operations import CompactorClient
 
 log = logging.getLogger(__name__)
 
+TABLES_PREFIX = "tables/"  # compactor.tables.TABLES_PREFIX (not imported: it pulls pyarrow)
+
 DEFAULT_GRACE_MS = 10 * 60_000
 DEFAULT_ORPHAN_GRACE_MS = 60 * 60_000
 DEFAULT_CLAIM_MS = 5 * 60_000
@@ -149,7 +151,9 @@ class GarbageCollector:
             self.stats.objects_scanned += len(page)
             old = {o.key for o in page if o.last_modified <= cutoff}
             gone_probes = sorted(k for k in old if k.startswith(READINESS_PREFIX))
-            old = {k for k in old if not is_internal(k)}  # not segments: not metadata's to know
+            # not segments, not metadata's to know: Skiff's own objects and the Iceberg
+            # tables' files (compactor.tables, which the table's snapshots own)
+            old = {k for k in old if not is_internal(k) and not k.startswith(TABLES_PREFIX)}
             if gone_probes:
                 await self._limiter.acquire(len(gone_probes))
                 await asyncio.to_thread(self._store.delete_many, gone_probes)

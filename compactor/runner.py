@@ -13,6 +13,8 @@ A pass, in this order:
    checkpoints, lease_token)` from the worker through the event loop; the lease is released
    at the end, whatever happened. Rounds repeat until the planner has nothing to offer, or
    offers exactly the input chunks of a round before (no progress: stop rather than spin);
+2b. tables (`compactor.tables`, when `RunnerConfig.tables` is set): every topic with
+   `skiff.table.enabled` gets its committed records appended to its Iceberg table;
 3. garbage collection (`compactor.gc.GarbageCollector`): files past their grace period,
    then the paged orphan scan;
 4. committed-offset expiry (`compactor.retention.expire_offsets`, Kafka's
@@ -39,7 +41,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.core import Metric
 from skiff.compactor import metrics, retention
@@ -55,6 +57,9 @@ from skiff.metadata.compaction.types import CheckpointUpdate
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.types import COMPACTION_REQUEST_TASK, FileSpec, OutputChunk
 from skiff.metadata.wire.operations import CompactorClient
+
+if TYPE_CHECKING:
+    from skiff.compactor.tables import TablesConfig
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +102,8 @@ class RunnerConfig:
     # thread swaps through directly; None: each swap hops to the event loop's async client
     # (an agent's compaction role and the playground have only that one).
     swap_client: SwapClient | None = None
+    # Where topics' Iceberg tables go (compactor.tables); None: no tables are materialized.
+    tables: TablesConfig | None = None
 
 
 @dataclass
@@ -133,6 +140,8 @@ class PassSummary:
     gc_files_deleted: int = 0
     orphans_deleted: int = 0
     offsets_expired: int = 0
+    table_records: int = 0
+    tables_failed: int = 0
     elapsed_s: float = 0.0
 
     @property
@@ -182,6 +191,8 @@ class PassSummary:
             "gc_files_deleted",
             "orphans_deleted",
             "offsets_expired",
+            "table_records",
+            "tables_failed",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for key, n in other.gets_per_input_file.items():
@@ -218,6 +229,8 @@ class PassSummary:
             "gc_files_deleted": self.gc_files_deleted,
             "orphans_deleted": self.orphans_deleted,
             "offsets_expired": self.offsets_expired,
+            "table_records": self.table_records,
+            "tables_failed": self.tables_failed,
             "elapsed_s": round(self.elapsed_s, 3),
         }
 
@@ -445,6 +458,13 @@ async def run_pass(
     if not summary.jobs_failed:  # the age operators watch (metadata's /metrics, task "compaction")
         await md.record_success("compaction")
         metrics.compaction_succeeded()
+    if config.tables is not None:
+        progress.stage("tables")
+        from skiff.compactor.tables import materialize_all  # pyiceberg only when tables are on
+
+        tables = await materialize_all(md, store, config.tables)
+        summary.table_records += tables.records
+        summary.tables_failed += tables.failed
     if config.gc:
         progress.stage("garbage collection")
         collector = GarbageCollector(
@@ -503,7 +523,7 @@ def _log_pass(holder: str, s: PassSummary) -> None:
             s.orphans_deleted,
         )
     worked = s.jobs or s.jobs_failed or s.retention_chunks_deleted or s.gc_files_deleted
-    worked = worked or s.orphans_deleted or s.offsets_expired
+    worked = worked or s.orphans_deleted or s.offsets_expired or s.table_records or s.tables_failed
     log.log(
         logging.INFO if worked else logging.DEBUG,
         "maintenance pass of holder %s: %d job(s), %d failed, %d file(s) in, %d out, %d record(s) removed, "

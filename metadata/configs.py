@@ -55,6 +55,14 @@ RECORD_NAME_STRATEGY = _STRATEGY_PACKAGE + "RecordNameStrategy"
 TOPIC_RECORD_NAME_STRATEGY = _STRATEGY_PACKAGE + "TopicRecordNameStrategy"
 SUBJECT_NAME_STRATEGIES = (TOPIC_NAME_STRATEGY, RECORD_NAME_STRATEGY, TOPIC_RECORD_NAME_STRATEGY)
 
+# Topics as Iceberg tables (compactor.tables): Skiff's own configs, not Kafka's.
+TABLE_ENABLED = "skiff.table.enabled"
+TABLE_NAME = "skiff.table.name"
+TABLE_PARTITION_SPEC = "skiff.table.partition.spec"
+TABLE_COMMIT_INTERVAL_MS = "skiff.table.commit.interval.ms"
+TABLE_TRANSFORMS = ("identity", "year", "month", "day", "hour")
+TABLE_COLUMNS = ("partition", "offset", "timestamp", "timestampType", "key", "value")
+
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 
@@ -139,6 +147,32 @@ def _subject_name_strategy(v: str) -> str:
     raise ValueError(f"{v!r} is not one of {', '.join(SUBJECT_NAME_STRATEGIES)} (or their short names)")
 
 
+def _table_name(v: str) -> str:
+    """Empty (the topic's name) or an Iceberg table name of the same characters as a topic's."""
+    s = v.strip()
+    if s and not re.fullmatch(r"[a-zA-Z0-9_-]{1,249}", s):
+        raise ValueError(f"{v!r} is not a table name (letters, digits, '_' and '-', at most 249)")
+    return s
+
+
+def parse_partition_spec(v: str) -> list[tuple[str, str]]:
+    """`day(timestamp), identity(partition)` -> [(transform, column)]; ValueError if invalid."""
+    out: list[tuple[str, str]] = []
+    for item in (p.strip() for p in v.split(",") if p.strip()):
+        m = re.fullmatch(r"([a-z]+)\(\s*([A-Za-z]+)\s*\)", item)
+        if m is None or m.group(1) not in TABLE_TRANSFORMS or m.group(2) not in TABLE_COLUMNS:
+            raise ValueError(
+                f"{item!r} is not transform(column) with a transform of {', '.join(TABLE_TRANSFORMS)}"
+                f" and a column of {', '.join(TABLE_COLUMNS)}"
+            )
+        out.append((m.group(1), m.group(2)))
+    return out
+
+
+def _partition_spec(v: str) -> str:
+    return ", ".join(f"{t}({c})" for t, c in parse_partition_spec(v))
+
+
 def _any_string(v: str) -> str:
     return v
 
@@ -208,6 +242,33 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
             _subject_name_strategy,
             True,
             "the value's subject: TopicNameStrategy, RecordNameStrategy or TopicRecordNameStrategy",
+        ),
+        ConfigDef(
+            TABLE_ENABLED,
+            TYPE_BOOLEAN,
+            "false",
+            _bool,
+            True,
+            "true: the maintenance pass keeps an Iceberg table of the topic's committed records",
+        ),
+        ConfigDef(
+            TABLE_NAME, TYPE_STRING, "", _table_name, True, "the Iceberg table's name; empty: the topic's"
+        ),
+        ConfigDef(
+            TABLE_PARTITION_SPEC,
+            TYPE_STRING,
+            "",
+            _partition_spec,
+            True,
+            "the table's Iceberg partition spec, e.g. day(timestamp); empty: unpartitioned",
+        ),
+        ConfigDef(
+            TABLE_COMMIT_INTERVAL_MS,
+            TYPE_LONG,
+            "60000",
+            _long(0),
+            True,
+            "a maintenance loop commits to the table at most this often (a single pass commits at once)",
         ),
         ConfigDef("file.delete.delay.ms", TYPE_LONG, "60000", _long(0), False),
         ConfigDef("flush.messages", TYPE_LONG, str(_L), _long(1), False),
@@ -302,6 +363,10 @@ def cleanup_policies(overrides: Mapping[str, str]) -> frozenset[str]:
 
 def is_compacted(overrides: Mapping[str, str]) -> bool:
     return "compact" in cleanup_policies(overrides)
+
+
+def table_enabled(overrides: Mapping[str, str]) -> bool:
+    return config_value(overrides, TABLE_ENABLED) == "true"
 
 
 def uses_log_append_time(overrides: Mapping[str, str]) -> bool:

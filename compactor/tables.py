@@ -1,0 +1,324 @@
+"""Topics as Apache Iceberg tables: the materializer, a step of the maintenance pass.
+
+For every topic with `skiff.table.enabled=true` (metadata.configs) the pass appends the
+records committed since the table's last snapshot to an Iceberg table (pyiceberg, Arrow in,
+Parquet out) in pyiceberg's SQL catalog over the metadata database (`TablesConfig.catalog_uri`;
+catalog `skiff`, namespace `skiff`, table `skiff.table.name` or the topic's name), its files
+under the bucket's own prefix `tables/` (`TABLES_PREFIX`; the garbage collector's orphan scan
+leaves it alone).
+
+Exactly once. Each append's snapshot carries, in its summary, `skiff.offsets`: JSON
+{partition: next offset} of everything the table holds. A run reads it from the table's
+current snapshot, reads each partition's committed records from there up to the last stable
+offset (`compactor.tables_read`: transaction markers and aborted transactions never), writes
+the Parquet files, then commits the snapshot with the new offsets. The commit is the SQL
+catalog's compare-and-swap of the table's metadata location, and the snapshot is refused if
+the table changed since it was loaded, so a run that dies after writing its files and before
+the commit leaves only unreferenced files (the next run reads the same records again and
+writes them once), and two runs that overlap cannot both commit the same records. Records
+retention removed before they were materialized are skipped (a warning says which).
+
+Leases: a topic is materialized under a compaction lease on all its partitions
+(`claim_compaction_job`, renewed every third of `lease_ms`), so one materializer works on it at a time and compaction does not
+swap its chunks meanwhile; a busy topic is left for the next pass. A commit holds at most
+`max_commit_bytes` of chunks; a run commits until it reaches the offsets it saw at its start.
+`paced` (the maintenance loop) skips a topic committed less than
+`skiff.table.commit.interval.ms` ago; a single pass (`skiff compact --once`) does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from skiff.compactor.gc import TABLES_PREFIX
+from skiff.compactor.tables_read import ARROW_SCHEMA, RangeRead, read_ranges
+from skiff.fileformat.chunk_reader import ChunkLocation
+from skiff.fileformat.objectstore import ObjectStore
+from skiff.metadata import configs
+from skiff.metadata.types import FetchQuery, PartitionKey, PartitionState, Topic
+from skiff.metadata.wire.operations import CompactorClient
+
+log = logging.getLogger(__name__)
+
+CATALOG_NAME = "skiff"
+NAMESPACE = "skiff"
+OFFSETS_PROPERTY = "skiff.offsets"
+READ_COMMITTED_LEVEL = 1
+FIND_CHUNKS_PAGE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_COMMIT_BYTES = 256 * 1024 * 1024
+DEFAULT_LEASE_MS = 120_000
+MAX_COMMITS_PER_TOPIC = 10_000  # a safety net: each commit advances at least one partition
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    catalog_uri: str  # SQLAlchemy URL of the metadata database (sqlite:///..., postgresql://...)
+    warehouse: str  # the bucket URL + "/tables" (s3://bucket/prefix/tables, file:///.../tables)
+    holder: str = "materializer"
+    lease_ms: int = DEFAULT_LEASE_MS
+    max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES
+    paced: bool = False  # respect skiff.table.commit.interval.ms (the maintenance loop)
+    topic: str | None = None  # only this topic
+    # The test hook: called after a commit's Parquet files are written, before the commit.
+    before_commit: Callable[[str], None] | None = None
+
+
+@dataclass
+class TablesSummary:
+    topics: int = 0
+    commits: int = 0
+    records: int = 0
+    failed: int = 0
+    skipped_busy: int = 0
+    per_table: dict[str, int] = field(default_factory=dict)
+
+
+def warehouse_for(bucket_url: str) -> str:
+    """The tables' prefix under the bucket URL the agents write to."""
+    return bucket_url.rstrip("/") + "/" + TABLES_PREFIX.rstrip("/")
+
+
+def _sqlalchemy_url(db_url: str) -> str:
+    for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
+        if db_url.startswith(prefix):
+            return "postgresql+psycopg://" + db_url[len(prefix) :]
+    return db_url
+
+
+def catalog_properties(catalog_uri: str, warehouse: str) -> dict[str, str]:
+    """pyiceberg's SqlCatalog properties: the database, the warehouse, and for s3:// the
+    endpoint and credentials from the standard AWS settings."""
+    props = {"uri": _sqlalchemy_url(catalog_uri), "warehouse": warehouse}
+    env = {
+        "s3.endpoint": "AWS_ENDPOINT_URL",
+        "s3.access-key-id": "AWS_ACCESS_KEY_ID",
+        "s3.secret-access-key": "AWS_SECRET_ACCESS_KEY",
+        "s3.session-token": "AWS_SESSION_TOKEN",
+        "s3.region": "AWS_REGION",
+    }
+    if warehouse.startswith("s3://"):
+        props.update({k: os.environ[v] for k, v in env.items() if os.environ.get(v)})
+        if "s3.region" not in props and os.environ.get("AWS_DEFAULT_REGION"):
+            props["s3.region"] = os.environ["AWS_DEFAULT_REGION"]
+    return props
+
+
+def open_catalog(config: TablesConfig) -> Any:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog(CATALOG_NAME, **catalog_properties(config.catalog_uri, config.warehouse))
+    catalog.create_namespace_if_not_exists(NAMESPACE)
+    return catalog
+
+
+def table_name(topic: Topic) -> str:
+    return configs.config_value(topic.configs, configs.TABLE_NAME) or topic.name.replace(".", "_")
+
+
+def ensure_table(catalog: Any, name: str, spec: str) -> Any:
+    """Load `skiff.<name>`, or create it with `ARROW_SCHEMA` and the partition spec."""
+    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.transforms import parse_transform
+
+    ident = (NAMESPACE, name)
+    try:
+        return catalog.load_table(ident)
+    except NoSuchTableError:
+        pass
+    tx = catalog.create_table_transaction(ident, schema=ARROW_SCHEMA)
+    fields = configs.parse_partition_spec(spec)
+    if fields:
+        with tx.update_spec() as update:
+            for transform, column in fields:
+                update.add_field(column, parse_transform(transform), f"{column}_{transform}")
+    try:
+        tx.commit_transaction()
+    except TableAlreadyExistsError:  # another materializer created it meanwhile
+        pass
+    return catalog.load_table(ident)
+
+
+def committed_offsets(table: Any) -> dict[int, int]:
+    """{partition: next offset} the table's current snapshot covers ({} when empty)."""
+    snap = table.current_snapshot()
+    if snap is None or snap.summary is None:
+        return {}
+    raw = snap.summary.additional_properties.get(OFFSETS_PROPERTY)
+    return {int(p): int(o) for p, o in json.loads(raw).items()} if raw else {}
+
+
+def _last_commit_ms(table: Any) -> int:
+    snap = table.current_snapshot()
+    return int(snap.timestamp_ms) if snap is not None else 0
+
+
+def append_commit(
+    table: Any, data: pa.Table, offsets: dict[int, int], hook: Callable[[str], None] | None
+) -> None:
+    """Write `data` and commit it with `offsets` in the same snapshot (refused if the table
+    moved since it was loaded)."""
+    tx = table.transaction()
+    props = {OFFSETS_PROPERTY: json.dumps({str(p): o for p, o in sorted(offsets.items())})}
+    tx.append(data, snapshot_properties=props)  # the Parquet files are written here
+    if hook is not None:
+        hook(table.name()[-1])
+    tx.commit_transaction()
+
+
+async def _partition_states(md: CompactorClient, topic: Topic) -> list[PartitionState]:
+    keys = [PartitionKey(topic.topic_id, p) for p in range(topic.partition_count)]
+    return await md.partition_states(keys)
+
+
+async def plan_commit(
+    md: CompactorClient,
+    topic: Topic,
+    done: dict[int, int],
+    ends: dict[int, int],
+    max_bytes: int,
+) -> tuple[list[RangeRead], dict[int, int]]:
+    """The ranges of one commit (at most about `max_bytes` of chunks) and the offsets the
+    table covers after it. Offsets below a partition's log start are gone: skipped."""
+    reads: list[RangeRead] = []
+    after = dict(done)
+    budget = max_bytes
+    for p in sorted(ends):
+        start, end = done.get(p, 0), ends[p]
+        if start >= end or budget <= 0:
+            continue
+        (info,) = await md.find_chunks(
+            [FetchQuery(topic.topic_id, p, start, min(budget, FIND_CHUNKS_PAGE_BYTES), READ_COMMITTED_LEVEL)]
+        )
+        if info.error_code and info.log_start_offset > start:
+            log.warning(
+                "tables: %s-%d offsets %d to %d are gone before materializing",
+                topic.name,
+                p,
+                start,
+                info.log_start_offset - 1,
+            )
+            after[p] = min(info.log_start_offset, end)
+            continue
+        if info.error_code:
+            raise RuntimeError(
+                f"{topic.name}-{p}: find_chunks from {start} answered Kafka error {info.error_code}"
+            )
+        chunks = tuple(c for c in info.chunks if c.base_offset < end)
+        until = _until(chunks, start, end)
+        if chunks and chunks[0].base_offset > start:  # a gap (retention, DeleteRecords)
+            log.warning(
+                "tables: %s-%d offsets %d to %d are gone before materializing",
+                topic.name,
+                p,
+                start,
+                chunks[0].base_offset - 1,
+            )
+        if until <= start:
+            continue
+        budget -= sum(c.byte_length for c in chunks)
+        aborted = tuple((pid, first, last) for pid, first, last in info.aborted_ranges if first < until)
+        reads.append(RangeRead(p, start, until, chunks, aborted))
+        after[p] = until
+    return reads, after
+
+
+def _until(chunks: Sequence[ChunkLocation], start: int, end: int) -> int:
+    """Where this commit stops in the partition: the end, or after the last chunk answered."""
+    if not chunks:
+        return start
+    return min(end, chunks[-1].last_offset + 1)
+
+
+async def materialize_topic(
+    md: CompactorClient, store: ObjectStore, topic: Topic, config: TablesConfig
+) -> int:
+    """Commit the topic's records up to its last stable offsets as of now; the records added."""
+    catalog = await asyncio.to_thread(open_catalog, config)
+    try:
+        return await _materialize(md, store, topic, config, catalog)
+    finally:
+        catalog.engine.dispose()  # the catalog's pooled connections: one catalog per topic and pass
+
+
+async def _materialize(
+    md: CompactorClient, store: ObjectStore, topic: Topic, config: TablesConfig, catalog: Any
+) -> int:
+    spec = configs.config_value(topic.configs, configs.TABLE_PARTITION_SPEC)
+    table = await asyncio.to_thread(ensure_table, catalog, table_name(topic), spec)
+    interval_ms = configs.config_int(topic.configs, configs.TABLE_COMMIT_INTERVAL_MS)
+    if config.paced and time.time() * 1000 - _last_commit_ms(table) < interval_ms:
+        return 0
+    states = await _partition_states(md, topic)
+    ends = {p: s.last_stable_offset for p, s in enumerate(states) if not s.error_code}
+    records = 0
+    for _ in range(MAX_COMMITS_PER_TOPIC):
+        table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, table_name(topic)))
+        done = committed_offsets(table)
+        for p, s in enumerate(states):
+            done.setdefault(p, max(s.log_start_offset, 0))
+        reads, after = await plan_commit(md, topic, done, ends, config.max_commit_bytes)
+        if not reads:
+            return records
+        data = await asyncio.to_thread(read_ranges, store, reads)
+        await asyncio.to_thread(append_commit, table, data, after, config.before_commit)
+        records += data.num_rows
+    return records
+
+
+async def materialize_all(md: CompactorClient, store: ObjectStore, config: TablesConfig) -> TablesSummary:
+    """Every table-enabled topic (or `config.topic`), each under its lease; one topic's
+    failure is logged and counted, never raised."""
+    summary = TablesSummary()
+    for topic in await md.list_topics():
+        if not configs.table_enabled(topic.configs) or (config.topic and topic.name != config.topic):
+            continue
+        summary.topics += 1
+        keys = [PartitionKey(topic.topic_id, p) for p in range(topic.partition_count)]
+        lease = await md.claim_compaction_job(keys, config.holder, config.lease_ms)
+        if lease is None:
+            summary.skipped_busy += 1
+            continue
+        renewer = asyncio.create_task(_renew(md, lease.token, config.lease_ms))
+        try:
+            n = await materialize_topic(md, store, topic, config)
+        except Exception as exc:  # boundary: one topic's failure must not stop the pass
+            summary.failed += 1
+            log.warning("tables: materializing topic %s failed: %s", topic.name, exc, exc_info=True)
+            continue
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            await md.release_compaction_lease(lease.token)
+        summary.records += n
+        summary.per_table[table_name(topic)] = n
+        if n:
+            log.info(
+                "tables: holder %s appended %d record(s) of %s to %s.%s",
+                config.holder,
+                n,
+                topic.name,
+                NAMESPACE,
+                table_name(topic),
+            )
+    return summary
+
+
+async def _renew(md: CompactorClient, token: str, lease_ms: int) -> None:
+    """Renew every third of the lease's lifetime while the topic is materialized (a lost
+    lease is logged: the catalog's compare-and-swap still keeps each record once)."""
+    while True:
+        await asyncio.sleep(lease_ms / 3000)
+        try:
+            await md.renew_compaction_lease(token, lease_ms)
+        except Exception as exc:  # boundary: the renewal task must not die
+            log.warning("tables: renewing lease failed: %s", exc)
