@@ -67,7 +67,6 @@ from kio.static.primitive import TZAware, i32, i64
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import (
     METADATA_UNAVAILABLE,
-    NO_THROTTLE,
     ConnectionInfo,
     HandlerSpec,
     Op,
@@ -81,6 +80,7 @@ from skiff.agent.handlers._access import RT, TOPIC_DENIED, TXN_ID_DENIED, item, 
 from skiff.agent.metrics import observe_produce_ack
 from skiff.agent.produce_buffer import PendingBatch
 from skiff.agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
+from skiff.agent.quota_cache import as_throttle
 from skiff.agent.schema_cache import Unavailable
 from skiff.agent.schema_validation import Lookups, topic_rules
 from skiff.fileformat.batch_header import (
@@ -427,7 +427,7 @@ def start_inline(
     """
     started_s = time.perf_counter()  # the ack latency histogram's start (agent.metrics)
     tail = request.connection.produce_tail
-    if tail is not None and not tail.done():
+    if (tail is not None and not tail.done()) or ctx.quotas.limited(request):  # quotas: the task path
         return None
     body = request.body
     buffer = ctx.parts.produce_buffer
@@ -576,6 +576,7 @@ async def _ticketed(ctx: AgentContext, request: Request, ticket: Ticket, started
 
 async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
     body = request.body
+    throttle_ms = ctx.quotas.record_produce(request)  # client quotas (agent.quota_cache)
     buffer = ctx.parts.produce_buffer
     acks = int(body.acks)
     names = [t.name for t in body.topic_data]
@@ -611,7 +612,7 @@ async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
             )
             for ti, t in enumerate(body.topic_data)
         ),
-        throttle_time=NO_THROTTLE,
+        throttle_time=as_throttle(throttle_ms),
     )
 
 
