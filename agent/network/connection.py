@@ -49,8 +49,8 @@ not hold up every other connection.
 Idle connections (no request in flight) are closed after `connections_max_idle_ms`.
 
 Client quotas (agent.quota_cache): a response that carries a quota's throttle time is sent at
-once, and the reader then reads nothing from the connection until that time has passed
-(KIP-219); while some request-time quota exists, handlers' time on the loop is measured.
+once, and the reader then starts no request of the connection (and reads no further) until
+that time has passed (KIP-219); while some request-time quota exists, handlers' time on the loop is measured.
 
 On SASL listeners (`agent.listeners`) a request other than ApiVersions, SaslHandshake and
 SaslAuthenticate before authentication closes the connection, and a failed
@@ -158,12 +158,14 @@ class Connection:
         try:
             while not self.closing:
                 await self.permits.acquire()
-                while (mute_s := self.ctx.quotas.mute_remaining_s(self.info.connection_id)) > 0:
-                    await self._throttled(mute_s)  # a client quota's throttle (KIP-219): read nothing
                 read = await self._read_frame()
                 if read is None:
                     self.permits.release()
                     break
+                # A client quota's throttle (KIP-219): the request read meanwhile waits, and
+                # nothing more is read, until it has passed.
+                while (mute_s := self.ctx.quotas.mute_remaining_s(self.info.connection_id)) > 0:
+                    await self._throttled(mute_s)
                 # Start the request: parsed, then its handler started at once when nothing
                 # must be waited for (no coroutine), else by `_start`.
                 frame, charge = read
