@@ -17,8 +17,13 @@ Throttle. A request's value is recorded first; if the rate is then above the bou
 throttle time is what brings it back: `(rate - bound) / bound x window size` ms (Kafka's
 `QuotaUtils.throttleTime`), bounded by one window for request-time quotas (Kafka's
 `ClientRequestQuotaManager`). The response carries it and the connection is muted for it
-(KIP-219). A throttled fetch is answered empty and its bytes taken back out of the rate
-(`unrecord`), as Kafka does.
+(KIP-219). A fetch made with no room left is answered empty and its bytes taken back out
+of the rate (`unrecord`), as Kafka answers a throttled fetch (agent.quota_cache serves one
+that goes over by its last batch). A fetch asks for at most the quota's `room` (what may
+still be recorded without going over): Kafka bounds it by `samples - 1` windows of the quota
+only, and a consumer reading a backlog then fetches that much, goes over, is answered empty
+and throws the bytes away again and again, reaching about half its quota (simulated with
+this module); bounded by its room, it reaches the quota.
 
 Resolution. Which quota applies to (user, client-id), for one quota key, is Kafka's order
 (`DefaultQuotaCallback`), the most specific entity first:
@@ -136,6 +141,11 @@ class SampledRate:
             elapsed += (minimum - full) * self.config.window_ms
         return elapsed
 
+    def total(self, now_ms: int) -> float:
+        """What the live windows hold."""
+        self._purge(now_ms)
+        return sum(self.values)
+
     def rate(self, now_ms: int) -> float:
         """Per second."""
         size_ms = self.window_size_ms(now_ms)
@@ -194,6 +204,13 @@ class QuotaBook:
             if until > self.throttled_until_ms.get(key, 0):
                 self.throttled_until_ms[key] = until
         return throttle
+
+    def room(self, key: MetricKey, bound: float, now_ms: int) -> float:
+        """How much may be recorded now without going over the bound (<= 0: none)."""
+        rate = self.rates.get(key)
+        if rate is None:
+            return bound * (self.config.samples - 1) * self.config.window_ms / 1000
+        return bound * rate.window_size_ms(now_ms) / 1000 - rate.total(now_ms)
 
     def unrecord(self, key: MetricKey, value: float, now_ms: int) -> None:
         """Take a recorded value back out (a throttled fetch answered empty)."""

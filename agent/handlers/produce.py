@@ -556,7 +556,10 @@ def begin(ctx: AgentContext, request: Request) -> tuple[Coroutine[Any, Any, Any]
     """Take the request's ordering ticket now and return the handler's coroutine (run it as a
     task; call `ticket.release()` when the task is done, in case it never ran)."""
     ticket = Ticket(request.connection)
-    return _ticketed(ctx, request, ticket, time.perf_counter()), ticket
+    # client quotas (agent.quota_cache): recorded now, as the request is read, so that the
+    # connection's next request already waits out a throttle
+    throttle_ms = ctx.quotas.record_produce(request)
+    return _ticketed(ctx, request, ticket, time.perf_counter(), throttle_ms), ticket
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
@@ -565,18 +568,19 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return await coro
 
 
-async def _ticketed(ctx: AgentContext, request: Request, ticket: Ticket, started_s: float) -> Any:
+async def _ticketed(
+    ctx: AgentContext, request: Request, ticket: Ticket, started_s: float, throttle_ms: int = 0
+) -> Any:
     try:
-        response = await _produce(ctx, request, ticket)
+        response = await _produce(ctx, request, ticket, throttle_ms)
     finally:
         ticket.release()
     observe_produce_ack(int(request.body.acks), time.perf_counter() - started_s)
     return response
 
 
-async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
+async def _produce(ctx: AgentContext, request: Request, ticket: Ticket, throttle_ms: int) -> Any:
     body = request.body
-    throttle_ms = ctx.quotas.record_produce(request)  # client quotas (agent.quota_cache)
     buffer = ctx.parts.produce_buffer
     acks = int(body.acks)
     names = [t.name for t in body.topic_data]

@@ -3,7 +3,8 @@ kafka-python's protocol messages and the Java AdminClient, agents following a ch
 the version poll, and enforcement on real connections: a produce over its client's
 `producer_byte_rate` is answered at once with Kafka's throttle time and its connection then
 reads nothing (KIP-219), while another client on the same agent is served; a fetch over
-`consumer_byte_rate` is answered empty with the throttle time.
+`consumer_byte_rate` by its last batch is served with the throttle time, one with no room left
+is answered empty.
 
 The quota math runs on an injected clock (`QuotaCache.now_ms`), frozen, so the throttle times
 asserted are Kafka's formula on known byte counts, not measurements."""
@@ -246,9 +247,7 @@ def test_produce_over_its_quota_is_throttled_and_its_connection_muted(
     assert agent.ctx.quotas.books[QuotaType.PRODUCE].throttled_clients(clock.now_ms) == 1
 
 
-def test_fetch_over_its_quota_is_answered_empty_with_the_throttle_time(
-    harness: AgentHarness, clock: FrozenClock
-) -> None:
+def test_fetch_over_its_quota_is_throttled(harness: AgentHarness, clock: FrozenClock) -> None:
     agent = harness.agents[0]
     topic, reader = _name("t"), _name("reader")
     assert harness.metadata is not None
@@ -295,17 +294,19 @@ def test_fetch_over_its_quota_is_answered_empty_with_the_throttle_time(
     first = fetch(0)
     assert len(first.responses[0].partitions[0].records) == size
     assert first.throttle_time.total_seconds() == 0
-    # the second batch would make it 2 x size over 10 s: answered empty, with the throttle time
+    # asked within its room (8,000 bytes), over by the one batch it gets: served, throttled
     second = fetch(1)
-    assert second.responses == ()
+    assert len(second.responses[0].partitions[0].records) == size
     assert second.throttle_time.total_seconds() * 1000 == round(
         (2 * size / 10.0 - 2_000.0) / 2_000.0 * 10_000
     )
-    # and taken back out of the rate: only the served batch counts
-    fetch_rates = agent.ctx.quotas.books[QuotaType.FETCH].rates
-    assert fetch_rates[("", reader)].rate(clock.now_ms) == pytest.approx(size / 10.0)
-    # once the served batch's window has expired, the second batch is served
-    clock.now_ms += 11_000
+    # a new connection (not muted) with no room left: answered empty, its bytes taken back out
     third = fetch(1)
-    assert len(third.responses[0].partitions[0].records) == size
-    assert third.throttle_time.total_seconds() == 0
+    assert third.responses == () and third.throttle_time.total_seconds() > 0
+    fetch_rates = agent.ctx.quotas.books[QuotaType.FETCH].rates
+    assert fetch_rates[("", reader)].rate(clock.now_ms) == pytest.approx(2 * size / 10.0)
+    # once the first batches' window has expired, the client is served again
+    clock.now_ms += 11_000
+    fourth = fetch(1)
+    assert len(fourth.responses[0].partitions[0].records) == size
+    assert fourth.throttle_time.total_seconds() == 0

@@ -268,3 +268,32 @@ def test_describe_filter_matching() -> None:
     assert match([_c(CLIENT_ID, MATCH_SPECIFIED)], strict=True) == [app]
     assert match([]) == everything
     assert match([], strict=True) == []
+
+
+def test_room_is_what_may_still_be_recorded_within_the_bound() -> None:
+    book = QuotaBook(QuotaType.FETCH, W)
+    key = ("", "c")
+    assert book.room(key, bound=1_000, now_ms=0) == 10_000  # a new client: 10 windows of the quota
+    book.record(key, 1_000, 4_000, now_ms=0)
+    assert book.room(key, bound=1_000, now_ms=0) == 6_000
+    assert book.record(key, 1_000, 6_000, now_ms=0) == 0  # exactly the room: not throttled
+    assert book.room(key, bound=1_000, now_ms=0) == 0
+
+
+def test_a_consumer_bounded_by_its_room_reaches_its_quota() -> None:
+    """A simulated consumer of a backlog (every fetch full), 5 ms between fetches: over two
+    whole windows after the first, it reads its quota within 1 %."""
+    book = QuotaBook(QuotaType.FETCH, W)
+    key, bound = ("", "c"), 200_000.0
+    served: list[tuple[int, float]] = []
+    now = 0
+    while now < 40_000:
+        size = max(min(book.room(key, bound, now), 10 * bound), 16_000)
+        throttle = book.record(key, bound, size, now)
+        if throttle:
+            book.unrecord(key, size, now)
+        else:
+            served.append((now, size))
+        now += max(throttle, 5)
+    window = [s for t, s in served if 11_000 <= t < 33_000]
+    assert sum(window) / 22.0 == pytest.approx(bound, rel=0.01)
