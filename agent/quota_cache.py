@@ -49,10 +49,12 @@ import dataclasses
 import datetime
 import logging
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from kio.static.primitive import i32, i32Timedelta
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from skiff.agent.quotas import (
     PERCENT_PER_NANO,
     QuotaBook,
@@ -138,6 +140,34 @@ class QuotaCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    # ------------------------------------------------------------------ metrics
+
+    def metric_families(self) -> Iterator[Metric]:
+        """Throttle time handed out and throttled responses, per quota type; clients throttled now."""
+        seconds = CounterMetricFamily(
+            "skiff_quota_throttle_time_seconds",
+            "Throttle time told to clients over a client quota (their connections muted that long), by quota type",
+            labels=["type"],
+        )
+        responses = CounterMetricFamily(
+            "skiff_quota_throttled_responses",
+            "Responses throttled by a client quota, by quota type",
+            labels=["type"],
+        )
+        clients = GaugeMetricFamily(
+            "skiff_quota_throttled_clients",
+            "Clients (users, client ids, or both, as their quota resolves) throttled now, by quota type",
+            labels=["type"],
+        )
+        now = self.now_ms()
+        for t, book in self.books.items():
+            seconds.add_metric([t.value], book.throttle_ms_total / 1000)
+            responses.add_metric([t.value], book.throttled_total)
+            clients.add_metric([t.value], book.throttled_clients(now))
+        yield seconds
+        yield responses
+        yield clients
 
     # ------------------------------------------------------------------ enforcement
 
@@ -273,5 +303,5 @@ class Timed:
             except GeneratorExit:
                 coro.close()
                 raise
-            except BaseException as e:  # cancellation goes into the handler, as a plain await would
+            except BaseException as e:  # boundary: what the task is sent (a cancellation) goes to the handler
                 sent, thrown = None, e

@@ -245,6 +245,14 @@ def test_produce_over_its_quota_is_throttled_and_its_connection_muted(
         assert served.throttle_time.total_seconds() == 0
         assert served.responses[0].partition_responses[0].error_code == ErrorCode.none
     assert agent.ctx.quotas.books[QuotaType.PRODUCE].throttled_clients(clock.now_ms) == 1
+    # the metrics (agent.metrics exports these families)
+    samples = {
+        (s.name, s.labels["type"]): s.value for f in agent.ctx.quotas.metric_families() for s in f.samples
+    }
+    assert samples[("skiff_quota_throttled_clients", "produce")] == 1
+    assert samples[("skiff_quota_throttled_responses_total", "produce")] >= 1
+    assert samples[("skiff_quota_throttle_time_seconds_total", "produce")] >= expected_ms / 1000
+    assert samples[("skiff_quota_throttled_clients", "fetch")] == 0
 
 
 def test_fetch_over_its_quota_is_throttled(harness: AgentHarness, clock: FrozenClock) -> None:
