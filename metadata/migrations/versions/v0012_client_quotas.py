@@ -1,7 +1,7 @@
 """Kafka client quotas
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-11-29
 
 The `client_quotas` table (one row per quota entity and key: metadata.security.quotas) and
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0011"
-down_revision: str | None = "0010"
+revision: str = "0012"
+down_revision: str | None = "0011"
 branch_labels: str | None = None
 depends_on: str | None = None
 
