@@ -1093,6 +1093,8 @@ public final class SkiffJavaClient {
             default:
                 return false;
         }
+    }
+
     /** "user=alice,client-id=<default>" as a quota entity's map (null names the default). */
     static Map<String, String> quotaEntity(String text) {
         Map<String, String> entity = new HashMap<>();
