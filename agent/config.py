@@ -445,6 +445,24 @@ class AgentConfig:
         },
     )
 
+    # --- client quotas (agent.quotas, agent.quota_cache; stored in metadata) ------------------
+    quota_refresh_interval_ms: int = field(
+        default=1_000,
+        metadata={
+            "help": "how often the agent reads metadata's client quota version (one cheap read) and "
+            "reloads the quotas when it moved: a quota change made through another agent applies "
+            "here within this plus two metadata round trips"
+        },
+    )
+    quota_window_num: int = field(
+        default=11,
+        metadata={"help": "samples in a client's quota rate window (Kafka's quota.window.num)"},
+    )
+    quota_window_size_seconds: int = field(
+        default=1,
+        metadata={"help": "seconds per quota sample (Kafka's quota.window.size.seconds)"},
+    )
+
     # --- transactions (agent.transactions.coordinator, metadata.transactions.store) -------------------
     transaction_max_partitions: int = field(
         default=10_000,

@@ -150,6 +150,9 @@ def _check_leases_and_transactions(config: AgentConfig) -> None:
         raise ValueError(f"group_lease_ttl_ms must be in [100, 600000], got {config.group_lease_ttl_ms}")
     _positive(config, "group_lease_renew_interval_ms")
     _positive(config, "acl_refresh_interval_ms")
+    _positive(config, "quota_refresh_interval_ms")
+    if not 2 <= config.quota_window_num <= 1_000 or not 1 <= config.quota_window_size_seconds <= 3_600:
+        raise ValueError("quota_window_num must be in [2, 1000] and quota_window_size_seconds in [1, 3600]")
     for name, most in (
         ("transaction_max_partitions", 1_000_000),
         ("transaction_max_offsets", 1_000_000),

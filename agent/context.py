@@ -13,6 +13,7 @@ by name. It holds:
 - `acls`: the `AclCache` the handlers authorize against (`agent.handlers.authorized`);
 - `schemas`: the `SchemaIdCache` in front of the schema registry, for the topics that ask
   for broker-side schema validation (`agent.schema_validation`);
+- `quotas`: the `QuotaCache` of client quotas that produce, fetch and the connection enforce;
 - `parts`: the data-path components (`AgentParts`), so that a reader can follow
   produce -> `parts.produce_buffer` -> PUT through `parts.bucket` -> commit, and
   fetch -> `parts.chunk_locations` / metadata -> `parts.bucket` (the range cache) -> GET.
@@ -30,6 +31,8 @@ from typing import TYPE_CHECKING, Protocol
 from skiff.agent.acl_cache import AclCache
 from skiff.agent.agent_registry import LiveAgents
 from skiff.agent.config import AgentConfig
+from skiff.agent.quota_cache import QuotaCache
+from skiff.agent.quotas import WindowConfig
 from skiff.agent.schema_cache import SchemaIdCache
 from skiff.agent.topic_cache import TopicCache
 from skiff.metadata.types import AgentInfo
@@ -83,6 +86,8 @@ class AgentContext:
     schemas: SchemaIdCache
     # Kafka ACLs, decided in memory; disabled (everything allowed) unless authorizer_enabled.
     acls: AclCache = field(default_factory=AclCache.disabled)
+    # Kafka client quotas (agent.quota_cache): the quotas stored in metadata, enforced here.
+    quotas: QuotaCache = field(default_factory=QuotaCache.disabled)
 
 
 def live_agents_view(config: AgentConfig, clock: Clock, bound_port: int | None = None) -> LiveAgents:
@@ -103,6 +108,15 @@ def acl_cache(config: AgentConfig, metadata: AgentClient) -> AclCache:
         super_users=config.super_users,
         allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
         refresh_interval_ms=config.acl_refresh_interval_ms,
+    )
+
+
+def quota_cache(config: AgentConfig, metadata: AgentClient, clock: Clock) -> QuotaCache:
+    return QuotaCache(
+        metadata,
+        refresh_interval_ms=config.quota_refresh_interval_ms,
+        window=WindowConfig(config.quota_window_num, config.quota_window_size_seconds * 1000),
+        now_ms=lambda: int(clock.monotonic() * 1000),
     )
 
 

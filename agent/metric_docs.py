@@ -154,6 +154,24 @@ AGENT_METRIC_DOCS: tuple[MetricDoc, ...] = (
         "failed (the batch then gets the retriable REQUEST_TIMED_OUT)",
     ),
     MetricDoc(
+        ("skiff_quota_throttle_time_seconds_total",),
+        "counter",
+        "type",
+        "throttle time told to clients over a client quota (`produce`, `fetch`, `request`; their connections are muted that long): its rate is how throttled the clients of this agent are",
+    ),
+    MetricDoc(
+        ("skiff_quota_throttled_responses_total",),
+        "counter",
+        "type",
+        "responses that carried a client quota's throttle time, by quota type",
+    ),
+    MetricDoc(
+        ("skiff_quota_throttled_clients",),
+        "gauge",
+        "type",
+        "clients throttled now, by quota type: a user, a client id, or both, as their quota resolves (the entity that shares one rate)",
+    ),
+    MetricDoc(
         ("skiff_fetch_cache_hits_total", "skiff_fetch_cache_misses_total", "skiff_fetch_cache_loads_total"),
         "counter",
         "",

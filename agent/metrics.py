@@ -230,6 +230,7 @@ class AgentCollector(Collector):
         yield from security_metrics(a.servers or [a.server])
         yield from _authorization_metrics(a)
         yield from _schema_validation_metrics(a)
+        yield from a.context.quotas.metric_families()  # client quotas (agent.quota_cache)
         for histogram in HISTOGRAMS:
             for family in histogram.collect():  # fresh objects per collect: safe to trim
                 # No `_created` series: one more family per histogram that no query uses.

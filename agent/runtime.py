@@ -77,6 +77,7 @@ from skiff.agent.context import (
     SystemClock,
     acl_cache,
     live_agents_view,
+    quota_cache,
     topic_cache,
 )
 from skiff.agent.groups.activity import GroupActivityReporter
@@ -168,6 +169,7 @@ class RunningAgent:
             await self.group_activity.close()
         await close_parts(self.context.parts)
         await self.context.acls.close()
+        await self.context.quotas.close()
         await self.registry.close(deregister=not self.deregistered)
         self.deregistered = True
         if self.http is not None:
@@ -313,6 +315,7 @@ def build_agent_context(
         ),
         schemas=SchemaIdCache(metadata, monotonic=clock.monotonic),
         acls=acl_cache(config, metadata),
+        quotas=quota_cache(config, metadata, clock),
     )
 
 
@@ -347,6 +350,7 @@ async def start_agent(
     # Probed before serving: the first Metadata answers and the first heartbeat tell the truth.
     await readiness.monitor.probe()
     await ctx.acls.start()  # with authorization on: the ACLs loaded before any client connects
+    await ctx.quotas.start()  # client quotas loaded (and polled) before any client connects
     start_parts(ctx.parts)
     servers = await start_listener_servers(ctx)
     server = servers[0]
@@ -357,6 +361,7 @@ async def start_agent(
             await s.close()
         await close_parts(ctx.parts)
         await ctx.acls.close()
+        await ctx.quotas.close()
         raise
     groups = ctx.parts.groups
     activity = GroupActivityReporter(

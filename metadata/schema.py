@@ -14,6 +14,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Double,
     ForeignKey,
     Index,
     Integer,
@@ -255,6 +256,22 @@ acls = Table(
     Index(None, "resource_type", "resource_name"),
 )
 ACL_VERSION_SEQUENCE = "acl_version"
+
+# Kafka client quotas (KIP-55, KIP-546; metadata.security.quotas, rules in
+# metadata.security.quota_types): one row per entity and quota key. An entity's user and
+# client-id parts are each "" (not part of the entity), "*" (the default, Kafka's <default>)
+# or "=" followed by the name. Every change increments the `client_quota_version` row of
+# `sequences` in its own transaction; agents poll that one value.
+client_quotas = Table(
+    "client_quotas",
+    metadata_obj,
+    Column("entity_user", String(1025), primary_key=True),
+    Column("entity_client_id", String(1025), primary_key=True),
+    Column("quota_key", String(64), primary_key=True),
+    Column("value", Double, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+CLIENT_QUOTA_VERSION_SEQUENCE = "client_quota_version"
 # Transactional producers (metadata.transactions.store, rules in metadata.transactions.state): one row per
 # transactional id, changed only inside a write transaction that locks it. `partitions` is
 # JSON [[topic id, partition], ...]; `groups` JSON [group id, ...] with offsets pending.

@@ -18,6 +18,7 @@ dialect, clock):
 - `metadata.maintenance.retention.Retention`: retention, DeleteRecords, committed-offset expiry;
 - `metadata.maintenance.gc.GarbageCollection`: the garbage collector's claims and orphan checks;
 - `metadata.security.acls.AclStore`: Kafka ACL bindings and their version.
+- `metadata.security.quotas.ClientQuotaStore`: Kafka client quotas and their version.
 - `metadata.transactions.store.Transactions`: transactional ids' state (the coordinator's calls);
 - `metadata.schemas.registry.SchemaRegistryOperations` (a mixin): the schema registry's `schema_*` operations.
 
@@ -72,6 +73,8 @@ from skiff.metadata.rows import Clock, Db, system_clock
 from skiff.metadata.schemas.registry import SchemaRegistryOperations
 from skiff.metadata.security.acl_types import AclBinding, AclBindingFilter
 from skiff.metadata.security.acls import AclStore
+from skiff.metadata.security.quota_types import ClientQuotaEntry, QuotaAlteration, QuotaFilterComponent
+from skiff.metadata.security.quotas import ClientQuotaStore
 from skiff.metadata.security.scram_types import ScramCredential, ScramCredentialInfo
 from skiff.metadata.security.scram_users import ScramUsers
 from skiff.metadata.topic_admin import MAX_PARTITIONS_PER_TOPIC, TopicAdmin
@@ -156,6 +159,7 @@ class MetadataService(SchemaRegistryOperations):
         self.gc = GarbageCollection(self._db)
         self.scram_users = ScramUsers(self._db)
         self.acls = AclStore(self._db)
+        self.client_quotas = ClientQuotaStore(self._db)
 
         self.transactions = Transactions(self._db)
         self._init_schema_registry(self._db)
@@ -466,6 +470,24 @@ class MetadataService(SchemaRegistryOperations):
 
     def delete_acls(self, filters: Sequence[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
         return self.acls.delete(filters)
+
+    # ------------------------------------------------------------------ client quotas (metadata.security.quotas)
+
+    def client_quota_version(self) -> int:
+        return self.client_quotas.version()
+
+    def list_client_quotas(self) -> tuple[int, list[ClientQuotaEntry]]:
+        return self.client_quotas.list_all()
+
+    def describe_client_quotas(
+        self, components: Sequence[QuotaFilterComponent], strict: bool
+    ) -> list[ClientQuotaEntry]:
+        return self.client_quotas.describe(components, strict)
+
+    def alter_client_quotas(
+        self, alterations: Sequence[QuotaAlteration], validate_only: bool
+    ) -> tuple[int, list[str | None]]:
+        return self.client_quotas.alter(alterations, validate_only)
 
     # ------------------------------------------------------------------ transactions
     # (metadata.transactions.store: each call one write transaction locking the id's row)

@@ -317,7 +317,8 @@ async def _read_records(
 async def handle(ctx: AgentContext, request: Request) -> Any:
     started_s = time.perf_counter()
     try:
-        return await _fetch(ctx, request)
+        request = ctx.quotas.bound_fetch(request)  # client quotas (agent.quota_cache)
+        return ctx.quotas.throttle_fetch(request, await _fetch(ctx, request))
     finally:  # an error answer took its time too
         FETCH_LATENCY.observe(time.perf_counter() - started_s)
 

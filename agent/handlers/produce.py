@@ -67,7 +67,6 @@ from kio.static.primitive import TZAware, i32, i64
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import (
     METADATA_UNAVAILABLE,
-    NO_THROTTLE,
     ConnectionInfo,
     HandlerSpec,
     Op,
@@ -81,6 +80,7 @@ from skiff.agent.handlers._access import RT, TOPIC_DENIED, TXN_ID_DENIED, item, 
 from skiff.agent.metrics import observe_produce_ack
 from skiff.agent.produce_buffer import PendingBatch
 from skiff.agent.protocol.produce_response import PartitionAnswer, encode_produce_answers
+from skiff.agent.quota_cache import as_throttle
 from skiff.agent.schema_cache import Unavailable
 from skiff.agent.schema_validation import Lookups, topic_rules
 from skiff.fileformat.batch_header import (
@@ -427,7 +427,7 @@ def start_inline(
     """
     started_s = time.perf_counter()  # the ack latency histogram's start (agent.metrics)
     tail = request.connection.produce_tail
-    if tail is not None and not tail.done():
+    if (tail is not None and not tail.done()) or ctx.quotas.limited(request):  # quotas: the task path
         return None
     body = request.body
     buffer = ctx.parts.produce_buffer
@@ -556,7 +556,10 @@ def begin(ctx: AgentContext, request: Request) -> tuple[Coroutine[Any, Any, Any]
     """Take the request's ordering ticket now and return the handler's coroutine (run it as a
     task; call `ticket.release()` when the task is done, in case it never ran)."""
     ticket = Ticket(request.connection)
-    return _ticketed(ctx, request, ticket, time.perf_counter()), ticket
+    # client quotas (agent.quota_cache): recorded now, as the request is read, so that the
+    # connection's next request already waits out a throttle
+    throttle_ms = ctx.quotas.record_produce(request)
+    return _ticketed(ctx, request, ticket, time.perf_counter(), throttle_ms), ticket
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
@@ -565,16 +568,18 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     return await coro
 
 
-async def _ticketed(ctx: AgentContext, request: Request, ticket: Ticket, started_s: float) -> Any:
+async def _ticketed(
+    ctx: AgentContext, request: Request, ticket: Ticket, started_s: float, throttle_ms: int = 0
+) -> Any:
     try:
-        response = await _produce(ctx, request, ticket)
+        response = await _produce(ctx, request, ticket, throttle_ms)
     finally:
         ticket.release()
     observe_produce_ack(int(request.body.acks), time.perf_counter() - started_s)
     return response
 
 
-async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
+async def _produce(ctx: AgentContext, request: Request, ticket: Ticket, throttle_ms: int) -> Any:
     body = request.body
     buffer = ctx.parts.produce_buffer
     acks = int(body.acks)
@@ -611,7 +616,7 @@ async def _produce(ctx: AgentContext, request: Request, ticket: Ticket) -> Any:
             )
             for ti, t in enumerate(body.topic_data)
         ),
-        throttle_time=NO_THROTTLE,
+        throttle_time=as_throttle(throttle_ms),
     )
 
 

@@ -48,6 +48,10 @@ not hold up every other connection.
 
 Idle connections (no request in flight) are closed after `connections_max_idle_ms`.
 
+Client quotas (agent.quota_cache): a response that carries a quota's throttle time is sent at
+once, and the reader then starts no request of the connection (and reads no further) until
+that time has passed (KIP-219); while some request-time quota exists, handlers' time on the loop is measured.
+
 On SASL listeners (`agent.listeners`) a request other than ApiVersions, SaslHandshake and
 SaslAuthenticate before authentication closes the connection, and a failed
 SaslAuthenticate is answered and then the connection closed.
@@ -99,6 +103,7 @@ from skiff.agent.protocol import (
 from skiff.agent.protocol.produce_request import decode_produce_request
 from skiff.agent.protocol.produce_response import encode_produce_response
 from skiff.agent.protocol.sliced_encode import SLICED_ENCODE_MIN_ENTITIES, encode_cost, encode_response_sliced
+from skiff.agent.quota_cache import Timed
 
 if TYPE_CHECKING:
     from skiff.agent.network.server import AgentServer
@@ -157,6 +162,10 @@ class Connection:
                 if read is None:
                     self.permits.release()
                     break
+                # A client quota's throttle (KIP-219): the request read meanwhile waits, and
+                # nothing more is read, until it has passed.
+                while (mute_s := self.ctx.quotas.mute_remaining_s(self.info.connection_id)) > 0:
+                    await self._throttled(mute_s)
                 # Start the request: parsed, then its handler started at once when nothing
                 # must be waited for (no coroutine), else by `_start`.
                 frame, charge = read
@@ -218,6 +227,14 @@ class Connection:
                 await budget.wait_room(n, own)
                 if request_bytes:
                     await agent.wait_room(request_bytes)
+        finally:
+            self.muted = False
+
+    async def _throttled(self, delay_s: float) -> None:
+        """Muted for a client quota's throttle time (agent.quota_cache)."""
+        self.muted = True
+        try:
+            await asyncio.sleep(delay_s)
         finally:
             self.muted = False
 
@@ -515,7 +532,11 @@ class Connection:
             if refused is not None:
                 result = refused
             else:
-                result = await (spec.handler(self.ctx, request) if started is None else started)
+                work = spec.handler(self.ctx, request) if started is None else started
+                if self.ctx.quotas.timing(key):  # a request-time quota exists (agent.quota_cache)
+                    result = await self._timed(request, work)
+                else:
+                    result = await work
         except asyncio.CancelledError:
             raise
         except Exception as e:  # boundary: a handler's failure: error answer
@@ -552,6 +573,12 @@ class Connection:
         except Exception:  # boundary: a response that cannot be encoded closes this connection only
             log.exception("cannot encode the %s v%d response (correlation id %d)", spec.name, version, corr)
             return _CLOSE
+
+    async def _timed(self, request: Request, work: Awaitable[Any]) -> Any:
+        """The handler's answer, its time on the loop recorded against the client's quota."""
+        timed = Timed(work)
+        result = await timed
+        return self.ctx.quotas.after_request(request, timed.ns, result)
 
     # --- writing ----------------------------------------------------------------------------
 

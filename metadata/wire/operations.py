@@ -28,6 +28,7 @@ from annotated_types import Interval, MaxLen
 from skiff.metadata.compaction.types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
 from skiff.metadata.groups.lease_types import LeaseGrant, LeaseToken
 from skiff.metadata.security.acl_types import AclBinding, AclBindingFilter
+from skiff.metadata.security.quota_types import ClientQuotaEntry, QuotaAlteration, QuotaFilterComponent
 from skiff.metadata.security.scram_types import ScramCredential, ScramCredentialInfo
 from skiff.metadata.transactions.state import Outcome, Partition, TxnRecord
 from skiff.metadata.types import (
@@ -435,6 +436,34 @@ class Acls(Protocol):
         ...
 
 
+class ClientQuotas(Protocol):
+    """Kafka client quotas (metadata.security.quotas); every change increments the version."""
+
+    @operation("/v1/client-quotas/version", AGENT, http_method="GET")
+    async def client_quota_version(self) -> int:
+        """Cheap: what agents poll."""
+        ...
+
+    @operation("/v1/client-quotas", AGENT, http_method="GET")
+    async def list_client_quotas(self) -> tuple[int, list[ClientQuotaEntry]]:
+        """(version, every entity with its quotas)."""
+        ...
+
+    @operation("/v1/client-quotas/describe", AGENT)
+    async def describe_client_quotas(
+        self, components: Annotated[Sequence[QuotaFilterComponent], MaxLen(8)], strict: bool
+    ) -> list[ClientQuotaEntry]:
+        """Kafka's DescribeClientQuotas filter; INVALID_REQUEST / UNSUPPORTED_VERSION as Kafka's."""
+        ...
+
+    @operation("/v1/client-quotas/alter", AGENT)
+    async def alter_client_quotas(
+        self, alterations: Items[QuotaAlteration], validate_only: bool
+    ) -> tuple[int, list[str | None]]:
+        """(version after, per alteration Kafka's INVALID_REQUEST message or None)."""
+        ...
+
+
 class Transactions(Protocol):
     """The transaction coordinator's state (metadata.transactions.store); partitions are (topic
     id as text, partition). Refused transitions are answers (error codes), not errors."""
@@ -562,6 +591,7 @@ class AgentClient(
     Cluster,
     ScramUsers,
     Acls,
+    ClientQuotas,
     Transactions,
     SchemaLookups,
     Closable,
@@ -619,6 +649,7 @@ class MetadataClient(
     Cluster,
     ScramUsers,
     Acls,
+    ClientQuotas,
     Transactions,
     SchemaLookups,
     SchemaBrowsing,

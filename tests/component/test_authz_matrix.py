@@ -44,7 +44,7 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64, i64Timedelta
+from kio.static.primitive import Records, f64, i8, i16, i32, i32Timedelta, i64, i64Timedelta
 from skiff.agent.config import AgentConfig
 from skiff.agent.handlers import HandlerSpec, default_registry
 from skiff.agent.handlers._access import Refusal
@@ -474,6 +474,17 @@ def delete_groups(v: int, n: Names) -> Any:
     return _req(42, v, groups_names=(n.group,))
 
 
+def describe_client_quotas(v: int, n: Names) -> Any:
+    c = _nested(48, v, "ComponentData", entity_type="user", match_type=i8(2), match=None)
+    return _req(48, v, components=(c,), strict=False)
+
+
+def alter_client_quotas(v: int, n: Names) -> Any:
+    e = _nested(49, v, "EntityData", entity_type="user", entity_name="mallory")
+    o = _nested(49, v, "OpData", key="producer_byte_rate", value=f64(1024.0), remove=False)
+    return _req(49, v, entries=(_nested(49, v, "EntryData", entity=(e,), ops=(o,)),), validate_only=False)
+
+
 def offset_delete(v: int, n: Names) -> Any:
     t = _nested(
         47,
@@ -604,6 +615,8 @@ ROWS: tuple[Row, ...] = (
     Row(42, delete_groups, ((RT.GROUP, "group", Op.DELETE),), E.group_authorization_failed, setup=("topic", "offsets")),
     Row(44, incremental_alter_configs, ((RT.TOPIC, "topic", Op.ALTER_CONFIGS),), E.topic_authorization_failed, setup=("topic",)),
     Row(47, offset_delete, ((RT.GROUP, "group", Op.DELETE), (RT.TOPIC, "topic", Op.READ)), E.group_authorization_failed, setup=("topic", "offsets")),
+    Row(48, describe_client_quotas, ((RT.CLUSTER, CLUSTER, Op.DESCRIBE_CONFIGS),), E.cluster_authorization_failed),
+    Row(49, alter_client_quotas, ((RT.CLUSTER, CLUSTER, Op.ALTER_CONFIGS),), E.cluster_authorization_failed),
     Row(50, describe_scram, ((RT.CLUSTER, CLUSTER, Op.DESCRIBE),), E.cluster_authorization_failed, setup=("user",)),
     Row(51, alter_scram, ((RT.CLUSTER, CLUSTER, Op.ALTER),), E.cluster_authorization_failed, setup=("user",)),
     Row(60, describe_cluster, ((RT.CLUSTER, CLUSTER, Op.DESCRIBE),), None, _cluster_described),

@@ -940,6 +940,42 @@ public final class SkiffJavaClient {
                     emit(obj("type", "acls", "acls", acls));
                     break;
                 }
+                case "alter-quota": {
+                    need(pos, 4, "alter-quota TYPE=NAME[,TYPE=<default>] KEY VALUE|remove");
+                    admin.alterClientQuotas(List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration(
+                            new org.apache.kafka.common.quota.ClientQuotaEntity(quotaEntity(pos.get(1))),
+                            List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(pos.get(2),
+                                    "remove".equals(pos.get(3)) ? null : Double.valueOf(pos.get(3)))))))
+                            .all().get();
+                    emit(obj("type", "quota_altered"));
+                    break;
+                }
+                case "describe-quotas": {
+                    if (pos.size() < 2) {
+                        throw new UsageError("usage: admin describe-quotas strict|loose [TYPE=NAME|TYPE=<default>|TYPE=*]...");
+                    }
+                    List<org.apache.kafka.common.quota.ClientQuotaFilterComponent> parts = new ArrayList<>();
+                    for (String c : pos.subList(2, pos.size())) {
+                        String[] kv = c.split("=", 2);
+                        parts.add("*".equals(kv[1]) ? org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntityType(kv[0])
+                                : "<default>".equals(kv[1]) ? org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofDefaultEntity(kv[0])
+                                : org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(kv[0], kv[1]));
+                    }
+                    org.apache.kafka.common.quota.ClientQuotaFilter filter = "strict".equals(pos.get(1))
+                            ? org.apache.kafka.common.quota.ClientQuotaFilter.containsOnly(parts)
+                            : org.apache.kafka.common.quota.ClientQuotaFilter.contains(parts);
+                    List<Object> entries = new ArrayList<>();
+                    for (Map.Entry<org.apache.kafka.common.quota.ClientQuotaEntity, Map<String, Double>> e
+                            : admin.describeClientQuotas(filter).entities().get().entrySet()) {
+                        Map<String, Object> entity = new LinkedHashMap<>();
+                        for (Map.Entry<String, String> part : new java.util.TreeMap<>(e.getKey().entries()).entrySet()) {
+                            entity.put(part.getKey(), part.getValue() == null ? "<default>" : part.getValue());
+                        }
+                        entries.add(obj("entity", entity, "values", new java.util.TreeMap<>(e.getValue())));
+                    }
+                    emit(obj("type", "quotas", "entries", entries));
+                    break;
+                }
                 default:
                     if (!adminTools(admin, op, pos)) {
                         throw new UsageError("unknown admin operation: " + op);
@@ -1057,6 +1093,16 @@ public final class SkiffJavaClient {
             default:
                 return false;
         }
+    }
+
+    /** "user=alice,client-id=<default>" as a quota entity's map (null names the default). */
+    static Map<String, String> quotaEntity(String text) {
+        Map<String, String> entity = new HashMap<>();
+        for (String part : text.split(",")) {
+            String[] kv = part.split("=", 2);
+            entity.put(kv[0], "<default>".equals(kv[1]) ? null : kv[1]);
+        }
+        return entity;
     }
 
     static Map<String, Object> aclObj(AclBinding b) {
