@@ -24,12 +24,12 @@ the poll keeps trying every interval. A later refresh that fails keeps the last 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import Iterable
 
 from skiff.agent.authorizer import Authorizer, parse_super_users
+from skiff.agent.periodic import Periodic
 from skiff.metadata.errors import MetadataError, MetadataUnavailable
 from skiff.metadata.security.acl_types import AclBinding, AclOperation, ResourceType
 from skiff.metadata.wire.operations import AgentClient
@@ -58,7 +58,9 @@ class AclCache:
         self.authorizer = self._build(())
         self._lock = asyncio.Lock()
         self._loaded = asyncio.Event()  # set (and replaced) at every load
-        self._task: asyncio.Task[None] | None = None
+        self._poller = Periodic(
+            "acl-refresh", lambda: self.refresh_interval_ms / 1000, self.refresh, self._refresh_failed
+        )
 
     @classmethod
     def disabled(cls) -> AclCache:
@@ -119,22 +121,11 @@ class AclCache:
             await self.refresh(force=True)
         except (MetadataError, MetadataUnavailable) as e:
             log.warning("ACLs: cannot load them yet (refusing all but super users until then): %s", e)
-        self._task = asyncio.create_task(self._poll(), name="acl-refresh")
+        self._poller.start()
 
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self.refresh_interval_ms / 1000)
-            try:
-                await self.refresh()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # boundary: the refresh task must not die
-                # keep the last good copy; try again next interval
-                log.warning("ACLs: refresh failed, keeping version %d: %s", self.version, e)
+    def _refresh_failed(self, e: Exception) -> None:
+        # keep the last good copy; try again next interval
+        log.warning("ACLs: refresh failed, keeping version %d: %s", self.version, e)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._poller.close()

@@ -12,10 +12,9 @@ agent's data is where it always was.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
+from skiff.agent.periodic import Periodic
 from skiff.metadata.errors import INVALID_CONFIG, MetadataError, MetadataUnavailable
 from skiff.metadata.wire.operations import MetadataClient
 
@@ -33,28 +32,25 @@ class BucketClaim:
     def __init__(self, metadata: MetadataClient, bucket_url: str, interval_ms: int) -> None:
         self._metadata = metadata
         self._bucket_url = bucket_url
-        self._interval_s = interval_ms / 1000
-        self._task: asyncio.Task[None] | None = None
+        self._poller = Periodic("bucket-claim", lambda: interval_ms / 1000, self._claim, self._unexpected)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="bucket-claim")
+        self._poller.start()
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self._metadata.claim_bucket(self._bucket_url)
-            except MetadataError as e:
-                log.error("metadata refuses this agent's bucket: %s", e.message)
-            except MetadataUnavailable:
-                pass  # the heartbeat reports it; the next claim retries
+    async def _claim(self) -> None:
+        try:
+            await self._metadata.claim_bucket(self._bucket_url)
+        except MetadataError as e:
+            log.error("metadata refuses this agent's bucket: %s", e.message)
+        except MetadataUnavailable:
+            pass  # the heartbeat reports it; the next claim retries
+
+    @staticmethod
+    def _unexpected(e: Exception) -> None:
+        log.warning("bucket claim failed: %s", e)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._poller.close()
 
 
 async def claim_bucket_at_start(metadata: MetadataClient, bucket_url: str) -> str | None:

@@ -44,7 +44,6 @@ number of live agents).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime
 import logging
@@ -55,6 +54,7 @@ from typing import Any
 from kio.static.primitive import i32, i32Timedelta
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
+from skiff.agent.periodic import Periodic
 from skiff.agent.quotas import (
     PERCENT_PER_NANO,
     QuotaBook,
@@ -91,7 +91,9 @@ class QuotaCache:
         self.books = {t: QuotaBook(t, self.window) for t in QuotaType}
         self._muted_until_ms: dict[int, int] = {}  # connection id -> end of its throttle
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self._poller = Periodic(
+            "quota-refresh", lambda: self.refresh_interval_ms / 1000, self.refresh, self._refresh_failed
+        )
 
     @classmethod
     def disabled(cls) -> QuotaCache:
@@ -122,24 +124,13 @@ class QuotaCache:
             await self.refresh(force=True)
         except (MetadataError, MetadataUnavailable) as e:
             log.warning("client quotas: cannot load them yet (none enforced until then): %s", e)
-        self._task = asyncio.create_task(self._poll(), name="quota-refresh")
+        self._poller.start()
 
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self.refresh_interval_ms / 1000)
-            try:
-                await self.refresh()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # boundary: the refresh task must not die
-                log.warning("client quotas: refresh failed, keeping version %d: %s", self.version, e)
+    def _refresh_failed(self, e: Exception) -> None:
+        log.warning("client quotas: refresh failed, keeping version %d: %s", self.version, e)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._poller.close()
 
     # ------------------------------------------------------------------ metrics
 
