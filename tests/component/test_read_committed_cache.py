@@ -35,7 +35,12 @@ DEADLINE_S = 60.0
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentHarness]:
-    h = AgentHarness(tmp_path_factory.mktemp("rc-cache"), flush_interval_ms=5).start()
+    # A tail position is trusted for fetch_poll_interval_ms without asking metadata (100 ms by
+    # default): long enough here that a busy machine's scheduling delays never expire it, so
+    # the counts below measure the cache, not the machine's speed.
+    h = AgentHarness(
+        tmp_path_factory.mktemp("rc-cache"), flush_interval_ms=5, fetch_poll_interval_ms=60_000
+    ).start()
 
     async def start_watch() -> None:  # the harness starts groups only; fetches long-poll here
         h.agent.ctx.parts.commit_watch.start()
