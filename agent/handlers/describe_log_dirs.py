@@ -1,4 +1,8 @@
-"""DescribeLogDirs (api key 35), v1-v5: the agent's one "log dir", the bucket.
+"""DescribeLogDirs (api key 35), v1-v4: the agent's one "log dir", the bucket.
+
+v5 (Kafka 4.3) is not advertised: clients infer the broker's version from the newest APIs it
+advertises (kafka-python reads DescribeLogDirs v5 as Kafka 4.3, then uses its own 4.3 table,
+not the versions this agent answers), and nothing else here is 4.3.
 
 An agent keeps no log on disk: every partition's data is in the bucket, so each agent
 answers with one log directory named by the bucket URL (its path, without any query or
@@ -49,7 +53,7 @@ from skiff.metadata.wire.bounds import MAX_PARTITIONS
 
 API_KEY = 35
 MIN_VERSION = 1
-MAX_VERSION = 5
+MAX_VERSION = 4
 
 UNKNOWN_BYTES = i64(-1)  # Kafka's "volume size unknown"
 

@@ -1,4 +1,4 @@
-"""Metadata (api key 3), v1-v12: brokers, the controller, topics and partition leaders.
+"""Metadata (api key 3), v1-v13: brokers, the controller, topics and partition leaders.
 
 Brokers are the live agents (`ctx.agents`), this agent always among them. Partition
 leadership is advice: each partition's leader is the live agent winning the rendezvous
@@ -25,6 +25,9 @@ Requested topics:
   for v1-v3), and returned at once, ready; otherwise UNKNOWN_TOPIC_OR_PARTITION. The
   internal names `__consumer_offsets`/`__transaction_state` are never auto-created;
 - v12+: a topic asked by id (null name) -> looked up by id, UNKNOWN_TOPIC_ID if absent
+- v13 (Kafka 4.0): the response's top-level error code, always NONE here (Kafka sets it only to
+  ask a client to re-bootstrap, KIP-1102). Clients told they talk to Kafka 4.x (kafka-python
+  with `api_version=(4, 0)`) send v13 without asking ApiVersions first
   (also for neither name nor id: the zero id names no topic), as Kafka answers;
 - v10-v11 carry topic ids on the wire but Kafka does not serve them there: a request with a
   null name or a non-zero id gets INVALID_REQUEST for every requested topic (Kafka's
@@ -91,7 +94,7 @@ log = logging.getLogger(__name__)
 
 API_KEY = 3
 MIN_VERSION = 1
-MAX_VERSION = 12
+MAX_VERSION = 13
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 

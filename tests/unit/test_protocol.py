@@ -371,7 +371,7 @@ def test_default_registry_serves_the_admin_apis():
     ranges = {s.api_key: (s.min_version, s.max_version) for s in reg.specs()}
     expected = {
         2: (1, 10),
-        3: (1, 12),
+        3: (1, 13),
         18: (0, 3),
         19: (2, 7),
         20: (1, 6),
