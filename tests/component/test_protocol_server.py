@@ -233,7 +233,7 @@ def test_api_versions_answers_in_each_version_with_the_registry(harness, version
     advertised = {(k.api_key, k.min_version, k.max_version) for k in resp.api_keys}
     registry = harness.agent.server.registry
     assert advertised == {(s.api_key, s.min_version, s.max_version) for s in registry.specs()}
-    assert (18, 0, 3) in advertised and (3, 1, 12) in advertised
+    assert (18, 0, 3) in advertised and (3, 1, 13) in advertised
 
 
 @pytest.mark.parametrize("version", [4, 9])
