@@ -89,6 +89,7 @@ from skiff.agent.network.server import AgentServer
 from skiff.agent.produce_buffer import CommittedFile, ProduceBuffer
 from skiff.agent.schema_cache import SchemaIdCache
 from skiff.agent.transactions.coordinator import TxnCoordinator
+from skiff.agent.usage_reporting import UsageReporting
 from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
 from skiff.fileformat.objectstore.keys import readiness_key
 from skiff.fileformat.objectstore.range_cache import RangeCache
@@ -421,6 +422,14 @@ def start_background(agent: RunningAgent, roles: Sequence[BackgroundRole], bucke
         agent.background.append(task)
 
 
+def start_usage_reporting(agent: RunningAgent) -> None:
+    """The object-store usage reports (agent.usage_reporting): last among the background
+    tasks, so that its closing report includes what the others did until they stopped."""
+    reporting = UsageReporting(agent)
+    reporting.start()
+    agent.background.append(reporting)
+
+
 def absolute_bucket_url(url: str) -> str:
     """`file://relative/path` -> `file:///absolute/path` (the store wants absolute paths)."""
     if url.startswith("file://") and not url.startswith("file:///"):
@@ -507,6 +516,7 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
         claims.start()
         agent.background.append(claims)
         start_background(agent, background, bucket_url)
+        start_usage_reporting(agent)
         gc.freeze()  # start-up objects never die: keep full collections short (tail latency)
         gc.set_threshold(*GC_THRESHOLDS)
         if config.metrics_port:
@@ -617,6 +627,7 @@ def run_playground(
             http_socket.close()  # the process exits with the error; the port is free at once
             raise
         start_background(agent, background, bucket_url)
+        start_usage_reporting(agent)
         gc.freeze()
         http = _QuietServer(
             uvicorn.Config(

@@ -46,6 +46,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+from skiff.agent.periodic import Periodic
 from skiff.cli.admin_common import stdout_console
 from skiff.compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
 from skiff.compactor.job import planned_bytes_per_stream
@@ -65,6 +66,7 @@ from skiff.compactor.runner import DEFAULT_INTERVAL_MS, MaintenanceLoop, PassSum
 from skiff.fileformat.objectstore import ObjectStore, open_store
 from skiff.metadata.compaction.types import MergeRules
 from skiff.metadata.wire.operations import MetadataClient
+from skiff.metadata.wire.usage_report import REPORT_INTERVAL_MS, UsageBook, report_async
 
 log = logging.getLogger(__name__)
 
@@ -428,9 +430,19 @@ async def _compact(args: argparse.Namespace) -> int:
         exporter = MetricsExporter(store, _holder(args))
         if args.metrics_port:
             exporter.serve(args.metrics_host, args.metrics_port)
+        usage = UsageBook(store.stats.snapshot)  # the bill's share of this process (metadata.usage)
+        reports = Periodic(
+            "usage-report",
+            lambda: REPORT_INTERVAL_MS / 1000,
+            lambda: report_async(usage, md.report_compactor_usage),
+            lambda e: log.warning("object-store usage report failed: %s", e),
+        )
+        reports.start()
         try:
             total = await _run(args, md, store, config, err)
         finally:
+            await reports.close()
+            await report_async(usage, md.report_compactor_usage)
             exporter.close()
             if args.pushgateway:
                 await asyncio.to_thread(exporter.push, args.pushgateway)

@@ -371,3 +371,37 @@ registry_settings = Table(
     Column("mode", String(16), nullable=True),
     Column("updated_ms", BigInteger, nullable=False),
 )
+
+# What the object store is asked, as reported by the processes that ask it
+# (metadata.usage): request counts and bytes per role ("agent", "compactor", "reader") and
+# minute, the reports of every process summed into one row. Rows older than
+# metadata.usage.KEEP_MS are deleted as reports arrive, so the table holds at most
+# 3 roles x KEEP_MS / 60 s rows.
+object_store_usage = Table(
+    "object_store_usage",
+    metadata_obj,
+    Column("role", String(16), primary_key=True),
+    Column("minute_ms", BigInteger, primary_key=True),
+    Column("puts", BigInteger, nullable=False),
+    Column("gets", BigInteger, nullable=False),
+    Column("heads", BigInteger, nullable=False),
+    Column("lists", BigInteger, nullable=False),
+    Column("deletes", BigInteger, nullable=False),
+    Column("errors", BigInteger, nullable=False),
+    Column("bytes_in", BigInteger, nullable=False),
+    Column("bytes_out", BigInteger, nullable=False),
+    Index(None, "minute_ms"),
+)
+
+# Each consumer group's total lag, sampled every metadata.usage.LAG_SAMPLE_INTERVAL_MS by
+# the metadata service (for the console's lag-over-time charts): one row per group and
+# sample time (aligned, so replicas sampling at once write the same row once). Capped at
+# metadata.usage.MAX_LAG_GROUPS groups per sample; rows older than KEEP_LAG_MS deleted.
+lag_samples = Table(
+    "lag_samples",
+    metadata_obj,
+    Column("group_id", String(1024), primary_key=True),
+    Column("at_ms", BigInteger, primary_key=True),
+    Column("lag", BigInteger, nullable=False),
+    Index(None, "at_ms"),
+)

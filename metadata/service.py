@@ -19,6 +19,8 @@ dialect, clock):
 - `metadata.maintenance.gc.GarbageCollection`: the garbage collector's claims and orphan checks;
 - `metadata.security.acls.AclStore`: Kafka ACL bindings and their version.
 - `metadata.security.quotas.ClientQuotaStore`: Kafka client quotas and their version.
+- `metadata.usage.UsageHistory`: object-store usage reported by agents, compactors and readers,
+  and consumer lag sampled over time;
 - `metadata.transactions.store.Transactions`: transactional ids' state (the coordinator's calls);
 - `metadata.schemas.registry.SchemaRegistryOperations` (a mixin): the schema registry's `schema_*` operations.
 
@@ -105,9 +107,11 @@ from skiff.metadata.types import (
     PartitionWatermark,
     RetentionResult,
     StoredGroup,
+    StoreUsage,
     Topic,
     TopicCreation,
 )
+from skiff.metadata.usage import UsageHistory
 from sqlalchemy import Engine
 
 
@@ -160,6 +164,7 @@ class MetadataService(SchemaRegistryOperations):
         self.scram_users = ScramUsers(self._db)
         self.acls = AclStore(self._db)
         self.client_quotas = ClientQuotaStore(self._db)
+        self.usage = UsageHistory(self._db)
 
         self.transactions = Transactions(self._db)
         self._init_schema_registry(self._db)
@@ -418,6 +423,17 @@ class MetadataService(SchemaRegistryOperations):
 
     def live_agents(self) -> list[AgentInfo]:
         return self.agents.live_agents()
+
+    # ------------------------------------------------------------------ object-store usage
+
+    def report_agent_usage(self, agent_id: str, usage: StoreUsage) -> None:
+        self.usage.record_usage("agent", usage)
+
+    def report_compactor_usage(self, usage: StoreUsage) -> None:
+        self.usage.record_usage("compactor", usage)
+
+    def report_reader_usage(self, usage: StoreUsage) -> None:
+        self.usage.record_usage("reader", usage)
 
     # ------------------------------------------------------------------ SCRAM users (metadata.security.scram_users)
 

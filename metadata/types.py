@@ -432,3 +432,34 @@ class OffsetsLogPage:
     high_watermark: Int64
     entries: Annotated[tuple[OffsetsLogEntry, ...], MaxLen(10_000)] = ()
     offset_for_timestamp: Int64 = -1
+
+
+# One report's bounds: a report covers at most a minute or so of one process's requests, so
+# these are far above any real value, and a row summing reports cannot overflow 2**63 unless
+# millions of reports arrive within one minute.
+UsageCount = Annotated[int, Interval(ge=0, le=2**32)]
+UsageBytes = Annotated[int, Interval(ge=0, le=2**40)]
+
+
+@dataclass(frozen=True)
+class StoreUsage:
+    """Object-store requests and bytes of one process since its last report (a delta):
+    write-class `puts` (PUTs and conditional PUTs) and `lists` (pages), read-class `gets`
+    (whole and ranged GETs) and `heads`, free `deletes` (DeleteObjects calls), failed
+    requests, and payload bytes received (`bytes_in`) and sent (`bytes_out`)."""
+
+    puts: UsageCount = 0
+    gets: UsageCount = 0
+    heads: UsageCount = 0
+    lists: UsageCount = 0
+    deletes: UsageCount = 0
+    errors: UsageCount = 0
+    bytes_in: UsageBytes = 0
+    bytes_out: UsageBytes = 0
+
+    @property
+    def empty(self) -> bool:
+        return not any(getattr(self, f) for f in STORE_USAGE_FIELDS)
+
+
+STORE_USAGE_FIELDS = ("puts", "gets", "heads", "lists", "deletes", "errors", "bytes_in", "bytes_out")

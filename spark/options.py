@@ -22,8 +22,11 @@ Names and semantics follow Spark's Kafka integration guide (keys are case-insens
   `file:///path`; default: the one metadata serves; endpoint and credentials from the
   usual AWS settings); the metadata service's credentials `metadata.token` or
   `metadata.tokenFile` and `metadata.caFile` (default: the driver's `SKIFF_METADATA_TOKEN`,
-  `SKIFF_METADATA_TOKEN_FILE`, `SKIFF_METADATA_CA_FILE`, as every Skiff client; only the
-  driver talks to metadata, so executors need none of them);
+  `SKIFF_METADATA_TOKEN_FILE`, `SKIFF_METADATA_CA_FILE`, as every Skiff client; the driver
+  plans with them); `metadata.reportUsage` (default true): each executor task reports its
+  object-store requests to metadata (role `reader`, `spark.usage`) with the driver's
+  credentials, in at most 2 s and never failing the task; set false where executors cannot
+  reach the metadata service (then only the driver talks to it);
 - typed reads through the schema registry: `valueFormat`/`keyFormat`, `valueSubject`/
   `keySubject`, `valueSchemaVersion`/`keySchemaVersion`, `valueProtobufMessage`/
   `keyProtobufMessage`, `onDecodeError` (`spark.typed_options`).
@@ -84,6 +87,8 @@ class SourceOptions:
     # batch reads take Spark's pushed filters (spark.pushdown); needs the session's
     # spark.sql.python.filterPushdown.enabled=true
     push_filters: bool = True
+    # executors report their object-store requests to metadata (spark.usage)
+    report_usage: bool = True
 
     @property
     def read_committed(self) -> bool:
@@ -232,4 +237,5 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None = False) -> 
         metadata_ca_file=opts.get("metadata.cafile") or None,
         typed=typed,
         push_filters=_bool(opts, "pushFilters", True),
+        report_usage=_bool(opts, "metadata.reportUsage", True),
     )

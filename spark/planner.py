@@ -44,7 +44,7 @@ from skiff.fileformat.objectstore import open_store
 from skiff.fileformat.objectstore.errors import StorageError
 from skiff.metadata.errors import OFFSET_OUT_OF_RANGE, MetadataError, MetadataUnavailable
 from skiff.metadata.types import FetchQuery, OffsetQuery, PartitionKey, PartitionState, Topic
-from skiff.metadata.wire.credentials import CredentialsError, resolve_credentials
+from skiff.metadata.wire.credentials import CredentialsError, MetadataCredentials, resolve_credentials
 from skiff.metadata.wire.http_client import SyncHttpMetadataClient
 from skiff.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 from skiff.spark.pushdown import ScanBounds, chunk_may_match, clamp_range, keeps_partition
@@ -97,15 +97,19 @@ class PlannedRead:
     aborted: tuple[tuple[int, int, int], ...] = ()
 
 
-def metadata_client(opts: SourceOptions) -> SyncHttpMetadataClient:
-    """The driver's client: the options' credentials, else the driver's SKIFF_METADATA_*."""
+def metadata_client_credentials(opts: SourceOptions) -> MetadataCredentials:
+    """The options' credentials, else the driver's SKIFF_METADATA_*."""
     try:
-        creds = resolve_credentials(
+        return resolve_credentials(
             token=opts.metadata_token, token_file=opts.metadata_token_file, ca_file=opts.metadata_ca_file
         )
     except CredentialsError as exc:
         raise SkiffSourceError(str(exc)) from None
-    return SyncHttpMetadataClient(opts.metadata_url, credentials=creds)
+
+
+def metadata_client(opts: SourceOptions) -> SyncHttpMetadataClient:
+    """The driver's client (`metadata_client_credentials`)."""
+    return SyncHttpMetadataClient(opts.metadata_url, credentials=metadata_client_credentials(opts))
 
 
 def run(fn: Callable[[SyncHttpMetadataClient], T], opts: SourceOptions) -> T:

@@ -46,12 +46,14 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+from skiff.fileformat.objectstore import open_store
 from skiff.metadata.wire.http_client import SyncHttpMetadataClient
 from skiff.spark.options import SkiffOptionError, SourceOptions, include_headers_option, parse_options
-from skiff.spark.planner import PlannedRead, plan_batch, resolve_bucket, run
+from skiff.spark.planner import PlannedRead, metadata_client_credentials, plan_batch, resolve_bucket, run
 from skiff.spark.pushdown import ScanBounds, bounds_of
 from skiff.spark.typed import TypedPlanner, TypedTask, spark_type, topics_of
 from skiff.spark.typed_options import ERROR_COLUMN, TypedOptionError, TypedOptions, parse_typed
+from skiff.spark.usage import UsageTarget, report_task_usage
 
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long,"
@@ -101,6 +103,7 @@ class SkiffInputPartition(InputPartition):
         include_headers: bool,
         fail_on_data_loss: bool,
         typed: TypedTask | None = None,
+        usage: UsageTarget | None = None,
     ) -> None:
         super().__init__(task)
         self.task = task
@@ -108,17 +111,32 @@ class SkiffInputPartition(InputPartition):
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
         self.typed = typed
+        self.usage = usage  # where the executor reports its object-store requests (spark.usage)
 
 
 def input_partitions(
     tasks: list[PlannedRead], bucket: str, opts: SourceOptions, typed: dict[str, TypedTask]
 ) -> list[InputPartition]:
+    usage = usage_target(opts)
     return [
         SkiffInputPartition(
-            t, bucket, opts.include_headers, opts.fail_on_data_loss, typed.get(t.topic) if typed else None
+            t,
+            bucket,
+            opts.include_headers,
+            opts.fail_on_data_loss,
+            typed.get(t.topic) if typed else None,
+            usage,
         )
         for t in tasks
     ]
+
+
+def usage_target(opts: SourceOptions) -> UsageTarget | None:
+    """Where executors report their requests: the driver's metadata URL and credentials
+    (resolved here, on the driver), or None with `metadata.reportUsage=false`."""
+    if not opts.report_usage:
+        return None
+    return UsageTarget(opts.metadata_url, metadata_client_credentials(opts))
 
 
 def typed_specs(
@@ -166,13 +184,20 @@ def read_partition(partition: InputPartition) -> Iterator[Any]:
 
     if not isinstance(partition, SkiffInputPartition):
         return  # nothing was planned: Spark still runs one (placeholder) task
-    yield from read_task(
-        partition.task,
-        partition.bucket,
-        include_headers=partition.include_headers,
-        fail_on_data_loss=partition.fail_on_data_loss,
-        typed=partition.typed,
-    )
+    store = open_store(partition.bucket)
+    try:
+        yield from read_task(
+            partition.task,
+            partition.bucket,
+            include_headers=partition.include_headers,
+            fail_on_data_loss=partition.fail_on_data_loss,
+            typed=partition.typed,
+            store=store,
+        )
+    finally:  # a failed or abandoned task's GETs are billed too
+        if partition.usage is not None:
+            report_task_usage(partition.usage, store)
+        store.close()
 
 
 class SkiffDataSource(DataSource):

@@ -25,9 +25,11 @@ it (`acting_as`): a token bound to other agent ids is refused with 403.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -48,9 +50,11 @@ from skiff.metadata.server import metrics as metrics_mod
 from skiff.metadata.server.auth import MetadataAuth, TokenTable, public
 from skiff.metadata.server.console import mount_console
 from skiff.metadata.server.health import ReadinessProbe
+from skiff.metadata.server.lag_sampler import LagSampler
 from skiff.metadata.server.registry_api import registry_routers
 from skiff.metadata.server.routes import operation_routers
 from skiff.metadata.service import MetadataService
+from skiff.metadata.usage import LAG_SAMPLE_INTERVAL_MS
 from skiff.metadata.wire.operations import OPERATIONS
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
@@ -148,13 +152,31 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     tokens: TokenTable | None = None,
     ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
+    lag_sample_interval_ms: int = LAG_SAMPLE_INTERVAL_MS,
 ) -> FastAPI:
-    """The API over `service`; `tokens` None leaves it open (the playground on localhost)."""
+    """The API over `service`; `tokens` None leaves it open (the playground on localhost).
+    While served (the app's lifespan), consumer lag is sampled every `lag_sample_interval_ms`
+    for the console's charts (metadata.server.lag_sampler; 0: only when a page asks)."""
+    sampler = LagSampler(service, lag_sample_interval_ms or LAG_SAMPLE_INTERVAL_MS)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(sampler.run(), name="lag-sampler") if lag_sample_interval_ms else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
     app = FastAPI(
         title="Skiff metadata",
         version="1",
         description="Topics, offsets, chunks and groups of a Skiff cluster. See metadata/server/app.py.",
+        lifespan=lifespan,
     )
+    app.state.lag_sampler = sampler
     auth = MetadataAuth(tokens)
     auth_mod.install(app, auth)  # before any route: every route gets the role check
     unbound = auth_mod.unbound_agent_warning(tokens)
@@ -171,7 +193,9 @@ def create_app(
     app.include_router(health_router(service, ready_timeout_ms))
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     auth_mod.add_middleware(app, auth)  # no body is read before authentication
-    mount_console(app, service, auth)  # the web console at /console (its cookie gate goes outside auth)
+    mount_console(
+        app, service, auth, sampler
+    )  # the web console at /console (its cookie gate goes outside auth)
     metrics_mod.add_middleware(app, metrics)  # outermost: times and counts every request
     return app
 

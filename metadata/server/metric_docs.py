@@ -147,6 +147,50 @@ METADATA_METRIC_DOCS: tuple[MetricDoc, ...] = (
         METADATA,
     ),
     MetricDoc(
+        ("skiff_topic_put_cost_usd_per_hour",),
+        "gauge",
+        "topic",
+        "a topic's share of the agents' PUT cost over the last hour: each agent file's one PUT shared among "
+        "its topics by their bytes in it (at most 100 topics, the most costly; docs/operations.md)",
+        METADATA,
+    ),
+    MetricDoc(
+        ("skiff_topic_storage_cost_usd_per_hour",),
+        "gauge",
+        "topic",
+        "a topic's storage cost: the bytes of its chunks at the configured storage price (same 100 topics)",
+        METADATA,
+    ),
+    MetricDoc(
+        ("skiff_topic_written_bytes_last_hour",),
+        "gauge",
+        "topic",
+        "a topic's bytes in the files agents committed over the last hour (same 100 topics)",
+        METADATA,
+    ),
+    MetricDoc(
+        ("skiff_cluster_object_store_requests_last_hour",),
+        "gauge",
+        "role,kind",
+        "object-store requests reported over the last hour by the cluster's processes, by role (`agent`, "
+        "`compactor`, `reader`: Spark executors) and kind (`put`, `get`, `head`, `list`, `delete`, `error`)",
+        METADATA,
+    ),
+    MetricDoc(
+        ("skiff_cluster_object_store_bytes_last_hour",),
+        "gauge",
+        "role,direction",
+        "bytes sent to (`out`) and received from (`in`) the object store over the last hour, as reported",
+        METADATA,
+    ),
+    MetricDoc(
+        ("skiff_cluster_object_store_cost_usd_per_hour",),
+        "gauge",
+        "role",
+        "the request cost of the last hour's reported usage at the configured prices, by role",
+        METADATA,
+    ),
+    MetricDoc(
         ("skiff_maintenance_last_success_age_seconds",),
         "gauge",
         "task",

@@ -18,7 +18,10 @@ bounded query in one read transaction:
   `merge`: small level-0 chunks to merge), those forced by max.compaction.lag.ms, their
   dirty bytes and the highest dirty ratio;
 - bucket storage: files and bytes by state (`live`, `deleting`), and the storage cost per
-  hour at the configured price (fileformat.objectstore.pricing).
+  hour at the configured price (fileformat.objectstore.pricing);
+- who the bill belongs to (metadata.server.cost_queries): each topic's share of the agents'
+  PUTs and its storage (the `MAX_COST_TOPICS` most costly), and the requests every process
+  reported over the last hour by role (metadata.usage), with their cost.
 
 With several metadata replicas each exports the same database-derived values: aggregate
 them with `max by (...)` (the dashboard and the alert rules do).
@@ -35,8 +38,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from skiff.fileformat.objectstore.pricing import Prices
 from skiff.metadata.db import read_tx
 from skiff.metadata.schema import compaction_state, files, group_leases, group_offsets, partitions, topics
+from skiff.metadata.server.cost_queries import HOUR_MS, topic_costs, usage_usd
 from skiff.metadata.server.metric_docs import MAX_LAG_SERIES
 from skiff.metadata.service import MetadataService
+from skiff.metadata.types import StoreUsage
+from skiff.metadata.usage import MINUTE_MS, USAGE_ROLES
 from sqlalchemy import Connection, case, func, select
 
 MAX_CANDIDATES = 10_000  # compaction candidates counted
@@ -68,6 +74,8 @@ class ScrapeCache:
             yield from lease_families(conn, now_ms)
             yield from lag_families(conn, now_ms)
             yield from storage_families(conn, self._prices)
+            yield from topic_cost_families(conn, now_ms, self._prices)
+        yield from usage_families(self._svc, now_ms, self._prices)
         yield from compaction_families(self._svc)
 
 
@@ -183,6 +191,60 @@ def storage_families(conn: Connection, prices: Prices) -> Iterator[Metric]:
         "Storage cost estimate of the recorded files at the configured price per GB-month",
         value=prices.storage_usd_per_hour(total_bytes),
     )
+
+
+def topic_cost_families(conn: Connection, now_ms: int, prices: Prices) -> Iterator[Metric]:
+    """Each topic's share of the bill (metadata.server.cost_queries), the most costly
+    `MAX_COST_TOPICS` topics."""
+    put = GaugeMetricFamily(
+        "skiff_topic_put_cost_usd_per_hour",
+        "A topic's share of the agents' PUT cost over the last hour (by its bytes in each file)",
+        labels=["topic"],
+    )
+    storage = GaugeMetricFamily(
+        "skiff_topic_storage_cost_usd_per_hour",
+        "A topic's storage cost at the configured price",
+        labels=["topic"],
+    )
+    written = GaugeMetricFamily(
+        "skiff_topic_written_bytes_last_hour",
+        "A topic's bytes in the agents' files of the last hour",
+        labels=["topic"],
+    )
+    for c in topic_costs(conn, now_ms, prices):
+        put.add_metric([c.topic], c.put_usd_per_hour)
+        storage.add_metric([c.topic], c.storage_usd_per_hour)
+        written.add_metric([c.topic], c.written_bytes)
+    yield from (put, storage, written)
+
+
+def usage_families(svc: MetadataService, now_ms: int, prices: Prices) -> Iterator[Metric]:
+    """The object-store requests the cluster's processes reported over the last hour, by role
+    (metadata.usage): agents, compactors and Spark executors (`reader`)."""
+    totals = svc.usage.usage_totals(now_ms - now_ms % MINUTE_MS - HOUR_MS)
+    requests = GaugeMetricFamily(
+        "skiff_cluster_object_store_requests_last_hour",
+        "Object-store requests reported by the cluster's processes over the last hour",
+        labels=["role", "kind"],
+    )
+    moved = GaugeMetricFamily(
+        "skiff_cluster_object_store_bytes_last_hour",
+        "Bytes to (`out`) and from (`in`) the object store reported over the last hour",
+        labels=["role", "direction"],
+    )
+    cost = GaugeMetricFamily(
+        "skiff_cluster_object_store_cost_usd_per_hour",
+        "Request cost of the last hour's reported usage at the configured prices",
+        labels=["role"],
+    )
+    for role in USAGE_ROLES:
+        u = totals.get(role, StoreUsage())
+        for kind in ("puts", "gets", "heads", "lists", "deletes", "errors"):
+            requests.add_metric([role, kind.removesuffix("s")], getattr(u, kind))
+        moved.add_metric([role, "out"], u.bytes_out)
+        moved.add_metric([role, "in"], u.bytes_in)
+        cost.add_metric([role], usage_usd(u, prices))
+    yield from (requests, moved, cost)
 
 
 def compaction_families(svc: MetadataService) -> Iterator[Metric]:

@@ -76,6 +76,7 @@ from skiff.metadata.wire.bounds import (
 from skiff.metadata.wire.codec import Args, Operation, operation, operations_of
 from skiff.metadata.wire.roles import ADMIN, AGENT, COMPACTOR, READ, READER
 from skiff.metadata.wire.schema_operations import SchemaAdmin, SchemaBrowsing, SchemaLookups, SchemaWrites
+from skiff.metadata.wire.usage_operations import AgentUsage, CompactorUsage, ReaderUsage
 
 Configs = dict[Name, str]
 GroupIds = Items[KafkaId] | None
@@ -572,7 +573,15 @@ class Closable(Protocol):
 
 
 class ReaderClient(
-    TopicLookups, ReadPath, MaintenanceStatus, GroupOffsetReads, Cluster, SchemaLookups, Closable, Protocol
+    TopicLookups,
+    ReadPath,
+    MaintenanceStatus,
+    GroupOffsetReads,
+    Cluster,
+    SchemaLookups,
+    ReaderUsage,
+    Closable,
+    Protocol,
 ):
     """Spark, `skiff inspect`, dashboards: reads only."""
 
@@ -594,6 +603,8 @@ class AgentClient(
     ClientQuotas,
     Transactions,
     SchemaLookups,
+    AgentUsage,
+    CompactorUsage,
     Closable,
     Protocol,
 ):
@@ -608,6 +619,7 @@ class CompactorClient(
     GarbageCollection,
     MaintenanceStatus,
     Cluster,
+    CompactorUsage,
     Closable,
     Protocol,
 ):
@@ -655,6 +667,9 @@ class MetadataClient(
     SchemaBrowsing,
     SchemaWrites,
     SchemaAdmin,
+    AgentUsage,
+    CompactorUsage,
+    ReaderUsage,
     Closable,
     Protocol,
 ):

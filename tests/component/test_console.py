@@ -30,6 +30,7 @@ from skiff.metadata.server.app import create_app
 from skiff.metadata.server.auth import TokenTable
 from skiff.metadata.server.console import queries
 from skiff.metadata.server.console.session import csrf_token
+from skiff.metadata.server.lag_sampler import LagSampler
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import (
     COMPACTION_REQUEST_TASK,
@@ -40,6 +41,7 @@ from skiff.metadata.types import (
     GroupOffset,
     Topic,
 )
+from skiff.metadata.usage import LAG_SAMPLE_INTERVAL_MS
 
 from tests.support.metadata_fixtures import T0_MS, FakeClock
 from tests.support.served_app import Served
@@ -375,9 +377,11 @@ def test_committed_files_series_counts_files_per_minute_by_level(
     assert queries.gc_queue(metadata_service.engine, limit=10) == []
 
 
-def test_group_page_charts_lag_sampled_while_the_console_is_viewed(tmp_path: Path) -> None:
-    """Lag history: one sample per interval of the service's clock, the group's chart shows
-    each (the lag moves from 3 to 1 when the group commits further)."""
+def test_group_page_charts_the_lag_samples_metadata_keeps(tmp_path: Path) -> None:
+    """Lag history: one sample per interval of the service's clock, kept in the database (so
+    any replica draws the same chart), taken by the served app's sampler and before a page
+    is drawn; the group's chart shows each (the lag moves from 3 to 1 when the group commits
+    further), and a second sampler in the same interval adds nothing."""
     clock = FakeClock(T0_MS)
     bucket = f"file://{tmp_path / 'bucket'}"
     (tmp_path / "bucket").mkdir()
@@ -386,17 +390,19 @@ def test_group_page_charts_lag_sampled_while_the_console_is_viewed(tmp_path: Pat
     produce(svc, bucket, topic, 0, [b"a", b"b", b"c", b"d", b"e"])
     svc.commit_offsets("g1", [GroupOffset("demo", 0, 2)])
     served = Served(create_app(svc))
+    first_at = T0_MS - T0_MS % LAG_SAMPLE_INTERVAL_MS
     try:
         with httpx.Client(base_url=served.url(), headers=HTML) as http:
             first = http.get("/console/group", params={"id": "g1"}).text
             assert _lag_bars(first) == ["3 records"]
-            http.get("/console/group", params={"id": "g1"})  # within the interval: no new sample
             svc.commit_offsets("g1", [GroupOffset("demo", 0, 4)])
-            clock.advance(10_000)
+            http.get("/console/group", params={"id": "g1"})  # within the interval: no new sample
+            assert svc.usage.lag_series("g1", 0) == [(first_at, 3)]
+            clock.advance(LAG_SAMPLE_INTERVAL_MS)
             page = http.get("/console/group", params={"id": "g1"}).text
-        history = served.server.config.app.state.console.lag_history.series("g1")
-        assert history == [(T0_MS, 3), (T0_MS + 10_000, 1)]
+        assert svc.usage.lag_series("g1", 0) == [(first_at, 3), (first_at + LAG_SAMPLE_INTERVAL_MS, 1)]
         assert _lag_bars(page) == ["3 records", "1 records"]
+        assert not LagSampler(svc).sample_if_due()  # another replica, same interval: nothing new
     finally:
         served.close()
         svc.close()

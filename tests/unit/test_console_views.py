@@ -10,14 +10,16 @@ import xml.etree.ElementTree as ET
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from skiff.fileformat.objectstore.pricing import Prices
 from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import Record
 from skiff.metadata.server.console.browser import decode_selection
 from skiff.metadata.server.console.queries import FileBucket
 from skiff.metadata.server.console.session import decode_token, encode_token, safe_next
-from skiff.metadata.server.console.views import data, formats
+from skiff.metadata.server.console.views import cost, data, formats
 from skiff.metadata.server.console.views.charts import MAX_POINTS, Point, bar_chart, nice_ceiling
-from skiff.metadata.types import GroupOffset, StoredGroup
+from skiff.metadata.types import GroupOffset, StoredGroup, StoreUsage
+from skiff.metadata.usage import UsagePoint
 
 
 def test_a_chart_is_well_formed_svg_with_its_text_escaped() -> None:
@@ -66,15 +68,37 @@ def test_record_bytes_as_text_hex_and_json() -> None:
     assert len(shown) == formats.MAX_SHOWN_BYTES and note == "10 more bytes not shown"
 
 
-def test_throughput_and_cost_from_the_committed_files() -> None:
+def test_throughput_from_the_committed_files() -> None:
     series = [FileBucket(60_000 * i, level0_files=2, level0_bytes=600, compacted_files=1) for i in range(60)]
     t = data.throughput(series, 60_000)
     assert t.window_ms == 3_600_000 and t.files == 120 and t.level0_bytes == 36_000
-    assert t.bytes_per_s == pytest.approx(10.0) and t.puts_per_s == pytest.approx(180 / 3600)
-    cost = data.cost_estimate(t, stored_bytes=2 * 10**9, prices=data.CostPrices())
-    assert cost.puts_per_hour == pytest.approx(180)
-    assert cost.put_usd_per_hour == pytest.approx(180 / 1000 * 0.005)
-    assert cost.storage_usd_per_month == pytest.approx(0.046)
+    assert t.bytes_per_s == pytest.approx(10.0) and t.files_per_s == pytest.approx(120 / 3600)
+
+
+def test_the_bill_from_reported_usage_by_role() -> None:
+    """Rates and cost per role over the window, totals over roles, storage at the price per
+    GiB-month, and the per-minute charts summing the roles of each minute."""
+    prices = Prices(write_per_1000_usd=0.005, read_per_1000_usd=0.0004, storage_gb_month_usd=0.023)
+    totals = {
+        "agent": StoreUsage(puts=3600, gets=360, lists=0, bytes_out=10),
+        "reader": StoreUsage(gets=7200, heads=0, bytes_in=99),
+    }
+    series = [
+        UsagePoint(0, "agent", StoreUsage(puts=60, gets=6)),
+        UsagePoint(0, "reader", StoreUsage(gets=120)),
+        UsagePoint(60_000, "agent", StoreUsage(puts=30)),
+    ]
+    bill = cost.bill_view(totals, series, 60_000, 3_600_000, 2 * 2**30, prices)
+    rows = {r.role: r for r in bill.roles}
+    assert list(rows) == ["agent", "compactor", "reader"]
+    assert rows["agent"].puts_per_s == pytest.approx(1.0) and rows["agent"].gets_per_s == pytest.approx(0.1)
+    assert rows["agent"].usd_per_hour == pytest.approx(3600 * 0.005 / 1000 + 360 * 0.0004 / 1000)
+    assert rows["compactor"].usd_per_hour == 0 and rows["reader"].gets_per_s == pytest.approx(2.0)
+    assert bill.total.usage.gets == 7560 and bill.reported
+    assert bill.storage_usd_per_month == pytest.approx(0.046)
+    assert bill.usd_per_month == pytest.approx(bill.total.usd_per_hour * 730 + 0.046)
+    assert "<title>00:00: 2.1 GET/s</title>" in bill.gets_chart  # 126 GETs in the first minute
+    assert not cost.bill_view({}, [], 60_000, 3_600_000, 0, prices).reported
 
 
 def _assignment(parts: dict[str, list[int]]) -> bytes:

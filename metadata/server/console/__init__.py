@@ -21,10 +21,13 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from skiff.metadata.server.auth import MetadataAuth
+from skiff.metadata.server.lag_sampler import LagSampler
 from skiff.metadata.service import MetadataService
 
 
-def mount_console(app: FastAPI, service: MetadataService, auth: MetadataAuth) -> None:
+def mount_console(
+    app: FastAPI, service: MetadataService, auth: MetadataAuth, lag_sampler: LagSampler
+) -> None:
     """Serve the console at /console on `app` (call after `auth.add_middleware`)."""
     from skiff.metadata.server.console.actions import actions_router
     from skiff.metadata.server.console.context import ConsoleContext
@@ -32,7 +35,7 @@ def mount_console(app: FastAPI, service: MetadataService, auth: MetadataAuth) ->
     from skiff.metadata.server.console.routes import pages_router
     from skiff.metadata.server.console.session import ConsoleGate
 
-    ctx = ConsoleContext(service, auth)
+    ctx = ConsoleContext(service, auth, lag_sampler)
     app.include_router(public_router(ctx))
     app.include_router(pages_router(ctx))
     app.include_router(actions_router(ctx))

@@ -20,14 +20,12 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from skiff.fileformat.objectstore import ObjectStore, open_store
-from skiff.metadata.db import read_tx
+from skiff.fileformat.objectstore.pricing import Prices
 from skiff.metadata.errors import INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION, MetadataError
 from skiff.metadata.server.auth import MetadataAuth
-from skiff.metadata.server.console.lag_history import LagHistory
 from skiff.metadata.server.console.session import caller_roles, csrf_token
 from skiff.metadata.server.console.views import formats
-from skiff.metadata.server.console.views.data import CostPrices
-from skiff.metadata.server.metrics_queries import lag_rows
+from skiff.metadata.server.lag_sampler import LagSampler
 from skiff.metadata.service import MetadataService
 from skiff.metadata.wire.roles import ADMIN
 
@@ -36,34 +34,30 @@ HERE = Path(__file__).parent
 
 class ConsoleContext:
     def __init__(
-        self, service: MetadataService, auth: MetadataAuth, prices: CostPrices | None = None
+        self,
+        service: MetadataService,
+        auth: MetadataAuth,
+        lag_sampler: LagSampler,
+        prices: Prices | None = None,
     ) -> None:
         self.service = service
         self.auth = auth
-        self.prices = prices or CostPrices()
+        self.lag_sampler = lag_sampler
+        self.prices = prices or Prices.from_env()
         self.env = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(["html"]),
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        for name in ("fmt_bytes", "fmt_count", "fmt_time", "fmt_age"):
+        for name in ("fmt_bytes", "fmt_count", "fmt_time", "fmt_age", "fmt_usd"):
             self.env.globals[name] = getattr(formats, name)
         self._store: ObjectStore | None = None
         self._store_lock = threading.Lock()
-        self.lag_history = LagHistory()
 
     def sample_lag(self) -> None:
-        """Record every group's total lag when a sample is due (console.lag_history)."""
-        now = self.now_ms()
-        if not self.lag_history.due(now):
-            return
-        with read_tx(self.service.engine) as conn:
-            rows, _ = lag_rows(conn)
-        totals: dict[str, int] = {}
-        for r in rows:
-            totals[r.group_id] = totals.get(r.group_id, 0) + int(r.lag_sum or 0)
-        self.lag_history.record(now, totals)
+        """A lag sample now if the current interval has none (metadata.server.lag_sampler)."""
+        self.lag_sampler.sample_if_due()
 
     def now_ms(self) -> int:
         return self.service.clock()

@@ -17,11 +17,13 @@ from collections.abc import Sequence
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
+from skiff.metadata.db import read_tx
 from skiff.metadata.errors import UNKNOWN_TOPIC_OR_PARTITION, MetadataError
 from skiff.metadata.server.auth import allow
 from skiff.metadata.server.console import browser, queries
 from skiff.metadata.server.console.context import ConsoleContext
-from skiff.metadata.server.console.views import data, formats
+from skiff.metadata.server.console.views import cost, data, formats
+from skiff.metadata.server.cost_queries import topic_costs
 from skiff.metadata.types import GroupOffset, PartitionKey, PartitionState, StoredGroup, Topic
 from skiff.metadata.wire.roles import READER
 
@@ -33,6 +35,7 @@ MAX_GC_ROWS = 100
 MAX_LEASE_ROWS = 200
 OVERVIEW_WINDOW_MS = 3_600_000
 OVERVIEW_BUCKET_MS = 60_000
+LAG_CHART_WINDOW_MS = 3_600_000  # the group page charts its lag over the last hour
 
 
 def _int_arg(request: Request, name: str, default: int, lo: int = 0, hi: int = 1 << 62) -> int:
@@ -100,6 +103,15 @@ def _overview(ctx: ConsoleContext, request: Request) -> HTMLResponse:
     series = queries.committed_files_series(engine, now, OVERVIEW_WINDOW_MS, OVERVIEW_BUCKET_MS)
     t = data.throughput(series, OVERVIEW_BUCKET_MS)
     totals = queries.file_totals(engine)
+    usage_since = now - OVERVIEW_WINDOW_MS
+    bill = cost.bill_view(
+        ctx.service.usage.usage_totals(usage_since),
+        ctx.service.usage.usage_series(now, OVERVIEW_WINDOW_MS, OVERVIEW_BUCKET_MS),
+        OVERVIEW_BUCKET_MS,
+        OVERVIEW_WINDOW_MS,
+        totals.live_bytes,
+        ctx.prices,
+    )
     return ctx.render(
         request,
         "overview.html",
@@ -108,7 +120,7 @@ def _overview(ctx: ConsoleContext, request: Request) -> HTMLResponse:
         agents=data.agent_rows(ctx.service.live_agents(), now),
         t=t,
         totals=totals,
-        cost=data.cost_estimate(t, totals.live_bytes, ctx.prices),
+        bill=bill,
         refresh_s=refresh_seconds(request),
     )
 
@@ -119,7 +131,11 @@ def _topics(ctx: ConsoleContext, request: Request) -> HTMLResponse:
     rows = data.topic_rows(
         shown, queries.topic_sizes(ctx.service.engine), topic_states(ctx, shown, MAX_PARTITIONS_SHOWN)
     )
-    return ctx.render(request, "topics.html", title="Topics", nav="Topics", rows=rows, paging=paging)
+    with read_tx(ctx.service.engine) as conn:
+        costs = {c.topic: c for c in topic_costs(conn, ctx.now_ms(), ctx.prices)}
+    return ctx.render(
+        request, "topics.html", title="Topics", nav="Topics", rows=rows, paging=paging, costs=costs
+    )
 
 
 def lookup_topic(ctx: ConsoleContext, name: str) -> Topic:
@@ -268,7 +284,9 @@ def _group(ctx: ConsoleContext, request: Request) -> HTMLResponse:
         offsets=offsets,
         offsets_capped=capped,
         total_lag=sum(o.lag for o in offsets),
-        lag_chart=data.lag_chart(ctx.lag_history.series(g.group_id)),
+        lag_chart=data.lag_chart(
+            ctx.service.usage.lag_series(g.group_id, ctx.now_ms() - LAG_CHART_WINDOW_MS)
+        ),
         refresh_s=refresh_seconds(request),
         topics=sorted({o.topic for o in offsets}),
     )

@@ -3,11 +3,8 @@
 Nothing here does I/O: the routes (metadata.server.console.routes) gather the service's
 answers and the console's queries, and these functions shape them for the templates.
 
-- overview: agents, the committed-files series as throughput and files-per-second charts,
-  and an object-store cost estimate (`CostPrices`; the defaults are public S3 Standard list
-  prices, us-east-1: PUT $0.005 per 1,000 requests, storage $0.023 per GB-month). PUTs are
-  counted from committed files (one PUT per file; compactor outputs of several parts are
-  undercounted); GETs are not seen by metadata and are not estimated here.
+- overview: agents, the committed-files series as throughput and files-per-second charts
+  (the object-store bill is views.cost's, from the usage the processes report).
 - topics and partitions: bytes and chunk rows from the chunk table, offsets from
   `partition_states`, configs with their defaults (`metadata.configs.effective_configs`),
   compaction state (cleaner checkpoint, lease) per partition.
@@ -95,15 +92,6 @@ def agent_rows(agents: Sequence[AgentInfo], now_ms: int) -> list[AgentRow]:
 
 
 @dataclass(frozen=True)
-class CostPrices:
-    """USD list prices of the object store (defaults: S3 Standard, us-east-1)."""
-
-    put_per_1000: float = 0.005
-    get_per_1000: float = 0.0004
-    storage_per_gb_month: float = 0.023
-
-
-@dataclass(frozen=True)
 class Throughput:
     """The committed-files series of the overview, summed and charted."""
 
@@ -123,10 +111,6 @@ class Throughput:
     def files_per_s(self) -> float:
         return self.files * 1000 / self.window_ms
 
-    @property
-    def puts_per_s(self) -> float:
-        return (self.files + self.compacted_files) * 1000 / self.window_ms
-
 
 def throughput(series: Sequence[FileBucket], bucket_ms: int) -> Throughput:
     """Sums and two charts (agents' bytes per second; files per second) of the series."""
@@ -141,26 +125,6 @@ def throughput(series: Sequence[FileBucket], bucket_ms: int) -> Throughput:
         compacted_bytes=sum(b.compacted_bytes for b in series),
         bytes_chart=bar_chart(bytes_pts, title="bytes written by agents per second", unit="B/s"),
         files_chart=bar_chart(files_pts, title="files committed by agents per second", unit="files/s"),
-    )
-
-
-@dataclass(frozen=True)
-class CostEstimate:
-    puts_per_hour: float
-    put_usd_per_hour: float
-    stored_bytes: int
-    storage_usd_per_month: float
-    prices: CostPrices
-
-
-def cost_estimate(t: Throughput, stored_bytes: int, prices: CostPrices) -> CostEstimate:
-    puts_per_hour = t.puts_per_s * 3600
-    return CostEstimate(
-        puts_per_hour=puts_per_hour,
-        put_usd_per_hour=puts_per_hour / 1000 * prices.put_per_1000,
-        stored_bytes=stored_bytes,
-        storage_usd_per_month=stored_bytes / 1e9 * prices.storage_per_gb_month,
-        prices=prices,
     )
 
 
@@ -443,6 +407,6 @@ def lease_rows(rows: Sequence[CompactionRow], names: Mapping[uuid.UUID, str], no
 
 
 def lag_chart(samples: Sequence[tuple[int, int]]) -> str:
-    """The SVG chart of a group's total lag over the samples the console kept (lag_history)."""
+    """The SVG chart of a group's total lag over the samples metadata keeps (metadata.server.lag_sampler)."""
     points = [Point(time.strftime("%H:%M:%S", time.gmtime(ms / 1000)), float(lag)) for ms, lag in samples]
     return bar_chart(points, title="total lag (records), sampled while the console is viewed", unit="records")

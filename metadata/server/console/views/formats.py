@@ -83,3 +83,12 @@ def show_bytes(data: bytes | None, form: str) -> tuple[str, str]:
         except ValueError:
             return text, "not JSON: shown as text"
     return text, note
+
+
+def fmt_usd(usd: float) -> str:
+    """A cost in US dollars: '$0.0123', '$4.56', '$1,234'."""
+    if usd >= 1000:
+        return f"${usd:,.0f}"
+    if usd >= 1:
+        return f"${usd:.2f}"
+    return f"${usd:.4f}"
