@@ -98,23 +98,22 @@ class UsageHistory:
         return {r[0]: StoreUsage(*(int(v or 0) for v in r[1:])) for r in rows}
 
     def usage_series(self, now_ms: int, window_ms: int, bucket_ms: int) -> list[UsagePoint]:
-        """Usage per role and `bucket_ms` bucket over the last `window_ms` (buckets with no
-        report are absent), oldest first; at most 3 x window / bucket points."""
+        """Usage per role and bucket over the minutes of the last `window_ms`, in buckets
+        aligned to multiples of `bucket_ms` (buckets with no report are absent), oldest
+        first; at most 3 x (window / bucket + 1) points."""
         assert bucket_ms >= MINUTE_MS and 0 < window_ms // bucket_ms <= 10_000, (window_ms, bucket_ms)
-        start = now_ms - window_ms
         t = object_store_usage.c
-        slot = ((t.minute_ms - start) // bucket_ms).label("slot")
+        slot = (t.minute_ms // bucket_ms).label("slot")
         q = (
             select(slot, t.role, *(func.sum(t[f]) for f in STORE_USAGE_FIELDS))
-            .where(t.minute_ms >= start, t.minute_ms <= now_ms)
+            .where(t.minute_ms >= now_ms - window_ms, t.minute_ms <= now_ms)
             .group_by(slot, t.role)
             .order_by(slot, t.role)
         )
         with read_tx(self._db.engine) as conn:
             rows = conn.execute(q).all()
         return [
-            UsagePoint(start + int(r[0]) * bucket_ms, r[1], StoreUsage(*(int(v or 0) for v in r[2:])))
-            for r in rows
+            UsagePoint(int(r[0]) * bucket_ms, r[1], StoreUsage(*(int(v or 0) for v in r[2:]))) for r in rows
         ]
 
     # ---------------------------------------------------------------- lag

@@ -8,8 +8,9 @@ Attribution rules:
   priced by fileformat.objectstore.pricing (write class: PUTs and LISTs; read class: GETs and
   HEADs; DELETEs free);
 - a topic's PUTs: an agent's file (level 0) holds many partitions and costs one PUT, shared
-  among the topics in it by their bytes in it: a topic with 1 MiB of a 4 MiB file owes a
-  quarter of that PUT. Summed over the files committed in the window (files already
+  among the topics in it by their bytes in it: a topic with 1 MiB of the 4 MiB of chunks in
+  a file owes a quarter of that PUT (of the chunk rows still there: a file some of whose
+  chunks compaction has replaced shares its PUT among those left). Summed over the files committed in the window (files already
   compacted away and collected drop out, so an old window under heavy compaction reads low).
   Compactor PUTs and every GET are not attributed: one GET serves many topics;
 - a topic's storage: the bytes of its chunk rows (what reads can still reach) at the storage
@@ -57,13 +58,20 @@ def topic_costs(
     conn: Connection, now_ms: int, prices: Prices, window_ms: int = HOUR_MS, limit: int = MAX_COST_TOPICS
 ) -> list[TopicCost]:
     """Each topic's PUT share over the last `window_ms` and its storage, most costly first."""
-    share = func.sum(cast(chunks.c.byte_length, Float) / func.nullif(files.c.size_bytes, 0))
+    recent = (files.c.level == 0) & (files.c.committed_ms >= now_ms - window_ms)
+    per_file = (
+        select(chunks.c.file_id, func.sum(chunks.c.byte_length).label("file_bytes"))
+        .select_from(chunks.join(files, files.c.id == chunks.c.file_id))
+        .where(recent)
+        .group_by(chunks.c.file_id)
+        .subquery()
+    )
+    share = func.sum(cast(chunks.c.byte_length, Float) / func.nullif(per_file.c.file_bytes, 0))
     written = {
         r[0]: (int(r[1] or 0), float(r[2] or 0.0))
         for r in conn.execute(
             select(chunks.c.topic_id, func.sum(chunks.c.byte_length), share)
-            .select_from(chunks.join(files, files.c.id == chunks.c.file_id))
-            .where(files.c.level == 0, files.c.committed_ms >= now_ms - window_ms)
+            .select_from(chunks.join(per_file, per_file.c.file_id == chunks.c.file_id))
             .group_by(chunks.c.topic_id)
         )
     }

@@ -2,7 +2,8 @@
 ends: a stand-in Pushgateway on loopback receives one PUT under job `skiff-compact` and the
 holder's grouping key, whose body parses as Prometheus text and holds the maintenance
 families (jobs by outcome, GC deletions: the orphan object the test left in the bucket
-was deleted) and the compactor's object-store requests and cost (`role="compactor"`).
+was deleted) and the compactor's object-store requests and cost (`role="compactor"`), which
+it also reported to metadata (metadata.usage).
 """
 
 from __future__ import annotations
@@ -101,3 +102,15 @@ def test_compact_once_pushes_its_metrics_at_the_end(tmp_path: Path, gateway: Gat
     assert samples[("skiff_object_store_requests_total", (("kind", "delete"), ("role", "compactor")))] == 1
     assert ("skiff_object_store_request_cost_usd_total", (("role", "compactor"),)) in samples
     assert samples[("skiff_compaction_last_success_timestamp_seconds", ())] > 0
+    # and reported its requests to metadata as role compactor (metadata.usage), the same counts
+    svc = MetadataService.from_url(db_url)
+    try:
+        reported = svc.usage.usage_totals(0)
+    finally:
+        svc.close()
+    assert set(reported) == {"compactor"}
+    assert reported["compactor"].deletes == 1
+    assert (
+        reported["compactor"].lists
+        == samples[("skiff_object_store_requests_total", (("kind", "list"), ("role", "compactor")))]
+    )

@@ -39,6 +39,7 @@ from skiff.metadata.types import (
     ChunkSpec,
     FileSpec,
     GroupOffset,
+    StoreUsage,
     Topic,
 )
 from skiff.metadata.usage import LAG_SAMPLE_INTERVAL_MS
@@ -181,14 +182,21 @@ def test_a_cookie_with_an_unknown_token_is_cleared_on_the_way_to_the_login(env: 
 
 
 def test_reader_sees_every_page_with_the_services_numbers(env: Env) -> None:
+    env.service.report_reader_usage(StoreUsage(gets=7200))  # a Spark job's GETs in the last hour
+    env.service.report_agent_usage("agent-1", StoreUsage(puts=360))
     with signed_in(env, READER_TOKEN) as http:
         overview = http.get("/console").text
         assert "agent-1" in overview and "zone-a" in overview and "127.0.0.1:9092" in overview
+        assert cell(overview, "gets", 'data-role="reader"') == "2.00"  # per second over the hour
+        assert cell(overview, "puts", 'data-role="agent"') == "0.10"
+        assert cell(overview, "usd", 'data-role="reader"') == "$0.00288"  # 7,200 GETs at $0.0004 / 1,000
+        assert 'id="gets-chart"' in overview and "GET/s</title></rect>" in overview
         assert '<svg class="chart"' in overview and 'http-equiv="refresh"' not in overview
         assert '<meta http-equiv="refresh" content="10">' in http.get("/console?refresh=10").text
         topics = http.get("/console/topics").text
         assert cell(topics, "partitions", 'data-topic="demo"') == "2"
         assert cell(topics, "records", 'data-topic="demo"') == str(RECORDS)
+        assert cell(topics, "put-usd", 'data-topic="demo"') == "$0.000005"  # its one file's PUT, all of it
         assert 'id="create-topic"' not in topics  # no admin form for a reader
         topic = http.get("/console/topics/demo").text
         assert cell(topic, "hw", 'data-partition="0"') == str(RECORDS)

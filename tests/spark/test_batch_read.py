@@ -166,3 +166,35 @@ def test_errors_a_data_engineer_can_act_on(spark, cluster: Cluster) -> None:
         _load(spark, cluster).collect()
     with pytest.raises(Exception, match="cannot be latest"):
         _load(spark, cluster, subscribe="wide", startingOffsets="latest").collect()
+
+
+def _reader_usage(cluster: Cluster) -> tuple[int, int]:
+    """(GETs, bytes in) the cluster's readers reported to metadata (metadata.usage)."""
+    from skiff.metadata.service import MetadataService
+
+    svc = MetadataService.from_url(f"sqlite:///{cluster.db_path}")
+    try:
+        u = svc.usage.usage_totals(0).get("reader")
+    finally:
+        svc.close()
+    return (0, 0) if u is None else (u.gets, u.bytes_in)
+
+
+def test_executors_report_their_gets_as_the_reader_role(spark, cluster: Cluster) -> None:  # type: ignore[no-untyped-def]
+    """Each task's GETs reach metadata (role reader), one ranged GET per chunk read, with the
+    bytes; with metadata.reportUsage=false nothing is reported."""
+    from skiff.spark.source import SkiffDataSource, SkiffInputPartition
+
+    topics = ",".join(f"codec-{c}" for c in CODECS)
+    source = SkiffDataSource(
+        {"metadata.url": cluster.metadata_url, "bucket": cluster.bucket, "subscribe": topics}
+    )
+    planned = [p for p in source.reader(source.schema()).partitions() if isinstance(p, SkiffInputPartition)]
+    chunks = sum(len(p.task.chunks) for p in planned)
+    chunk_bytes = sum(c.byte_length for p in planned for c in p.task.chunks)
+    before = _reader_usage(cluster)
+    assert _load(spark, cluster, subscribe=topics).count() > 0
+    gets, bytes_in = _reader_usage(cluster)
+    assert (gets - before[0], bytes_in - before[1]) == (chunks, chunk_bytes)
+    assert _load(spark, cluster, subscribe=topics, **{"metadata.reportUsage": "false"}).count() > 0
+    assert _reader_usage(cluster) == (gets, bytes_in)

@@ -86,9 +86,13 @@ def show_bytes(data: bytes | None, form: str) -> tuple[str, str]:
 
 
 def fmt_usd(usd: float) -> str:
-    """A cost in US dollars: '$0.0123', '$4.56', '$1,234'."""
+    """A cost in US dollars: '$0', '$0.000005', '$0.0123', '$4.56', '$1,234'."""
     if usd >= 1000:
         return f"${usd:,.0f}"
     if usd >= 1:
         return f"${usd:.2f}"
-    return f"${usd:.4f}"
+    if usd >= 0.01:
+        return f"${usd:.4f}"
+    if usd <= 0:
+        return "$0"
+    return "$" + f"{usd:.8f}".rstrip("0")  # small costs keep their first digits
