@@ -98,6 +98,8 @@ def test_the_bill_from_reported_usage_by_role() -> None:
     assert bill.storage_usd_per_month == pytest.approx(0.046)
     assert bill.usd_per_month == pytest.approx(bill.total.usd_per_hour * 730 + 0.046)
     assert "<title>00:00: 2.1 GET/s</title>" in bill.gets_chart  # 126 GETs in the first minute
+    first_minute_usd = (60 * 0.005 + 126 * 0.0004) / 1000
+    assert f"<title>00:00: {first_minute_usd * 60:.3g} USD/h</title>" in bill.cost_chart
     assert not cost.bill_view({}, [], 60_000, 3_600_000, 0, prices).reported
 
 

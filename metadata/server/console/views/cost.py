@@ -36,8 +36,9 @@ class BillView:
     reported: bool  # any process reported in the window
     stored_bytes: int
     storage_usd_per_month: float
-    requests_chart: str  # PUTs + GETs per second, per minute
+    requests_chart: str  # PUTs per second, per bucket
     gets_chart: str
+    cost_chart: str  # the request cost as USD per hour, per bucket
     prices: Prices
 
     @property
@@ -75,6 +76,7 @@ def bill_view(
     slots = sorted(by_slot)
     puts = [Point(fmt_clock(t), by_slot[t].puts * per_s) for t in slots]
     gets = [Point(fmt_clock(t), by_slot[t].gets * per_s) for t in slots]
+    usd = [Point(fmt_clock(t), usage_usd(by_slot[t], prices) * 3_600_000 / bucket_ms) for t in slots]
     return BillView(
         window_ms=window_ms,
         roles=rows,
@@ -84,5 +86,6 @@ def bill_view(
         storage_usd_per_month=prices.storage_usd_per_hour(stored_bytes) * HOURS_PER_MONTH,
         requests_chart=bar_chart(puts, title="PUTs per second (all roles)", unit="PUT/s"),
         gets_chart=bar_chart(gets, title="GETs per second (all roles)", unit="GET/s"),
+        cost_chart=bar_chart(usd, title="request cost (all roles), USD per hour", unit="USD/h"),
         prices=prices,
     )
