@@ -1,0 +1,120 @@
+"""A topic read as its Iceberg table plus the fresh tail: `read_topic_table(spark, topic, ...)`.
+
+The materializer (`skiff compact`, compactor.tables) keeps an Apache Iceberg table of each
+topic with `skiff.table.enabled=true`, each snapshot recording the offsets it covers
+(fileformat.tables_layout). This helper loads the table's current snapshot through pyiceberg's
+SQL catalog over the metadata database (`catalog_uri`), reads its Parquet data files with
+Spark's own Parquet reader (columnar, at Parquet's speed), reads the records committed since
+with the skiff source (`startingOffsets` = the offsets the snapshot covers; partitions the
+table has not reached yet from the earliest), and returns the union with the source's
+columns (`key`, `value`, `topic`, `partition`, `offset`, `timestamp`, `timestampType`, and
+`headers` with `includeHeaders`). Nothing is read twice and nothing is missed: the snapshot is
+loaded first, so the tail starts exactly where it ends.
+
+A table whose current snapshot has delete files (merge-on-read deletes) cannot be read as
+plain Parquet: then its rows come through pyiceberg (`scan().to_arrow()`, which applies the
+deletes) into Spark instead, correct but not at Parquet's speed. Parquet paths are the
+table's own (`file://`; for `s3://` the session needs the hadoop-aws `s3a://` filesystem, to
+which they are mapped). For a compacted topic the table holds the latest value per key up
+to its offsets and the tail holds every record after them: deduplicate by key if needed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from skiff.fileformat.tables_layout import (
+    CATALOG_NAME,
+    NAMESPACE,
+    catalog_properties,
+    covered_offsets,
+    table_name_for,
+    warehouse_for,
+)
+from skiff.metadata import configs
+from skiff.spark.options import EARLIEST, parse_options
+from skiff.spark.planner import SkiffSourceError, resolve_bucket, run
+
+SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+
+
+def read_topic_table(
+    spark: Any,
+    topic: str,
+    *,
+    metadata_url: str,
+    catalog_uri: str,
+    bucket: str | None = None,
+    include_headers: bool = False,
+    options: dict[str, str] | None = None,
+) -> Any:
+    """The topic's table (current snapshot) plus the records committed since, as one
+    DataFrame (see the module docstring). `options` go to the skiff source of the tail
+    (e.g. `metadata.token`, `kafka.isolation.level`)."""
+    source_options = {"metadata.url": metadata_url, "subscribe": topic, **(options or {})}
+    if bucket:
+        source_options["bucket"] = bucket
+    opts = parse_options({k.lower(): v for k, v in source_options.items()}, streaming=False)
+
+    def describe(client: Any) -> tuple[str, int, str | None]:
+        found = client.describe_topics([topic]).get(topic)
+        if found is None:
+            raise SkiffSourceError(f"no topic named {topic!r}")
+        return (
+            resolve_bucket(client, opts),
+            found.partition_count,
+            configs.config_value(found.configs, configs.TABLE_NAME),
+        )
+
+    bucket_url, partitions, configured_name = run(describe, opts)
+    table = _load_table(catalog_uri, bucket_url, table_name_for(topic, configured_name))
+    snapshot = table.current_snapshot()
+    covered = covered_offsets(None if snapshot is None else snapshot.summary.additional_properties)
+    columns = SOURCE_COLUMNS + (["headers"] if include_headers else [])
+    materialized = _table_frame(spark, table, topic, columns)
+    starting = {topic: {str(p): covered.get(p, EARLIEST) for p in range(partitions)}}
+    reader = spark.read.format("skiff")
+    for k, v in source_options.items():
+        reader = reader.option(k, v)
+    tail = (
+        reader.option("startingOffsets", json.dumps(starting))
+        .option("includeHeaders", "true" if include_headers else "false")
+        .load()
+        .select(*columns)
+    )
+    return tail if materialized is None else materialized.unionByName(tail)
+
+
+def _load_table(catalog_uri: str, bucket_url: str, name: str) -> Any:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    catalog = SqlCatalog(CATALOG_NAME, **catalog_properties(catalog_uri, warehouse_for(bucket_url)))
+    try:
+        return catalog.load_table((NAMESPACE, name))
+    except NoSuchTableError:
+        raise SkiffSourceError(
+            f"no table {NAMESPACE}.{name} in the catalog at {catalog_uri}: is skiff.table.enabled set on the topic"
+            " and has `skiff compact` run since?"
+        ) from None
+
+
+def _table_frame(spark: Any, table: Any, topic: str, columns: list[str]) -> Any:
+    """The current snapshot's rows with the source's columns (None for an empty table)."""
+    from pyspark.sql import functions as F
+
+    if table.current_snapshot() is None:
+        return None
+    tasks = list(table.scan().plan_files())
+    if not tasks:
+        return None
+    if any(t.delete_files for t in tasks):  # deletes to apply: pyiceberg applies them
+        frame = spark.createDataFrame(table.scan().to_arrow().to_pandas())
+    else:
+        frame = spark.read.parquet(*(_spark_path(t.file.file_path) for t in tasks))
+    return frame.withColumn("topic", F.lit(topic)).select(*columns)
+
+
+def _spark_path(path: str) -> str:
+    return "s3a://" + path[len("s3://") :] if path.startswith("s3://") else path
