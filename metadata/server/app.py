@@ -48,8 +48,10 @@ from skiff.metadata.schemas.errors import RegistryError
 from skiff.metadata.server import auth as auth_mod
 from skiff.metadata.server import metrics as metrics_mod
 from skiff.metadata.server.auth import MetadataAuth, TokenTable, public
+from skiff.metadata.server.bucket import LazyBucket
 from skiff.metadata.server.console import mount_console
 from skiff.metadata.server.health import ReadinessProbe
+from skiff.metadata.server.iceberg_rest import iceberg_router
 from skiff.metadata.server.lag_sampler import LagSampler
 from skiff.metadata.server.registry_api import registry_routers
 from skiff.metadata.server.routes import operation_routers
@@ -189,6 +191,7 @@ def create_app(
         app.include_router(router)
     for router in registry_routers(service):  # Confluent Schema Registry's REST API
         app.include_router(router)
+    app.include_router(iceberg_router(LazyBucket(service)))  # the tables' Iceberg REST catalog
     metrics = metrics_mod.install(app, service, auth)  # GET /metrics (metadata.server.metrics)
     app.include_router(health_router(service, ready_timeout_ms))
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)

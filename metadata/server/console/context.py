@@ -11,7 +11,6 @@ browser), from the URL the service was given (`skiff metadata --bucket`, the pla
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,11 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from skiff.fileformat.objectstore import ObjectStore, open_store
+from skiff.fileformat.objectstore import ObjectStore
 from skiff.fileformat.objectstore.pricing import Prices
-from skiff.metadata.errors import INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION, MetadataError
+from skiff.metadata.errors import UNKNOWN_TOPIC_OR_PARTITION, MetadataError
 from skiff.metadata.server.auth import MetadataAuth
+from skiff.metadata.server.bucket import LazyBucket
 from skiff.metadata.server.console.session import caller_roles, csrf_token
 from skiff.metadata.server.console.views import formats
 from skiff.metadata.server.lag_sampler import LagSampler
@@ -52,8 +52,7 @@ class ConsoleContext:
         )
         for name in ("fmt_bytes", "fmt_count", "fmt_time", "fmt_age", "fmt_usd"):
             self.env.globals[name] = getattr(formats, name)
-        self._store: ObjectStore | None = None
-        self._store_lock = threading.Lock()
+        self.bucket = LazyBucket(service)
 
     def sample_lag(self) -> None:
         """A lag sample now if the current interval has none (metadata.server.lag_sampler)."""
@@ -64,22 +63,10 @@ class ConsoleContext:
 
     def store(self) -> ObjectStore:
         """The bucket the agents write to; MetadataError if the service was not told it."""
-        url = self.service.bucket_url()
-        if url is None:
-            raise MetadataError(
-                INVALID_REQUEST,
-                "this metadata service does not know the bucket (start it with --bucket) to read records from",
-            )
-        with self._store_lock:
-            if self._store is None:
-                self._store = open_store(url)
-            return self._store
+        return self.bucket.store()
 
     def close(self) -> None:
-        with self._store_lock:
-            if self._store is not None:
-                self._store.close()
-                self._store = None
+        self.bucket.close()
 
     def render(
         self,
