@@ -39,12 +39,8 @@ queue, first come first served, instead of each holding its own tens of MiB) fro
 before the request until its bytes are in the cache. Spans are never coalesced beyond
 that bound (a single range longer than it is read alone, holding the whole budget).
 Read-ahead (`get_ranges(..., readahead=...)`: ranges nobody needs yet, read along
-because they would join a needed span within the gap: the rest of an object the caller
-reads anyway) joins that span's GET. With `readahead_waits` (the default) a span with
-read-ahead waits for room like any other: the bytes would cost a GET of their own at the
-next fetch otherwise (under load, when the budget is rarely free at once, that doubled the
-GETs per file). Without it, read-ahead joins only when the budget has room at once and is
-dropped, not waited for, otherwise (`readahead_skipped_bytes`).
+because they would join a needed span within the gap) is only ever speculative: it is
+added to a span only when the budget has room for it at once, never waited for.
 
 `put` of an object (a file this agent just wrote) keeps the whole object when
 `keep_puts` is on and it fits, so tail consumers on this agent need no GET at all.
@@ -81,11 +77,6 @@ class ByteBudget:
         self.used_bytes = 0
         self.peak_bytes = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
-
-    @property
-    def waiting(self) -> int:
-        """Requests queued for room."""
-        return len(self._waiters)
 
     def _grant(self, n: int) -> None:
         self.used_bytes += n
@@ -165,7 +156,6 @@ class RangeCache(AsyncObjectStore):
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
         keep_puts: bool = True,
         max_loads_in_flight: int = DEFAULT_MAX_LOADS_IN_FLIGHT,
-        readahead_waits: bool = True,
     ) -> None:
         if max_bytes < 0:
             raise ValueError("max_bytes must be >= 0")
@@ -177,7 +167,6 @@ class RangeCache(AsyncObjectStore):
         self.max_bytes = max_bytes
         self.coalesce_gap_bytes = coalesce_gap_bytes
         self.keep_puts = keep_puts
-        self.readahead_waits = readahead_waits
         self.inflight = ByteBudget(max_inflight_bytes)
         self._spans: OrderedDict[SpanKey, bytes] = OrderedDict()  # LRU order
         self._starts: dict[str, list[int]] = {}  # per object: sorted starts of cached spans
@@ -388,8 +377,8 @@ class RangeCache(AsyncObjectStore):
         """The bytes of each range (see the module docstring for caching, coalescing,
         single flight and the in-flight bound); `gap_bytes` overrides the configured
         coalescing gap for this call. `readahead` ranges are not returned: they are read
-        into the cache when they join a span read for `ranges` (with `readahead_waits` off,
-        only when the in-flight budget has room now)."""
+        into the cache only when they join a span read for `ranges` and the in-flight
+        budget has room now."""
         gap = self.coalesce_gap_bytes if gap_bytes is None else gap_bytes
         out, parts = self._plan(key, ranges)
         unloaded = [p for pieces in parts for p in pieces if p.loading is None]
@@ -404,8 +393,7 @@ class RangeCache(AsyncObjectStore):
         self, key: str, pieces: list[_Piece], readahead: Sequence[tuple[int, int]], gap: int
     ) -> None:
         """Start the loads for `pieces` (nobody loads them yet), coalesced, with the
-        read-ahead that joins their spans (waiting for room, or only with room now:
-        `readahead_waits`). Pieces
+        read-ahead that joins their spans when the in-flight budget has room now. Pieces
         on both sides of a load in flight within the gap share one GET across it, as
         across any gap (re-reading up to `gap` bytes costs less than a request); a
         read-ahead range overlapping a load in flight is left out."""
@@ -422,9 +410,9 @@ class RangeCache(AsyncObjectStore):
             ahead = sum(together[m][1] for m in span.members if m >= len(needed))
             if not mine:
                 continue  # read-ahead alone is not worth a GET of its own
-            if ahead:  # read-ahead joins this span: at once with room, else waiting (readahead_waits)
+            if ahead:  # read-ahead joins this span only if there is room for it now
                 held = self.inflight.try_acquire(span.length)
-                if held is not None or self.readahead_waits:
+                if held is not None:
                     self.readahead_bytes += ahead
                     loading = self._start_load(key, span.start, span.length, held)
                     for m in mine:

@@ -189,39 +189,11 @@ async def test_bytes_in_flight_never_exceed_the_bound() -> None:
         drop_memory_bucket(inner.bucket)
 
 
-async def test_read_ahead_waits_for_room_with_its_span() -> None:
-    """The default: a span with read-ahead that does not fit now waits for room, and the
-    object costs one GET instead of two."""
+async def test_read_ahead_joins_a_get_only_with_room() -> None:
     inner = CountingStore(target=2)
     await inner.put("obj", BLOB)
     await inner.put("other", BLOB)
     cache = RangeCache(inner, max_bytes=1 << 20, coalesce_gap_bytes=200, max_inflight_bytes=2000)
-    inner.gate = asyncio.Event()
-    busy = asyncio.create_task(cache.get_range("other", 0, 1500))  # holds 1500 of 2000
-    await inner.started.wait()
-    needed = asyncio.create_task(cache.get_ranges("obj", [(0, 300)], readahead=[(400, 300)]))
-    for _ in range(100):  # let it queue: the 700-byte span does not fit in the 500 left
-        if cache.inflight.waiting:
-            break
-        await asyncio.sleep(0)
-    assert cache.inflight.waiting == 1 and len(inner.calls) == 1
-    inner.gate.set()
-    await busy
-    assert bytes((await needed)[0]) == BLOB[:300]
-    assert inner.calls[1] == ("obj", 0, 700)  # one GET: needed and read-ahead together
-    assert cache.readahead_bytes == 300 and cache.readahead_skipped_bytes == 0
-    assert await cache.get_range("obj", 400, 300) == BLOB[400:700]
-    assert len(inner.calls) == 2
-    drop_memory_bucket(inner.bucket)
-
-
-async def test_read_ahead_joins_a_get_only_with_room_when_it_does_not_wait() -> None:
-    inner = CountingStore(target=2)
-    await inner.put("obj", BLOB)
-    await inner.put("other", BLOB)
-    cache = RangeCache(
-        inner, max_bytes=1 << 20, coalesce_gap_bytes=200, max_inflight_bytes=2000, readahead_waits=False
-    )
     inner.gate = asyncio.Event()
     busy = asyncio.create_task(cache.get_range("other", 0, 1500))  # holds 1500 of 2000
     await inner.started.wait()
