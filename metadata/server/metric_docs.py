@@ -191,6 +191,29 @@ METADATA_METRIC_DOCS: tuple[MetricDoc, ...] = (
         METADATA,
     ),
     MetricDoc(
+        ("skiff_table_behind_offsets",),
+        "gauge",
+        "table",
+        "offsets committed to a topic with `skiff.table.enabled` and not yet in its Iceberg table (at most 200 "
+        "tables)",
+        METADATA,
+    ),
+    MetricDoc(
+        ("skiff_table_freshness_seconds",),
+        "gauge",
+        "table",
+        "age of the oldest committed record the table lacks (its file's commit time; 0 when caught up): what a "
+        "reader of the table does not see yet",
+        METADATA,
+    ),
+    MetricDoc(
+        ("skiff_table_snapshot_age_seconds",),
+        "gauge",
+        "table",
+        "seconds since the table's last snapshot (tables with one)",
+        METADATA,
+    ),
+    MetricDoc(
         ("skiff_maintenance_last_success_age_seconds",),
         "gauge",
         "task",

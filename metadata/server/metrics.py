@@ -46,6 +46,9 @@ from prometheus_client.registry import Collector
 from skiff.metadata.db import observe_transactions
 from skiff.metadata.server import metrics_queries
 from skiff.metadata.server.auth import MetadataAuth, allow, iter_routes
+from skiff.metadata.server.bucket import LazyBucket
+from skiff.metadata.server.iceberg_rest import CatalogRows
+from skiff.metadata.server.table_freshness import TableFreshness
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import ChunkResult, ChunkSpec, FileSpec
 from skiff.metadata.wire.roles import READER
@@ -132,7 +135,8 @@ class MetadataMetrics:
         self.commits = commit_counter(svc)
         observe_transactions(svc.engine, self.observe_transaction)
         self.known_paths: frozenset[str] = frozenset()
-        self.cache = metrics_queries.ScrapeCache(svc, SCRAPE_CACHE_S)
+        tables = TableFreshness(CatalogRows(LazyBucket(svc)))  # the topics' Iceberg tables
+        self.cache = metrics_queries.ScrapeCache(svc, SCRAPE_CACHE_S, tables=tables)
         self.registry = CollectorRegistry()
         self.registry.register(_Collector(self))
 

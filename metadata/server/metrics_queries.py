@@ -40,6 +40,7 @@ from skiff.metadata.db import read_tx
 from skiff.metadata.schema import compaction_state, files, group_leases, group_offsets, partitions, topics
 from skiff.metadata.server.cost_queries import HOUR_MS, topic_costs, usage_usd
 from skiff.metadata.server.metric_docs import MAX_LAG_SERIES
+from skiff.metadata.server.table_freshness import TableFreshness
 from skiff.metadata.service import MetadataService
 from skiff.metadata.types import StoreUsage
 from skiff.metadata.usage import MINUTE_MS, USAGE_ROLES
@@ -52,8 +53,15 @@ class ScrapeCache:
     """The families below, computed at most every `ttl_s` (thread-safe: scrapes run in
     the server's thread pool)."""
 
-    def __init__(self, svc: MetadataService, ttl_s: float, prices: Prices | None = None) -> None:
+    def __init__(
+        self,
+        svc: MetadataService,
+        ttl_s: float,
+        prices: Prices | None = None,
+        tables: TableFreshness | None = None,
+    ) -> None:
         self._svc = svc
+        self._tables = tables
         self._ttl_s = ttl_s
         self._prices = prices or Prices.from_env()
         self._lock = threading.Lock()
@@ -77,6 +85,8 @@ class ScrapeCache:
             yield from topic_cost_families(conn, now_ms, self._prices)
         yield from usage_families(self._svc, now_ms, self._prices)
         yield from compaction_families(self._svc)
+        if self._tables is not None:
+            yield from table_families(self._tables, now_ms)
 
 
 def lease_families(conn: Connection, now_ms: int) -> Iterator[Metric]:
@@ -245,6 +255,29 @@ def usage_families(svc: MetadataService, now_ms: int, prices: Prices) -> Iterato
         moved.add_metric([role, "in"], u.bytes_in)
         cost.add_metric([role], usage_usd(u, prices))
     yield from (requests, moved, cost)
+
+
+def table_families(tables: TableFreshness, now_ms: int) -> Iterator[Metric]:
+    """How far each topic's Iceberg table is behind (metadata.server.table_freshness)."""
+    behind = GaugeMetricFamily(
+        "skiff_table_behind_offsets",
+        "Offsets committed to the topic and not yet in its table",
+        labels=["table"],
+    )
+    fresh = GaugeMetricFamily(
+        "skiff_table_freshness_seconds",
+        "Age of the oldest committed record not yet in the table (0: caught up)",
+        labels=["table"],
+    )
+    age = GaugeMetricFamily(
+        "skiff_table_snapshot_age_seconds", "Seconds since the table's last snapshot", labels=["table"]
+    )
+    for t in tables.states(now_ms):
+        behind.add_metric([t.table], t.behind_offsets)
+        fresh.add_metric([t.table], t.freshness_s)
+        if t.snapshot_age_s is not None:
+            age.add_metric([t.table], t.snapshot_age_s)
+    yield from (behind, fresh, age)
 
 
 def compaction_families(svc: MetadataService) -> Iterator[Metric]:

@@ -25,7 +25,9 @@ from skiff.metadata.server.auth import MetadataAuth
 from skiff.metadata.server.bucket import LazyBucket
 from skiff.metadata.server.console.session import caller_roles, csrf_token
 from skiff.metadata.server.console.views import formats
+from skiff.metadata.server.iceberg_rest import CatalogRows
 from skiff.metadata.server.lag_sampler import LagSampler
+from skiff.metadata.server.table_freshness import TableFreshness
 from skiff.metadata.service import MetadataService
 from skiff.metadata.wire.roles import ADMIN
 
@@ -53,6 +55,7 @@ class ConsoleContext:
         for name in ("fmt_bytes", "fmt_count", "fmt_time", "fmt_age", "fmt_usd"):
             self.env.globals[name] = getattr(formats, name)
         self.bucket = LazyBucket(service)
+        self.tables = TableFreshness(CatalogRows(self.bucket))  # the topics' Iceberg tables
 
     def sample_lag(self) -> None:
         """A lag sample now if the current interval has none (metadata.server.lag_sampler)."""

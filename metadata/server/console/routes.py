@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
+from skiff.metadata import configs
 from skiff.metadata.db import read_tx
 from skiff.metadata.errors import UNKNOWN_TOPIC_OR_PARTITION, MetadataError
 from skiff.metadata.server.auth import allow
@@ -154,10 +155,12 @@ def _topic(ctx: ConsoleContext, request: Request, name: str) -> HTMLResponse:
     partitions = data.partition_rows(states, queries.partition_sizes(engine, topic.topic_id), compaction, now)
     offset = _int_arg(request, "offset", 0)
     files, total = queries.topic_files(engine, topic.topic_id, limit=PAGE_ROWS, offset=offset)
+    table = ctx.tables.state(topic, now) if configs.table_enabled(topic.configs) else None
     return ctx.render(
         request,
         "topic.html",
         title=f"Topic {topic.name}",
+        table=table,
         nav="Topics",
         topic=topic,
         compacted=data.topic_is_compacted(topic),
