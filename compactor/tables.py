@@ -68,8 +68,9 @@ class TablesConfig:
     max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES
     paced: bool = False  # respect skiff.table.commit.interval.ms (the maintenance loop)
     topic: str | None = None  # only this topic
-    # The test hook: called after a commit's Parquet files are written, before the commit.
-    before_commit: Callable[[str], None] | None = None
+    # The test hook (compactor.tables_pause): called with (stage, table) at each stage of
+    # each commit: "after_parquet", "before_commit", "after_commit".
+    hook: Callable[[str, str], None] | None = None
 
 
 @dataclass
@@ -162,16 +163,32 @@ def _last_commit_ms(table: Any) -> int:
 
 
 def append_commit(
-    table: Any, data: pa.Table, offsets: dict[int, int], hook: Callable[[str], None] | None
+    table: Any, data: pa.Table, offsets: dict[int, int], hook: Callable[[str, str], None] | None
 ) -> None:
     """Write `data` and commit it with `offsets` in the same snapshot (refused if the table
-    moved since it was loaded)."""
+    moved since it was loaded). `hook` sees the stages of compactor.tables_pause."""
     tx = table.transaction()
     props = {OFFSETS_PROPERTY: json.dumps({str(p): o for p, o in sorted(offsets.items())})}
     tx.append(data, snapshot_properties=props)  # the Parquet files are written here
-    if hook is not None:
-        hook(table.name()[-1])
-    tx.commit_transaction()
+    if hook is None:
+        tx.commit_transaction()
+        return
+    name = table.name()[-1]
+    hook("after_parquet", name)
+    catalog = table.catalog
+    write_metadata = catalog._write_metadata
+
+    def write_then_pause(*args: Any, **kwargs: Any) -> None:
+        # pyiceberg's commit writes the new metadata JSON, then swaps the location in SQL
+        write_metadata(*args, **kwargs)
+        hook("before_commit", name)
+
+    catalog._write_metadata = write_then_pause
+    try:
+        tx.commit_transaction()
+    finally:
+        del catalog._write_metadata  # the static method again
+    hook("after_commit", name)
 
 
 async def _partition_states(md: CompactorClient, topic: Topic) -> list[PartitionState]:
@@ -269,7 +286,7 @@ async def _materialize(
         if not reads:
             return records
         data = await asyncio.to_thread(read_ranges, store, reads)
-        await asyncio.to_thread(append_commit, table, data, after, config.before_commit)
+        await asyncio.to_thread(append_commit, table, data, after, config.hook)
         records += data.num_rows
     return records
 

@@ -208,15 +208,15 @@ async def test_crash_between_parquet_write_and_commit(
 
     calls: list[str] = []
 
-    def crash_on_second(name: str) -> None:
+    def crash_on_second(stage: str, name: str) -> None:
+        if stage != "after_parquet":
+            return
         calls.append(name)
         if len(calls) == 2:
             raise _Crash("killed between the Parquet write and the snapshot commit")
 
     # max_commit_bytes 1: each commit covers one answer of find_chunks, so there are several
-    tables = TablesConfig(
-        db_url, warehouse_for(bucket_url), max_commit_bytes=1, before_commit=crash_on_second
-    )
+    tables = TablesConfig(db_url, warehouse_for(bucket_url), max_commit_bytes=1, hook=crash_on_second)
     config = RunnerConfig(tables=tables, retention=False, gc=False, expire_offsets=False)
     md = HttpMetadataClient(metadata_url)
     store = open_store(bucket_url)
