@@ -468,6 +468,7 @@ def _with_tables(args: argparse.Namespace, config: RunnerConfig, bucket_url: str
         _holder(args),
         lease_ms=args.lease_ms,
         max_commit_bytes=args.table_max_commit_bytes,
+        orphan_grace_ms=args.orphan_grace_ms,
         topic=args.topic,
     )
     return dataclasses.replace(config, tables=tables)

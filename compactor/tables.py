@@ -38,9 +38,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-from skiff.compactor.gc import TABLES_PREFIX
+import pyarrow.compute as pc
+from skiff.compactor import metrics
+from skiff.compactor.gc import DEFAULT_ORPHAN_GRACE_MS, TABLES_PREFIX
+from skiff.compactor.tables_commit import OFFSETS_PROPERTY, commit_batch
 from skiff.compactor.tables_read import ARROW_SCHEMA, RangeRead, read_ranges
+from skiff.compactor.tables_retention import (
+    DEFAULT_MIN_SMALL_FILES,
+    DEFAULT_SMALL_FILE_BYTES,
+    UpkeepStats,
+    delete_orphans,
+    expire_snapshots,
+    rewrite_small_files,
+)
 from skiff.fileformat.chunk_reader import ChunkLocation
 from skiff.fileformat.objectstore import ObjectStore
 from skiff.metadata import configs
@@ -51,7 +61,6 @@ log = logging.getLogger(__name__)
 
 CATALOG_NAME = "skiff"
 NAMESPACE = "skiff"
-OFFSETS_PROPERTY = "skiff.offsets"
 READ_COMMITTED_LEVEL = 1
 FIND_CHUNKS_PAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_COMMIT_BYTES = 256 * 1024 * 1024
@@ -68,6 +77,10 @@ class TablesConfig:
     max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES
     paced: bool = False  # respect skiff.table.commit.interval.ms (the maintenance loop)
     topic: str | None = None  # only this topic
+    # upkeep (compactor.tables_retention): small-file rewrite thresholds, the orphans' grace
+    small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES
+    min_small_files: int = DEFAULT_MIN_SMALL_FILES
+    orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS
     # The test hook (compactor.tables_pause): called with (stage, table) at each stage of
     # each commit: "after_parquet", "before_commit", "after_commit".
     hook: Callable[[str, str], None] | None = None
@@ -162,35 +175,6 @@ def _last_commit_ms(table: Any) -> int:
     return int(snap.timestamp_ms) if snap is not None else 0
 
 
-def append_commit(
-    table: Any, data: pa.Table, offsets: dict[int, int], hook: Callable[[str, str], None] | None
-) -> None:
-    """Write `data` and commit it with `offsets` in the same snapshot (refused if the table
-    moved since it was loaded). `hook` sees the stages of compactor.tables_pause."""
-    tx = table.transaction()
-    props = {OFFSETS_PROPERTY: json.dumps({str(p): o for p, o in sorted(offsets.items())})}
-    tx.append(data, snapshot_properties=props)  # the Parquet files are written here
-    if hook is None:
-        tx.commit_transaction()
-        return
-    name = table.name()[-1]
-    hook("after_parquet", name)
-    catalog = table.catalog
-    write_metadata = catalog._write_metadata
-
-    def write_then_pause(*args: Any, **kwargs: Any) -> None:
-        # pyiceberg's commit writes the new metadata JSON, then swaps the location in SQL
-        write_metadata(*args, **kwargs)
-        hook("before_commit", name)
-
-    catalog._write_metadata = write_then_pause
-    try:
-        tx.commit_transaction()
-    finally:
-        del catalog._write_metadata  # the static method again
-    hook("after_commit", name)
-
-
 async def _partition_states(md: CompactorClient, topic: Topic) -> list[PartitionState]:
     keys = [PartitionKey(topic.topic_id, p) for p in range(topic.partition_count)]
     return await md.partition_states(keys)
@@ -231,7 +215,8 @@ async def plan_commit(
             )
         chunks = tuple(c for c in info.chunks if c.base_offset < end)
         until = _until(chunks, start, end)
-        if chunks and chunks[0].base_offset > start:  # a gap (retention, DeleteRecords)
+        # a gap (retention, DeleteRecords); on a compacted topic, also the records compaction removed
+        if chunks and chunks[0].base_offset > start and not configs.is_compacted(topic.configs):
             log.warning(
                 "tables: %s-%d offsets %d to %d are gone before materializing",
                 topic.name,
@@ -269,26 +254,51 @@ async def materialize_topic(
 async def _materialize(
     md: CompactorClient, store: ObjectStore, topic: Topic, config: TablesConfig, catalog: Any
 ) -> int:
+    name = table_name(topic)
     spec = configs.config_value(topic.configs, configs.TABLE_PARTITION_SPEC)
-    table = await asyncio.to_thread(ensure_table, catalog, table_name(topic), spec)
+    table = await asyncio.to_thread(ensure_table, catalog, name, spec)
     interval_ms = configs.config_int(topic.configs, configs.TABLE_COMMIT_INTERVAL_MS)
     if config.paced and time.time() * 1000 - _last_commit_ms(table) < interval_ms:
         return 0
     states = await _partition_states(md, topic)
     ends = {p: s.last_stable_offset for p, s in enumerate(states) if not s.error_code}
+    upsert = configs.is_compacted(topic.configs)  # latest value per key (compactor.tables_commit)
     records = 0
     for _ in range(MAX_COMMITS_PER_TOPIC):
-        table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, table_name(topic)))
+        table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, name))
         done = committed_offsets(table)
         for p, s in enumerate(states):
             done.setdefault(p, max(s.log_start_offset, 0))
         reads, after = await plan_commit(md, topic, done, ends, config.max_commit_bytes)
         if not reads:
-            return records
+            break
         data = await asyncio.to_thread(read_ranges, store, reads)
-        await asyncio.to_thread(append_commit, table, data, after, config.hook)
+        await asyncio.to_thread(commit_batch, table, data, after, upsert=upsert, hook=config.hook)
         records += data.num_rows
+        newest = pc.max(data.column("timestamp")).value if data.num_rows else None
+        input_bytes = sum(c.byte_length for r in reads for c in r.chunks)
+        metrics.table_committed(name, data.num_rows, input_bytes, newest // 1000 if newest else None)
+    table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, name))
+    retention_ms = configs.config_int(topic.configs, configs.TABLE_SNAPSHOT_RETENTION_MS)
+    await asyncio.to_thread(upkeep, table, store, config, retention_ms)
     return records
+
+
+def upkeep(table: Any, store: ObjectStore, config: TablesConfig, retention_ms: int) -> UpkeepStats:
+    """Small files rewritten, then old snapshots expired, then orphans deleted (in this
+    order: the rewritten files become orphans once the snapshots naming them expire)."""
+    stats = UpkeepStats()
+    stats.files_rewritten = rewrite_small_files(table, config.small_file_bytes, config.min_small_files)
+    if stats.files_rewritten:
+        table = table.refresh()
+    now_ms = int(time.time() * 1000)
+    stats.snapshots_expired = expire_snapshots(table, retention_ms, now_ms)
+    if stats.snapshots_expired:
+        table = table.refresh()
+    bucket_url = config.warehouse.removesuffix("/" + TABLES_PREFIX.rstrip("/"))
+    stats.orphans_deleted = delete_orphans(table, store, bucket_url, config.orphan_grace_ms, now_ms)
+    metrics.table_upkeep(stats.files_rewritten, stats.snapshots_expired, stats.orphans_deleted)
+    return stats
 
 
 async def materialize_all(md: CompactorClient, store: ObjectStore, config: TablesConfig) -> TablesSummary:
