@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -38,10 +39,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from skiff.compactor import metrics
 from skiff.compactor.gc import DEFAULT_ORPHAN_GRACE_MS, TABLES_PREFIX
-from skiff.compactor.tables_commit import OFFSETS_PROPERTY, commit_batch
+from skiff.compactor.tables_commit import OFFSETS_PROPERTY, commit_batch, offsets_properties
 from skiff.compactor.tables_read import ARROW_SCHEMA, RangeRead, read_ranges
 from skiff.compactor.tables_retention import (
     DEFAULT_MIN_SMALL_FILES,
@@ -50,6 +52,12 @@ from skiff.compactor.tables_retention import (
     delete_orphans,
     expire_snapshots,
     rewrite_small_files,
+)
+from skiff.compactor.tables_values import (
+    DEAD_LETTER_SCHEMA,
+    split_dead_letters,
+    table_value_is_raw,
+    value_schemas,
 )
 from skiff.fileformat.chunk_reader import ChunkLocation
 from skiff.fileformat.objectstore import ObjectStore
@@ -65,6 +73,7 @@ READ_COMMITTED_LEVEL = 1
 FIND_CHUNKS_PAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_COMMIT_BYTES = 256 * 1024 * 1024
 DEFAULT_LEASE_MS = 120_000
+DEAD_LETTERS_SUFFIX = "_dead_letters"
 MAX_COMMITS_PER_TOPIC = 10_000  # a safety net: each commit advances at least one partition
 
 
@@ -138,8 +147,8 @@ def table_name(topic: Topic) -> str:
     return configs.config_value(topic.configs, configs.TABLE_NAME) or topic.name.replace(".", "_")
 
 
-def ensure_table(catalog: Any, name: str, spec: str) -> Any:
-    """Load `skiff.<name>`, or create it with `ARROW_SCHEMA` and the partition spec."""
+def ensure_table(catalog: Any, name: str, spec: str, schema: pa.Schema = ARROW_SCHEMA) -> Any:
+    """Load `skiff.<name>`, or create it with `schema` and the partition spec."""
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
     from pyiceberg.transforms import parse_transform
 
@@ -148,7 +157,7 @@ def ensure_table(catalog: Any, name: str, spec: str) -> Any:
         return catalog.load_table(ident)
     except NoSuchTableError:
         pass
-    tx = catalog.create_table_transaction(ident, schema=ARROW_SCHEMA)
+    tx = catalog.create_table_transaction(ident, schema=schema)
     fields = configs.parse_partition_spec(spec)
     if fields:
         with tx.update_spec() as update:
@@ -256,10 +265,15 @@ async def _materialize(
 ) -> int:
     name = table_name(topic)
     spec = configs.config_value(topic.configs, configs.TABLE_PARTITION_SPEC)
-    table = await asyncio.to_thread(ensure_table, catalog, name, spec)
+    schemas = await value_schemas(md, topic.name)  # None: raw values (compactor.tables_values)
+    schema = ARROW_SCHEMA
+    if schemas is not None:
+        schema = schema.set(schema.get_field_index("value"), pa.field("value", schemas.arrow_type()))
+    table = await asyncio.to_thread(ensure_table, catalog, name, spec, schema)
     interval_ms = configs.config_int(topic.configs, configs.TABLE_COMMIT_INTERVAL_MS)
     if config.paced and time.time() * 1000 - _last_commit_ms(table) < interval_ms:
         return 0
+    decoder = schemas.decoder() if schemas is not None and not table_value_is_raw(table) else None
     states = await _partition_states(md, topic)
     ends = {p: s.last_stable_offset for p, s in enumerate(states) if not s.error_code}
     upsert = configs.is_compacted(topic.configs)  # latest value per key (compactor.tables_commit)
@@ -273,7 +287,13 @@ async def _materialize(
         if not reads:
             break
         data = await asyncio.to_thread(read_ranges, store, reads)
-        await asyncio.to_thread(commit_batch, table, data, after, upsert=upsert, hook=config.hook)
+        if decoder is not None:
+            data, dead = await asyncio.to_thread(split_dead_letters, data, decoder)
+            if dead.num_rows:  # committed first: its own offsets skip them on a rerun
+                added = await asyncio.to_thread(commit_dead_letters, catalog, name, dead, after)
+                metrics.TABLE_DEAD_LETTERS.inc(added)
+        commit = functools.partial(commit_batch, upsert=upsert, evolve=decoder is not None, hook=config.hook)
+        await asyncio.to_thread(commit, table, data, after)
         records += data.num_rows
         newest = pc.max(data.column("timestamp")).value if data.num_rows else None
         input_bytes = sum(c.byte_length for r in reads for c in r.chunks)
@@ -282,6 +302,22 @@ async def _materialize(
     retention_ms = configs.config_int(topic.configs, configs.TABLE_SNAPSHOT_RETENTION_MS)
     await asyncio.to_thread(upkeep, table, store, config, retention_ms)
     return records
+
+
+def commit_dead_letters(catalog: Any, name: str, dead: pa.Table, offsets: dict[int, int]) -> int:
+    """Append to `skiff.<name>_dead_letters` the rows it does not hold yet (its snapshots
+    carry the offsets they cover); the rows added."""
+    table = ensure_table(catalog, name + DEAD_LETTERS_SUFFIX, "", DEAD_LETTER_SCHEMA)
+    done = committed_offsets(table)
+    fresh = [
+        o >= done.get(p, 0)
+        for p, o in zip(dead["partition"].to_pylist(), dead["offset"].to_pylist(), strict=True)
+    ]
+    rows = dead.filter(pa.array(fresh, pa.bool_()))
+    tx = table.transaction()
+    tx.append(rows, snapshot_properties=offsets_properties(offsets))
+    tx.commit_transaction()
+    return int(rows.num_rows)
 
 
 def upkeep(table: Any, store: ObjectStore, config: TablesConfig, retention_ms: int) -> UpkeepStats:

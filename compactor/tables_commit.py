@@ -81,12 +81,23 @@ def key_filter(keys: dict[int, list[bytes]]) -> Any:
 
 
 def commit_batch(
-    table: Any, data: pa.Table, offsets: dict[int, int], *, upsert: bool, hook: Hook | None
+    table: Any,
+    data: pa.Table,
+    offsets: dict[int, int],
+    *,
+    upsert: bool,
+    evolve: bool = False,
+    hook: Hook | None,
 ) -> int:
     """Write `data` (appended, or upserted by key) and commit it with `offsets` in the same
-    transaction (refused if the table moved since it was loaded). `hook` sees the stages of
+    transaction (refused if the table moved since it was loaded); `evolve`: first widen the
+    table's schema to `data`'s (typed values, compactor.tables_values), so the change is in
+    the snapshot of the first rows that need it. `hook` sees the stages of
     compactor.tables_pause. The rows appended."""
     tx = table.transaction()
+    if evolve:
+        with tx.update_schema() as update:  # no change, no schema update
+            update.union_by_name(data.schema)
     props = offsets_properties(offsets)
     rows = data
     if upsert:
