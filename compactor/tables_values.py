@@ -23,8 +23,8 @@ and the rest of the topic goes on. The dead-letter table records the offsets it 
 its own snapshots, so a rerun after a crash between its commit and the table's skips the
 rows it already holds.
 
-Authorization: the materializer reads the registry with its metadata token; with tokens
-on, that is a `compactor,reader` token (the `compactor` role alone cannot read schemas).
+Authorization: the materializer reads the registry with its metadata token; the schema
+lookups admit the `compactor` role (metadata.wire.schema_operations, SCHEMA_READ).
 """
 
 from __future__ import annotations

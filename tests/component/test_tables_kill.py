@@ -10,6 +10,9 @@ subprocesses stopped by the test hook `SKIFF_TABLES_PAUSE_AT` (compactor.tables_
   snapshot commit): the table holds a duplicate-free prefix of the records; a rerun once
   the dead run's lease has expired leaves exactly what a read_committed consumer reads (no
   duplicate, no gap).
+- The same for a compacted topic's table killed mid-upsert (its second commit, after the
+  copy-on-write rewrite and the new rows are written): the rerun leaves the latest value
+  per key, each key once.
 - While one `skiff compact` holds a topic (paused mid-commit), another one run beside it
   materializes nothing of that topic.
 - `skiff playground`'s maintenance timer materializes a table-enabled topic by itself.
@@ -116,6 +119,35 @@ def test_sigkill_at_every_stage_then_rerun(
         rerun = _compact_once(argv)
         assert rerun["table_records"] == len(want) - len(rows)
         assert _table_rows(_load(db_url, topic).scan().to_arrow()) == want
+
+
+def test_sigkill_mid_upsert_then_rerun(
+    metadata_server: tuple[str, MetadataService, ShiftedClock],  # noqa: F811 (first: torn down after the agent)
+    spawn_skiff: Callable[..., SkiffProcess],
+    tmp_path: Path,
+) -> None:
+    from tests.component.test_tables_upkeep import Latest, _produce_versions, _rows_by_key
+
+    metadata_url, _svc, clock = metadata_server
+    db_url = f"sqlite:///{tmp_path / 'm.db'}"
+    bucket_url = f"file://{tmp_path / 'bucket'}"
+    bootstrap = _start(spawn_skiff, metadata_url, bucket_url)
+    topic = "killed-upsert"
+    config = {"skiff.table.enabled": "true", "cleanup.policy": "compact"}
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(timeout=30)
+    latest: Latest = {}
+    _produce_versions(bootstrap, topic, 0, latest)
+    argv = _compact_argv(metadata_url, bucket_url, db_url, topic)
+    _compact_once(argv)
+    _produce_versions(bootstrap, topic, 1, latest)  # updates and tombstones of rows in the table
+
+    _kill(_paused(argv, "after_parquet"))
+    held = _rows_by_key(_load(db_url, topic).scan().to_arrow())  # one key once, whatever state
+    assert held != latest
+    clock.shift_ms += LEASE_MS + 1
+    _compact_once(argv)
+    assert _rows_by_key(_load(db_url, topic).scan().to_arrow()) == latest
 
 
 def test_playground_timer_materializes(spawn_skiff: Callable[..., SkiffProcess], tmp_path: Path) -> None:

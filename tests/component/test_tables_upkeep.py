@@ -149,7 +149,7 @@ async def test_retention_small_files_and_orphans(
     )
     md = HttpMetadataClient(metadata_url)
     store = open_store(bucket_url)
-    before = {m: metrics_value(m) for m in ("files_rewritten", "snapshots_expired", "orphans_deleted")}
+    before = {m: metrics_value(m) for m in COUNTERS}
     try:
         for hook in (crash_once, None):  # a crashed pass leaves its commit's files; the next one ends the job
             tables = dataclasses.replace(base, hook=hook)
@@ -174,12 +174,20 @@ async def test_retention_small_files_and_orphans(
     assert stored == live  # expired snapshots' and the crashed commit's files are gone
     after = {m: metrics_value(m) for m in before}
     assert all(after[m] > before[m] for m in before), (before, after)
+    assert after["records"] - before["records"] == len(want)  # the crashed commit counted nothing
+    assert after["commits"] - before["commits"] >= 3  # several small commits
+    freshness = metrics.TABLE_FRESHNESS.labels(topic)._value.get()
+    assert 0 <= freshness < 4 * 86_400  # the newest record of the last commit: at most days old
+
+
+COUNTERS = {
+    "files_rewritten": metrics.TABLE_FILES_REWRITTEN,
+    "snapshots_expired": metrics.TABLE_SNAPSHOTS_EXPIRED,
+    "orphans_deleted": metrics.TABLE_ORPHANS,
+    "records": metrics.TABLE_RECORDS,
+    "commits": metrics.TABLE_COMMITS,
+}
 
 
 def metrics_value(name: str) -> float:
-    counter = {
-        "files_rewritten": metrics.TABLE_FILES_REWRITTEN,
-        "snapshots_expired": metrics.TABLE_SNAPSHOTS_EXPIRED,
-        "orphans_deleted": metrics.TABLE_ORPHANS,
-    }[name]
-    return float(counter._value.get())
+    return float(COUNTERS[name]._value.get())
