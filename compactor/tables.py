@@ -24,6 +24,13 @@ swap its chunks meanwhile; a busy topic is left for the next pass. A commit hold
 `max_commit_bytes` of chunks; a run commits until it reaches the offsets it saw at its start.
 `paced` (the maintenance loop) skips a topic committed less than
 `skiff.table.commit.interval.ms` ago; a single pass (`skiff compact --once`) does not.
+
+The roles around it, one module each: `tables_read` (committed records as Arrow),
+`tables_values` (values decoded through the schema registry; records that do not decode
+go to `skiff.<table>_dead_letters`, committed first with its own offsets), `tables_commit`
+(one transaction per commit: append, or upsert by key for a compacted topic),
+`tables_retention` (after the commits, under the lease: small files rewritten, snapshots
+expired, orphan files deleted), `tables_pause` (the crash tests' hook).
 """
 
 from __future__ import annotations
