@@ -305,9 +305,11 @@ async def _materialize(
         newest = pc.max(data.column("timestamp")).value if data.num_rows else None
         input_bytes = sum(c.byte_length for r in reads for c in r.chunks)
         metrics.table_committed(name, data.num_rows, input_bytes, newest // 1000 if newest else None)
-    table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, name))
     retention_ms = configs.config_int(topic.configs, configs.TABLE_SNAPSHOT_RETENTION_MS)
-    await asyncio.to_thread(upkeep, table, store, config, retention_ms)
+    for kept in (name, name + DEAD_LETTERS_SUFFIX):  # the dead-letter table has the same retention
+        if await asyncio.to_thread(catalog.table_exists, (NAMESPACE, kept)):
+            table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, kept))
+            await asyncio.to_thread(upkeep, table, store, config, retention_ms)
     return records
 
 

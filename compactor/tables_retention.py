@@ -63,7 +63,8 @@ def rewrite_small_files(table: Any, small_file_bytes: int, min_small_files: int)
     groups = {k: g for k, g in groups.items() if len(g) >= min_small_files}
     if not groups:
         return 0
-    props = {OFFSETS_PROPERTY: snap.summary.additional_properties[OFFSETS_PROPERTY]}
+    offsets = snap.summary.additional_properties.get(OFFSETS_PROPERTY)
+    props = {OFFSETS_PROPERTY: offsets} if offsets is not None else {}
     tx = table.transaction()
     replaced = 0
     with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
