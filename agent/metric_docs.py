@@ -380,6 +380,40 @@ MAINTENANCE_METRIC_DOCS: tuple[MetricDoc, ...] = (
         "(objects no metadata row names, older than the orphan grace)",
         MAINTENANCE,
     ),
+    MetricDoc(
+        ("skiff_table_records_total", "skiff_table_input_bytes_total", "skiff_table_commits_total"),
+        "counter",
+        "",
+        "topics' Iceberg tables: records materialized, the chunk bytes read for them, snapshots committed "
+        "(docs/tables.md)",
+        MAINTENANCE,
+    ),
+    MetricDoc(
+        ("skiff_table_commit_record_age_seconds",),
+        "gauge",
+        "table",
+        "at the table's last commit: its wall time minus the newest record's timestamp it added",
+        MAINTENANCE,
+    ),
+    MetricDoc(
+        ("skiff_table_dead_letters_total",),
+        "counter",
+        "",
+        "records written to a topic's dead-letter table (they could not be written to its table)",
+        MAINTENANCE,
+    ),
+    MetricDoc(
+        (
+            "skiff_table_files_rewritten_total",
+            "skiff_table_snapshots_expired_total",
+            "skiff_table_orphans_deleted_total",
+        ),
+        "counter",
+        "",
+        "table upkeep: small data files rewritten, snapshots expired by `skiff.table.snapshot.retention.ms`, "
+        "files no live snapshot needs deleted",
+        MAINTENANCE,
+    ),
 )
 
 # Every family of the three /metrics endpoints, in the table's order.

@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -223,15 +224,25 @@ def _add_debug_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParse
                 _add_debug_everywhere(action)
 
 
-def _maintenance(interval_ms: int, holder: str) -> BackgroundRole:
-    """Retention, compaction, GC and offset expiry every `interval_ms`, as a background role."""
+def _maintenance(interval_ms: int, holder: str, table_catalog: str | None = None) -> BackgroundRole:
+    """Retention, compaction, GC and offset expiry every `interval_ms`, as a background role;
+    with `table_catalog` (a database URL), the topics' Iceberg tables too."""
 
     def role(md: MetadataClient, bucket_url: str) -> BackgroundTask:
         from skiff.cli.compact import maintenance_role
 
-        return maintenance_role(md, bucket_url, interval_ms, holder)
+        return maintenance_role(md, bucket_url, interval_ms, holder, table_catalog)
 
     return role
+
+
+def _table_catalog(metadata_url: str) -> str | None:
+    """The agents' compaction role's table catalog, as `skiff compact`'s default:
+    SKIFF_TABLE_CATALOG, else the metadata URL when it is a database's."""
+    catalog = os.environ.get("SKIFF_TABLE_CATALOG")
+    if catalog or metadata_url.startswith(("http://", "https://")):
+        return catalog or None
+    return metadata_url
 
 
 _ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "users", "schemas"})
@@ -389,7 +400,7 @@ def _run_agent(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     if unknown:
         parser.error(f"unknown role(s): {', '.join(sorted(unknown))}")
     background = (
-        [_maintenance(args.compaction_interval_ms, f"agent-{cfg.agent_id}")]
+        [_maintenance(args.compaction_interval_ms, f"agent-{cfg.agent_id}", _table_catalog(cfg.metadata_url))]
         if "compaction" in roles and args.compaction_interval_ms > 0
         else []
     )
@@ -403,7 +414,9 @@ def _run_playground(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
     check_ports_free(args.host, [("Kafka port", args.port), ("metadata port", args.metadata_port)])
     interval_ms = args.compaction_interval_ms
-    background = [_maintenance(interval_ms, "playground")] if interval_ms > 0 else []
+    # the playground's metadata database (agent.runtime.run_playground) holds the tables' catalog
+    catalog = f"sqlite:///{Path(args.data_dir).resolve() / 'metadata.db'}"
+    background = [_maintenance(interval_ms, "playground", catalog)] if interval_ms > 0 else []
     if args.demo:
         background.append(_demo(args.host, args.port))
     return run_playground(

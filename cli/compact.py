@@ -3,6 +3,7 @@ and the same maintenance as a background role of the playground and of agents.
 
     skiff compact --metadata URL [--bucket URL] [--once] [--topic T] [--dry-run] [--json]
                   [--metrics-port PORT [--metrics-host HOST]] [--pushgateway URL]
+                  [--table-catalog DB_URL] [--table-max-commit-bytes N]
 
 The bucket is the one the metadata service serves (GET /v1/cluster); `--bucket` may name it
 too, and a bucket that differs is refused (one line, exit 1) rather than compacted.
@@ -13,8 +14,10 @@ and changes nothing: no lease, no retention, no deletion. `--once` runs one pass
 left, GC and the orphan scan, offset expiry) and exits; without it, passes repeat every
 `--interval-ms` until SIGINT/SIGTERM. Progress bars (rich) go to stderr while it works;
 the summary goes to stdout at the end (`--json`: one JSON object). The test hook
-`SKIFF_COMPACT_PAUSE_AFTER_SWAPS` (compactor.pause_hook) is read here, for the CLI and
-for the agent role.
+`SKIFF_COMPACT_PAUSE_AFTER_SWAPS` (compactor.pause_hook) and the tables' one,
+`SKIFF_TABLES_PAUSE_AT` (compactor.tables_pause), are read here, for the CLI and for the
+agent role. Tables (compactor.tables) are materialized when there is a catalog
+(`--table-catalog`, else a database `--metadata` URL; the playground's own database).
 
 Metrics (compactor.metrics: jobs, bytes and records in and out, records removed, GETs per
 input file, retention and GC deletions; and the compactor's object-store requests with
@@ -72,6 +75,7 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
+    from skiff.compactor.tables import TablesConfig
 
 _PID_HOLDER = "compactor-PID"  # the help shows this; the process's id replaces PID
 
@@ -114,6 +118,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("SKIFF_TABLE_CATALOG"),
         help="database URL of the Iceberg SQL catalog for topics with skiff.table.enabled (env"
         " SKIFF_TABLE_CATALOG; default: --metadata when it is a database URL, else no tables)",
+    )
+    p.add_argument(
+        "--table-max-commit-bytes",
+        type=int,
+        default=_env_int("SKIFF_TABLE_MAX_COMMIT_BYTES", 256 * 1024 * 1024),
+        help="chunk bytes one table commit reads at most (env SKIFF_TABLE_MAX_COMMIT_BYTES; default:"
+        " %(default)s)",
     )
     p.add_argument("--once", action="store_true", help="one pass until nothing is left to do, then exit")
     p.add_argument("--topic", default=None, help="only this topic")
@@ -463,10 +474,27 @@ def _with_tables(args: argparse.Namespace, config: RunnerConfig, bucket_url: str
         catalog = args.metadata_url
     if not catalog:
         return config
-    from skiff.compactor.tables import TablesConfig, warehouse_for
-
-    tables = TablesConfig(catalog, warehouse_for(bucket_url), holder=_holder(args), topic=args.topic)
+    tables = tables_config(
+        catalog,
+        bucket_url,
+        _holder(args),
+        lease_ms=args.lease_ms,
+        max_commit_bytes=args.table_max_commit_bytes,
+        orphan_grace_ms=args.orphan_grace_ms,
+        topic=args.topic,
+    )
     return dataclasses.replace(config, tables=tables)
+
+
+def tables_config(catalog: str, bucket_url: str, holder: str, **options: Any) -> TablesConfig:
+    """The materializer's settings, with the test hook `SKIFF_TABLES_PAUSE_AT` when set."""
+    from skiff.agent.runtime import absolute_bucket_url
+    from skiff.compactor.tables import TablesConfig
+    from skiff.compactor.tables_pause import TablesPause
+    from skiff.fileformat.tables_layout import warehouse_for
+
+    warehouse = warehouse_for(absolute_bucket_url(bucket_url))
+    return TablesConfig(catalog, warehouse, holder=holder, hook=TablesPause.from_env(), **options)
 
 
 async def _run(
@@ -577,12 +605,19 @@ def run_compact(args: argparse.Namespace) -> int:
     return asyncio.run(_compact(args))
 
 
-def maintenance_role(md: MetadataClient, bucket_url: str, interval_ms: int, holder: str) -> MaintenanceLoop:
+def maintenance_role(
+    md: MetadataClient, bucket_url: str, interval_ms: int, holder: str, table_catalog: str | None = None
+) -> MaintenanceLoop:
     """The background maintenance of the playground and of agents given the compaction role:
-    the same passes as `skiff compact`, every `interval_ms`, leases keeping them apart."""
+    the same passes as `skiff compact`, every `interval_ms`, leases keeping them apart; with
+    `table_catalog` (a database URL) it materializes tables too, each table at most every
+    `skiff.table.commit.interval.ms`."""
     config = RunnerConfig(
         planner=PlannerConfig(holder=holder), key_prefix=f"compacted/{holder}/", pause=PauseHook.from_env()
     )
+    if table_catalog:
+        tables = tables_config(table_catalog, bucket_url, holder, paced=True)
+        config = dataclasses.replace(config, tables=tables)
     if config.pause is not None:
         config.pause.install_resume_signal()  # called in the agent's event loop
     return MaintenanceLoop(md, open_bucket(bucket_url), config, interval_ms=interval_ms)

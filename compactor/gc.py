@@ -42,11 +42,11 @@ from datetime import UTC, datetime
 
 from skiff.fileformat.objectstore import ObjectInfo, ObjectStore
 from skiff.fileformat.objectstore.keys import READINESS_PREFIX, is_internal
+from skiff.fileformat.tables_layout import TABLES_PREFIX
 from skiff.metadata.wire.operations import CompactorClient
 
 log = logging.getLogger(__name__)
 
-TABLES_PREFIX = "tables/"  # compactor.tables.TABLES_PREFIX (not imported: it pulls pyarrow)
 
 DEFAULT_GRACE_MS = 10 * 60_000
 DEFAULT_ORPHAN_GRACE_MS = 60 * 60_000

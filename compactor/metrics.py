@@ -23,7 +23,13 @@ docs/operations.md's metrics table, `agent.metrics.METRIC_DOCS`):
   without a failed job (also recorded in metadata as task `compaction`, whose age the
   metadata service exports);
 - `skiff_retention_chunks_deleted_total`, `skiff_retention_bytes_deleted_total`;
-- `skiff_gc_files_deleted_total`, `skiff_gc_orphans_deleted_total`.
+- `skiff_gc_files_deleted_total`, `skiff_gc_orphans_deleted_total`;
+- topics' Iceberg tables (compactor.tables): `skiff_table_records_total` and
+  `skiff_table_input_bytes_total` (records and chunk bytes materialized),
+  `skiff_table_commits_total`, `skiff_table_commit_record_age_seconds{table}` (at each commit, its
+  wall time minus the newest record's timestamp in it), `skiff_table_dead_letters_total`,
+  `skiff_table_files_rewritten_total`, `skiff_table_snapshots_expired_total`,
+  `skiff_table_orphans_deleted_total`.
 """
 
 from __future__ import annotations
@@ -70,6 +76,28 @@ RETENTION_BYTES = Counter(
 GC_FILES = Counter("skiff_gc_files_deleted", "Replaced files whose objects GC deleted", registry=None)
 GC_ORPHANS = Counter("skiff_gc_orphans_deleted", "Orphan objects GC deleted", registry=None)
 
+TABLE_RECORDS = Counter("skiff_table_records", "Records materialized into topics' tables", registry=None)
+TABLE_INPUT_BYTES = Counter(
+    "skiff_table_input_bytes", "Chunk bytes read to materialize topics' tables", registry=None
+)
+TABLE_COMMITS = Counter("skiff_table_commits", "Snapshots committed to topics' tables", registry=None)
+TABLE_RECORD_AGE = Gauge(
+    "skiff_table_commit_record_age_seconds",
+    "At a table's last commit: its wall time minus the newest record's timestamp it added",
+    ["table"],
+    registry=None,
+)
+TABLE_DEAD_LETTERS = Counter(
+    "skiff_table_dead_letters", "Records written to a dead-letter table instead of their table", registry=None
+)
+TABLE_FILES_REWRITTEN = Counter(
+    "skiff_table_files_rewritten", "Small table data files replaced by compaction", registry=None
+)
+TABLE_SNAPSHOTS_EXPIRED = Counter("skiff_table_snapshots_expired", "Table snapshots expired", registry=None)
+TABLE_ORPHANS = Counter(
+    "skiff_table_orphans_deleted", "Table files no live snapshot needed, deleted", registry=None
+)
+
 ALL = (
     JOBS,
     INPUT_BYTES,
@@ -83,6 +111,14 @@ ALL = (
     RETENTION_BYTES,
     GC_FILES,
     GC_ORPHANS,
+    TABLE_RECORDS,
+    TABLE_INPUT_BYTES,
+    TABLE_COMMITS,
+    TABLE_RECORD_AGE,
+    TABLE_DEAD_LETTERS,
+    TABLE_FILES_REWRITTEN,
+    TABLE_SNAPSHOTS_EXPIRED,
+    TABLE_ORPHANS,
 )
 for _outcome in ("started", "finished", "failed"):  # exported from 0
     JOBS.labels(_outcome)
@@ -119,6 +155,20 @@ def retention_done(chunks: int, nbytes: int) -> None:
 def gc_done(files: int, orphans: int) -> None:
     GC_FILES.inc(files)
     GC_ORPHANS.inc(orphans)
+
+
+def table_committed(table: str, records: int, input_bytes: int, newest_ms: int | None) -> None:
+    TABLE_RECORDS.inc(records)
+    TABLE_INPUT_BYTES.inc(input_bytes)
+    TABLE_COMMITS.inc()
+    if newest_ms is not None:
+        TABLE_RECORD_AGE.labels(table).set(max(0.0, time.time() - newest_ms / 1000))
+
+
+def table_upkeep(files_rewritten: int, snapshots_expired: int, orphans: int) -> None:
+    TABLE_FILES_REWRITTEN.inc(files_rewritten)
+    TABLE_SNAPSHOTS_EXPIRED.inc(snapshots_expired)
+    TABLE_ORPHANS.inc(orphans)
 
 
 def families() -> Iterator[Metric]:

@@ -24,38 +24,68 @@ swap its chunks meanwhile; a busy topic is left for the next pass. A commit hold
 `max_commit_bytes` of chunks; a run commits until it reaches the offsets it saw at its start.
 `paced` (the maintenance loop) skips a topic committed less than
 `skiff.table.commit.interval.ms` ago; a single pass (`skiff compact --once`) does not.
+
+The roles around it, one module each: `tables_read` (committed records as Arrow),
+`tables_values` (values decoded through the schema registry; records that do not decode
+go to `skiff.<table>_dead_letters`, committed first with its own offsets), `tables_commit`
+(one transaction per commit: append, or upsert by key for a compacted topic),
+`tables_retention` (after the commits, under the lease: small files rewritten, snapshots
+expired, orphan files deleted), `tables_pause` (the crash tests' hook).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import functools
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from skiff.compactor.gc import TABLES_PREFIX
+import pyarrow.compute as pc
+from skiff.compactor import metrics
+from skiff.compactor.gc import DEFAULT_ORPHAN_GRACE_MS
+from skiff.compactor.tables_commit import commit_batch
 from skiff.compactor.tables_read import ARROW_SCHEMA, RangeRead, read_ranges
+from skiff.compactor.tables_retention import (
+    DEFAULT_MIN_SMALL_FILES,
+    DEFAULT_SMALL_FILE_BYTES,
+    UpkeepStats,
+    delete_orphans,
+    expire_snapshots,
+    rewrite_small_files,
+)
+from skiff.compactor.tables_values import (
+    DEAD_LETTER_SCHEMA,
+    split_dead_letters,
+    table_value_is_raw,
+    value_schemas,
+)
 from skiff.fileformat.chunk_reader import ChunkLocation
 from skiff.fileformat.objectstore import ObjectStore
+from skiff.fileformat.tables_layout import (
+    CATALOG_NAME,
+    NAMESPACE,
+    TABLES_PREFIX,
+    catalog_properties,
+    covered_offsets,
+    offsets_summary,
+    table_name_for,
+)
 from skiff.metadata import configs
 from skiff.metadata.types import FetchQuery, PartitionKey, PartitionState, Topic
 from skiff.metadata.wire.operations import CompactorClient
 
 log = logging.getLogger(__name__)
 
-CATALOG_NAME = "skiff"
-NAMESPACE = "skiff"
-OFFSETS_PROPERTY = "skiff.offsets"
 READ_COMMITTED_LEVEL = 1
 FIND_CHUNKS_PAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_COMMIT_BYTES = 256 * 1024 * 1024
 DEFAULT_LEASE_MS = 120_000
+DEAD_LETTERS_SUFFIX = "_dead_letters"
 MAX_COMMITS_PER_TOPIC = 10_000  # a safety net: each commit advances at least one partition
 
 
@@ -68,8 +98,13 @@ class TablesConfig:
     max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES
     paced: bool = False  # respect skiff.table.commit.interval.ms (the maintenance loop)
     topic: str | None = None  # only this topic
-    # The test hook: called after a commit's Parquet files are written, before the commit.
-    before_commit: Callable[[str], None] | None = None
+    # upkeep (compactor.tables_retention): small-file rewrite thresholds, the orphans' grace
+    small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES
+    min_small_files: int = DEFAULT_MIN_SMALL_FILES
+    orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS
+    # The test hook (compactor.tables_pause): called with (stage, table) at each stage of
+    # each commit: "after_parquet", "before_commit", "after_commit".
+    hook: Callable[[str, str], None] | None = None
 
 
 @dataclass
@@ -82,36 +117,6 @@ class TablesSummary:
     per_table: dict[str, int] = field(default_factory=dict)
 
 
-def warehouse_for(bucket_url: str) -> str:
-    """The tables' prefix under the bucket URL the agents write to."""
-    return bucket_url.rstrip("/") + "/" + TABLES_PREFIX.rstrip("/")
-
-
-def _sqlalchemy_url(db_url: str) -> str:
-    for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
-        if db_url.startswith(prefix):
-            return "postgresql+psycopg://" + db_url[len(prefix) :]
-    return db_url
-
-
-def catalog_properties(catalog_uri: str, warehouse: str) -> dict[str, str]:
-    """pyiceberg's SqlCatalog properties: the database, the warehouse, and for s3:// the
-    endpoint and credentials from the standard AWS settings."""
-    props = {"uri": _sqlalchemy_url(catalog_uri), "warehouse": warehouse}
-    env = {
-        "s3.endpoint": "AWS_ENDPOINT_URL",
-        "s3.access-key-id": "AWS_ACCESS_KEY_ID",
-        "s3.secret-access-key": "AWS_SECRET_ACCESS_KEY",
-        "s3.session-token": "AWS_SESSION_TOKEN",
-        "s3.region": "AWS_REGION",
-    }
-    if warehouse.startswith("s3://"):
-        props.update({k: os.environ[v] for k, v in env.items() if os.environ.get(v)})
-        if "s3.region" not in props and os.environ.get("AWS_DEFAULT_REGION"):
-            props["s3.region"] = os.environ["AWS_DEFAULT_REGION"]
-    return props
-
-
 def open_catalog(config: TablesConfig) -> Any:
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -121,11 +126,11 @@ def open_catalog(config: TablesConfig) -> Any:
 
 
 def table_name(topic: Topic) -> str:
-    return configs.config_value(topic.configs, configs.TABLE_NAME) or topic.name.replace(".", "_")
+    return table_name_for(topic.name, configs.config_value(topic.configs, configs.TABLE_NAME))
 
 
-def ensure_table(catalog: Any, name: str, spec: str) -> Any:
-    """Load `skiff.<name>`, or create it with `ARROW_SCHEMA` and the partition spec."""
+def ensure_table(catalog: Any, name: str, spec: str, schema: pa.Schema = ARROW_SCHEMA) -> Any:
+    """Load `skiff.<name>`, or create it with `schema` and the partition spec."""
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
     from pyiceberg.transforms import parse_transform
 
@@ -134,7 +139,7 @@ def ensure_table(catalog: Any, name: str, spec: str) -> Any:
         return catalog.load_table(ident)
     except NoSuchTableError:
         pass
-    tx = catalog.create_table_transaction(ident, schema=ARROW_SCHEMA)
+    tx = catalog.create_table_transaction(ident, schema=schema)
     fields = configs.parse_partition_spec(spec)
     if fields:
         with tx.update_spec() as update:
@@ -150,28 +155,12 @@ def ensure_table(catalog: Any, name: str, spec: str) -> Any:
 def committed_offsets(table: Any) -> dict[int, int]:
     """{partition: next offset} the table's current snapshot covers ({} when empty)."""
     snap = table.current_snapshot()
-    if snap is None or snap.summary is None:
-        return {}
-    raw = snap.summary.additional_properties.get(OFFSETS_PROPERTY)
-    return {int(p): int(o) for p, o in json.loads(raw).items()} if raw else {}
+    return {} if snap is None or snap.summary is None else covered_offsets(snap.summary.additional_properties)
 
 
 def _last_commit_ms(table: Any) -> int:
     snap = table.current_snapshot()
     return int(snap.timestamp_ms) if snap is not None else 0
-
-
-def append_commit(
-    table: Any, data: pa.Table, offsets: dict[int, int], hook: Callable[[str], None] | None
-) -> None:
-    """Write `data` and commit it with `offsets` in the same snapshot (refused if the table
-    moved since it was loaded)."""
-    tx = table.transaction()
-    props = {OFFSETS_PROPERTY: json.dumps({str(p): o for p, o in sorted(offsets.items())})}
-    tx.append(data, snapshot_properties=props)  # the Parquet files are written here
-    if hook is not None:
-        hook(table.name()[-1])
-    tx.commit_transaction()
 
 
 async def _partition_states(md: CompactorClient, topic: Topic) -> list[PartitionState]:
@@ -214,7 +203,8 @@ async def plan_commit(
             )
         chunks = tuple(c for c in info.chunks if c.base_offset < end)
         until = _until(chunks, start, end)
-        if chunks and chunks[0].base_offset > start:  # a gap (retention, DeleteRecords)
+        # a gap (retention, DeleteRecords); on a compacted topic, also the records compaction removed
+        if chunks and chunks[0].base_offset > start and not configs.is_compacted(topic.configs):
             log.warning(
                 "tables: %s-%d offsets %d to %d are gone before materializing",
                 topic.name,
@@ -252,26 +242,80 @@ async def materialize_topic(
 async def _materialize(
     md: CompactorClient, store: ObjectStore, topic: Topic, config: TablesConfig, catalog: Any
 ) -> int:
+    name = table_name(topic)
     spec = configs.config_value(topic.configs, configs.TABLE_PARTITION_SPEC)
-    table = await asyncio.to_thread(ensure_table, catalog, table_name(topic), spec)
+    schemas = await value_schemas(md, topic.name)  # None: raw values (compactor.tables_values)
+    schema = ARROW_SCHEMA
+    if schemas is not None:
+        schema = schema.set(schema.get_field_index("value"), pa.field("value", schemas.arrow_type()))
+    table = await asyncio.to_thread(ensure_table, catalog, name, spec, schema)
     interval_ms = configs.config_int(topic.configs, configs.TABLE_COMMIT_INTERVAL_MS)
     if config.paced and time.time() * 1000 - _last_commit_ms(table) < interval_ms:
         return 0
+    decoder = schemas.decoder() if schemas is not None and not table_value_is_raw(table) else None
     states = await _partition_states(md, topic)
     ends = {p: s.last_stable_offset for p, s in enumerate(states) if not s.error_code}
+    upsert = configs.is_compacted(topic.configs)  # latest value per key (compactor.tables_commit)
     records = 0
     for _ in range(MAX_COMMITS_PER_TOPIC):
-        table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, table_name(topic)))
+        table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, name))
         done = committed_offsets(table)
         for p, s in enumerate(states):
             done.setdefault(p, max(s.log_start_offset, 0))
         reads, after = await plan_commit(md, topic, done, ends, config.max_commit_bytes)
         if not reads:
-            return records
+            break
         data = await asyncio.to_thread(read_ranges, store, reads)
-        await asyncio.to_thread(append_commit, table, data, after, config.before_commit)
+        if decoder is not None:
+            data, dead = await asyncio.to_thread(split_dead_letters, data, decoder)
+            if dead.num_rows:  # committed first: its own offsets skip them on a rerun
+                added = await asyncio.to_thread(commit_dead_letters, catalog, name, dead, after)
+                metrics.TABLE_DEAD_LETTERS.inc(added)
+        commit = functools.partial(commit_batch, upsert=upsert, evolve=decoder is not None, hook=config.hook)
+        await asyncio.to_thread(commit, table, data, after)
         records += data.num_rows
+        newest = pc.max(data.column("timestamp")).value if data.num_rows else None
+        input_bytes = sum(c.byte_length for r in reads for c in r.chunks)
+        metrics.table_committed(name, data.num_rows, input_bytes, newest // 1000 if newest else None)
+    retention_ms = configs.config_int(topic.configs, configs.TABLE_SNAPSHOT_RETENTION_MS)
+    for kept in (name, name + DEAD_LETTERS_SUFFIX):  # the dead-letter table has the same retention
+        if await asyncio.to_thread(catalog.table_exists, (NAMESPACE, kept)):
+            table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, kept))
+            await asyncio.to_thread(upkeep, table, store, config, retention_ms)
     return records
+
+
+def commit_dead_letters(catalog: Any, name: str, dead: pa.Table, offsets: dict[int, int]) -> int:
+    """Append to `skiff.<name>_dead_letters` the rows it does not hold yet (its snapshots
+    carry the offsets they cover); the rows added."""
+    table = ensure_table(catalog, name + DEAD_LETTERS_SUFFIX, "", DEAD_LETTER_SCHEMA)
+    done = committed_offsets(table)
+    fresh = [
+        o >= done.get(p, 0)
+        for p, o in zip(dead["partition"].to_pylist(), dead["offset"].to_pylist(), strict=True)
+    ]
+    rows = dead.filter(pa.array(fresh, pa.bool_()))
+    tx = table.transaction()
+    tx.append(rows, snapshot_properties=offsets_summary(offsets))
+    tx.commit_transaction()
+    return int(rows.num_rows)
+
+
+def upkeep(table: Any, store: ObjectStore, config: TablesConfig, retention_ms: int) -> UpkeepStats:
+    """Small files rewritten, then old snapshots expired, then orphans deleted (in this
+    order: the rewritten files become orphans once the snapshots naming them expire)."""
+    stats = UpkeepStats()
+    stats.files_rewritten = rewrite_small_files(table, config.small_file_bytes, config.min_small_files)
+    if stats.files_rewritten:
+        table = table.refresh()
+    now_ms = int(time.time() * 1000)
+    stats.snapshots_expired = expire_snapshots(table, retention_ms, now_ms)
+    if stats.snapshots_expired:
+        table = table.refresh()
+    bucket_url = config.warehouse.removesuffix("/" + TABLES_PREFIX.rstrip("/"))
+    stats.orphans_deleted = delete_orphans(table, store, bucket_url, config.orphan_grace_ms, now_ms)
+    metrics.table_upkeep(stats.files_rewritten, stats.snapshots_expired, stats.orphans_deleted)
+    return stats
 
 
 async def materialize_all(md: CompactorClient, store: ObjectStore, config: TablesConfig) -> TablesSummary:

@@ -60,6 +60,7 @@ TABLE_ENABLED = "skiff.table.enabled"
 TABLE_NAME = "skiff.table.name"
 TABLE_PARTITION_SPEC = "skiff.table.partition.spec"
 TABLE_COMMIT_INTERVAL_MS = "skiff.table.commit.interval.ms"
+TABLE_SNAPSHOT_RETENTION_MS = "skiff.table.snapshot.retention.ms"
 TABLE_TRANSFORMS = ("identity", "year", "month", "day", "hour")
 TABLE_COLUMNS = ("partition", "offset", "timestamp", "timestampType", "key", "value")
 
@@ -269,6 +270,15 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
             _long(0),
             True,
             "a maintenance loop commits to the table at most this often (a single pass commits at once)",
+        ),
+        ConfigDef(
+            TABLE_SNAPSHOT_RETENTION_MS,
+            TYPE_LONG,
+            "432000000",
+            _long(0),
+            True,
+            "the table's snapshots older than this are expired (never the current one), then their"
+            " files no live snapshot names are deleted",
         ),
         ConfigDef("file.delete.delay.ms", TYPE_LONG, "60000", _long(0), False),
         ConfigDef("flush.messages", TYPE_LONG, str(_L), _long(1), False),

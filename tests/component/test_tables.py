@@ -26,8 +26,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from skiff.compactor.runner import RunnerConfig, run_pass
-from skiff.compactor.tables import OFFSETS_PROPERTY, TablesConfig, warehouse_for
+from skiff.compactor.tables import TablesConfig
 from skiff.fileformat.objectstore import open_store
+from skiff.fileformat.tables_layout import OFFSETS_PROPERTY, warehouse_for
 from skiff.metadata.service import MetadataService
 from skiff.metadata.wire.http_client import HttpMetadataClient
 
@@ -208,15 +209,15 @@ async def test_crash_between_parquet_write_and_commit(
 
     calls: list[str] = []
 
-    def crash_on_second(name: str) -> None:
+    def crash_on_second(stage: str, name: str) -> None:
+        if stage != "after_parquet":
+            return
         calls.append(name)
         if len(calls) == 2:
             raise _Crash("killed between the Parquet write and the snapshot commit")
 
     # max_commit_bytes 1: each commit covers one answer of find_chunks, so there are several
-    tables = TablesConfig(
-        db_url, warehouse_for(bucket_url), max_commit_bytes=1, before_commit=crash_on_second
-    )
+    tables = TablesConfig(db_url, warehouse_for(bucket_url), max_commit_bytes=1, hook=crash_on_second)
     config = RunnerConfig(tables=tables, retention=False, gc=False, expire_offsets=False)
     md = HttpMetadataClient(metadata_url)
     store = open_store(bucket_url)
