@@ -43,7 +43,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -209,6 +209,9 @@ class ConsumerGroups:
         self._base_epoch: dict[str, int] = {}  # forgotten groups: their last group epoch
         self._storing: dict[str, asyncio.Task[bool]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Called when only classic-protocol members are left (the coordinator converts the
+        # group back to a classic one: agent.groups.mixed); None: the group stays as it is.
+        self.on_only_classic: Callable[[ConsumerGroup], None] | None = None
 
     # ------------------------------------------------------------------ heartbeat
 
@@ -383,7 +386,10 @@ class ConsumerGroups:
         member.session_token += 1
         key = ("consumer-session", group.group_id, member.member_id)
         self.purgatory.check_and_complete(key)
-        op = _MemberTimer(self, group, member.member_id, member.session_token, False, self.session_timeout_ms)
+        timeout_ms = (
+            member.classic.session_timeout_ms if member.classic is not None else self.session_timeout_ms
+        )
+        op = _MemberTimer(self, group, member.member_id, member.session_token, False, timeout_ms)
         self.purgatory.try_complete_else_watch(op, (key,))
 
     def _arm_revocation(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> None:
@@ -419,8 +425,8 @@ class ConsumerGroups:
         )
         log.info("group %s: member %s %s, removing it", op.group.group_id, op.member_id, why)
         self._remove(op.group, op.member_id)
-        if self.fence is not None and self.groups.get(op.group.group_id) is op.group:
-            self._spawn(self.flush(op.group))  # nobody waits for an answer: store in the background
+        if self.groups.get(op.group.group_id) is op.group:
+            self.store_later(op.group)  # nobody waits for an answer
 
     # ------------------------------------------------------------------ removal, forgetting
 
@@ -428,7 +434,23 @@ class ConsumerGroups:
         group.remove_member(member_id)
         for kind in ("consumer-session", "consumer-revoke"):
             self.purgatory.check_and_complete((kind, group.group_id, member_id))
+        if (
+            self.on_only_classic is not None
+            and group.only_classic()
+            and self.groups.get(group.group_id) is group
+        ):
+            self.on_only_classic(group)  # the online downgrade (Kafka's convertToClassicGroup)
+            return
         self._maybe_forget(group)
+
+    def release(self, group: ConsumerGroup) -> None:
+        """The group was converted to the other protocol: forget it here, no lease change."""
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+        group.dead = True
+        for member_id in group.members:
+            for kind in ("consumer-session", "consumer-revoke"):
+                self.purgatory.check_and_complete((kind, group.group_id, member_id))
 
     def _maybe_forget(self, group: ConsumerGroup) -> None:
         """Forget an emptied group (its final state stored, so the group epoch goes on)."""
@@ -518,6 +540,11 @@ class ConsumerGroups:
             self.fence.lose(group.group_id, release=False)
         return ok
 
+    def store_later(self, group: ConsumerGroup) -> None:
+        """Store the group in the background (a change nobody waits an answer for)."""
+        if self.fence is not None:
+            self._spawn(self.flush(group))
+
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -555,12 +582,14 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if not transactional and api_version < 9:
+        if member.classic is not None or transactional:
+            # A classic member (a mixed group) or a transaction: the generation must be the
+            # member epoch (Kafka's rule).
+            return ErrorCode.none if member_epoch == member.member_epoch else ErrorCode.illegal_generation
+        if api_version < 9:
             return ErrorCode.unsupported_version  # members of this protocol commit with v9+
         if member_epoch == member.member_epoch:
             return ErrorCode.none
-        if transactional:
-            return ErrorCode.illegal_generation
         if member_epoch > member.member_epoch or not partitions:
             return ErrorCode.stale_member_epoch
         for name, p in partitions:
@@ -580,7 +609,9 @@ class ConsumerGroups:
         if member is None:
             return ErrorCode.unknown_member_id
         if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+            return (
+                ErrorCode.illegal_generation if member.classic is not None else ErrorCode.stale_member_epoch
+            )
         return ErrorCode.none
 
 
