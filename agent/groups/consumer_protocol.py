@@ -530,7 +530,9 @@ class ConsumerGroups:
         assert self.fence is not None
         version = group.version
         try:
-            ok = await self.fence.confirm(group.group_id, encode_consumer_group(group))
+            ok = await self.fence.confirm(
+                group.group_id, encode_consumer_group(group), lambda: self.groups.get(group.group_id) is group
+            )
         finally:
             if self._storing.get(group.group_id) is asyncio.current_task():
                 del self._storing[group.group_id]

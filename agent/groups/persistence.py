@@ -356,7 +356,7 @@ class GroupPersistence(GroupRebalancer):
         """Store a group just converted back to classic (the consumer group's state is what
         metadata holds until then); drop the group if the lease is lost."""
         assert self.fence is not None
-        ok = await self.fence.confirm(group.group_id, state)
+        ok = await self.fence.confirm(group.group_id, state, lambda: self._alive(group))
         if self._alive(group) and not ok:
             self.fence.lose(group.group_id, release=False)
 
@@ -366,7 +366,7 @@ class GroupPersistence(GroupRebalancer):
         """Answer the joins of a new generation once metadata confirmed it (see
         `_on_complete_join`); drop the group if the lease is lost."""
         assert self.fence is not None
-        ok = await self.fence.confirm(group.group_id, encode_group_state(group))
+        ok = await self.fence.confirm(group.group_id, encode_group_state(group), lambda: self._alive(group))
         if not self._alive(group):
             return
         if not ok:
@@ -392,7 +392,9 @@ class GroupPersistence(GroupRebalancer):
 
         if not current():
             return  # it rebalanced meanwhile: the syncs were answered REBALANCE_IN_PROGRESS
-        ok = await self.fence.confirm(group.group_id, encode_group_state(group, assigned=True))
+        ok = await self.fence.confirm(
+            group.group_id, encode_group_state(group, assigned=True), lambda: self._alive(group)
+        )
         if self._alive(group) and not ok:
             self.fence.lose(group.group_id, release=False)
         elif ok and current():
@@ -404,6 +406,8 @@ class GroupPersistence(GroupRebalancer):
         assert self.fence is not None
         if not self._alive(group) or group.state != GroupState.STABLE or group.generation_id != generation_id:
             return  # it moved on: the next generation is stored when it forms
-        ok = await self.fence.confirm(group.group_id, encode_group_state(group, assigned=True))
+        ok = await self.fence.confirm(
+            group.group_id, encode_group_state(group, assigned=True), lambda: self._alive(group)
+        )
         if self._alive(group) and not ok:
             self.fence.lose(group.group_id, release=False)

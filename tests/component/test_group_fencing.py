@@ -13,7 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from skiff.agent.groups.coordinator import GroupCoordinator
 from skiff.agent.groups.fencing import GroupFence
-from skiff.agent.groups.model import GroupState, JoinResult, SyncResult
+from skiff.agent.groups.model import GroupState, JoinResult, LeaveRequest, SyncResult
 from skiff.agent.groups.persistence import decode_group_state
 from skiff.agent.groups.rebalance import DelayedHeartbeat
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -369,3 +369,81 @@ async def test_a_static_member_replaced_without_a_rebalance_is_stored(world: Wor
     assert [(m.member_id, m.instance_id, m.assignment) for m in stored.members] == [
         (back.member_id, "i1", b"p0")
     ]
+
+
+class GatedMetadata:
+    """The fence's metadata client with `confirm_group_generation` held at `gate` (when
+    set) and `release_group_leases` failing with `release_error` (when set)."""
+
+    def __init__(self, inner: FlakyMetadataClient) -> None:
+        self.inner = inner
+        self.gate: asyncio.Event | None = None
+        self.confirms_waiting = 0
+        self.release_error: BaseException | None = None
+        self.release_gate = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def confirm_group_generation(self, *args: object) -> None:
+        if self.gate is not None:
+            self.confirms_waiting += 1
+            await self.gate.wait()
+        await self.inner.confirm_group_generation(*args)  # type: ignore[arg-type]
+
+    async def release_group_leases(self, *args: object) -> None:
+        if self.release_error is not None:
+            await self.release_gate.wait()
+            raise self.release_error
+        await self.inner.release_group_leases(*args)  # type: ignore[arg-type]
+
+
+async def test_a_store_queued_while_the_lease_was_taken_again_is_not_written(world: World) -> None:
+    """The sequence behind a group flake (a member assigned, then never again): a store
+    queued behind a slow one while the lease was lost (renewed late) and taken again
+    wrote the dropped group's state under the new lease; a later takeover loaded it."""
+    a = world.agent("A")
+    gated = GatedMetadata(world.metadata)
+    a.fence.metadata = gated  # type: ignore[assignment]
+    ra = await a.join()
+    assert (await a.sync(1, ra.member_id, {ra.member_id: b"p"})).error == E.none  # Stable, stored
+    gated.gate = asyncio.Event()
+    rb = a.start_join()  # a second member: a rebalance
+    ra2 = a.start_join(ra.member_id)
+    await settle()
+    assert gated.confirms_waiting == 1  # generation 2, its store held in metadata
+    b_id = next(m for m in a.gc.groups["g"].members if m != ra.member_id)
+    assert a.gc.leave("g", [LeaveRequest(b_id)]) == [E.none]  # generation 3, its store queued
+    await settle()
+    assert a.gc.groups["g"].generation_id == 3 and gated.confirms_waiting == 1
+    a.mono.now += TTL  # the lease is no longer trusted: the next request takes it again
+    assert await a.fence.ensure("g") == E.none
+    assert (await ra2).error == E.not_coordinator and (await rb).error == E.unknown_member_id  # b left
+    assert a.gc.groups["g"].generation_id == 1  # taken over from what metadata holds
+    gated.gate.set()
+    await a.gc.drain()
+    await settle()
+    holder, epoch, state = world.stored()
+    stored = decode_group_state(state)
+    assert (holder, epoch) == ("A", 2)
+    assert stored is not None and stored.generation_id == 1 and stored.assigned  # not generation 3
+    back = await a.join(ra.member_id)  # and the member goes on from there
+    assert back.error == E.none and back.generation_id == 2
+
+
+async def test_an_acquisition_goes_on_after_a_release_that_failed(world: World) -> None:
+    a = world.agent("A")
+    gated = GatedMetadata(world.metadata)
+    a.fence.metadata = gated  # type: ignore[assignment]
+    assert await a.fence.ensure("g") == E.none
+    gated.release_error = RuntimeError("a bug in the release")
+    a.fence.lose("g", release=True)  # its release fails while an acquisition waits for it
+    waiting = asyncio.ensure_future(a.fence.ensure("g"))
+    await settle()
+    assert not waiting.done()
+    gated.release_gate.set()
+    assert await waiting == E.none
+    a.fence.lose("g", release=False)
+    assert await a.fence.ensure("g") == E.none  # and none later either
+    await a.fence.drain()
+    assert "g" not in a.fence._releasing
