@@ -106,6 +106,8 @@ class ConsumerMember:
     session_token: int = 0
     revoke_token: int = 0
     classic: ClassicMeta | None = None  # set for a classic-protocol member (a mixed group)
+    join_token: int = 0  # a classic member's join timer (agent.groups.consumer_protocol)
+    join_armed: bool = False
 
 
 @dataclass

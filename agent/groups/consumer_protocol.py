@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 DEFAULT_SESSION_TIMEOUT_MS = 45_000  # Kafka's group.consumer.session.timeout.ms
 DEFAULT_HEARTBEAT_INTERVAL_MS = 5_000  # Kafka's group.consumer.heartbeat.interval.ms
 MAX_GROUP_SIZE = 10_000  # members per group (GROUP_MAX_SIZE_REACHED beyond)
+TIMER_KINDS = ("consumer-session", "consumer-revoke", "consumer-join")  # purgatory keys per member
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def validate(req: MemberRequest) -> HeartbeatResult | None:
 class _MemberTimer(DelayedOperation):
     """A member's session or revocation deadline; stale once the member's token moved on."""
 
-    __slots__ = ("owner", "group", "member_id", "token", "revoke")
+    __slots__ = ("owner", "group", "member_id", "token", "kind")
 
     def __init__(
         self,
@@ -168,7 +169,7 @@ class _MemberTimer(DelayedOperation):
         group: ConsumerGroup,
         member_id: str,
         token: int,
-        revoke: bool,
+        kind: str,
         delay_ms: int,
     ) -> None:
         super().__init__(delay_ms)
@@ -176,7 +177,7 @@ class _MemberTimer(DelayedOperation):
         self.group = group
         self.member_id = member_id
         self.token = token
-        self.revoke = revoke
+        self.kind = kind  # "session", "revoke" or "join" (a classic member told to rejoin)
 
     def try_complete(self) -> bool:
         return self.owner._timer_stale(self)
@@ -389,7 +390,7 @@ class ConsumerGroups:
         timeout_ms = (
             member.classic.session_timeout_ms if member.classic is not None else self.session_timeout_ms
         )
-        op = _MemberTimer(self, group, member.member_id, member.session_token, False, timeout_ms)
+        op = _MemberTimer(self, group, member.member_id, member.session_token, "session", timeout_ms)
         self.purgatory.try_complete_else_watch(op, (key,))
 
     def _arm_revocation(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> None:
@@ -400,29 +401,48 @@ class ConsumerGroups:
             new.revoke_token += 1
             key = ("consumer-revoke", group.group_id, new.member_id)
             self.purgatory.check_and_complete(key)
-            op = _MemberTimer(self, group, new.member_id, new.revoke_token, True, new.rebalance_timeout_ms)
+            op = _MemberTimer(
+                self, group, new.member_id, new.revoke_token, "revoke", new.rebalance_timeout_ms
+            )
             self.purgatory.try_complete_else_watch(op, (key,))
         elif new.state != MemberState.UNREVOKED_PARTITIONS and old.state == MemberState.UNREVOKED_PARTITIONS:
             new.revoke_token += 1
             self.purgatory.check_and_complete(("consumer-revoke", group.group_id, new.member_id))
+
+    def arm_join(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """A classic member told to rejoin must do so within its rebalance timeout (Kafka's
+        join timer); armed once, until its JoinGroup."""
+        if not member.join_armed:
+            member.join_armed = True
+            key = ("consumer-join", group.group_id, member.member_id)
+            op = _MemberTimer(
+                self, group, member.member_id, member.join_token, "join", member.rebalance_timeout_ms
+            )
+            self.purgatory.try_complete_else_watch(op, (key,))
+
+    def disarm_join(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        member.join_armed = False
+        member.join_token += 1
+        self.purgatory.check_and_complete(("consumer-join", group.group_id, member.member_id))
 
     def _timer_stale(self, op: _MemberTimer) -> bool:
         group = op.group
         member = group.members.get(op.member_id)
         if self.groups.get(group.group_id) is not group or member is None:
             return True
-        if op.revoke:
+        if op.kind == "revoke":
             return member.revoke_token != op.token or member.state != MemberState.UNREVOKED_PARTITIONS
+        if op.kind == "join":
+            return member.join_token != op.token
         return member.session_token != op.token
 
     def _timer_expired(self, op: _MemberTimer) -> None:
         if self._timer_stale(op):
             return
-        why = (
-            "did not revoke its partitions within its rebalance timeout"
-            if op.revoke
-            else "missed its session timeout"
-        )
+        why = {
+            "revoke": "did not revoke its partitions within its rebalance timeout",
+            "join": "did not rejoin within its rebalance timeout",
+        }.get(op.kind, "missed its session timeout")
         log.info("group %s: member %s %s, removing it", op.group.group_id, op.member_id, why)
         self._remove(op.group, op.member_id)
         if self.groups.get(op.group.group_id) is op.group:
@@ -432,7 +452,7 @@ class ConsumerGroups:
 
     def _remove(self, group: ConsumerGroup, member_id: str) -> None:
         group.remove_member(member_id)
-        for kind in ("consumer-session", "consumer-revoke"):
+        for kind in TIMER_KINDS:
             self.purgatory.check_and_complete((kind, group.group_id, member_id))
         if (
             self.on_only_classic is not None
@@ -449,7 +469,7 @@ class ConsumerGroups:
             del self.groups[group.group_id]
         group.dead = True
         for member_id in group.members:
-            for kind in ("consumer-session", "consumer-revoke"):
+            for kind in TIMER_KINDS:
                 self.purgatory.check_and_complete((kind, group.group_id, member_id))
 
     def _maybe_forget(self, group: ConsumerGroup) -> None:
@@ -472,7 +492,7 @@ class ConsumerGroups:
         log.info("group %s: dropped (group epoch %d, not the coordinator)", group_id, group.group_epoch)
         group.dead = group.lost = True
         for member_id in group.members:
-            for kind in ("consumer-session", "consumer-revoke"):
+            for kind in TIMER_KINDS:
                 self.purgatory.check_and_complete((kind, group_id, member_id))
 
     def delete(self, group_id: str) -> bool:

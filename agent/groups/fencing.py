@@ -206,7 +206,9 @@ class GroupFence:
                 try:
                     if final_state is not None:
                         token = LeaseToken(self.agent_id, epoch)
-                        await self.metadata.confirm_group_generation(group_id, token, self.ttl_ms, final_state)
+                        await self.metadata.confirm_group_generation(
+                            group_id, token, self.ttl_ms, final_state
+                        )
                     await self.metadata.release_group_leases(self.agent_id, [(group_id, epoch)])
                 except (MetadataUnavailable, MetadataError, OSError) as e:
                     log.info("group %s: lease not released (it will lapse): %s", group_id, e)

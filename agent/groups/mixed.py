@@ -273,8 +273,9 @@ class ClassicMembers:
         group.update_target()
         new = reconcile(group, updated, _by_id(group, sub.owned), lambda t, p: group.owners.get((t, p)))
         apply(group, updated, new)
-        self.consumer._arm_session(group, new)
-        self.consumer._arm_revocation(group, old, new)
+        self.consumer.disarm_join(group, group.members[member_id])
+        self.consumer._arm_session(group, group.members[member_id])
+        self.consumer._arm_revocation(group, old, group.members[member_id])
         return JoinResult(
             ErrorCode.none,
             member_id,
@@ -347,7 +348,10 @@ class ClassicMembers:
         if generation_id != member.member_epoch:
             return ErrorCode.illegal_generation
         self.consumer._arm_session(group, member)
-        return ErrorCode.rebalance_in_progress if must_rejoin(group, member) else ErrorCode.none
+        if not must_rejoin(group, member):
+            return ErrorCode.none
+        self.consumer.arm_join(group, member)
+        return ErrorCode.rebalance_in_progress
 
     def leave(self, group: ConsumerGroup, members: Sequence[LeaveRequest]) -> list[ErrorCode]:
         out: list[ErrorCode] = []

@@ -394,10 +394,10 @@ def test_online_upgrade_of_a_running_classic_group(bootstrap: str, java_client: 
             ledger.revoked(old.name, list(ledger.held_by(old.name)))
             members[i] = start()
             running = [producer, *members]
-            before = len(ledger.consumed)
+            target = len(ledger.consumed) + PARTITIONS
             poll_until(
                 running,
-                lambda: balanced(ledger, members) and len(ledger.consumed) > before + PARTITIONS,
+                lambda t=target: balanced(ledger, members) and len(ledger.consumed) > t,
                 f"restart {i}: the group balanced again over the restarted member",
             )
             kind, consumer_groups = group_type(bootstrap, group)

@@ -254,3 +254,26 @@ async def test_classic_members_are_stored_with_their_metadata(clock: ManualClock
     assert meta == ClassicMeta(SESSION, (("range", encode_subscription(("t1",))),))
     assert loaded.members[a.member_id].assigned == group.members[a.member_id].assigned
     assert loaded.members["c"].classic is None
+
+
+async def test_a_classic_member_that_never_rejoins_is_removed(clock: ManualClock) -> None:
+    """Kafka's join timer: told to rejoin, a classic member that keeps heartbeating but does
+    not rejoin within its rebalance timeout is removed, and its partitions move on."""
+    gc = make(clock)
+    a, b = await classic_pair(gc)
+    c = Modern(gc, "c")
+    assert c.heartbeat() == E.none
+    await b.rejoin()
+    answers = []
+    for _ in range(7):  # 35 s: past a's rebalance timeout, within every session
+        clock.advance(5)
+        answers.append(a.heartbeat())
+        if b.heartbeat() == E.rebalance_in_progress:  # once a is gone, the group epoch moved
+            assert answers[-1] == E.unknown_member_id
+            await b.rejoin()
+        assert c.heartbeat() == E.none
+        held(b, c)
+    assert answers[:5] == [E.rebalance_in_progress] * 5 and answers[-1] == E.unknown_member_id
+    assert a.member_id not in gc.consumer.groups["g"].members
+    assert c.heartbeat() == E.none
+    assert set().union(*b.owned.values(), *c.owned.values()) == set(range(6))
