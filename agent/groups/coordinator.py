@@ -496,7 +496,7 @@ class GroupCoordinator(GroupPersistence):
         if classic is not None and req.member_epoch >= 0:
             if self.is_empty(req.group_id) and not classic.pending:
                 self.delete(req.group_id)
-            else:
+            elif req.member_epoch == 0:  # a member joining: Kafka converts only then
                 refusal = self._upgrade(classic, view)
                 if refusal is not None:
                     return HeartbeatResult(
