@@ -543,7 +543,9 @@ class ConsumerGroups:
                 task = asyncio.get_running_loop().create_task(self._store(group))
                 self._storing[group.group_id] = task
             if not await asyncio.shield(task):
-                return False
+                # Forgotten or converted meanwhile (dead, not lost): its state is stored
+                # with the release, or as the classic group it became.
+                return group.dead and not group.lost
         return not group.lost
 
     async def _store(self, group: ConsumerGroup) -> bool:
