@@ -61,6 +61,7 @@ from skiff.agent.groups.consumer_model import (
     compile_regex,
     reconcile,
 )
+from skiff.agent.groups.consumer_offsets import validate_commit, validate_fetch
 from skiff.agent.groups.consumer_persistence import decode_consumer_group, encode_consumer_group
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 
@@ -593,50 +594,16 @@ class ConsumerGroups:
         transactional: bool,
         partitions: Sequence[tuple[str, int]] = (),
     ) -> ErrorCode | None:
-        """Kafka's ConsumerGroup.validateOffsetCommit; None if `group_id` is not a consumer
-        group held here (the classic rules apply). An epoch older than the member's passes
-        when the member still holds every committed partition, each since that epoch or
-        before (KIP-1251's assignment epochs: a commit racing the heartbeat that moved the
-        member on is not refused, one for a partition given up since is)."""
+        """None if `group_id` is not a consumer group held here (the classic rules apply);
+        else `agent.groups.consumer_offsets.validate_commit`."""
         group = self.groups.get(group_id)
         if group is None:
             return None
-        if member_epoch < 0 and not member_id and not group.members:
-            return ErrorCode.none
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member.classic is not None or transactional:
-            # A classic member (a mixed group) or a transaction: the generation must be the
-            # member epoch (Kafka's rule).
-            return ErrorCode.none if member_epoch == member.member_epoch else ErrorCode.illegal_generation
-        if api_version < 9:
-            return ErrorCode.unsupported_version  # members of this protocol commit with v9+
-        if member_epoch == member.member_epoch:
-            return ErrorCode.none
-        if member_epoch > member.member_epoch or not partitions:
-            return ErrorCode.stale_member_epoch
-        for name, p in partitions:
-            topic = group.topics.get(name)
-            since = None if topic is None else member.assigned_at.get((topic[0], p))
-            if since is None or since > member_epoch:
-                return ErrorCode.stale_member_epoch
-        return ErrorCode.none
+        return validate_commit(group, member_id, member_epoch, api_version, transactional, partitions)
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
-        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9+): a member's fetch must
-        carry its current epoch; an admin's (no member id, epoch -1) always passes."""
         group = self.groups.get(group_id)
-        if group is None or (not member_id and member_epoch < 0):
-            return ErrorCode.none
-        member = group.members.get(member_id or "")
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return (
-                ErrorCode.illegal_generation if member.classic is not None else ErrorCode.stale_member_epoch
-            )
-        return ErrorCode.none
+        return ErrorCode.none if group is None else validate_fetch(group, member_id, member_epoch)
 
 
 def _subset(owned: Assignment | None, assigned: Assignment) -> bool:
