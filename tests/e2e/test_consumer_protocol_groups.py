@@ -153,14 +153,22 @@ class RdMember:
 
 
 class JvMember:
-    """The Java client (kafka-clients 4.3) with group.protocol=consumer, through `group-member`."""
+    """The Java client (kafka-clients 4.3) with group.protocol=consumer unless told, through
+    `group-member`."""
 
     def __init__(
-        self, ledger: Ledger, name: str, java: JavaClient, bootstrap: str, topic: str, group: str
+        self,
+        ledger: Ledger,
+        name: str,
+        java: JavaClient,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        protocol: str = "consumer",
     ) -> None:
         self.ledger, self.name = ledger, name
         self.member: JavaGroupMember = java.group_member(
-            bootstrap, topic, group, props={"group.protocol": "consumer"}
+            bootstrap, topic, group, props={"group.protocol": protocol}
         )
 
     def _events(self, answer: dict[str, Any]) -> None:
@@ -367,9 +375,9 @@ def group_type(bootstrap: str, group: str) -> tuple[Any, set[str]]:
 
 
 def test_online_upgrade_of_a_running_classic_group(bootstrap: str, java_client: JavaClient) -> None:
-    """Kafka 4's online upgrade: a classic group of three librdkafka members, a producer
-    running throughout; the members restart one by one with group.protocol=consumer (two
-    librdkafka, one Java 4.3). The first restart converts the group; the classic members
+    """Kafka 4's online upgrade: a classic group of three members (two librdkafka, one Java
+    4.3), a producer running throughout; the members restart one by one with
+    group.protocol=consumer (librdkafka, Java, librdkafka). The first restart converts the group; the classic members
     left keep their protocol, served by the consumer group, and give partitions up before
     anyone else gets them (the ledger checks it as the callbacks run). Every record is
     consumed once, every commit lands (none refused, none repeated: each record is consumed
@@ -377,7 +385,11 @@ def test_online_upgrade_of_a_running_classic_group(bootstrap: str, java_client: 
     topic, group = new_topic(bootstrap), f"g-{uuid.uuid4().hex[:8]}"
     ledger = Ledger()
     producer = SteadyProducer(bootstrap, topic)
-    classic = [RdMember(ledger, f"classic{i}", bootstrap, topic, group, protocol="classic") for i in range(3)]
+    classic: list[Member] = [
+        RdMember(ledger, "classic0", bootstrap, topic, group, protocol="classic"),
+        JvMember(ledger, "classic1", java_client, bootstrap, topic, group, protocol="classic"),
+        RdMember(ledger, "classic2", bootstrap, topic, group, protocol="classic"),
+    ]
     running: list[Any] = [producer, *classic]
     try:
         poll_until(running, lambda: balanced(ledger, classic), "the classic group balanced")
