@@ -13,7 +13,8 @@ record lost, none repeated), and the group's committed offsets end at the log en
 A rolling restart of a running classic group's members with group.protocol=consumer (librdkafka
 and Java) converts the group at the first restart (Kafka 4's online upgrade, agent.groups.mixed):
 the classic members left are served by the consumer group until they restart too, with no
-record lost or repeated and every commit landing.
+record lost or repeated and every commit landing; and back (the group becomes classic again
+when its last consumer-protocol member leaves).
 
 Then the group admin APIs over both protocols: ListGroups with the v5 type filter
 (consumer vs classic), ConsumerGroupDescribe for a consumer-protocol group (epochs,
@@ -425,6 +426,44 @@ def test_online_upgrade_of_a_running_classic_group(bootstrap: str, java_client: 
         assert offsets == list(range(producer.produced[p])), f"partition {p}: lost or repeated records"
     assert committed(bootstrap, topic, group) == producer.produced
     assert {ledger.consumed[k] for k in ledger.consumed} >= {"classic1", "classic2", "new0", "new1", "new2"}
+
+
+def test_online_downgrade_back_to_classic(bootstrap: str) -> None:
+    """The rollback: a consumer-protocol group of two librdkafka members restarted one by one
+    with group.protocol=classic. The first one back joins the consumer group as a classic
+    member; when the last consumer-protocol member leaves the group is classic again and
+    rebalances. Every record consumed once, every commit landing."""
+    topic, group = new_topic(bootstrap), f"g-{uuid.uuid4().hex[:8]}"
+    ledger = Ledger()
+    producer = SteadyProducer(bootstrap, topic)
+    members: list[Member] = [RdMember(ledger, f"new{i}", bootstrap, topic, group) for i in range(2)]
+    running: list[Any] = [producer, *members]
+    try:
+        poll_until(running, lambda: balanced(ledger, members), "the consumer group balanced")
+        for i in range(2):
+            old = members[i]
+            old.close()
+            ledger.revoked(old.name, list(ledger.held_by(old.name)))
+            members[i] = RdMember(ledger, f"classic{i}", bootstrap, topic, group, protocol="classic")
+            running = [producer, *members]
+            target = len(ledger.consumed) + PARTITIONS
+            poll_until(
+                running,
+                lambda t=target: balanced(ledger, members) and len(ledger.consumed) > t,
+                f"restart {i}: balanced again",
+            )
+            expected = ConsumerGroupType.CONSUMER if i == 0 else ConsumerGroupType.CLASSIC
+            assert group_type(bootstrap, group)[0] == expected, i
+        producer.stop()
+        total = sum(producer.produced)
+        poll_until(running, lambda: len(ledger.consumed) == total, f"all {total} records")
+    finally:
+        for m in running:
+            m.close()
+    for p in range(PARTITIONS):
+        offsets = sorted(o for (q, o) in ledger.consumed if q == p)
+        assert offsets == list(range(producer.produced[p])), f"partition {p}: lost or repeated records"
+    assert committed(bootstrap, topic, group) == producer.produced
 
 
 def test_regex_subscription_follows_new_topics(bootstrap: str) -> None:
