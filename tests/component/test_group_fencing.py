@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
+from skiff.agent.groups.consumer_model import TopicView
+from skiff.agent.groups.consumer_protocol import MemberRequest
 from skiff.agent.groups.coordinator import GroupCoordinator
+from skiff.agent.groups.embedded_protocol import decode_assignment, encode_assignment, encode_subscription
 from skiff.agent.groups.fencing import GroupFence
 from skiff.agent.groups.model import GroupState, JoinResult, LeaveRequest, SyncResult
 from skiff.agent.groups.persistence import decode_group_state
@@ -447,3 +451,35 @@ async def test_an_acquisition_goes_on_after_a_release_that_failed(world: World) 
     assert await a.fence.ensure("g") == E.none  # and none later either
     await a.fence.drain()
     assert "g" not in a.fence._releasing
+
+
+async def test_a_mixed_group_is_taken_over_with_its_classic_members(world: World) -> None:
+    """A classic group upgraded in place is stored with its classic members' metadata: the
+    next coordinator serves their Heartbeat, JoinGroup and SyncGroup as the first one would."""
+    a, b = world.agent("A"), world.agent("B")
+    assert await a.fence.ensure("g") == E.none
+    protocols = [("range", encode_subscription(("t",)))]
+    r = await a.gc.join(
+        "g", "", None, "consumer", protocols, SESSION, REBALANCE, require_known_member_id=False
+    )
+    given = encode_assignment({"t": frozenset({0, 1})})
+    assert (await a.sync(r.generation_id, r.member_id, {r.member_id: given})).assignment == given
+    view = TopicView({"t": (uuid.uuid4(), 2)}, frozenset({"t"}))
+    joining = MemberRequest(
+        "g", "c", 0, rebalance_timeout_ms=REBALANCE, subscribed_topic_names=("t",), owned={}
+    )
+    upgraded = a.gc.consumer_heartbeat(joining, view)
+    assert upgraded.error == E.none and upgraded.group is not None
+    assert await a.gc.consumer.flush(upgraded.group)
+
+    a.owner = False  # routing moves the group to B
+    assert await a.fence.ensure("g") == E.not_coordinator
+    await a.fence.drain()
+    assert await b.fence.ensure("g") == E.none
+    member = b.gc.consumer.groups["g"].members[r.member_id]
+    assert member.classic is not None and member.classic.protocols == tuple(protocols)
+    assert b.gc.heartbeat("g", r.generation_id, r.member_id, None) == E.rebalance_in_progress
+    rejoined = await b.gc.join("g", r.member_id, None, "consumer", protocols, SESSION, REBALANCE, view=view)
+    assert rejoined.error == E.none and rejoined.generation_id == upgraded.member_epoch
+    synced = await b.gc.sync("g", rejoined.generation_id, r.member_id, None, [])
+    assert decode_assignment(synced.assignment) == {"t": frozenset({0})}  # one each with c
