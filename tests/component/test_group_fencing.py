@@ -483,3 +483,29 @@ async def test_a_mixed_group_is_taken_over_with_its_classic_members(world: World
     assert rejoined.error == E.none and rejoined.generation_id == upgraded.member_epoch
     synced = await b.gc.sync("g", rejoined.generation_id, r.member_id, None, [])
     assert decode_assignment(synced.assignment) == {"t": frozenset({0})}  # one each with c
+
+
+async def test_a_renewal_extends_each_lease_from_its_own_deadline(world: World) -> None:
+    """A renewal answered after another group's store trusted that group longer: the other
+    leases must not inherit its deadline (each is trusted from what metadata renewed for it)."""
+    a = world.agent("A")
+    assert await a.fence.ensure("g1") == E.none and await a.fence.ensure("g2") == E.none
+    slow = asyncio.Event()
+    renew = world.metadata.renew_group_leases
+
+    async def held_renewal(*args: object) -> list[str]:
+        await slow.wait()
+        return await renew(*args)  # type: ignore[arg-type]
+
+    a.fence.metadata = GatedMetadata(world.metadata)
+    a.fence.metadata.renew_group_leases = held_renewal  # type: ignore[method-assign]
+    sent = a.mono.now
+    renewing = asyncio.ensure_future(a.fence.renew_once())
+    await settle()
+    a.mono.now += 1_000  # g2 stores a generation while the renewal is on its way
+    assert await a.fence.confirm("g2", "{}")
+    slow.set()
+    await renewing
+    trust = TTL - TTL // 4
+    assert a.fence.held["g1"].deadline_ms == sent + trust
+    assert a.fence.held["g2"].deadline_ms == sent + 1_000 + trust
