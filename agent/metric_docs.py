@@ -240,6 +240,12 @@ AGENT_METRIC_DOCS: tuple[MetricDoc, ...] = (
     ),
     MetricDoc(("skiff_groups",), "gauge", "", "consumer groups held in memory by this agent's coordinator"),
     MetricDoc(
+        ("skiff_group_protocol_conversions_total",),
+        "counter",
+        "direction",
+        'groups converted by the online upgrade (`direction="upgrade"`: a consumer-protocol member joined a Stable classic group) or downgrade (`"downgrade"`: only classic members were left); see docs/consumer-groups.md',
+    ),
+    MetricDoc(
         ("skiff_agent_ready",),
         "gauge",
         "",

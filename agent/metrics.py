@@ -392,6 +392,14 @@ def _watch_and_group_metrics(a: RunningAgent) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "skiff_groups", "Groups held by this agent's coordinator", value=len(groups.list_groups())
     )
+    conversions = CounterMetricFamily(
+        "skiff_group_protocol_conversions",
+        "Groups converted between the classic and the consumer protocol (online upgrade / downgrade)",
+        labels=["direction"],
+    )
+    conversions.add_metric(["upgrade"], groups.upgrades)
+    conversions.add_metric(["downgrade"], groups.downgrades)
+    yield conversions
     yield CounterMetricFamily(
         "skiff_fetch_commit_long_polls",
         "Answered long polls of metadata for other agents' commits",

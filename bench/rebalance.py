@@ -20,6 +20,11 @@ group rebalances (stop the world), the consumer protocol only moves what changes
 
 Classic members use librdkafka's default assignors (range, roundrobin: eager); the consumer
 protocol uses the coordinator's `uniform` assignor.
+
+The online upgrade (`classic->consumer`, agent.groups.mixed): a balanced classic group whose
+members restart one by one with group.protocol=consumer; *restart* is the time from one
+member's close until the group (classic and consumer members mixed) is balanced again, one
+sample per restart (the first one converts the group).
 """
 
 from __future__ import annotations
@@ -105,6 +110,28 @@ def trial(
     return out
 
 
+def upgrade_trial(
+    bootstrap: str, topic: str, n: int, partitions: int, heartbeat_ms: int
+) -> dict[str, list[tuple[float, int]]]:
+    """A balanced classic group, then each member restarted with group.protocol=consumer."""
+    group = f"bench-upgrade-{uuid.uuid4().hex[:8]}"
+    members = [make_member(bootstrap, group, "classic", heartbeat_ms) for _ in range(n)]
+    out: dict[str, list[tuple[float, int]]] = {"start": [], "restart": []}
+    try:
+        for m in members:
+            m.subscribe([topic])
+        out["start"].append(settle(members, partitions, lambda: balanced(members, partitions)))
+        for i in range(n):
+            members[i].close()
+            members[i] = make_member(bootstrap, group, "consumer", heartbeat_ms)
+            members[i].subscribe([topic])
+            out["restart"].append(settle(members, partitions, lambda: balanced(members, partitions)))
+    finally:
+        for m in members:
+            m.close()
+    return out
+
+
 def start_cluster(tmp: Path, heartbeat_ms: int) -> tuple[str, list[object]]:
     md_port, port = free_port(), free_port()
     env = {
@@ -152,6 +179,9 @@ def main() -> None:
                     got = trial(bootstrap, topic, protocol, args.members, args.partitions, args.heartbeat_ms)
                     for phase, value in got.items():
                         results.setdefault((protocol, phase), []).append(value)
+                upgrade = upgrade_trial(bootstrap, topic, args.members, args.partitions, args.heartbeat_ms)
+                for phase, values in upgrade.items():
+                    results.setdefault(("classic->consumer", phase), []).extend(values)
             report(results, args)
         finally:
             for p in procs:

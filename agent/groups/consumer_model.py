@@ -74,6 +74,15 @@ class InvalidRegex(ValueError):
     pass
 
 
+@dataclass(frozen=True)
+class ClassicMeta:
+    """A member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
+    inside a consumer-protocol group (Kafka's ClassicMemberMetadata; `agent.groups.mixed`)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, subscription metadata), in preference order
+
+
 @dataclass
 class ConsumerMember:
     member_id: str
@@ -96,6 +105,9 @@ class ConsumerMember:
     # Timer tokens (agent.groups.consumer_protocol): a timer fires only if its token is current.
     session_token: int = 0
     revoke_token: int = 0
+    classic: ClassicMeta | None = None  # set for a classic-protocol member (a mixed group)
+    join_token: int = 0  # a classic member's join timer (agent.groups.consumer_protocol)
+    join_armed: bool = False
 
 
 @dataclass
@@ -139,6 +151,10 @@ class ConsumerGroup:
             if m.member_epoch != self.assignment_epoch or m.state != MemberState.STABLE:
                 return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
+
+    def only_classic(self) -> bool:
+        """Members left, and every one speaks the classic protocol (the group converts back)."""
+        return bool(self.members) and all(m.classic is not None for m in self.members.values())
 
     def changed(self) -> None:
         self.version += 1

@@ -12,7 +12,12 @@ ConsumerGroupCurrentMemberAssignment records, in one document:
                   "names": [str], "regex": str|null, "assignor": str|null,
                   "epoch", "previous", "state", "assigned": {topic id: [p]},
                   "revoking": {topic id: [p]}, "target": {topic id: [p]},
-                  "since": [[topic id, p, member epoch it was assigned at]]}]}
+                  "since": [[topic id, p, member epoch it was assigned at]],
+                  "classic": null | {"session_ms": int, "protocols": [[name, base64]]}}]}
+
+`classic`: a classic-protocol member of a mixed group (`agent.groups.mixed`), with what it
+sent in its last JoinGroup, so a next coordinator answers its SyncGroup and Heartbeat as
+this one and can convert the group back to a classic one.
 
 `type` tells it from a classic group's state. Loading rebuilds the partition owners from
 the members' assigned and pending-revocation partitions, so what one coordinator promised
@@ -22,6 +27,7 @@ are not stored: they restart when a coordinator loads the group, as Kafka's do.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import uuid
@@ -30,6 +36,7 @@ from typing import Any
 from skiff.agent.groups.assignors import Assignment
 from skiff.agent.groups.consumer_model import (
     CONSUMER_GROUP_TYPE,
+    ClassicMeta,
     ConsumerGroup,
     ConsumerMember,
     DoubleOwnership,
@@ -83,7 +90,22 @@ def _member(group: ConsumerGroup, m: ConsumerMember) -> dict[str, Any]:
             for (t, p), e in sorted(m.assigned_at.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
         ],
         "target": _parts(group.target.get(m.member_id, {})),
+        "classic": None
+        if m.classic is None
+        else {
+            "session_ms": m.classic.session_timeout_ms,
+            "protocols": [
+                [name, base64.b64encode(data).decode("ascii")] for name, data in m.classic.protocols
+            ],
+        },
     }
+
+
+def _classic(d: dict[str, Any] | None) -> ClassicMeta | None:
+    if d is None:
+        return None
+    protocols = tuple((str(n), base64.b64decode(data, validate=True)) for n, data in d["protocols"])
+    return ClassicMeta(int(d["session_ms"]), protocols)
 
 
 def is_consumer_state(text: str | None) -> bool:
@@ -132,6 +154,7 @@ def _load_member(group: ConsumerGroup, md: dict[str, Any]) -> None:
         member_epoch=int(md["epoch"]),
         previous_member_epoch=int(md.get("previous", -1)),
         state=MemberState(md["state"]),
+        classic=_classic(md.get("classic")),
     )
     group.members[m.member_id] = m
     if m.instance_id is not None:

@@ -43,7 +43,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,7 @@ from skiff.agent.groups.consumer_model import (
     compile_regex,
     reconcile,
 )
+from skiff.agent.groups.consumer_offsets import validate_commit, validate_fetch
 from skiff.agent.groups.consumer_persistence import decode_consumer_group, encode_consumer_group
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 
@@ -72,6 +73,7 @@ log = logging.getLogger(__name__)
 DEFAULT_SESSION_TIMEOUT_MS = 45_000  # Kafka's group.consumer.session.timeout.ms
 DEFAULT_HEARTBEAT_INTERVAL_MS = 5_000  # Kafka's group.consumer.heartbeat.interval.ms
 MAX_GROUP_SIZE = 10_000  # members per group (GROUP_MAX_SIZE_REACHED beyond)
+TIMER_KINDS = ("consumer-session", "consumer-revoke", "consumer-join")  # purgatory keys per member
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ def validate(req: MemberRequest) -> HeartbeatResult | None:
 class _MemberTimer(DelayedOperation):
     """A member's session or revocation deadline; stale once the member's token moved on."""
 
-    __slots__ = ("owner", "group", "member_id", "token", "revoke")
+    __slots__ = ("owner", "group", "member_id", "token", "kind")
 
     def __init__(
         self,
@@ -168,7 +170,7 @@ class _MemberTimer(DelayedOperation):
         group: ConsumerGroup,
         member_id: str,
         token: int,
-        revoke: bool,
+        kind: str,
         delay_ms: int,
     ) -> None:
         super().__init__(delay_ms)
@@ -176,7 +178,7 @@ class _MemberTimer(DelayedOperation):
         self.group = group
         self.member_id = member_id
         self.token = token
-        self.revoke = revoke
+        self.kind = kind  # "session", "revoke" or "join" (a classic member told to rejoin)
 
     def try_complete(self) -> bool:
         return self.owner._timer_stale(self)
@@ -209,6 +211,9 @@ class ConsumerGroups:
         self._base_epoch: dict[str, int] = {}  # forgotten groups: their last group epoch
         self._storing: dict[str, asyncio.Task[bool]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Called when only classic-protocol members are left (the coordinator converts the
+        # group back to a classic one: agent.groups.mixed); None: the group stays as it is.
+        self.on_only_classic: Callable[[ConsumerGroup], None] | None = None
 
     # ------------------------------------------------------------------ heartbeat
 
@@ -383,7 +388,10 @@ class ConsumerGroups:
         member.session_token += 1
         key = ("consumer-session", group.group_id, member.member_id)
         self.purgatory.check_and_complete(key)
-        op = _MemberTimer(self, group, member.member_id, member.session_token, False, self.session_timeout_ms)
+        timeout_ms = (
+            member.classic.session_timeout_ms if member.classic is not None else self.session_timeout_ms
+        )
+        op = _MemberTimer(self, group, member.member_id, member.session_token, "session", timeout_ms)
         self.purgatory.try_complete_else_watch(op, (key,))
 
     def _arm_revocation(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> None:
@@ -394,41 +402,76 @@ class ConsumerGroups:
             new.revoke_token += 1
             key = ("consumer-revoke", group.group_id, new.member_id)
             self.purgatory.check_and_complete(key)
-            op = _MemberTimer(self, group, new.member_id, new.revoke_token, True, new.rebalance_timeout_ms)
+            op = _MemberTimer(
+                self, group, new.member_id, new.revoke_token, "revoke", new.rebalance_timeout_ms
+            )
             self.purgatory.try_complete_else_watch(op, (key,))
         elif new.state != MemberState.UNREVOKED_PARTITIONS and old.state == MemberState.UNREVOKED_PARTITIONS:
             new.revoke_token += 1
             self.purgatory.check_and_complete(("consumer-revoke", group.group_id, new.member_id))
+
+    def arm_join(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """A classic member told to rejoin must do so within its rebalance timeout (Kafka's
+        join timer); armed once, until its JoinGroup."""
+        if not member.join_armed:
+            member.join_armed = True
+            key = ("consumer-join", group.group_id, member.member_id)
+            op = _MemberTimer(
+                self, group, member.member_id, member.join_token, "join", member.rebalance_timeout_ms
+            )
+            self.purgatory.try_complete_else_watch(op, (key,))
+
+    def disarm_join(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        member.join_armed = False
+        member.join_token += 1
+        self.purgatory.check_and_complete(("consumer-join", group.group_id, member.member_id))
 
     def _timer_stale(self, op: _MemberTimer) -> bool:
         group = op.group
         member = group.members.get(op.member_id)
         if self.groups.get(group.group_id) is not group or member is None:
             return True
-        if op.revoke:
+        if op.kind == "revoke":
             return member.revoke_token != op.token or member.state != MemberState.UNREVOKED_PARTITIONS
+        if op.kind == "join":
+            return member.join_token != op.token
         return member.session_token != op.token
 
     def _timer_expired(self, op: _MemberTimer) -> None:
         if self._timer_stale(op):
             return
-        why = (
-            "did not revoke its partitions within its rebalance timeout"
-            if op.revoke
-            else "missed its session timeout"
-        )
+        why = {
+            "revoke": "did not revoke its partitions within its rebalance timeout",
+            "join": "did not rejoin within its rebalance timeout",
+        }.get(op.kind, "missed its session timeout")
         log.info("group %s: member %s %s, removing it", op.group.group_id, op.member_id, why)
         self._remove(op.group, op.member_id)
-        if self.fence is not None and self.groups.get(op.group.group_id) is op.group:
-            self._spawn(self.flush(op.group))  # nobody waits for an answer: store in the background
+        if self.groups.get(op.group.group_id) is op.group:
+            self.store_later(op.group)  # nobody waits for an answer
 
     # ------------------------------------------------------------------ removal, forgetting
 
     def _remove(self, group: ConsumerGroup, member_id: str) -> None:
         group.remove_member(member_id)
-        for kind in ("consumer-session", "consumer-revoke"):
+        for kind in TIMER_KINDS:
             self.purgatory.check_and_complete((kind, group.group_id, member_id))
+        if (
+            self.on_only_classic is not None
+            and group.only_classic()
+            and self.groups.get(group.group_id) is group
+        ):
+            self.on_only_classic(group)  # the online downgrade (Kafka's convertToClassicGroup)
+            return
         self._maybe_forget(group)
+
+    def release(self, group: ConsumerGroup) -> None:
+        """The group was converted to the other protocol: forget it here, no lease change."""
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+        group.dead = True
+        for member_id in group.members:
+            for kind in TIMER_KINDS:
+                self.purgatory.check_and_complete((kind, group.group_id, member_id))
 
     def _maybe_forget(self, group: ConsumerGroup) -> None:
         """Forget an emptied group (its final state stored, so the group epoch goes on)."""
@@ -450,7 +493,7 @@ class ConsumerGroups:
         log.info("group %s: dropped (group epoch %d, not the coordinator)", group_id, group.group_epoch)
         group.dead = group.lost = True
         for member_id in group.members:
-            for kind in ("consumer-session", "consumer-revoke"):
+            for kind in TIMER_KINDS:
                 self.purgatory.check_and_complete((kind, group_id, member_id))
 
     def delete(self, group_id: str) -> bool:
@@ -501,14 +544,18 @@ class ConsumerGroups:
                 task = asyncio.get_running_loop().create_task(self._store(group))
                 self._storing[group.group_id] = task
             if not await asyncio.shield(task):
-                return False
+                # Forgotten or converted meanwhile (dead, not lost): its state is stored
+                # with the release, or as the classic group it became.
+                return group.dead and not group.lost
         return not group.lost
 
     async def _store(self, group: ConsumerGroup) -> bool:
         assert self.fence is not None
         version = group.version
         try:
-            ok = await self.fence.confirm(group.group_id, encode_consumer_group(group))
+            ok = await self.fence.confirm(
+                group.group_id, encode_consumer_group(group), lambda: self.groups.get(group.group_id) is group
+            )
         finally:
             if self._storing.get(group.group_id) is asyncio.current_task():
                 del self._storing[group.group_id]
@@ -517,6 +564,11 @@ class ConsumerGroups:
         elif self.groups.get(group.group_id) is group:
             self.fence.lose(group.group_id, release=False)
         return ok
+
+    def store_later(self, group: ConsumerGroup) -> None:
+        """Store the group in the background (a change nobody waits an answer for)."""
+        if self.fence is not None:
+            self._spawn(self.flush(group))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -542,46 +594,16 @@ class ConsumerGroups:
         transactional: bool,
         partitions: Sequence[tuple[str, int]] = (),
     ) -> ErrorCode | None:
-        """Kafka's ConsumerGroup.validateOffsetCommit; None if `group_id` is not a consumer
-        group held here (the classic rules apply). An epoch older than the member's passes
-        when the member still holds every committed partition, each since that epoch or
-        before (KIP-1251's assignment epochs: a commit racing the heartbeat that moved the
-        member on is not refused, one for a partition given up since is)."""
+        """None if `group_id` is not a consumer group held here (the classic rules apply);
+        else `agent.groups.consumer_offsets.validate_commit`."""
         group = self.groups.get(group_id)
         if group is None:
             return None
-        if member_epoch < 0 and not member_id and not group.members:
-            return ErrorCode.none
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if not transactional and api_version < 9:
-            return ErrorCode.unsupported_version  # members of this protocol commit with v9+
-        if member_epoch == member.member_epoch:
-            return ErrorCode.none
-        if transactional:
-            return ErrorCode.illegal_generation
-        if member_epoch > member.member_epoch or not partitions:
-            return ErrorCode.stale_member_epoch
-        for name, p in partitions:
-            topic = group.topics.get(name)
-            since = None if topic is None else member.assigned_at.get((topic[0], p))
-            if since is None or since > member_epoch:
-                return ErrorCode.stale_member_epoch
-        return ErrorCode.none
+        return validate_commit(group, member_id, member_epoch, api_version, transactional, partitions)
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
-        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9+): a member's fetch must
-        carry its current epoch; an admin's (no member id, epoch -1) always passes."""
         group = self.groups.get(group_id)
-        if group is None or (not member_id and member_epoch < 0):
-            return ErrorCode.none
-        member = group.members.get(member_id or "")
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return ErrorCode.none
+        return ErrorCode.none if group is None else validate_fetch(group, member_id, member_epoch)
 
 
 def _subset(owned: Assignment | None, assigned: Assignment) -> bool:

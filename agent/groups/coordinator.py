@@ -56,6 +56,7 @@ from skiff.agent.groups.consumer_protocol import (
     MemberRequest,
 )
 from skiff.agent.groups.fencing import GroupFence
+from skiff.agent.groups.mixed import ClassicJoin, classic_topics
 from skiff.agent.groups.model import (
     Group,
     GroupDescription,
@@ -171,21 +172,37 @@ class GroupCoordinator(GroupPersistence):
         client_id: str = "",
         client_host: str = "",
         require_known_member_id: bool = True,
+        view: TopicView | None = None,
     ) -> asyncio.Future[JoinResult]:
-        """JoinGroup. The future completes when the join phase ends (or at once on error)."""
+        """JoinGroup. The future completes when the join phase ends (or at once on error).
+        In a consumer-protocol group (a mixed group, agent.groups.mixed) the member is served
+        by the consumer group: `view` has the topics its subscription names."""
 
         def now(error: ErrorCode, mid: str = member_id) -> asyncio.Future[JoinResult]:
             return self._new_future(JoinResult(error, member_id=mid))
 
         if not group_id:
             return now(ErrorCode.invalid_group_id)
-        if group_id in self.consumer.groups:
-            # A consumer-protocol group: classic members cannot join it (no mixed groups).
-            return now(ErrorCode.inconsistent_group_protocol)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return now(ErrorCode.invalid_session_timeout)
         if rebalance_timeout_ms <= 0:
             rebalance_timeout_ms = session_timeout_ms
+        mixed = self.consumer.groups.get(group_id)
+        if mixed is not None:
+            if view is None:  # it became a consumer group while the handler looked up topics
+                return now(ErrorCode.coordinator_not_available)
+            req = ClassicJoin(
+                member_id,
+                group_instance_id,
+                protocol_type,
+                tuple((n, bytes(d)) for n, d in protocols),
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                client_id,
+                client_host,
+                require_known_member_id,
+            )
+            return self._stored_then(mixed, self.classic_members.join(mixed, req, view))
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
@@ -257,6 +274,17 @@ class GroupCoordinator(GroupPersistence):
             return fut
         return now(ErrorCode.unknown_member_id)
 
+    def _stored_then(self, group: ConsumerGroup, result: JoinResult) -> asyncio.Future[JoinResult]:
+        """The answer once the consumer group is stored under its lease (NOT_COORDINATOR if
+        the lease was lost meanwhile)."""
+
+        async def answer() -> JoinResult:
+            if result.error != ErrorCode.none or await self.consumer.flush(group):
+                return result
+            return JoinResult(ErrorCode.not_coordinator, result.member_id)
+
+        return asyncio.ensure_future(answer())
+
     # ------------------------------------------------------------------ sync
 
     def sync(
@@ -272,6 +300,13 @@ class GroupCoordinator(GroupPersistence):
         def now(error: ErrorCode) -> asyncio.Future[SyncResult]:
             return self._new_future(SyncResult(error))
 
+        mixed = self.consumer.groups.get(group_id)
+        if mixed is not None:
+            return self._new_future(
+                self.classic_members.sync(
+                    mixed, generation_id, member_id, group_instance_id, protocol_type, protocol_name
+                )
+            )
         group = self.groups.get(group_id)
         if group is None:
             return now(ErrorCode.unknown_member_id)
@@ -311,6 +346,9 @@ class GroupCoordinator(GroupPersistence):
     def heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
+        mixed = self.consumer.groups.get(group_id)
+        if mixed is not None:
+            return self.classic_members.heartbeat(mixed, generation_id, member_id, group_instance_id)
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -327,6 +365,12 @@ class GroupCoordinator(GroupPersistence):
         return ErrorCode.none
 
     def leave(self, group_id: str, members: Sequence[LeaveRequest]) -> list[ErrorCode]:
+        mixed = self.consumer.groups.get(group_id)
+        if mixed is not None:
+            codes = self.classic_members.leave(mixed, members)
+            if self.consumer.groups.get(group_id) is mixed:
+                self.consumer.store_later(mixed)  # nobody waits on a leave: store in the background
+            return codes
         group = self.groups.get(group_id)
         if group is None:
             return [ErrorCode.unknown_member_id for _ in members]
@@ -433,26 +477,38 @@ class GroupCoordinator(GroupPersistence):
         classic: list[Group | ConsumerGroup] = [g for g in self.groups.values() if g.state != GroupState.DEAD]
         return classic + list(self.consumer.groups.values())
 
+    def wanted_topics(self, req: MemberRequest) -> tuple[set[str], bool]:
+        """The topics a ConsumerGroupHeartbeat's handler must look up: the consumer group's,
+        and those a classic group it would upgrade subscribes to or was assigned."""
+        names, listing = self.consumer.wanted_topics(req)
+        classic = self.groups.get(req.group_id)
+        if classic is not None and req.member_epoch == 0:
+            names |= classic_topics(classic)
+        return names, listing
+
     def consumer_heartbeat(self, req: MemberRequest, view: TopicView) -> HeartbeatResult:
-        """ConsumerGroupHeartbeat (agent.groups.consumer_protocol). A classic group with
-        members keeps its id until they have all left: the consumer-protocol member gets
-        COORDINATOR_NOT_AVAILABLE (retriable: it keeps asking, with backoff) and joins the
-        group once the last classic member is gone, the group converted then (its committed
-        offsets stay). That is the online upgrade Skiff offers: a rolling restart with
-        group.protocol=consumer completes, the restarted members consuming from when the
-        last classic member leaves. Kafka 4 also runs mixed groups (classic members mapped
-        onto the consumer group); Skiff does not."""
+        """ConsumerGroupHeartbeat (agent.groups.consumer_protocol). A member joining a classic
+        group with members converts it to a consumer group whose classic members keep their
+        protocol (the online upgrade, agent.groups.mixed); until the group can be converted
+        (it is rebalancing) the member gets COORDINATOR_NOT_AVAILABLE, retriable. An empty
+        classic group is simply replaced (its committed offsets stay)."""
         classic = self.groups.get(req.group_id)
         if classic is not None and req.member_epoch >= 0:
-            if not self.is_empty(req.group_id) or classic.pending:
-                return HeartbeatResult(
-                    ErrorCode.coordinator_not_available,
-                    f"Group {req.group_id} is a classic group with {len(classic.members)} member(s): "
-                    "consumer-protocol members join once they have all left (no mixed groups).",
-                    req.member_id,
-                )
-            self.delete(req.group_id)
-        return self.consumer.heartbeat(req, view)
+            if self.is_empty(req.group_id) and not classic.pending:
+                self.delete(req.group_id)
+            elif req.member_epoch == 0:  # a member joining: Kafka converts only then
+                refusal = self._upgrade(classic, view)
+                if refusal is not None:
+                    return HeartbeatResult(
+                        ErrorCode.coordinator_not_available,
+                        f"Classic group {req.group_id} cannot be upgraded now: {refusal}.",
+                        req.member_id,
+                    )
+        result = self.consumer.heartbeat(req, view)
+        group = self.consumer.groups.get(req.group_id)
+        if group is not None and group.only_classic():
+            self._downgrade(group)  # the member that converted the group was refused
+        return result
 
     def describe(self, group_id: str) -> GroupDescription | None:
         """The group as DescribeGroups shows it; None if it is not in memory (the handler then

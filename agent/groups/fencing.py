@@ -25,8 +25,12 @@ stops. So coordinating a group also takes a lease in metadata, held with an epoc
   acquires again, with a new epoch.
 - A group that leaves this agent (routing moved it, it was forgotten when empty, the agent
   stops) has its lease released, so the next coordinator need not wait for the TTL. An
-  acquisition here waits for a release of the same group still in flight, so it loads the
-  final state that release stores, never the one before it.
+  acquisition here waits for a release of the same group still in flight (however that
+  release ends), so it loads the final state that release stores, never the one before it.
+- Stores of one group run one at a time, in order. A store whose turn comes after the
+  lease was lost and taken again (it queued behind a slow one) is dropped, not written
+  under the new lease: the state it carries is the dropped group's, and a next
+  coordinator loading it would bring back members that left (`confirm`'s `current`).
 """
 
 from __future__ import annotations
@@ -128,7 +132,8 @@ class GroupFence:
         if releasing is not None:
             # A release in flight stores the group's final state (a group forgotten when its
             # last member left): acquiring before it lands would load the state before it.
-            await asyncio.shield(releasing)
+            # Waited for, not awaited: however it ended, the acquisition goes on.
+            await asyncio.wait([releasing])
         sent = self._now()
         try:
             grant = await self.metadata.acquire_group_lease(group_id, self.agent_id, self.ttl_ms)
@@ -154,12 +159,17 @@ class GroupFence:
 
     # ------------------------------------------------------------------ state changes
 
-    async def confirm(self, group_id: str, group_state: str) -> bool:
+    async def confirm(
+        self, group_id: str, group_state: str, current: Callable[[], bool] = lambda: True
+    ) -> bool:
         """Renew the lease and store a new generation; False if the lease is lost or could
-        not be confirmed (the caller drops the group)."""
+        not be confirmed (the caller drops the group), or if `current()` says, once this
+        store's turn has come, that the state it stores is no longer the group's: a store
+        queued behind another one while the lease was lost and taken again must not write
+        the dropped group's state under the new lease (a next coordinator would load it)."""
         async with self._lock(group_id):
             h = self.held.get(group_id)
-            if h is None or self._now() >= h.deadline_ms:
+            if h is None or self._now() >= h.deadline_ms or not current():
                 return False
             sent = self._now()
             try:
@@ -191,19 +201,26 @@ class GroupFence:
             self._releasing[group_id] = self._spawn(self._release(group_id, h.epoch, final_state))
 
     async def _release(self, group_id: str, epoch: int, final_state: str | None) -> None:
-        async with self._lock(group_id):
-            try:
-                if final_state is not None:
-                    token = LeaseToken(self.agent_id, epoch)
-                    await self.metadata.confirm_group_generation(group_id, token, self.ttl_ms, final_state)
-                await self.metadata.release_group_leases(self.agent_id, [(group_id, epoch)])
-            except (MetadataUnavailable, MetadataError, OSError) as e:
-                log.info("group %s: lease not released (it will lapse): %s", group_id, e)
-        lock = self._locks.get(group_id)
-        if group_id not in self.held and lock is not None and not lock.locked():
-            del self._locks[group_id]
-        if self._releasing.get(group_id) is asyncio.current_task():
-            del self._releasing[group_id]
+        try:
+            async with self._lock(group_id):
+                try:
+                    if final_state is not None:
+                        token = LeaseToken(self.agent_id, epoch)
+                        await self.metadata.confirm_group_generation(
+                            group_id, token, self.ttl_ms, final_state
+                        )
+                    await self.metadata.release_group_leases(self.agent_id, [(group_id, epoch)])
+                except (MetadataUnavailable, MetadataError, OSError) as e:
+                    log.info("group %s: lease not released (it will lapse): %s", group_id, e)
+        except Exception:  # boundary: a background task; the lease lapses by itself
+            log.exception("group %s: unexpected error releasing the coordinator lease", group_id)
+        finally:
+            # Whatever happened, the release is over: an acquisition waiting for it goes on.
+            lock = self._locks.get(group_id)
+            if group_id not in self.held and lock is not None and not lock.locked():
+                del self._locks[group_id]
+            if self._releasing.get(group_id) is asyncio.current_task():
+                del self._releasing[group_id]
 
     def _lock(self, group_id: str) -> asyncio.Lock:
         lock = self._locks.get(group_id)
@@ -250,7 +267,7 @@ class GroupFence:
             if mine is None or mine.epoch != epoch:
                 continue
             if group_id in renewed:
-                mine.deadline_ms = max(h.deadline_ms, sent + self.trust_ms)
+                mine.deadline_ms = max(mine.deadline_ms, sent + self.trust_ms)
             else:
                 log.warning(
                     "group %s: coordinator lease lost (epoch %d), dropping the group", group_id, epoch

@@ -48,12 +48,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
+from skiff.agent.groups.consumer_model import ConsumerGroup, TopicView
 from skiff.agent.groups.consumer_persistence import is_consumer_state
 from skiff.agent.groups.consumer_protocol import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
     ConsumerGroups,
 )
+from skiff.agent.groups.mixed import ClassicMembers, to_classic_group, to_consumer_group, upgrade_refusal
 from skiff.agent.groups.model import Group, GroupState, JoinResult, Member, SyncResult
 from skiff.agent.groups.rebalance import DelayedSync, GroupRebalancer
 
@@ -178,6 +180,11 @@ class GroupPersistence(GroupRebalancer):
             session_timeout_ms=consumer_session_timeout_ms,
             heartbeat_interval_ms=consumer_heartbeat_interval_ms,
         )
+        # Classic members of consumer groups, and the conversions (agent.groups.mixed).
+        self.classic_members = ClassicMembers(self.consumer)
+        self.consumer.on_only_classic = self._downgrade
+        self.upgrades = 0
+        self.downgrades = 0
 
     def holds(self, group_id: str) -> bool:
         """Whether a group of either protocol is in memory here (its lease is in use)."""
@@ -299,13 +306,67 @@ class GroupPersistence(GroupRebalancer):
             op = DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms())
             self.rebalance_purgatory.try_complete_else_watch(op, (group.sync_key,))
 
+    # ------------------------------------------------------------------ protocol conversions
+
+    def _upgrade(self, classic: Group, view: TopicView) -> str | None:
+        """Convert a classic group into a consumer group (agent.groups.mixed); why not, if
+        it cannot be now. Its parked requests get REBALANCE_IN_PROGRESS (they rejoin)."""
+        refusal = upgrade_refusal(classic, self.consumer.max_group_size)
+        converted = to_consumer_group(classic, view) if refusal is None else refusal
+        if isinstance(converted, str):
+            return converted
+        del self.groups[classic.group_id]
+        classic.state = GroupState.DEAD
+        for m in classic.members.values():
+            self._complete(m.join_future, JoinResult(ErrorCode.rebalance_in_progress, m.member_id))
+            self._complete(m.sync_future, SyncResult(ErrorCode.rebalance_in_progress))
+            m.join_future = m.sync_future = None
+        self._complete_dead_group_ops(classic)
+        self.consumer.groups[classic.group_id] = converted
+        for member in converted.members.values():
+            self.consumer._arm_session(converted, member)
+        self.upgrades += 1
+        log.info(
+            "group %s: upgraded to the consumer protocol at generation %d with %d classic member(s)",
+            classic.group_id,
+            classic.generation_id,
+            len(classic.members),
+        )
+        return None  # the caller's heartbeat stores it (with the joining member) before answering
+
+    def _downgrade(self, group: ConsumerGroup) -> None:
+        """Only classic members are left: the group becomes a classic one and rebalances."""
+        classic = to_classic_group(group)
+        self.consumer.release(group)
+        self.groups[group.group_id] = classic
+        self.downgrades += 1
+        log.info(
+            "group %s: downgraded to the classic protocol at generation %d with %d member(s)",
+            group.group_id,
+            classic.generation_id,
+            len(classic.members),
+        )
+        if self.fence is not None:
+            self._spawn(self._store_converted(classic, encode_group_state(classic, assigned=True)))
+        for m in classic.members.values():
+            self._heartbeat(classic, m)
+        self._prepare_rebalance(classic, "downgraded from the consumer protocol")
+
+    async def _store_converted(self, group: Group, state: str) -> None:
+        """Store a group just converted back to classic (the consumer group's state is what
+        metadata holds until then); drop the group if the lease is lost."""
+        assert self.fence is not None
+        ok = await self.fence.confirm(group.group_id, state, lambda: self._alive(group))
+        if self._alive(group) and not ok:
+            self.fence.lose(group.group_id, release=False)
+
     # ------------------------------------------------------------------ stores
 
     async def _confirm_generation(self, group: Group, generation_id: int) -> None:
         """Answer the joins of a new generation once metadata confirmed it (see
         `_on_complete_join`); drop the group if the lease is lost."""
         assert self.fence is not None
-        ok = await self.fence.confirm(group.group_id, encode_group_state(group))
+        ok = await self.fence.confirm(group.group_id, encode_group_state(group), lambda: self._alive(group))
         if not self._alive(group):
             return
         if not ok:
@@ -331,7 +392,9 @@ class GroupPersistence(GroupRebalancer):
 
         if not current():
             return  # it rebalanced meanwhile: the syncs were answered REBALANCE_IN_PROGRESS
-        ok = await self.fence.confirm(group.group_id, encode_group_state(group, assigned=True))
+        ok = await self.fence.confirm(
+            group.group_id, encode_group_state(group, assigned=True), lambda: self._alive(group)
+        )
         if self._alive(group) and not ok:
             self.fence.lose(group.group_id, release=False)
         elif ok and current():
@@ -343,6 +406,8 @@ class GroupPersistence(GroupRebalancer):
         assert self.fence is not None
         if not self._alive(group) or group.state != GroupState.STABLE or group.generation_id != generation_id:
             return  # it moved on: the next generation is stored when it forms
-        ok = await self.fence.confirm(group.group_id, encode_group_state(group, assigned=True))
+        ok = await self.fence.confirm(
+            group.group_id, encode_group_state(group, assigned=True), lambda: self._alive(group)
+        )
         if self._alive(group) and not ok:
             self.fence.lose(group.group_id, release=False)

@@ -51,6 +51,7 @@ MIN_VERSION = 0
 MAX_VERSION = 1
 
 CONSUMER_MEMBER_TYPE = 1  # v1 member_type: 0 classic, 1 consumer
+CLASSIC_MEMBER_TYPE = 0  # a classic-protocol member of a mixed group (agent.groups.mixed)
 
 
 def _failed(group_id: str, code: ErrorCode, message: str | None = None) -> DescribedGroup:
@@ -91,7 +92,7 @@ def _member(group: ConsumerGroup, m: ConsumerMember, names: dict[uuid.UUID, str]
         subscribed_topic_regex=m.subscribed_topic_regex,
         assignment=_assignment(m.assigned, names),
         target_assignment=_assignment(group.target.get(m.member_id, {}), names),
-        member_type=i8(CONSUMER_MEMBER_TYPE),
+        member_type=i8(CONSUMER_MEMBER_TYPE if m.classic is None else CLASSIC_MEMBER_TYPE),
     )
 
 

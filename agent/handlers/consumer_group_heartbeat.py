@@ -100,7 +100,7 @@ def _member_request(body: ConsumerGroupHeartbeatRequest, request: Request) -> Me
     )
 
 
-async def _topic_view(ctx: AgentContext, names: set[str], listing: bool) -> TopicView:
+async def topic_view(ctx: AgentContext, names: set[str], listing: bool) -> TopicView:
     """The topics this heartbeat needs, from the agent's topic cache (metadata on a miss)."""
     found: dict[str, tuple[uuid.UUID, int]] = {}
     if listing:
@@ -127,9 +127,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     if code != ErrorCode.none:
         return _error(body, code)
     coord = coordinator(ctx)
-    names, listing = coord.consumer.wanted_topics(req)
+    names, listing = coord.wanted_topics(req)
     try:
-        view = await _topic_view(ctx, names, listing)
+        view = await topic_view(ctx, names, listing)
     except METADATA_ERRORS as e:
         return _error(body, ErrorCode.coordinator_not_available, f"metadata unavailable: {e}")
     result = coord.consumer_heartbeat(req, view)

@@ -7,7 +7,9 @@ v4+ clients are asked to rejoin with a member id the coordinator hands out
 (MEMBER_ID_REQUIRED, KIP-394); older ones get a member id at once. The answer waits
 until the join phase ends (bounded by the rebalance timeout). A principal without READ on
 the group gets GROUP_AUTHORIZATION_FAILED (Kafka's ACLs), as in SyncGroup, Heartbeat and
-LeaveGroup.
+LeaveGroup. In a consumer-protocol group (a mixed group, `agent.groups.mixed`) the topics the
+member subscribes to are looked up first and the answer comes at once, the assignment being
+the coordinator's.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupRespon
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
 from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.embedded_protocol import decode_subscription
 from skiff.agent.groups.model import JoinResult
-from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
+from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
+from skiff.agent.handlers.consumer_group_heartbeat import topic_view
 from skiff.agent.protocol import convert
 
 API_KEY = 11
@@ -65,6 +69,19 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         return _response(JoinResult(code, member_id=body.member_id), request.api_version)
     session_ms = _ms(body.session_timeout)
     rebalance_ms = _ms(body.rebalance_timeout) if request.api_version >= 1 else session_ms
+    view = None
+    group = coordinator(ctx).consumer.groups.get(body.group_id)
+    if group is not None:
+        # A consumer-protocol group (a mixed group): the member's topics are looked up, as
+        # for a ConsumerGroupHeartbeat (agent.groups.mixed).
+        sub = decode_subscription(body.protocols[0].metadata) if body.protocols else None
+        names = set(sub.topics if sub is not None else ()) | group.all_subscribed_names() | set(group.topics)
+        try:
+            view = await topic_view(ctx, names, False)
+        except METADATA_ERRORS:
+            return _response(
+                JoinResult(ErrorCode.coordinator_not_available, member_id=body.member_id), request.api_version
+            )
     fut = coordinator(ctx).join(
         body.group_id,
         body.member_id,
@@ -76,6 +93,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         client_id=request.client_id or "",
         client_host=request.connection.peer,
         require_known_member_id=request.api_version >= 4,
+        view=view,
     )
     result = await fut
     if request.api_version < 7 and result.skip_assignment:

@@ -3,7 +3,8 @@ tests/support/handler_call.py) with its fenced coordinator over the real metadat
 ConsumerGroupHeartbeat and ConsumerGroupDescribe, the member-epoch fencing of OffsetCommit
 v9 and OffsetFetch v9, the group admin APIs over both protocols (ListGroups types,
 DescribeGroups, DeleteGroups, OffsetDelete), the two protocols refusing each other's
-groups, and a group taken over from its stored state after its coordinator let it go."""
+groups unless the upgrade applies, a classic group upgraded in place (a mixed group) and
+downgraded back, and a group taken over from its stored state after its coordinator let it go."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbea
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.offset_commit.v8.request import OffsetCommitRequest as OffsetCommitRequestV8
@@ -37,8 +39,10 @@ from kio.schema.offset_fetch.v9.request import (
     OffsetFetchRequestGroup,
     OffsetFetchRequestTopics,
 )
+from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestAssignment
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
+from skiff.agent.groups.embedded_protocol import decode_assignment, encode_assignment, encode_subscription
 from skiff.agent.protocol import convert
 
 from tests.component.fake_metadata import AgentHarness
@@ -246,3 +250,77 @@ def test_the_group_survives_its_coordinator_letting_go(harness: AgentHarness) ->
 async def _let_go(coordinator: Any, group: str) -> None:
     coordinator.fence.lose(group, release=True)
     await coordinator.fence.drain()
+
+
+def _classic_join(h: AgentHarness, group: str, topic: str, member: str = "") -> Any:
+    return _ask(
+        h,
+        JoinGroupRequest(
+            group_id=GroupId(group),
+            session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+            rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+            member_id=member,
+            protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=encode_subscription((topic,))),),
+        ),
+    )
+
+
+def _classic_sync(h: AgentHarness, group: str, generation: int, member: str, given: bytes = b"") -> Any:
+    return _ask(
+        h,
+        SyncGroupRequest(
+            group_id=GroupId(group),
+            generation_id=i32(generation),
+            member_id=member,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=(SyncGroupRequestAssignment(member_id=member, assignment=given),) if given else (),
+        ),
+    )
+
+
+def _classic_heartbeat(h: AgentHarness, group: str, generation: int, member: str) -> ErrorCode:
+    resp = _ask(h, HeartbeatRequest(group_id=GroupId(group), generation_id=i32(generation), member_id=member))
+    code: ErrorCode = resp.error_code
+    return code
+
+
+def test_a_classic_group_upgrades_in_place(harness: AgentHarness) -> None:
+    """The online upgrade through the handlers, stored under the coordinator's lease: a
+    classic member keeps its partitions until it rejoins, then the consumer-protocol member
+    gets its share; ConsumerGroupDescribe tells the member types apart."""
+    topic, topic_id = _topic(harness)
+    group = _name("g")
+    member = _classic_join(harness, group, topic).member_id
+    joined = _classic_join(harness, group, topic, member)
+    assert joined.error_code == E.none and joined.leader == member
+    everything = encode_assignment({topic: frozenset(range(4))})
+    assert _classic_sync(harness, group, joined.generation_id, member, everything).assignment == everything
+    generation = int(joined.generation_id)
+
+    new = _heartbeat(harness, group, "m2", 0, (topic,), {})
+    assert new.error_code == E.none and list(new.assignment.topic_partitions) == []  # all held
+    assert _listed(harness, ("consumer",))[group].group_type == "consumer"
+    d = _ask(
+        harness,
+        ConsumerGroupDescribeRequest(group_ids=(GroupId(group),), include_authorized_operations=False),
+    )
+    assert sorted(m.member_type for m in d.groups[0].members) == [0, 1]
+    assert _commit(harness, group, member, generation, topic, version=8) == E.none  # classic: any version
+
+    assert _classic_heartbeat(harness, group, generation, member) == E.rebalance_in_progress
+    again = _classic_join(harness, group, topic, member)  # eager: it owns nothing any more
+    assert again.error_code == E.none and again.generation_id == new.member_epoch and again.leader == ""
+    mine = decode_assignment(_classic_sync(harness, group, again.generation_id, member).assignment)
+    assert mine is not None and len(mine[topic]) == 2
+    assert _commit(harness, group, member, generation, topic, version=8) == E.illegal_generation
+    assert _classic_heartbeat(harness, group, again.generation_id, member) == E.none
+    theirs = _heartbeat(harness, group, "m2", new.member_epoch, None, {})
+    got = {int(p) for tp in theirs.assignment.topic_partitions for p in tp.partitions}
+    assert got == set(range(4)) - mine[topic] and theirs.assignment.topic_partitions[0].topic_id == topic_id
+
+    # the last consumer-protocol member leaves: a classic group again, rebalancing
+    assert _heartbeat(harness, group, "m2", -1).error_code == E.none
+    assert group in _listed(harness, ("classic",))
+    assert _classic_heartbeat(harness, group, again.generation_id, member) == E.rebalance_in_progress

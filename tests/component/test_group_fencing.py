@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
+from skiff.agent.groups.consumer_model import TopicView
+from skiff.agent.groups.consumer_protocol import MemberRequest
 from skiff.agent.groups.coordinator import GroupCoordinator
+from skiff.agent.groups.embedded_protocol import decode_assignment, encode_assignment, encode_subscription
 from skiff.agent.groups.fencing import GroupFence
-from skiff.agent.groups.model import GroupState, JoinResult, SyncResult
+from skiff.agent.groups.model import GroupState, JoinResult, LeaveRequest, SyncResult
 from skiff.agent.groups.persistence import decode_group_state
 from skiff.agent.groups.rebalance import DelayedHeartbeat
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -369,3 +373,139 @@ async def test_a_static_member_replaced_without_a_rebalance_is_stored(world: Wor
     assert [(m.member_id, m.instance_id, m.assignment) for m in stored.members] == [
         (back.member_id, "i1", b"p0")
     ]
+
+
+class GatedMetadata:
+    """The fence's metadata client with `confirm_group_generation` held at `gate` (when
+    set) and `release_group_leases` failing with `release_error` (when set)."""
+
+    def __init__(self, inner: FlakyMetadataClient) -> None:
+        self.inner = inner
+        self.gate: asyncio.Event | None = None
+        self.confirms_waiting = 0
+        self.release_error: BaseException | None = None
+        self.release_gate = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def confirm_group_generation(self, *args: object) -> None:
+        if self.gate is not None:
+            self.confirms_waiting += 1
+            await self.gate.wait()
+        await self.inner.confirm_group_generation(*args)  # type: ignore[arg-type]
+
+    async def release_group_leases(self, *args: object) -> None:
+        if self.release_error is not None:
+            await self.release_gate.wait()
+            raise self.release_error
+        await self.inner.release_group_leases(*args)  # type: ignore[arg-type]
+
+
+async def test_a_store_queued_while_the_lease_was_taken_again_is_not_written(world: World) -> None:
+    """The sequence behind a group flake (a member assigned, then never again): a store
+    queued behind a slow one while the lease was lost (renewed late) and taken again
+    wrote the dropped group's state under the new lease; a later takeover loaded it."""
+    a = world.agent("A")
+    gated = GatedMetadata(world.metadata)
+    a.fence.metadata = gated  # type: ignore[assignment]
+    ra = await a.join()
+    assert (await a.sync(1, ra.member_id, {ra.member_id: b"p"})).error == E.none  # Stable, stored
+    gated.gate = asyncio.Event()
+    rb = a.start_join()  # a second member: a rebalance
+    ra2 = a.start_join(ra.member_id)
+    await settle()
+    assert gated.confirms_waiting == 1  # generation 2, its store held in metadata
+    b_id = next(m for m in a.gc.groups["g"].members if m != ra.member_id)
+    assert a.gc.leave("g", [LeaveRequest(b_id)]) == [E.none]  # generation 3, its store queued
+    await settle()
+    assert a.gc.groups["g"].generation_id == 3 and gated.confirms_waiting == 1
+    a.mono.now += TTL  # the lease is no longer trusted: the next request takes it again
+    assert await a.fence.ensure("g") == E.none
+    assert (await ra2).error == E.not_coordinator and (await rb).error == E.unknown_member_id  # b left
+    assert a.gc.groups["g"].generation_id == 1  # taken over from what metadata holds
+    gated.gate.set()
+    await a.gc.drain()
+    await settle()
+    holder, epoch, state = world.stored()
+    stored = decode_group_state(state)
+    assert (holder, epoch) == ("A", 2)
+    assert stored is not None and stored.generation_id == 1 and stored.assigned  # not generation 3
+    back = await a.join(ra.member_id)  # and the member goes on from there
+    assert back.error == E.none and back.generation_id == 2
+
+
+async def test_an_acquisition_goes_on_after_a_release_that_failed(world: World) -> None:
+    a = world.agent("A")
+    gated = GatedMetadata(world.metadata)
+    a.fence.metadata = gated  # type: ignore[assignment]
+    assert await a.fence.ensure("g") == E.none
+    gated.release_error = RuntimeError("a bug in the release")
+    a.fence.lose("g", release=True)  # its release fails while an acquisition waits for it
+    waiting = asyncio.ensure_future(a.fence.ensure("g"))
+    await settle()
+    assert not waiting.done()
+    gated.release_gate.set()
+    assert await waiting == E.none
+    a.fence.lose("g", release=False)
+    assert await a.fence.ensure("g") == E.none  # and none later either
+    await a.fence.drain()
+    assert "g" not in a.fence._releasing
+
+
+async def test_a_mixed_group_is_taken_over_with_its_classic_members(world: World) -> None:
+    """A classic group upgraded in place is stored with its classic members' metadata: the
+    next coordinator serves their Heartbeat, JoinGroup and SyncGroup as the first one would."""
+    a, b = world.agent("A"), world.agent("B")
+    assert await a.fence.ensure("g") == E.none
+    protocols = [("range", encode_subscription(("t",)))]
+    r = await a.gc.join(
+        "g", "", None, "consumer", protocols, SESSION, REBALANCE, require_known_member_id=False
+    )
+    given = encode_assignment({"t": frozenset({0, 1})})
+    assert (await a.sync(r.generation_id, r.member_id, {r.member_id: given})).assignment == given
+    view = TopicView({"t": (uuid.uuid4(), 2)}, frozenset({"t"}))
+    joining = MemberRequest(
+        "g", "c", 0, rebalance_timeout_ms=REBALANCE, subscribed_topic_names=("t",), owned={}
+    )
+    upgraded = a.gc.consumer_heartbeat(joining, view)
+    assert upgraded.error == E.none and upgraded.group is not None
+    assert await a.gc.consumer.flush(upgraded.group)
+
+    a.owner = False  # routing moves the group to B
+    assert await a.fence.ensure("g") == E.not_coordinator
+    await a.fence.drain()
+    assert await b.fence.ensure("g") == E.none
+    member = b.gc.consumer.groups["g"].members[r.member_id]
+    assert member.classic is not None and member.classic.protocols == tuple(protocols)
+    assert b.gc.heartbeat("g", r.generation_id, r.member_id, None) == E.rebalance_in_progress
+    rejoined = await b.gc.join("g", r.member_id, None, "consumer", protocols, SESSION, REBALANCE, view=view)
+    assert rejoined.error == E.none and rejoined.generation_id == upgraded.member_epoch
+    synced = await b.gc.sync("g", rejoined.generation_id, r.member_id, None, [])
+    assert decode_assignment(synced.assignment) == {"t": frozenset({0})}  # one each with c
+
+
+async def test_a_renewal_extends_each_lease_from_its_own_deadline(world: World) -> None:
+    """A renewal answered after another group's store trusted that group longer: the other
+    leases must not inherit its deadline (each is trusted from what metadata renewed for it)."""
+    a = world.agent("A")
+    assert await a.fence.ensure("g1") == E.none and await a.fence.ensure("g2") == E.none
+    slow = asyncio.Event()
+    renew = world.metadata.renew_group_leases
+
+    async def held_renewal(*args: object) -> list[str]:
+        await slow.wait()
+        return await renew(*args)  # type: ignore[arg-type]
+
+    a.fence.metadata = GatedMetadata(world.metadata)
+    a.fence.metadata.renew_group_leases = held_renewal  # type: ignore[method-assign]
+    sent = a.mono.now
+    renewing = asyncio.ensure_future(a.fence.renew_once())
+    await settle()
+    a.mono.now += 1_000  # g2 stores a generation while the renewal is on its way
+    assert await a.fence.confirm("g2", "{}")
+    slow.set()
+    await renewing
+    trust = TTL - TTL // 4
+    assert a.fence.held["g1"].deadline_ms == sent + trust
+    assert a.fence.held["g2"].deadline_ms == sent + 1_000 + trust

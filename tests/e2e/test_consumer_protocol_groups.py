@@ -10,8 +10,11 @@ it hands the partition on). Each member commits every record it processed before
 again, so when members join and leave: every produced offset is consumed exactly once (no
 record lost, none repeated), and the group's committed offsets end at the log end.
 
-A rolling restart of a classic group's members with group.protocol=consumer converts the
-group (once its last classic member is gone), with no record lost or repeated.
+A rolling restart of a running classic group's members with group.protocol=consumer (librdkafka
+and Java) converts the group at the first restart (Kafka 4's online upgrade, agent.groups.mixed):
+the classic members left are served by the consumer group until they restart too, with no
+record lost or repeated and every commit landing; and back (the group becomes classic again
+when its last consumer-protocol member leaves).
 
 Then the group admin APIs over both protocols: ListGroups with the v5 type filter
 (consumer vs classic), ConsumerGroupDescribe for a consumer-protocol group (epochs,
@@ -151,14 +154,22 @@ class RdMember:
 
 
 class JvMember:
-    """The Java client (kafka-clients 4.3) with group.protocol=consumer, through `group-member`."""
+    """The Java client (kafka-clients 4.3) with group.protocol=consumer unless told, through
+    `group-member`."""
 
     def __init__(
-        self, ledger: Ledger, name: str, java: JavaClient, bootstrap: str, topic: str, group: str
+        self,
+        ledger: Ledger,
+        name: str,
+        java: JavaClient,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        protocol: str = "consumer",
     ) -> None:
         self.ledger, self.name = ledger, name
         self.member: JavaGroupMember = java.group_member(
-            bootstrap, topic, group, props={"group.protocol": "consumer"}
+            bootstrap, topic, group, props={"group.protocol": protocol}
         )
 
     def _events(self, answer: dict[str, Any]) -> None:
@@ -326,42 +337,133 @@ def test_admin_lists_and_describes_both_protocols(bootstrap: str) -> None:
     assert committed(bootstrap, topic, new)[0] < 0
 
 
-def test_rolling_restart_from_classic_to_the_consumer_protocol(bootstrap: str) -> None:
-    """The online upgrade Skiff offers: members restart one by one with group.protocol=consumer;
-    those restarted wait (retriable COORDINATOR_NOT_AVAILABLE) while classic members remain,
-    and the group converts when the last one leaves. Nothing lost, nothing consumed twice."""
+class SteadyProducer:
+    """Produces one record to the next partition at each `poll()` until `stop()`: records keep
+    arriving while the members restart."""
+
+    name = "producer"
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.produced = [PER_PARTITION] * PARTITIONS  # new_topic's records come first
+        self.running = True
+        self.turn = 0
+
+    def poll(self) -> None:
+        if self.running:
+            part = self.turn % PARTITIONS
+            self.turn += 1
+            self.producer.produce(self.topic, value=f"{part}-{self.produced[part]}".encode(), partition=part)
+            self.produced[part] += 1
+        self.producer.poll(0)
+
+    def stop(self) -> None:
+        self.running = False
+        assert self.producer.flush(120) == 0
+
+    def close(self) -> None:
+        self.producer.flush(30)
+
+
+def group_type(bootstrap: str, group: str) -> tuple[Any, set[str]]:
+    """The group's type as librdkafka's admin sees it (ConsumerGroupDescribe first), and the
+    groups ListGroups shows with the type filter "consumer"."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: the futures need the handle
+    described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(timeout=30)
+    return described.type, {g.group_id for g in listed.valid}
+
+
+def test_online_upgrade_of_a_running_classic_group(bootstrap: str, java_client: JavaClient) -> None:
+    """Kafka 4's online upgrade: a classic group of three members (two librdkafka, one Java
+    4.3), a producer running throughout; the members restart one by one with
+    group.protocol=consumer (librdkafka, Java, librdkafka). The first restart converts the group; the classic members
+    left keep their protocol, served by the consumer group, and give partitions up before
+    anyone else gets them (the ledger checks it as the callbacks run). Every record is
+    consumed once, every commit lands (none refused, none repeated: each record is consumed
+    by one member and committed by it), and the group ends of type consumer."""
     topic, group = new_topic(bootstrap), f"g-{uuid.uuid4().hex[:8]}"
     ledger = Ledger()
-    c0 = RdMember(ledger, "classic0", bootstrap, topic, group, protocol="classic")
-    c1 = RdMember(ledger, "classic1", bootstrap, topic, group, protocol="classic")
-    running: list[Member] = [c0, c1]
+    producer = SteadyProducer(bootstrap, topic)
+    classic: list[Member] = [
+        RdMember(ledger, "classic0", bootstrap, topic, group, protocol="classic"),
+        JvMember(ledger, "classic1", java_client, bootstrap, topic, group, protocol="classic"),
+        RdMember(ledger, "classic2", bootstrap, topic, group, protocol="classic"),
+    ]
+    running: list[Any] = [producer, *classic]
     try:
-        poll_until(
-            running, lambda: balanced(ledger, [c0, c1]) and len(ledger.consumed) >= 60, "classic group"
-        )
-        c0.close()
-        ledger.revoked("classic0", list(ledger.held_by("classic0")))
-        n0 = RdMember(ledger, "new0", bootstrap, topic, group)
-        running = [c1, n0]
-        poll_until(running, lambda: len(ledger.consumed) >= 150, "the classic member carries on alone")
-        assert ledger.held_by("classic1") == set(range(PARTITIONS)) and not ledger.held_by("new0")
-        c1.close()
-        ledger.revoked("classic1", list(ledger.held_by("classic1")))
-        n1 = RdMember(ledger, "new1", bootstrap, topic, group)
-        running = [n0, n1]
-        poll_until(running, lambda: len(ledger.consumed) == PARTITIONS * PER_PARTITION, "every record")
-        poll_until(running, lambda: balanced(ledger, [n0, n1]), "the converted group balanced")
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        assert (
-            admin.describe_consumer_groups([group])[group].result(timeout=30).type
-            == ConsumerGroupType.CONSUMER
-        )
+        poll_until(running, lambda: balanced(ledger, classic), "the classic group balanced")
+        assert group_type(bootstrap, group)[0] == ConsumerGroupType.CLASSIC
+        replacements: list[Callable[[], Member]] = [
+            lambda: RdMember(ledger, "new0", bootstrap, topic, group),
+            lambda: JvMember(ledger, "new1", java_client, bootstrap, topic, group),
+            lambda: RdMember(ledger, "new2", bootstrap, topic, group),
+        ]
+        members: list[Member] = list(classic)
+        for i, start in enumerate(replacements):
+            old = members[i]
+            old.close()
+            ledger.revoked(old.name, list(ledger.held_by(old.name)))
+            members[i] = start()
+            running = [producer, *members]
+            target = len(ledger.consumed) + PARTITIONS
+            poll_until(
+                running,
+                lambda t=target: balanced(ledger, members) and len(ledger.consumed) > t,
+                f"restart {i}: the group balanced again over the restarted member",
+            )
+            kind, consumer_groups = group_type(bootstrap, group)
+            assert kind == ConsumerGroupType.CONSUMER and group in consumer_groups, (i, kind)
+        producer.stop()
+        total = sum(producer.produced)
+        poll_until(running, lambda: len(ledger.consumed) == total, f"all {total} records")
     finally:
         for m in running:
             m.close()
-    by_partition = {p: sorted(o for (q, o) in ledger.consumed if q == p) for p in range(PARTITIONS)}
-    assert all(offs == list(range(PER_PARTITION)) for offs in by_partition.values())
-    assert committed(bootstrap, topic, group) == [PER_PARTITION] * PARTITIONS
+    for p in range(PARTITIONS):
+        offsets = sorted(o for (q, o) in ledger.consumed if q == p)
+        assert offsets == list(range(producer.produced[p])), f"partition {p}: lost or repeated records"
+    assert committed(bootstrap, topic, group) == producer.produced
+    assert {ledger.consumed[k] for k in ledger.consumed} >= {"classic1", "classic2", "new0", "new1", "new2"}
+
+
+def test_online_downgrade_back_to_classic(bootstrap: str) -> None:
+    """The rollback: a consumer-protocol group of two librdkafka members restarted one by one
+    with group.protocol=classic. The first one back joins the consumer group as a classic
+    member; when the last consumer-protocol member leaves the group is classic again and
+    rebalances. Every record consumed once, every commit landing."""
+    topic, group = new_topic(bootstrap), f"g-{uuid.uuid4().hex[:8]}"
+    ledger = Ledger()
+    producer = SteadyProducer(bootstrap, topic)
+    members: list[Member] = [RdMember(ledger, f"new{i}", bootstrap, topic, group) for i in range(2)]
+    running: list[Any] = [producer, *members]
+    try:
+        poll_until(running, lambda: balanced(ledger, members), "the consumer group balanced")
+        for i in range(2):
+            old = members[i]
+            old.close()
+            ledger.revoked(old.name, list(ledger.held_by(old.name)))
+            members[i] = RdMember(ledger, f"classic{i}", bootstrap, topic, group, protocol="classic")
+            running = [producer, *members]
+            target = len(ledger.consumed) + PARTITIONS
+            poll_until(
+                running,
+                lambda t=target: balanced(ledger, members) and len(ledger.consumed) > t,
+                f"restart {i}: balanced again",
+            )
+            expected = ConsumerGroupType.CONSUMER if i == 0 else ConsumerGroupType.CLASSIC
+            assert group_type(bootstrap, group)[0] == expected, i
+        producer.stop()
+        total = sum(producer.produced)
+        poll_until(running, lambda: len(ledger.consumed) == total, f"all {total} records")
+    finally:
+        for m in running:
+            m.close()
+    for p in range(PARTITIONS):
+        offsets = sorted(o for (q, o) in ledger.consumed if q == p)
+        assert offsets == list(range(producer.produced[p])), f"partition {p}: lost or repeated records"
+    assert committed(bootstrap, topic, group) == producer.produced
 
 
 def test_regex_subscription_follows_new_topics(bootstrap: str) -> None:
