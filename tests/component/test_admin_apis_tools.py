@@ -6,6 +6,7 @@ version of every new response byte for byte. Agents over the real metadata servi
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -289,3 +290,44 @@ def test_every_new_response_reserializes_identically_with_kafkas_java_classes(
     ]
     assert not bad
     assert len(items) == 4 + 1 + 3 + 2 + 1 + 1  # DescribeLogDirs v1-v4 (v5 is not advertised)
+
+
+def test_java_describe_consumer_groups_of_both_protocols(harness, java_client: JavaClient):
+    """The Java AdminClient's describeConsumerGroups (ConsumerGroupDescribe first, then
+    DescribeGroups for a classic group, as Kafka 4 answers): a consumer-protocol group and a
+    classic one, each with its live member and its partitions."""
+    from confluent_kafka import Consumer
+
+    name = _topic(harness, 4, records=2)
+    members = {}
+    for protocol in ("consumer", "classic"):
+        group = f"{protocol}-{uuid.uuid4().hex[:8]}"
+        config = {
+            "bootstrap.servers": harness.bootstrap,
+            "group.id": group,
+            "group.protocol": protocol,
+            "auto.offset.reset": "earliest",
+        }
+        if protocol == "classic":
+            config["session.timeout.ms"] = 30_000
+        c = Consumer(config)
+        c.subscribe([name])
+        members[protocol] = (group, c)
+    try:
+        deadline = time.monotonic() + 60
+        for group, c in members.values():
+            while not c.assignment() and time.monotonic() < deadline:
+                c.poll(0.2)
+            assert c.assignment(), group
+        ids = ",".join(g for g, _ in members.values())
+        got = {g["group"]: g for g in java_client.admin(harness.bootstrap, "describe-groups", ids)["groups"]}
+        consumer, classic = got[members["consumer"][0]], got[members["classic"][0]]
+        assert (consumer["type"], consumer["state"]) == ("Consumer", "Stable")
+        assert consumer["assignor"] in ("uniform", "range") and consumer["epoch"] >= 1
+        assert [m["assigned"] for m in consumer["members"]] == [4] and consumer["members"][0]["epoch"] >= 1
+        assert (classic["type"], classic["state"]) == ("Classic", "Stable")
+        assert [m["assigned"] for m in classic["members"]] == [4]
+        assert consumer["coordinator"] == classic["coordinator"] == harness.agent.node_id
+    finally:
+        for _, c in members.values():
+            c.close()

@@ -76,7 +76,9 @@ import org.apache.kafka.clients.admin.PartitionReassignment;
 import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.ReplicaInfo;
 import org.apache.kafka.common.ElectionType;
+import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.GroupListing;
+import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -1035,6 +1037,32 @@ public final class SkiffJavaClient {
                     brokers.add(obj("broker", id, "log_dirs", dirs));
                 }
                 emit(obj("type", "log_dirs", "brokers", brokers));
+                return true;
+            }
+            case "describe-groups": {
+                need(pos, 2, "describe-groups G1,G2,...");
+                List<String> ids = Arrays.asList(pos.get(1).split(","));
+                Map<String, ConsumerGroupDescription> ds = admin.describeConsumerGroups(ids).all().get();
+                List<Object> groups = new ArrayList<>();
+                for (String id : new TreeSet<>(ds.keySet())) {
+                    ConsumerGroupDescription d = ds.get(id);
+                    List<Object> members = new ArrayList<>();
+                    for (MemberDescription m : d.members()) {
+                        List<Object> assigned = new ArrayList<>();
+                        for (TopicPartition tp : m.assignment().topicPartitions()) {
+                            assigned.add(obj("topic", tp.topic(), "partition", tp.partition()));
+                        }
+                        members.add(obj("member_id", m.consumerId(), "client_id", m.clientId(),
+                                "assigned", assigned.size(),
+                                "epoch", m.memberEpoch().isPresent() ? m.memberEpoch().get() : null));
+                    }
+                    groups.add(obj("group", id, "state", d.groupState().toString(), "type", d.type().toString(),
+                            "assignor", d.partitionAssignor(),
+                            "epoch", d.groupEpoch().isPresent() ? d.groupEpoch().get() : null,
+                            "coordinator", d.coordinator() == null ? null : d.coordinator().id(),
+                            "members", members));
+                }
+                emit(obj("type", "groups", "groups", groups));
                 return true;
             }
             case "describe-producers": {
