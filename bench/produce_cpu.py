@@ -3,7 +3,7 @@
     python bench/produce_cpu.py [--store moto] [--mib 64] [--partitions 100]
                                 [--cells sticky:1024,keyed:1024,sticky:100,keyed:100]
                                 [--compare-env PYTHONPATH=<old checkout>]... [--rounds 1]
-                                [--py-spy DIR] [--py-spy-rate 500] [--top 12]
+                                [--py-spy DIR] [--py-spy-rate 500] [--py-spy-gil] [--top 12]
 
 One store (moto's S3 server by default, or `file`) and one SQLite metadata file for the
 whole run. For each cell (layout:record bytes), each round, and each code version in turn
@@ -15,14 +15,18 @@ partitions as fast as it can: `sticky` is unkeyed records (librdkafka's sticky p
 fills one partition's batch at a time), `keyed` gives every record its own key (every
 request carries many small batches). Printed per cell and version: the agent process's
 CPU seconds (from /proc: event loop and threads) per GiB produced and per Produce request
-(requests from the agent's own metrics), MiB/s, and PUTs. Versions alternate within a
+(requests from the agent's own metrics), the kernel's share of that CPU (system time:
+the sockets), MiB/s, and PUTs. Versions alternate within a
 cell, so machine load moves both alike; CPU seconds are less sensitive to load than wall
 time.
 
 `--py-spy DIR` samples each agent with py-spy (`record --format raw --nonblocking`,
 `--py-spy-rate` Hz) while it produces, keeps the raw profile in DIR, and prints the top frames by share
 of the samples: by own time (the leaf function) and by inclusive time (a function anywhere
-on the stack, counted once per sample).
+on the stack, counted once per sample). py-spy samples every thread that is not idle, so a
+thread waiting for the GIL or descheduled on a busy machine is counted too; `--py-spy-gil`
+samples only the thread holding the GIL, which is closer to where Python's CPU goes (the
+kernel's share, sockets, is in the table above).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from bench.produce_consume import Agent, MiB, _start_store, proc_cpu_s, produce  # noqa: E402
+from bench.produce_consume import Agent, MiB, _start_store, produce  # noqa: E402
 
 GiB = 1 << 30
 
@@ -57,6 +61,13 @@ def scrape(port: int) -> dict[str, float]:
             labels = ",".join(v for _, v in sorted(s.labels.items()))
             out[f"{s.name}:{labels}" if labels else s.name] = s.value
     return out
+
+
+def proc_user_sys_s(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process `pid` (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def parse_env(spec: str) -> dict[str, str]:
@@ -123,6 +134,7 @@ def run_cell(
     mib: int,
     spy_out: Path | None,
     rate_hz: int,
+    gil_only: bool = False,
 ) -> dict[str, float]:
     admin = AdminClient({"bootstrap.servers": agent.bootstrap})
     for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
@@ -141,6 +153,7 @@ def run_cell(
                 str(rate_hz),
                 "-p",
                 str(pid),
+                *(["--gil"] if gil_only else []),
                 "-o",
                 str(spy_out),
             ],
@@ -148,9 +161,10 @@ def run_cell(
             stderr=subprocess.DEVNULL,
         )
     m0 = scrape(agent.metrics_port)
-    cpu0 = proc_cpu_s(pid)
+    user0, sys0 = proc_user_sys_s(pid)
     run = produce(agent.bootstrap, topic, mib * MiB, record_bytes, None, keyed=layout == "keyed")
-    cpu = proc_cpu_s(pid) - cpu0
+    user1, sys1 = proc_user_sys_s(pid)
+    cpu = user1 - user0 + sys1 - sys0
     m1 = scrape(agent.metrics_port)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -162,6 +176,7 @@ def run_cell(
     requests = delta("skiff_requests_total:produce")
     return {
         "cpu_per_gib": cpu / (mib * MiB / GiB),
+        "sys_share": (sys1 - sys0) / max(cpu, 1e-9),
         "us_per_request": cpu / max(requests, 1) * 1e6,
         "requests": requests,
         "mib_s": run["mib_s"],
@@ -180,6 +195,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--py-spy", default="", help="directory for py-spy raw profiles (and print top frames)")
     ap.add_argument("--py-spy-rate", type=int, default=500, help="samples per second")
+    ap.add_argument(
+        "--py-spy-gil", action="store_true", help="sample only the thread holding the GIL (Python's CPU)"
+    )
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
     versions = [("this", {})] + [(f"env {i + 1}", parse_env(s)) for i, s in enumerate(args.compare_env)]
@@ -198,13 +216,13 @@ def main() -> None:
     rows = []
     profiles: list[tuple[str, Path]] = []
     try:
-        for layout, record_bytes in cells:
+        for ci, (layout, record_bytes) in enumerate(cells):
             for rnd in range(args.rounds):
                 for vi, (name, venv) in enumerate(versions):
                     agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", {**env, **venv}, work)
                     agent.start()
                     try:
-                        topic = f"cpu-{layout}-{record_bytes}-{rnd}-{vi}"
+                        topic = f"cpu-{ci}-{layout}-{record_bytes}-{rnd}-{vi}"
                         spy_out = spy_dir / f"{topic}.txt" if spy_dir and rnd == 0 else None
                         r = run_cell(
                             agent,
@@ -223,7 +241,7 @@ def main() -> None:
                         profiles.append((f"{layout}, {record_bytes} B records, {name}", spy_out))
                     print(
                         f"| {layout} | {record_bytes} | {name} | {r['cpu_per_gib']:.2f} | {r['us_per_request']:.0f} |"
-                        f" {r['requests']:.0f} | {r['mib_s']:.1f} | {r['puts']:.0f} | {r['errors']:.0f} |",
+                        f" {r['requests']:.0f} | {r['sys_share']:.0%} | {r['mib_s']:.1f} | {r['puts']:.0f} | {r['errors']:.0f} |",
                         flush=True,
                     )
     finally:
@@ -236,7 +254,7 @@ def main() -> None:
     for layout, record_bytes, name, r in rows:
         print(
             f"| {layout} | {record_bytes} | {name} | {r['cpu_per_gib']:.2f} | {r['us_per_request']:.0f} |"
-            f" {r['requests']:.0f} | {r['mib_s']:.1f} | {r['puts']:.0f} | {r['errors']:.0f} |"
+            f" {r['requests']:.0f} | {r['sys_share']:.0%} | {r['mib_s']:.1f} | {r['puts']:.0f} | {r['errors']:.0f} |"
         )
     for title, path in profiles:
         print(f"\n#### {title} ({path.name})\n")

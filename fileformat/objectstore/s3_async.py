@@ -61,7 +61,7 @@ class UploadBody(aiohttp.payload.Payload):
 
     _autoclose = True  # a view of memory, no handle: aiohttp may reuse it (a retry sends it again)
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | memoryview) -> None:
         view = memoryview(data).cast("B")
         super().__init__(view, content_type="application/octet-stream")
         self._view = view
@@ -171,9 +171,11 @@ class AsyncS3Store(AsyncObjectStore):
         return _translate(exc, url=self.url, op=kind, key=key)
 
     async def put(self, key: str, data: BytesLike) -> None:
-        body = as_bytes(data)
+        # A memoryview (the agent's pooled file buffer) is sent as it is: the caller keeps
+        # it unchanged until this returns, and nothing here keeps it after (UploadBody).
+        body = data.cast("B") if isinstance(data, memoryview) else as_bytes(data)
         args = self._layout.put_args(key, body, if_none_match=False)
-        args["Body"] = UploadBody(body)  # sent from `body` itself, no copy (see UploadBody)
+        args["Body"] = UploadBody(body)  # sent from `body` itself, no copy
         client = await self._c()
         self.stats.request("put", bytes_out=len(body))
         try:
