@@ -4,6 +4,7 @@
                                 [--cells sticky:1024,keyed:1024,sticky:100,keyed:100]
                                 [--compare-env PYTHONPATH=<old checkout>]... [--rounds 1]
                                 [--py-spy DIR] [--py-spy-rate 500] [--py-spy-gil] [--top 12]
+                                [--rate-mib 16]
 
 One store (moto's S3 server by default, or `file`) and one SQLite metadata file for the
 whole run. For each cell (layout:record bytes), each round, and each code version in turn
@@ -19,6 +20,9 @@ CPU seconds (from /proc: event loop and threads) per GiB produced and per Produc
 the sockets), MiB/s, and PUTs. Versions alternate within a
 cell, so machine load moves both alike; CPU seconds are less sensitive to load than wall
 time.
+
+`--rate-mib R` paces the producer at R MiB/s instead and adds PUTs per second and
+librdkafka's ack latency p50/p99 (the PUT budget of issue 24 item 5).
 
 `--py-spy DIR` samples each agent with py-spy (`record --format raw --nonblocking`,
 `--py-spy-rate` Hz) while it produces, keeps the raw profile in DIR, and prints the top frames by share
@@ -135,6 +139,7 @@ def run_cell(
     spy_out: Path | None,
     rate_hz: int,
     gil_only: bool = False,
+    rate_mib_s: float | None = None,
 ) -> dict[str, float]:
     admin = AdminClient({"bootstrap.servers": agent.bootstrap})
     for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
@@ -162,7 +167,7 @@ def run_cell(
         )
     m0 = scrape(agent.metrics_port)
     user0, sys0 = proc_user_sys_s(pid)
-    run = produce(agent.bootstrap, topic, mib * MiB, record_bytes, None, keyed=layout == "keyed")
+    run = produce(agent.bootstrap, topic, mib * MiB, record_bytes, rate_mib_s, keyed=layout == "keyed")
     user1, sys1 = proc_user_sys_s(pid)
     cpu = user1 - user0 + sys1 - sys0
     m1 = scrape(agent.metrics_port)
@@ -181,6 +186,9 @@ def run_cell(
         "requests": requests,
         "mib_s": run["mib_s"],
         "puts": delta("skiff_object_store_requests_total:put,agent"),
+        "puts_per_s": delta("skiff_object_store_requests_total:put,agent") / run["seconds"],
+        "p50_ms": run["p50_ms"],
+        "p99_ms": run["p99_ms"],
         "errors": run["errors"],
     }
 
@@ -199,6 +207,9 @@ def main() -> None:
         "--py-spy-gil", action="store_true", help="sample only the thread holding the GIL (Python's CPU)"
     )
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument(
+        "--rate-mib", type=float, default=None, help="pace the producer at this many MiB/s (PUT budget)"
+    )
     args = ap.parse_args()
     versions = [("this", {})] + [(f"env {i + 1}", parse_env(s)) for i, s in enumerate(args.compare_env)]
     cells = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cells.split(",")]
@@ -233,6 +244,8 @@ def main() -> None:
                             args.mib,
                             spy_out,
                             args.py_spy_rate,
+                            args.py_spy_gil,
+                            args.rate_mib,
                         )
                     finally:
                         agent.stop()
@@ -251,6 +264,14 @@ def main() -> None:
         "\n| layout | record B | code | agent CPU s/GiB | agent CPU us/request | requests | MiB/s | PUTs | errors |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
+    if args.rate_mib:
+        print(f"\nPaced at {args.rate_mib} MiB/s: PUTs per second and ack latency (librdkafka's)\n")
+        print("| layout | record B | code | PUTs/s | ack p50 ms | ack p99 ms |\n|---|---|---|---|---|---|")
+        for layout, record_bytes, name, r in rows:
+            print(
+                f"| {layout} | {record_bytes} | {name} | {r['puts_per_s']:.2f} | {r['p50_ms']:.0f} |"
+                f" {r['p99_ms']:.0f} |"
+            )
     for layout, record_bytes, name, r in rows:
         print(
             f"| {layout} | {record_bytes} | {name} | {r['cpu_per_gib']:.2f} | {r['us_per_request']:.0f} |"
