@@ -182,6 +182,7 @@ def run_cell(
     return {
         "cpu_per_gib": cpu / (mib * MiB / GiB),
         "sys_share": (sys1 - sys0) / max(cpu, 1e-9),
+        "user_per_gib": (user1 - user0) / (mib * MiB / GiB),
         "us_per_request": cpu / max(requests, 1) * 1e6,
         "requests": requests,
         "mib_s": run["mib_s"],
@@ -191,6 +192,20 @@ def run_cell(
         "p99_ms": run["p99_ms"],
         "errors": run["errors"],
     }
+
+
+HEADER = (
+    "| layout | record B | code | agent CPU s/GiB | user s/GiB | kernel share | agent CPU us/request"
+    " | requests | MiB/s | PUTs | errors |\n|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def row(layout: str, record_bytes: int, name: str, r: dict[str, float]) -> str:
+    return (
+        f"| {layout} | {record_bytes} | {name} | {r['cpu_per_gib']:.2f} | {r['user_per_gib']:.2f} |"
+        f" {r['sys_share']:.0%} | {r['us_per_request']:.0f} | {r['requests']:.0f} | {r['mib_s']:.1f} |"
+        f" {r['puts']:.0f} | {r['errors']:.0f} |"
+    )
 
 
 def main() -> None:
@@ -224,6 +239,7 @@ def main() -> None:
     )
     for name, venv in versions:
         print(f"# {name}: {venv or 'this checkout'}")
+    print(HEADER)
     rows = []
     profiles: list[tuple[str, Path]] = []
     try:
@@ -252,18 +268,13 @@ def main() -> None:
                     rows.append((layout, record_bytes, name, r))
                     if spy_out is not None:
                         profiles.append((f"{layout}, {record_bytes} B records, {name}", spy_out))
-                    print(
-                        f"| {layout} | {record_bytes} | {name} | {r['cpu_per_gib']:.2f} | {r['us_per_request']:.0f} |"
-                        f" {r['requests']:.0f} | {r['sys_share']:.0%} | {r['mib_s']:.1f} | {r['puts']:.0f} | {r['errors']:.0f} |",
-                        flush=True,
-                    )
+                    print(row(layout, record_bytes, name, r), flush=True)
     finally:
         if server:
             server.process.stop(grace=3)
-    print(
-        "\n| layout | record B | code | agent CPU s/GiB | agent CPU us/request | requests | MiB/s | PUTs | errors |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"\n{HEADER}")
+    for layout, record_bytes, name, r in rows:
+        print(row(layout, record_bytes, name, r))
     if args.rate_mib:
         print(f"\nPaced at {args.rate_mib} MiB/s: PUTs per second and ack latency (librdkafka's)\n")
         print("| layout | record B | code | PUTs/s | ack p50 ms | ack p99 ms |\n|---|---|---|---|---|---|")
@@ -272,11 +283,6 @@ def main() -> None:
                 f"| {layout} | {record_bytes} | {name} | {r['puts_per_s']:.2f} | {r['p50_ms']:.0f} |"
                 f" {r['p99_ms']:.0f} |"
             )
-    for layout, record_bytes, name, r in rows:
-        print(
-            f"| {layout} | {record_bytes} | {name} | {r['cpu_per_gib']:.2f} | {r['us_per_request']:.0f} |"
-            f" {r['requests']:.0f} | {r['sys_share']:.0%} | {r['mib_s']:.1f} | {r['puts']:.0f} | {r['errors']:.0f} |"
-        )
     for title, path in profiles:
         print(f"\n#### {title} ({path.name})\n")
         print("\n".join(summarise(path, args.top)))

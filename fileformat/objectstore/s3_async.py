@@ -56,7 +56,8 @@ class UploadBody(aiohttp.payload.Payload):
     agent's produce CPU (docs/benchmarks.md). This object is an aiohttp Payload, which
     aiohttp sends as it is (one write of a memoryview), and is file-like enough for botocore
     (`read`, `seek`, `tell`, `len`: parameter validation, Content-Length, rewinding before a
-    retry); it is never read on this path (the CRC-32C is given), so nothing is copied.
+    retry). botocore does not read it here (the CRC-32C is given, the payload is not signed),
+    so nothing is copied; if it did, `read` and `seek` behave as a file's.
     """
 
     _autoclose = True  # a view of memory, no handle: aiohttp may reuse it (a retry sends it again)
@@ -171,8 +172,8 @@ class AsyncS3Store(AsyncObjectStore):
         return _translate(exc, url=self.url, op=kind, key=key)
 
     async def put(self, key: str, data: BytesLike) -> None:
-        # A memoryview (the agent's pooled file buffer) is sent as it is: the caller keeps
-        # it unchanged until this returns, and nothing here keeps it after (UploadBody).
+        # A memoryview is sent as it is (no copy): the caller must leave its bytes unchanged
+        # until this returns; nothing here keeps a reference after that (UploadBody).
         body = data.cast("B") if isinstance(data, memoryview) else as_bytes(data)
         args = self._layout.put_args(key, body, if_none_match=False)
         args["Body"] = UploadBody(body)  # sent from `body` itself, no copy
