@@ -215,8 +215,8 @@ def produce(
     for i in range(n):
         if rate_mib_s:
             due = t0 + i * record_bytes / (rate_mib_s * MiB)
-            delay = due - time.perf_counter()
-            if delay > 0.002:
+            # poll() returns as soon as it has served a delivery report: wait out the rest
+            while (delay := due - time.perf_counter()) > 0.002:
                 p.poll(delay)
         while True:
             try:

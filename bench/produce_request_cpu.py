@@ -1,7 +1,8 @@
 """Agent CPU per small Produce request, and requests/s at the agent's CPU ceiling.
 
     python bench/produce_request_cpu.py [--requests 60000] [--partitions 100] [--window 2000]
-                                        [--profile agent.prof]
+                                        [--profile agent.prof] [--compare-env PYTHONPATH=<dir>]...
+                                        [--rounds 1]
 
 Starts one `skiff agent` process (file:// bucket, embedded SQLite) and one topic, then
 sends ProduceRequests (v9, acks=all) the way librdkafka does at 10,000 records/s over 100
@@ -12,7 +13,9 @@ agent, not the window, is the limit). Prints the agent process's CPU time per re
 (from /proc: its event loop and its threads), requests/s and the agent's CPU share while
 it ran. The client side is a few socket calls per request, not librdkafka, so the agent is
 the bottleneck: this isolates the server's decode, validation, handler, produce buffer,
-commit and response encode cost. Run it against two checkouts (PYTHONPATH) to compare.
+commit and response encode cost. `--compare-env PYTHONPATH=<dir>` measures another checkout
+in the same run (<dir> holds `skiff/<package>` symlinks to its top-level folders), the
+versions alternating within each of `--rounds` rounds.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from skiff.agent.protocol import encode_request  # noqa: E402
 from skiff.fileformat.record_build import build_batch  # noqa: E402
 from skiff.fileformat.record_decode import Record  # noqa: E402
 
-from bench.produce_consume import Agent, proc_cpu_s, scrape  # noqa: E402
+from bench.produce_consume import Agent, proc_cpu_s  # noqa: E402
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
@@ -104,17 +107,12 @@ def run(sock: socket.socket, reqs: list[bytes], window: int) -> None:
         done += 1
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=60_000)
-    ap.add_argument("--partitions", type=int, default=100)
-    ap.add_argument("--window", type=int, default=2000)
-    ap.add_argument("--profile", default="", help="write the agent's cProfile output here (slows it)")
-    args = ap.parse_args()
+def measure(args: argparse.Namespace, env: dict[str, str]) -> tuple[float, float, float, str]:
+    """One agent with `env`: (CPU us/request, requests/s, CPU share, CPU us/request by thread)."""
     work = Path(tempfile.mkdtemp(prefix="skiff-reqcpu-"))
     (work / "bucket").mkdir()
     agent = Agent(
-        f"file://{work / 'bucket'}", f"sqlite:///{work / 'metadata.db'}", {}, work, profile_path=args.profile
+        f"file://{work / 'bucket'}", f"sqlite:///{work / 'metadata.db'}", env, work, profile_path=args.profile
     )
     agent.start()
     try:
@@ -132,25 +130,52 @@ def main() -> None:
             run(sock, reqs, args.window)
             cpu1, threads1, t1 = proc_cpu_s(pid), thread_cpu_s(pid), time.perf_counter()
         cpu, wall = cpu1 - cpu0, t1 - t0
-        print("| requests | partitions | agent CPU us/request | requests/s | agent CPU |")
-        print("|---|---|---|---|---|")
-        print(
-            f"| {args.requests:,} | {args.partitions} | {cpu / args.requests * 1e6:.0f} |"
-            f" {args.requests / wall:,.0f} | {cpu / wall:.0%} |"
-        )
         per_thread = {
             name: (threads1[name] - threads0.get(name, 0.0)) / args.requests * 1e6
             for name in sorted(threads1)
             if threads1[name] - threads0.get(name, 0.0) > 0
         }
-        served = scrape(agent.metrics_port)
-        inline = served.get("skiff_produce_requests_inline", 0.0) / max(
-            served.get("skiff_requests:produce", 1.0), 1.0
+        return (
+            cpu / args.requests * 1e6,
+            args.requests / wall,
+            cpu / wall,
+            ", ".join(f"{k} {v:.0f}" for k, v in per_thread.items()),
         )
-        print(f"produce requests on the synchronous path: {inline:.1%} (all requests, warm-up included)")
-        print("agent CPU us/request by thread:", ", ".join(f"{k} {v:.0f}" for k, v in per_thread.items()))
     finally:
         agent.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=60_000)
+    ap.add_argument("--partitions", type=int, default=100)
+    ap.add_argument("--window", type=int, default=2000)
+    ap.add_argument("--profile", default="", help="write the agent's cProfile output here (slows it)")
+    ap.add_argument(
+        "--compare-env",
+        action="append",
+        default=[],
+        help="NAME=VALUE[,NAME=VALUE]: also measure an agent with these variables (PYTHONPATH=<checkout>)",
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="versions alternate within each round")
+    args = ap.parse_args()
+    versions = [("this", {})] + [
+        (f"env {i + 1}", dict(kv.split("=", 1) for kv in spec.split(",") if kv))
+        for i, spec in enumerate(args.compare_env)
+    ]
+    for name, env in versions[1:]:
+        print(f"# {name}: {env}")
+    print(
+        "| code | requests | partitions | agent CPU us/request | requests/s | agent CPU | us/request by thread |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for _ in range(args.rounds):
+        for name, env in versions:
+            us, rate, share, threads = measure(args, env)
+            print(
+                f"| {name} | {args.requests:,} | {args.partitions} | {us:.0f} | {rate:,.0f} | {share:.0%} | {threads} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

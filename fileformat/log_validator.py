@@ -37,8 +37,12 @@ Kafka's ("One or more records have been rejected due to ..."). Faults of the bat
 It returns the batch's largest record timestamp, which Kafka writes into the header's
 maxTimestamp (the agent does the same when a producer's header disagrees).
 
-Speed: this is the produce hot path (about 0.7 us per record in CPython 3.11 on the
-benchmark machine; see docs/benchmarks.md). The walk reads each record's varints inline (one-
+Speed: this is the produce hot path. `walk_records` runs the compiled twin of the walk
+(`skiff.fileformat._speedups`, fileformat/_speedups.c, built by the normal install) when it is
+there: it only accepts, and whatever it refuses is walked again here to raise the error, so
+this module stays the one statement of the rules (tests/unit/test_speedups.py runs both on
+one corpus of valid and malformed batches). The pure-Python walk (about 0.7 us per record in
+CPython 3.11 on the benchmark machine; see docs/benchmarks.md) reads each record's varints inline (one-
 and two-byte forms without a call; longer ones by `fileformat.varint.read_uvarint`), compares offset deltas and lengths in zigzag form, never
 slices a key or value, and walks uncompressed batches in place in the request's bytes.
 Timestamp bounds take a second pass, only on topics that set them (by default none does).
@@ -46,7 +50,7 @@ Timestamp bounds take a second pass, only on topics that set them (by default no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from skiff.fileformat import codecs
@@ -71,6 +75,7 @@ __all__ = [
     "RecordErrors",
     "timestamp_bounds_ms",
     "validate_produced_batch",
+    "walk_records",
 ]
 
 NO_TIMESTAMP = -1
@@ -275,6 +280,30 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
     return max_zz
 
 
+def _load_compiled_walk() -> Callable[[bytes, int, int, bool], int | None] | None:
+    """The compiled twin of `_walk` (fileformat/_speedups.c, built by the normal install), or
+    None when the install had no C compiler: then the pure-Python walk runs alone."""
+    try:
+        from skiff.fileformat._speedups import walk
+    except ImportError:
+        return None
+    return walk
+
+
+_compiled_walk = _load_compiled_walk()
+
+
+def walk_records(data: bytes, pos: int, count: int, keys_required: bool) -> int:
+    """`_walk`, by its compiled twin when it is installed: that one answers only for batches
+    `_walk` accepts (with the same result) and None for any other, which `_walk` then walks
+    again to raise its exact error. So every rule and message stays here, in Python."""
+    if _compiled_walk is not None:
+        max_zz: int | None = _compiled_walk(data, pos, count, keys_required)
+        if max_zz is not None:
+            return max_zz
+    return _walk(data, pos, count, keys_required)
+
+
 def _record_start(data: bytes, pos: int, index: int) -> int:
     """Where record `index` starts, the records before it being well formed (the error path)."""
     for _ in range(index):
@@ -380,7 +409,7 @@ def validate_produced_batch(
             f"{where} declares {count} records in {end - start} bytes of records", position
         )
     try:
-        max_zz = _walk(data, start, count, compacted)
+        max_zz = walk_records(data, start, count, compacted)
     except _BadRecord as bad:
         if bad.reason != _NO_KEY:
             raise InvalidRecordError(f"{where}: {bad.reason}", position, ((bad.index, bad.reason),)) from None

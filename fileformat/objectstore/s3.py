@@ -200,7 +200,7 @@ def was_retried(exc: BaseException) -> bool:
     return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
 
 
-def crc32c_b64(body: bytes) -> str:
+def crc32c_b64(body: bytes | memoryview) -> str:
     return base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode("ascii")
 
 
@@ -229,7 +229,7 @@ class S3Layout:
     def full(self, key: str) -> str:
         return self.prefix + validate_key(key)
 
-    def put_args(self, key: str, body: bytes, *, if_none_match: bool) -> dict[str, Any]:
+    def put_args(self, key: str, body: bytes | memoryview, *, if_none_match: bool) -> dict[str, Any]:
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": self.full(key), "Body": body}
         if self.options.put_crc32c:
             args["ChecksumCRC32C"] = crc32c_b64(body)

@@ -944,3 +944,68 @@ def test_writer_multipart_on_the_wire(moto_s3: S3Bucket, monkeypatch: pytest.Mon
         assert check.get("seg") == data
     finally:
         check.close()
+
+
+# =========================================================================== async upload bodies
+# The async store sends PUT bodies from the caller's buffer (s3_async.UploadBody): no copy.
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_async_put_of_a_file_sized_body_arrives_whole(
+    moto_s3: S3Bucket, monkeypatch: pytest.MonkeyPatch, kind: Callable[[bytes], BytesLike]
+) -> None:
+    moto_s3.setenv(monkeypatch)
+    facade = AsyncFacade(moto_s3.url("big"))
+    data = payload(9 << 20, seed=21)  # an 8 MiB flush plus its last request
+    try:
+        moto_s3.server.start_recording()
+        facade.put("seg", kind(data))
+        recorded = moto_s3.server.stop_recording()
+        assert facade.get("seg") == data
+    finally:
+        facade.close()
+    headers = {k.lower(): v for k, v in recorded[0].headers.items()}
+    assert int(headers["content-length"]) == len(data)
+    assert headers["x-amz-checksum-crc32c"] == crc32c_b64(data)
+
+
+def test_async_put_body_is_sent_again_in_full_after_a_failed_attempt(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A server that reads the whole first body and answers 500, then takes the second: the
+    retry sends every byte again (the body is a view, rewound by botocore, not a stream)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    data = payload(3 << 20, seed=22)
+    bodies: list[bytes] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve() -> None:
+        for status in (b"500 Internal Server Error", b"200 OK"):
+            conn, _ = listener.accept()
+            with conn, conn.makefile("rb") as f:
+                headers = {}
+                while (line := f.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.decode().partition(":")
+                    headers[name.lower()] = value.strip()
+                if headers.get("expect") == "100-continue":  # botocore asks for bodies over 1 MiB
+                    conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                bodies.append(f.read(int(headers["content-length"])))
+                conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    facade = AsyncFacade("s3://retry/p", endpoint_url=f"http://127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        facade.put("seg", data)
+    finally:
+        facade.close()
+        server.join(10)
+        listener.close()
+    assert bodies == [data, data]
+    assert facade.snap().retries == 1

@@ -1,0 +1,3 @@
+"""Type stub of the compiled module (fileformat/_speedups.c)."""
+
+def walk(data: bytes, pos: int, count: int, keys_required: bool, /) -> int | None: ...
