@@ -388,7 +388,7 @@ def _check_database_url(db_url: str) -> None:
 
 def _run_agent(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from skiff.agent.config import AgentConfig
-    from skiff.agent.runtime import run_agent
+    from skiff.agent.process import run_agent
     from skiff.cli.errors import check_ports_free
 
     try:
@@ -409,12 +409,12 @@ def _run_agent(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
 
 
 def _run_playground(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from skiff.agent.runtime import run_playground
+    from skiff.agent.process import run_playground
     from skiff.cli.errors import check_ports_free
 
     check_ports_free(args.host, [("Kafka port", args.port), ("metadata port", args.metadata_port)])
     interval_ms = args.compaction_interval_ms
-    # the playground's metadata database (agent.runtime.run_playground) holds the tables' catalog
+    # the playground's metadata database (agent.process.run_playground) holds the tables' catalog
     catalog = f"sqlite:///{Path(args.data_dir).resolve() / 'metadata.db'}"
     background = [_maintenance(interval_ms, "playground", catalog)] if interval_ms > 0 else []
     if args.demo:

@@ -6,7 +6,7 @@ playground` (free ports on 127.0.0.1, a temporary data directory, maintenance on
 timer) RUNS times, puts it under load (a confluent-kafka producer and a consumer in a
 group, both running), sends SIGTERM once records have gone both ways, and asserts the
 process is gone within the grace period: its shutdown timeout plus the bounded exit
-(`agent.runtime.run_until_exit`, EXIT_TIMEOUT_MS). The process is polled against a
+(`agent.process.run_until_exit`, EXIT_TIMEOUT_MS). The process is polled against a
 deadline. One that outlives it is sent SIGABRT, so that `PYTHONFAULTHANDLER` prints every
 thread's stack into the log the failure shows. (The original hang did not recur in these
 runs; tests/unit/test_run_until_exit.py covers the two ways a process outlived its stop:

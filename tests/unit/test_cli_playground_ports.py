@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from skiff.agent.runtime import run_playground
+from skiff.agent.process import run_playground
 
 
 @pytest.fixture

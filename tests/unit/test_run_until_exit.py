@@ -1,4 +1,4 @@
-"""`run_until_exit` ends the process within its exit timeout (agent.runtime).
+"""`run_until_exit` ends the process within its exit timeout (agent.process).
 
 `asyncio.run` and the interpreter wait without limit for a task that swallows its
 cancellation and for every worker thread still running: a playground that had logged
@@ -17,7 +17,7 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import asyncio, logging, sys, threading
-    from skiff.agent.runtime import run_until_exit
+    from skiff.agent.process import run_until_exit
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     mode = sys.argv[1]
