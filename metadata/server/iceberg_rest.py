@@ -160,10 +160,12 @@ def iceberg_router(bucket: LazyBucket) -> APIRouter:
     async def namespaces() -> Response:
         return await _answer(lambda: {"namespaces": [[ns] for ns in rows.namespaces()]})
 
-    @r.api_route("/v1/namespaces/{namespace}", methods=["GET", "HEAD"])
     async def namespace(namespace: str, request: Request) -> Response:
         got = await _answer(lambda: {"namespace": [_known(rows, namespace)], "properties": {}})
         return _for_method(got, request)
+
+    r.add_api_route("/v1/namespaces/{namespace}", namespace, methods=["GET"], name="load_namespace")
+    r.add_api_route("/v1/namespaces/{namespace}", namespace, methods=["HEAD"], name="namespace_exists")
 
     @r.get("/v1/namespaces/{namespace}/tables")
     async def tables(namespace: str) -> Response:
@@ -173,7 +175,6 @@ def iceberg_router(bucket: LazyBucket) -> APIRouter:
 
         return await _answer(load)
 
-    @r.api_route("/v1/namespaces/{namespace}/tables/{table}", methods=["GET", "HEAD"])
     async def table(namespace: str, table: str, request: Request) -> Response:
         def load() -> dict[str, Any]:
             location = rows.metadata_location(_namespace_of(namespace), unquote(table))
@@ -182,5 +183,9 @@ def iceberg_router(bucket: LazyBucket) -> APIRouter:
             return {"metadata-location": location, "metadata": rows.metadata(location), "config": {}}
 
         return _for_method(await _answer(load), request)
+
+    path = "/v1/namespaces/{namespace}/tables/{table}"
+    r.add_api_route(path, table, methods=["GET"], name="load_table")
+    r.add_api_route(path, table, methods=["HEAD"], name="table_exists")
 
     return r

@@ -21,16 +21,11 @@ Adding an operation: declare it here (on the Protocol of its concern) and implem
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Annotated, Any, Protocol
 
-from annotated_types import Interval, MaxLen
+from annotated_types import Interval
 from skiff.metadata.compaction.types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
-from skiff.metadata.groups.lease_types import LeaseGrant, LeaseToken
-from skiff.metadata.security.acl_types import AclBinding, AclBindingFilter
-from skiff.metadata.security.quota_types import ClientQuotaEntry, QuotaAlteration, QuotaFilterComponent
-from skiff.metadata.security.scram_types import ScramCredential, ScramCredentialInfo
-from skiff.metadata.transactions.state import Outcome, Partition, TxnRecord
 from skiff.metadata.types import (
     ActiveProducer,
     AgentInfo,
@@ -42,10 +37,8 @@ from skiff.metadata.types import (
     FetchQuery,
     FileChunks,
     FileSpec,
-    GroupOffset,
     NewTopic,
     OffsetAnswer,
-    OffsetCommitResult,
     OffsetQuery,
     OffsetsLogPage,
     OffsetsLogQuery,
@@ -55,33 +48,29 @@ from skiff.metadata.types import (
     PartitionState,
     PartitionWatermark,
     RetentionResult,
-    StoredGroup,
     Topic,
     TopicCreation,
 )
 from skiff.metadata.wire.bounds import (
-    Id,
     Int32,
     Int64,
     Items,
-    KafkaId,
     ManyItems,
     Name,
     NonNegInt32,
     NonNegInt64,
     ShortName,
     Token,
-    TxnId,
 )
 from skiff.metadata.wire.codec import Args, Operation, operation, operations_of
-from skiff.metadata.wire.roles import ADMIN, AGENT, COMPACTOR, READ, READER
+from skiff.metadata.wire.group_operations import GroupLeases, GroupOffsetReads, GroupOffsets, GroupOperators
+from skiff.metadata.wire.roles import AGENT, COMPACTOR, READ, READER
 from skiff.metadata.wire.schema_operations import SchemaAdmin, SchemaBrowsing, SchemaLookups, SchemaWrites
+from skiff.metadata.wire.security_operations import Acls, ClientQuotas, ScramUsers
+from skiff.metadata.wire.txn_operations import Transactions
 from skiff.metadata.wire.usage_operations import AgentUsage, CompactorUsage, ReaderUsage
 
 Configs = dict[Name, str]
-GroupIds = Items[KafkaId] | None
-TopicPartitions = ManyItems[tuple[Name, Int32]]
-LeaseList = Items[tuple[KafkaId, Int32]]
 
 
 def _writer(a: Args) -> list[str]:
@@ -90,15 +79,6 @@ def _writer(a: Args) -> list[str]:
 
 def _agent(a: Args) -> list[str]:
     return [a["agent"].agent_id]
-
-
-def _agent_id(a: Args) -> list[str]:
-    return [a["agent_id"]]
-
-
-def _lease_holder(a: Args) -> list[str]:
-    lease = a.get("lease")
-    return [] if lease is None else [lease.holder]
 
 
 # ------------------------------------------------------------------------------ by concern
@@ -261,83 +241,6 @@ class MaintenanceStatus(Protocol):
         ...
 
 
-class GroupOffsets(Protocol):
-    @operation("/v1/groups/commit-offsets", AGENT, acting_as=_lease_holder)
-    async def commit_offsets(
-        self, group_id: KafkaId, offsets: ManyItems[GroupOffset], lease: LeaseToken | None = None
-    ) -> list[OffsetCommitResult]:
-        """One answer per offset, same order; the valid ones are stored. With `lease`, every
-        offset is refused with NOT_COORDINATOR unless it is current."""
-        ...
-
-    @operation("/v1/groups/delete-offsets", AGENT)
-    async def delete_group_offsets(self, group_id: KafkaId) -> None:
-        """Forget every committed offset of a group (DeleteGroups)."""
-        ...
-
-    @operation("/v1/groups/delete-partition-offsets", AGENT)
-    async def delete_partition_offsets(self, group_id: KafkaId, partitions: TopicPartitions) -> None:
-        """One transaction (OffsetDelete); (topic, partition)s without a commit ignored."""
-        ...
-
-    @operation("/v1/groups/touch", AGENT)
-    async def touch_groups(self, group_ids: Items[KafkaId]) -> None:
-        """These groups have members now (their offsets do not expire)."""
-        ...
-
-
-class GroupOffsetReads(Protocol):
-    @operation("/v1/groups/fetch-offsets", AGENT, READER)
-    async def fetch_offsets(self, group_id: KafkaId, topics: Items[Name] | None) -> list[GroupOffset]: ...
-
-    @operation("/v1/groups/with-offsets", AGENT, READER)
-    async def groups_with_offsets(self, group_ids: GroupIds) -> list[str]:
-        """The group ids (of `group_ids`, or all when None) with committed offsets."""
-        ...
-
-
-class GroupLeases(Protocol):
-    @operation("/v1/groups/lease/acquire", AGENT, acting_as=_agent_id)
-    async def acquire_group_lease(self, group_id: KafkaId, agent_id: Id, ttl_ms: NonNegInt64) -> LeaseGrant:
-        """Take (or re-take, with a new epoch) the lease on coordinating a group."""
-        ...
-
-    @operation("/v1/groups/lease/renew", AGENT, acting_as=_agent_id)
-    async def renew_group_leases(self, agent_id: Id, leases: LeaseList, ttl_ms: NonNegInt64) -> list[str]:
-        """Renew an agent's group leases in one transaction; answers the groups renewed."""
-        ...
-
-    @operation("/v1/groups/lease/release", AGENT, acting_as=_agent_id)
-    async def release_group_leases(self, agent_id: Id, leases: LeaseList) -> None: ...
-
-    @operation("/v1/groups/lease/confirm-generation", AGENT, acting_as=_lease_holder)
-    async def confirm_group_generation(
-        self, group_id: KafkaId, lease: LeaseToken, ttl_ms: NonNegInt64, group_state: str
-    ) -> None:
-        """A new generation: renew the lease and store the group's state, or NOT_COORDINATOR."""
-        ...
-
-
-class GroupOperators(Protocol):
-    """`skiff groups` (metadata.groups.admin); changes are refused with NON_EMPTY_GROUP while
-    the group has active members."""
-
-    @operation("/v1/admin/groups/stored", ADMIN)
-    async def stored_groups(self, group_ids: GroupIds) -> list[StoredGroup]:
-        """Groups (of `group_ids`, or all) with offsets or a stored generation."""
-        ...
-
-    @operation("/v1/admin/groups/reset-offsets", ADMIN)
-    async def reset_group_offsets(
-        self, group_id: KafkaId, offsets: ManyItems[GroupOffset]
-    ) -> list[OffsetCommitResult]: ...
-
-    @operation("/v1/admin/groups/delete", ADMIN)
-    async def delete_group(self, group_id: KafkaId) -> None:
-        """Forget a group: offsets and stored state (GROUP_ID_NOT_FOUND if it has neither)."""
-        ...
-
-
 class Agents(Protocol):
     @operation("/v1/agents/heartbeat", AGENT, acting_as=_agent)
     async def heartbeat_agent(self, agent: AgentInfo) -> None:
@@ -384,182 +287,6 @@ class Cluster(Protocol):
     async def bucket_url(self) -> str | None:
         """Where the agents write (None: neither configured nor learned from an agent)."""
         ...
-
-
-class ScramUsers(Protocol):
-    """Credentials are salted, never passwords (metadata.security.scram_users). Agents read them to
-    authenticate Kafka clients and change them for AlterUserScramCredentials (which the
-    agent's ACLs guard: ALTER on CLUSTER)."""
-
-    @operation("/v1/scram-users/upsert", AGENT)
-    async def upsert_scram_credential(self, cred: ScramCredential) -> None: ...
-
-    @operation("/v1/scram-users/delete", AGENT)
-    async def delete_scram_credential(self, user: ShortName, mechanism: ShortName) -> None:
-        """RESOURCE_NOT_FOUND if there is no such credential."""
-        ...
-
-    @operation("/v1/scram-users/describe", AGENT)
-    async def describe_scram_users(self, users: Items[ShortName] | None) -> list[ScramCredentialInfo]:
-        """Users' mechanisms and iteration counts (never salts or keys); None: all."""
-        ...
-
-    @operation("/v1/scram-users/credentials", AGENT)
-    async def scram_credentials(self, user: ShortName) -> list[ScramCredential]:
-        """One user's stored credentials, [] for an unknown user."""
-        ...
-
-
-class Acls(Protocol):
-    """Kafka ACL bindings (metadata.security.acls); every change increments the version."""
-
-    @operation("/v1/acls/version", AGENT, http_method="GET")
-    async def acl_version(self) -> int:
-        """Cheap: what agents poll."""
-        ...
-
-    @operation("/v1/acls", AGENT, http_method="GET")
-    async def list_acls(self) -> tuple[int, list[AclBinding]]:
-        """(version, every binding)."""
-        ...
-
-    @operation("/v1/acls/describe", AGENT)
-    async def describe_acls(self, acl_filter: AclBindingFilter) -> tuple[int, list[AclBinding]]: ...
-
-    @operation("/v1/acls/create", AGENT)
-    async def create_acls(self, bindings: Items[AclBinding]) -> int:
-        """The version after (bindings already present are kept)."""
-        ...
-
-    @operation("/v1/acls/delete", AGENT)
-    async def delete_acls(self, filters: Items[AclBindingFilter]) -> tuple[int, list[list[AclBinding]]]:
-        """(version after, per filter the bindings it matched and deleted)."""
-        ...
-
-
-class ClientQuotas(Protocol):
-    """Kafka client quotas (metadata.security.quotas); every change increments the version."""
-
-    @operation("/v1/client-quotas/version", AGENT, http_method="GET")
-    async def client_quota_version(self) -> int:
-        """Cheap: what agents poll."""
-        ...
-
-    @operation("/v1/client-quotas", AGENT, http_method="GET")
-    async def list_client_quotas(self) -> tuple[int, list[ClientQuotaEntry]]:
-        """(version, every entity with its quotas)."""
-        ...
-
-    @operation("/v1/client-quotas/describe", AGENT)
-    async def describe_client_quotas(
-        self, components: Annotated[Sequence[QuotaFilterComponent], MaxLen(8)], strict: bool
-    ) -> list[ClientQuotaEntry]:
-        """Kafka's DescribeClientQuotas filter; INVALID_REQUEST / UNSUPPORTED_VERSION as Kafka's."""
-        ...
-
-    @operation("/v1/client-quotas/alter", AGENT)
-    async def alter_client_quotas(
-        self, alterations: Items[QuotaAlteration], validate_only: bool
-    ) -> tuple[int, list[str | None]]:
-        """(version after, per alteration Kafka's INVALID_REQUEST message or None)."""
-        ...
-
-
-class Transactions(Protocol):
-    """The transaction coordinator's state (metadata.transactions.store); partitions are (topic
-    id as text, partition). Refused transitions are answers (error codes), not errors."""
-
-    @operation("/v1/txn/init-producer-id", AGENT)
-    async def init_txn_producer_id(
-        self, transactional_id: TxnId, timeout_ms: Int32, expected: tuple[Int64, Int32] | None = None
-    ) -> Outcome:
-        """InitProducerId with a transactional id; `expected`: KIP-360's (producer id, epoch)."""
-        ...
-
-    @operation("/v1/txn/add-partitions", AGENT)
-    async def add_partitions_to_txn(
-        self,
-        transactional_id: TxnId,
-        producer_id: Int64,
-        epoch: Int32,
-        partitions: ManyItems[Partition],
-        max_partitions: NonNegInt32 | None = None,
-    ) -> dict[Partition, int]:
-        """One error code per partition."""
-        ...
-
-    @operation("/v1/txn/verify-partitions", AGENT)
-    async def verify_txn_partitions(
-        self, transactional_id: TxnId, producer_id: Int64, epoch: Int32, partitions: ManyItems[Partition]
-    ) -> int:
-        """AddPartitionsToTxn v4+ verify_only."""
-        ...
-
-    @operation("/v1/txn/add-offsets", AGENT)
-    async def add_offsets_to_txn(
-        self,
-        transactional_id: TxnId,
-        producer_id: Int64,
-        epoch: Int32,
-        group_id: KafkaId,
-        max_partitions: NonNegInt32 | None = None,
-    ) -> int: ...
-
-    @operation("/v1/txn/offset-commit", AGENT)
-    async def txn_offset_commit(
-        self,
-        transactional_id: TxnId,
-        producer_id: Int64,
-        epoch: Int32,
-        group_id: KafkaId,
-        offsets: ManyItems[GroupOffset],
-        max_offsets: NonNegInt32 | None = None,
-    ) -> list[OffsetCommitResult]:
-        """TxnOffsetCommit: staged until the transaction completes; one answer per offset."""
-        ...
-
-    @operation("/v1/txn/stable-offsets", AGENT)
-    async def fetch_stable_offsets(
-        self, group_id: KafkaId, topics: Items[Name] | None
-    ) -> tuple[list[GroupOffset], set[tuple[str, int]]]:
-        """OffsetFetch require_stable (KIP-447), one read transaction: committed offsets,
-        and the (topic, partition)s with offsets staged by unfinished transactions."""
-        ...
-
-    @operation("/v1/txn/end", AGENT)
-    async def end_txn(
-        self, transactional_id: TxnId, producer_id: Int64, epoch: Int32, commit: bool
-    ) -> Outcome:
-        """`write_markers`: the caller writes them; the markers file completes it."""
-        ...
-
-    @operation("/v1/txn/complete", AGENT)
-    async def complete_txn(
-        self, transactional_id: TxnId, producer_id: Int64, epoch: Int32
-    ) -> TxnRecord | None:
-        """PREPARE_* -> COMPLETE_* without markers (no partitions); None: not preparing."""
-        ...
-
-    @operation("/v1/txn/expire", AGENT)
-    async def expire_txns(self) -> list[Outcome]:
-        """Timed-out transactions, now PREPARE_ABORT (their markers to write)."""
-        ...
-
-    @operation("/v1/txn/preparing", AGENT)
-    async def preparing_txns(self) -> list[TxnRecord]:
-        """Transactions whose markers are still to write."""
-        ...
-
-    @operation("/v1/txn/describe", AGENT)
-    async def describe_txns(self, transactional_ids: Items[TxnId]) -> dict[str, TxnRecord | None]: ...
-
-    @operation("/v1/txn/list", AGENT)
-    async def list_txns(
-        self,
-        states: Annotated[Sequence[Annotated[str, MaxLen(32)]], MaxLen(16)] = (),
-        producer_ids: Items[Int64] = (),
-        duration_filter_ms: Int64 = -1,
-    ) -> list[TxnRecord]: ...
 
 
 class Closable(Protocol):
