@@ -406,6 +406,23 @@ class KafkaPythonMember(Member):
     def assignment(self) -> set[int]:
         return {tp.partition for tp in self.c.assignment()}
 
+    def describe(self) -> str:
+        """With the client's own view of its group membership: when it stalls, which side
+        stopped (its coordinator state, join task, heartbeat thread, generation)."""
+        c = self.c._coordinator
+        task = c._join_task
+        task_state = None if task is None else ("done" if task.is_done else "pending")
+        if task is not None and task.is_done:
+            task_state += (
+                f" ok={task.succeeded()} value={getattr(task, 'value', None)!r} exc={task.exception!r}"
+            )
+        heartbeat = getattr(c, "_heartbeat_thread", None)
+        return (
+            f"{super().describe()}; client coordinator state {c.state}, generation {c._generation}, "
+            f"join task {task_state}, rejoin needed {c.need_rejoin()}, coordinator {c.coordinator_id}, "
+            f"heartbeat thread {'enabled' if heartbeat is not None and heartbeat.enabled else 'disabled'}"
+        )
+
     def commit(self, offsets: dict[int, int]) -> None:
         from kafka.errors import KafkaError
         from kafka.structs import OffsetAndMetadata
