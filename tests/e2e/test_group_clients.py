@@ -408,20 +408,20 @@ class KafkaPythonMember(Member):
 
     def describe(self) -> str:
         """With the client's own view of its group membership: when it stalls, which side
-        stopped (its coordinator state, join task, heartbeat thread, generation)."""
-        c = self.c._coordinator
-        task = c._join_task
-        task_state = None if task is None else ("done" if task.is_done else "pending")
-        if task is not None and task.is_done:
-            task_state += (
-                f" ok={task.succeeded()} value={getattr(task, 'value', None)!r} exc={task.exception!r}"
+        stopped (its coordinator state, join task, generation, rejoin flag)."""
+        try:
+            c = self.c._coordinator
+            task = c._join_task
+            task_state = "none" if task is None else ("done" if task.is_done else "pending")
+            if task is not None and task.is_done:
+                task_state += f" ok={task.succeeded()} exc={task.exception!r}"
+            client = (
+                f"client coordinator state {c.state}, generation {c._generation}, join task {task_state}, "
+                f"rejoin needed {c.need_rejoin()}, coordinator {c.coordinator_id}"
             )
-        heartbeat = getattr(c, "_heartbeat_thread", None)
-        return (
-            f"{super().describe()}; client coordinator state {c.state}, generation {c._generation}, "
-            f"join task {task_state}, rejoin needed {c.need_rejoin()}, coordinator {c.coordinator_id}, "
-            f"heartbeat thread {'enabled' if heartbeat is not None and heartbeat.enabled else 'disabled'}"
-        )
+        except Exception as exc:  # noqa: BLE001 - only for a failure message
+            client = f"client state unknown ({exc!r})"
+        return f"{super().describe()}; {client}"
 
     def commit(self, offsets: dict[int, int]) -> None:
         from kafka.errors import KafkaError
