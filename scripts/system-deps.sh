@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# System packages and services the test suite needs: kcat (Debian), a JDK, kubectl (its
+# System packages and services the test suite needs: kcat (Debian), a JDK, Node.js and npm
+# (KafkaJS), kubectl (its
 # built-in kustomize renders deploy/kubernetes), promtool (Debian's prometheus package:
 # only its promtool is used, to check deploy/monitoring), PostgreSQL running.
 set -euo pipefail
@@ -9,6 +10,9 @@ command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)
 command -v kubectl >/dev/null 2>&1 || need+=(kubectl)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# KafkaJS (tests/support/kafkajs.py) runs on Node.js; npm installs it from the npm registry.
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq

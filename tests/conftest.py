@@ -6,5 +6,6 @@ pytest_plugins = [
     "tests.support.pg",
     "tests.support.agents",
     "tests.support.java_client",
+    "tests.support.kafkajs",
     "tests.support.metadata_fixtures",
 ]

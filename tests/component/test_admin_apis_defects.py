@@ -7,6 +7,8 @@
 - AlterConfigs / IncrementalAlterConfigs on a topic that does not exist, with a config name
   Kafka does not know: UNKNOWN_TOPIC_OR_PARTITION (resource errors before config errors,
   Kafka >= 2.7), with confluent-kafka's admin client.
+
+Both also with KafkaJS itself (tests/support/kafkajs.py), the client whose suite found them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from tests.component.fake_metadata import AgentHarness
+from tests.support.kafkajs import KafkaJS
 
 TIMEOUT = 15
 
@@ -95,3 +98,25 @@ def test_alter_configs_of_an_existing_topic_still_refuses_an_unknown_config(harn
     incremental = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[op])
     (future,) = admin.incremental_alter_configs([incremental]).values()
     assert _error(future).code() == KafkaError.INVALID_CONFIG
+
+
+# --- with the client that found them: KafkaJS (tests/support/kafkajs.py) -------------------------
+
+
+def test_kafkajs_reset_offsets_to_earliest_reads_back_minus_two(harness, kafkajs: KafkaJS):
+    """KafkaJS's own test: `admin.resetOffsets({earliest: true})` commits -2 and
+    `admin.fetchOffsets` reads -2 back, as against Apache Kafka."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": harness.bootstrap})
+    topic, group = _name("jsreset"), _name("jsg")
+    admin.create_topics([NewTopic(topic, 2)])[topic].result(TIMEOUT)
+    got = kafkajs.admin(harness.bootstrap, "reset-earliest", group, topic)
+    assert sorted((p["partition"], p["offset"]) for p in got["offsets"]) == [(0, "-2"), (1, "-2")]
+
+
+def test_kafkajs_alter_configs_of_a_missing_topic_is_unknown_topic(harness, kafkajs: KafkaJS):
+    """KafkaJS's own test: AlterConfigs on a topic that does not exist, with a config name
+    Kafka does not know, fails with UNKNOWN_TOPIC_OR_PARTITION (code 3), not INVALID_CONFIG."""
+    got = kafkajs.admin(harness.bootstrap, "alter-config", _name("jsmissing"), "no.such.config", "1")
+    assert (got["error"], got["code"]) == ("UNKNOWN_TOPIC_OR_PARTITION", 3)
