@@ -54,7 +54,9 @@ from skiff.cli.admin_common import stdout_console
 from skiff.compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS
 from skiff.compactor.job import planned_bytes_per_stream
 from skiff.compactor.keymap import DEFAULT_BUDGET_BYTES
+from skiff.compactor.maintenance_loop import DEFAULT_INTERVAL_MS, MaintenanceLoop
 from skiff.compactor.output import DEFAULT_ROLL_BYTES
+from skiff.compactor.pass_summary import PassSummary
 from skiff.compactor.pause_hook import PauseHook
 from skiff.compactor.plan import JobPlan, JobStats
 from skiff.compactor.planner import (
@@ -65,7 +67,7 @@ from skiff.compactor.planner import (
     plan_jobs,
 )
 from skiff.compactor.retention import DEFAULT_OFFSETS_RETENTION_MINUTES
-from skiff.compactor.runner import DEFAULT_INTERVAL_MS, MaintenanceLoop, PassSummary, RunnerConfig, run_pass
+from skiff.compactor.runner import RunnerConfig, run_pass
 from skiff.fileformat.objectstore import ObjectStore, open_store
 from skiff.metadata.compaction.types import MergeRules
 from skiff.metadata.wire.operations import MetadataClient

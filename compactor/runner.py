@@ -29,8 +29,9 @@ Logs: one INFO line when a job is claimed and one when it is done (its swaps at 
 one GC summary when GC deleted something, and the pass's line at INFO only when the pass
 changed something (DEBUG otherwise), so an idle cluster's passes log nothing at INFO.
 
-`MaintenanceLoop` runs passes on an interval until stopped (the playground, agents with
-the compaction role, `skiff compact` without `--once`).
+What a pass did is `compactor.pass_summary.PassSummary`; `compactor.maintenance_loop.MaintenanceLoop`
+runs passes on an interval until stopped (the playground, agents with the compaction role,
+`skiff compact` without `--once`).
 """
 
 from __future__ import annotations
@@ -39,23 +40,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client.core import Metric
 from skiff.compactor import metrics, retention
 from skiff.compactor.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS, GarbageCollector
 from skiff.compactor.job import JobResult, planned_stream_bytes, run_job
 from skiff.compactor.keymap import DEFAULT_BUDGET_BYTES
 from skiff.compactor.output import DEFAULT_ROLL_BYTES, Checkpoint
+from skiff.compactor.pass_summary import NoProgress, PassSummary, Progress
 from skiff.compactor.pause_hook import PauseHook
-from skiff.compactor.plan import JobPlan, JobStats
+from skiff.compactor.plan import JobPlan
 from skiff.compactor.planner import PlannerConfig, claim_jobs
-from skiff.fileformat.objectstore import ObjectStore, StatsSnapshot
+from skiff.fileformat.objectstore import ObjectStore
 from skiff.metadata.compaction.types import CheckpointUpdate
-from skiff.metadata.errors import MetadataError, MetadataUnavailable
-from skiff.metadata.types import COMPACTION_REQUEST_TASK, FileSpec, OutputChunk
+from skiff.metadata.types import FileSpec, OutputChunk
 from skiff.metadata.wire.operations import CompactorClient
 
 if TYPE_CHECKING:
@@ -63,9 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_MS = 30_000
-# How often a waiting loop asks metadata whether an operator requested a pass now.
-DEFAULT_REQUEST_POLL_MS = 5_000
 PROGRESS_STEP_BYTES = 1 << 20  # report streamed bytes to the progress bars this often
 MAX_ROUNDS_PER_PASS = 10_000  # a safety net: each round consumes input chunks or the pass ends
 
@@ -112,156 +109,6 @@ class LeasedJob:
 
     result: JobResult
     bytes_read: int
-
-
-@dataclass
-class PassSummary:
-    """What a pass did (the `skiff compact` summary adds passes up)."""
-
-    jobs: int = 0
-    jobs_failed: int = 0
-    partitions: int = 0
-    files_in: int = 0
-    bytes_in: int = 0
-    files_out: int = 0
-    bytes_out: int = 0
-    records_in: int = 0
-    records_out: int = 0
-    tombstones_dropped: int = 0
-    aborted_batches_dropped: int = 0
-    markers_dropped: int = 0
-    gets_per_input_file: dict[str, int] = field(default_factory=dict)
-    bytes_read: int = 0  # what the jobs' streams consumed (A and B together)
-    peak_keymap_entries: int = 0
-    peak_keymap_bytes: int = 0  # bytes of the entries used, not the preallocated table
-    keymap_allocated_bytes: int = 0
-    retention_chunks_deleted: int = 0
-    retention_bytes_deleted: int = 0
-    gc_files_deleted: int = 0
-    orphans_deleted: int = 0
-    offsets_expired: int = 0
-    table_records: int = 0
-    tables_failed: int = 0
-    elapsed_s: float = 0.0
-
-    @property
-    def records_removed(self) -> int:
-        return self.records_in - self.records_out
-
-    @property
-    def max_gets_per_input_file(self) -> int:
-        return max(self.gets_per_input_file.values(), default=0)
-
-    def add_job(self, plan: JobPlan, stats: JobStats, bytes_read: int = 0) -> None:
-        self.jobs += 1
-        self.bytes_read += bytes_read
-        self.partitions += len(plan.partitions)
-        self.files_in += stats.files_in
-        self.bytes_in += stats.bytes_in
-        self.files_out += stats.files_out
-        self.bytes_out += stats.bytes_out
-        self.records_in += stats.records_in
-        self.records_out += stats.records_out
-        self.tombstones_dropped += stats.tombstones_dropped
-        self.aborted_batches_dropped += stats.aborted_batches_dropped
-        self.markers_dropped += stats.markers_dropped
-        for key, n in stats.gets_per_input_file.items():
-            self.gets_per_input_file[key] = max(n, self.gets_per_input_file.get(key, 0))
-        self.peak_keymap_entries = max(self.peak_keymap_entries, stats.peak_keymap_entries)
-        self.peak_keymap_bytes = max(self.peak_keymap_bytes, stats.peak_keymap_bytes)
-        self.keymap_allocated_bytes = max(self.keymap_allocated_bytes, stats.keymap_allocated_bytes)
-
-    def merge(self, other: PassSummary) -> None:
-        for name in (
-            "jobs",
-            "jobs_failed",
-            "partitions",
-            "files_in",
-            "bytes_in",
-            "files_out",
-            "bytes_out",
-            "records_in",
-            "records_out",
-            "tombstones_dropped",
-            "aborted_batches_dropped",
-            "markers_dropped",
-            "bytes_read",
-            "retention_chunks_deleted",
-            "retention_bytes_deleted",
-            "gc_files_deleted",
-            "orphans_deleted",
-            "offsets_expired",
-            "table_records",
-            "tables_failed",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for key, n in other.gets_per_input_file.items():
-            self.gets_per_input_file[key] = max(n, self.gets_per_input_file.get(key, 0))
-        self.peak_keymap_entries = max(self.peak_keymap_entries, other.peak_keymap_entries)
-        self.peak_keymap_bytes = max(self.peak_keymap_bytes, other.peak_keymap_bytes)
-        self.keymap_allocated_bytes = max(self.keymap_allocated_bytes, other.keymap_allocated_bytes)
-        self.elapsed_s += other.elapsed_s
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "jobs": self.jobs,
-            "jobs_failed": self.jobs_failed,
-            "partitions": self.partitions,
-            "files_in": self.files_in,
-            "bytes_in": self.bytes_in,
-            "files_out": self.files_out,
-            "bytes_out": self.bytes_out,
-            "records_in": self.records_in,
-            "records_out": self.records_out,
-            "records_removed": self.records_removed,
-            "tombstones_dropped": self.tombstones_dropped,
-            "aborted_batches_dropped": self.aborted_batches_dropped,
-            "markers_dropped": self.markers_dropped,
-            "max_gets_per_input_file": self.max_gets_per_input_file,
-            "input_files_read": len(self.gets_per_input_file),
-            "gets_per_input_file": dict(sorted(self.gets_per_input_file.items())),
-            "bytes_read": self.bytes_read,
-            "peak_keymap_entries": self.peak_keymap_entries,
-            "peak_keymap_bytes": self.peak_keymap_bytes,
-            "keymap_allocated_bytes": self.keymap_allocated_bytes,
-            "retention_chunks_deleted": self.retention_chunks_deleted,
-            "retention_bytes_deleted": self.retention_bytes_deleted,
-            "gc_files_deleted": self.gc_files_deleted,
-            "orphans_deleted": self.orphans_deleted,
-            "offsets_expired": self.offsets_expired,
-            "table_records": self.table_records,
-            "tables_failed": self.tables_failed,
-            "elapsed_s": round(self.elapsed_s, 3),
-        }
-
-
-class Progress(Protocol):
-    """Where a pass reports what it is doing (the CLI draws rich progress bars)."""
-
-    def stage(self, name: str) -> None: ...
-    def job_started(self, plan: JobPlan) -> None: ...
-    # bytes the job's streams consumed since the last call, out of
-    # `compactor.job.planned_stream_bytes(plan)` at most (stream: "A" or "B")
-    def bytes_read(self, plan: JobPlan, stream: str, nbytes: int) -> None: ...
-    def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None: ...
-    def job_done(self, plan: JobPlan, stats: JobStats | None) -> None: ...
-
-
-class NoProgress:
-    def stage(self, name: str) -> None:
-        pass
-
-    def job_started(self, plan: JobPlan) -> None:
-        pass
-
-    def bytes_read(self, plan: JobPlan, stream: str, nbytes: int) -> None:
-        pass
-
-    def file_swapped(self, plan: JobPlan, object_key: str, input_chunks: int) -> None:
-        pass
-
-    def job_done(self, plan: JobPlan, stats: JobStats | None) -> None:
-        pass
 
 
 async def run_leased_job(
@@ -540,100 +387,3 @@ def _log_pass(holder: str, s: PassSummary) -> None:
         s.offsets_expired,
         s.elapsed_s,
     )
-
-
-class MaintenanceLoop:
-    """Passes every `interval_ms` until `stop()`; a failing pass is logged, not fatal."""
-
-    def __init__(
-        self,
-        md: CompactorClient,
-        store: ObjectStore,
-        config: RunnerConfig | None = None,
-        *,
-        interval_ms: int = DEFAULT_INTERVAL_MS,
-        progress_factory: Callable[[], Progress] | None = None,
-        on_pass: Callable[[PassSummary], None] | None = None,
-        request_poll_ms: int = DEFAULT_REQUEST_POLL_MS,
-    ) -> None:
-        self.md = md
-        self.store = store
-        self.config = config or RunnerConfig()
-        self.interval_ms = interval_ms
-        self.request_poll_ms = request_poll_ms
-        self._seen_request_ms = 0
-        self._progress_factory = progress_factory
-        self._on_pass = on_pass
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self.total = PassSummary()
-        self.passes = 0
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self.run())
-
-    def metric_families(self) -> Iterator[Metric]:
-        """This process's maintenance metrics (compactor.metrics), for the /metrics of the
-        process running the loop (an agent's collector asks its background tasks)."""
-        return metrics.families()
-
-    def object_store_stats(self) -> tuple[str, StatsSnapshot]:
-        """The loop's own store's request accounting, as role `compactor`."""
-        return "compactor", self.store.stats.snapshot()
-
-    async def run(self) -> None:
-        await self._requested()  # a request older than the first pass is already served by it
-        while not self._stop.is_set():
-            progress = self._progress_factory() if self._progress_factory else None
-            try:
-                summary = await run_pass(self.md, self.store, self.config, progress)
-            except Exception as exc:  # boundary: the maintenance task must not die
-                # metadata or bucket away: try again next interval
-                log.warning("maintenance pass failed: %s", exc)
-            else:
-                self.passes += 1
-                self.total.merge(summary)
-                if self._on_pass:
-                    self._on_pass(summary)
-            await self._wait_for_next_pass()
-
-    async def _wait_for_next_pass(self) -> None:
-        """Until `interval_ms` has passed, `stop()`, or an operator asked for a pass (the
-        console's "run a compaction pass": `COMPACTION_REQUEST_TASK`, polled every
-        `request_poll_ms`, one small metadata read)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.interval_ms / 1000
-        while not self._stop.is_set():
-            left = deadline - loop.time()
-            if left <= 0:
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), min(left, self.request_poll_ms / 1000))
-            if not self._stop.is_set() and await self._requested():
-                log.info("maintenance: a compaction pass was requested; running one now")
-                return
-
-    async def _requested(self) -> bool:
-        """Whether a pass was requested since the last time this asked."""
-        try:
-            at = (await self.md.last_successes()).get(COMPACTION_REQUEST_TASK, 0)
-        except (MetadataError, MetadataUnavailable) as e:
-            log.debug("maintenance: cannot read pass requests: %s", e)
-            return False
-        fresh = at > self._seen_request_ms
-        self._seen_request_ms = max(self._seen_request_ms, at)
-        return fresh
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    async def close(self) -> None:
-        """Stop now. A job under way is abandoned: its lease is released, so swaps its
-        thread still attempts are refused; swaps already made stay (each is consistent)."""
-        self.stop()
-        if self.config.pause is not None:  # a paused job's thread would keep the process alive
-            self.config.pause.resume.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task

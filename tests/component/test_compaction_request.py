@@ -8,7 +8,8 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from skiff.compactor.runner import MaintenanceLoop, PassSummary
+from skiff.compactor.maintenance_loop import MaintenanceLoop
+from skiff.compactor.pass_summary import PassSummary
 from skiff.fileformat.objectstore import open_store
 from skiff.metadata.server.local_client import LocalMetadataClient
 from skiff.metadata.service import MetadataService

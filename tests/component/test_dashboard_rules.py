@@ -42,8 +42,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from skiff.agent.config import AgentConfig
 from skiff.agent.metric_docs import METRIC_DOCS
 from skiff.agent.runtime import start_agent
+from skiff.compactor.maintenance_loop import MaintenanceLoop
 from skiff.compactor.planner import PlannerConfig
-from skiff.compactor.runner import MaintenanceLoop, RunnerConfig, run_pass
+from skiff.compactor.runner import RunnerConfig, run_pass
 from skiff.fileformat.objectstore import open_async_store, open_store
 from skiff.metadata.server.app import create_app
 from skiff.metadata.server.auth import TokenTable

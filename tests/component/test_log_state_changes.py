@@ -34,8 +34,10 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from skiff.agent.config import AgentConfig
 from skiff.agent.runtime import RunningAgent, start_agent
+from skiff.compactor.maintenance_loop import MaintenanceLoop
+from skiff.compactor.pass_summary import PassSummary
 from skiff.compactor.planner import PlannerConfig
-from skiff.compactor.runner import MaintenanceLoop, PassSummary, RunnerConfig
+from skiff.compactor.runner import RunnerConfig
 from skiff.fileformat.objectstore import open_store
 from skiff.fileformat.objectstore.errors import StorageError
 from skiff.fileformat.objectstore.memory import AsyncMemoryStore

@@ -9,8 +9,8 @@ import json
 
 from rich.console import Console
 from skiff.cli.compact import print_summary
+from skiff.compactor.pass_summary import PassSummary
 from skiff.compactor.plan import JobPlan, JobStats
-from skiff.compactor.runner import PassSummary
 
 ROW = "aborted txn batches / markers dropped"
 
