@@ -56,3 +56,44 @@ def test_table_plus_tail_holds_every_record_once(
     assert rows == sorted(first + second)  # every record, none twice
     assert any(f.endswith(".parquet") for f in df.inputFiles())  # the table part is Parquet
     assert {r["topic"] for r in df.select("topic").distinct().collect()} == {"tabled"}
+
+
+def _produce_keyed(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]]) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    for key, value in records:
+        p.produce(topic, value, key=key, partition=0)
+    assert p.flush(30) == 0
+
+
+def test_compacted_topic_table_reads_the_latest_value_per_key(
+    spark, cluster: Cluster, bootstrap: str
+) -> None:  # type: ignore[no-untyped-def]
+    """A compacted topic's table holds the latest value per key (a tombstone deletes its key):
+    Spark (through read_topic_table, the table's Parquet files) and pyiceberg read the same rows."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from pyiceberg.catalog.sql import SqlCatalog
+    from skiff.fileformat.tables_layout import catalog_properties, warehouse_for
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"cleanup.policy": "compact", "skiff.table.enabled": "true"}
+    for fut in admin.create_topics([NewTopic("tabled-compact", 1, 1, config=config)]).values():
+        fut.result(30)
+    _produce_keyed(bootstrap, "tabled-compact", [(b"k%d" % (i % 5), b"v%d" % i) for i in range(20)])
+    _produce_keyed(bootstrap, "tabled-compact", [(b"k1", None)])  # a tombstone: k1 goes
+    _materialize(cluster, "tabled-compact")
+
+    df = read_topic_table(
+        spark, "tabled-compact", metadata_url=cluster.metadata_url, catalog_uri=f"sqlite:///{cluster.db_path}"
+    )
+    got = sorted((bytes(r["key"]), bytes(r["value"])) for r in df.collect())
+    assert got == [(b"k0", b"v15"), (b"k2", b"v17"), (b"k3", b"v18"), (b"k4", b"v19")]
+    catalog = SqlCatalog(
+        "skiff", **catalog_properties(f"sqlite:///{cluster.db_path}", warehouse_for(cluster.bucket))
+    )
+    try:
+        rows = catalog.load_table("skiff.tabled-compact").scan().to_arrow().to_pylist()
+    finally:
+        catalog.engine.dispose()
+    assert sorted((r["key"], r["value"]) for r in rows) == got
