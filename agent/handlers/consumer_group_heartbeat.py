@@ -123,7 +123,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     refused = validate(req)
     if refused is not None:
         return _response(refused)
-    code = await ensure_coordinator(ctx, req.group_id)
+    code = await ensure_coordinator(ctx, req.group_id, request.connection.zone.zone)
     if code != ErrorCode.none:
         return _error(body, code)
     coord = coordinator(ctx)
