@@ -169,3 +169,21 @@ def test_the_agents_zone_is_checked_at_start_up() -> None:
     assert AgentConfig.from_env({"SKIFF_ZONE": "us-east-1a"}).zone == "us-east-1a"
     with pytest.raises(ValueError, match="zone must be"):
         AgentConfig.from_env({"SKIFF_ZONE": "us east"})
+
+
+def test_a_transactional_ids_coordinator_is_hashed_within_the_clients_zone() -> None:
+    """FindCoordinator for a transactional id: in the client's zone (its state is in metadata,
+    so any agent may serve it); re-drives stay with the zone-free choice, one agent per id."""
+    from skiff.agent.transactions.coordinator import TxnCoordinator, txn_key
+
+    view = _view(THREE_IN_TWO)
+    txn = TxnCoordinator(metadata=None, store=None, agents=view, agent_id="agent-0", wall_ms=lambda: NOW)  # type: ignore[arg-type]
+    everyone = ["agent-0", "agent-1", "agent-2"]
+    for i in range(50):
+        tid = f"tx{i}"
+        assert txn.coordinator_for(tid, "zone-b").agent_id == "agent-2"  # type: ignore[union-attr]
+        in_a = routing.rendezvous_owner(txn_key(tid), ["agent-0", "agent-1"])
+        assert txn.coordinator_for(tid, "zone-a").agent_id == in_a  # type: ignore[union-attr]
+        global_owner = routing.rendezvous_owner(txn_key(tid), everyone)
+        assert txn.coordinator_for(tid).agent_id == global_owner  # type: ignore[union-attr]
+        assert txn.coordinates(tid) == (global_owner == "agent-0")
