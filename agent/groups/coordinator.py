@@ -126,8 +126,11 @@ class GroupCoordinator(GroupPersistence):
         cls, config: AgentConfig, metadata: AgentClient, agents: LiveAgents, clock: Clock
     ) -> GroupCoordinator:
         """The agent's coordinator, fenced by leases in metadata; it coordinates the groups
-        the routing view `agents` gives this agent."""
-        monotonic_ms = lambda: clock.monotonic() * 1000.0  # noqa: E731
+        whose lease it holds, and takes the vacant ones placed on it (agent.groups.placement)."""
+
+        def monotonic_ms() -> float:
+            return clock.monotonic() * 1000.0
+
         fence = GroupFence(
             metadata,
             config.agent_id,
