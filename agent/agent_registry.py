@@ -36,8 +36,10 @@ Zones (agent.zones): agents report their zone. Leaders for a client of zone Z ar
 over the ready agents of Z (`leaders_for_topic(..., zone)`), over all ready agents when Z
 has none or the client states no zone. `replicas_for_topic` lists, when ready agents span
 two or more zones, each partition's leader and every other zone's leader (Metadata's
-replicas; see agent.handlers.kafka_metadata). Group and transaction coordinators and the
-controller stay hashed over all ready agents: one per group, cluster-wide.
+replicas; see agent.handlers.kafka_metadata). A group or transactional id not yet coordinated
+anywhere gets, for a client of zone Z, the coordinator hashed over the ready agents of Z
+(`coordinator_for_group(..., zone)`; agent.groups.placement keeps a leased group with its
+lease holder). The controller stays hashed over all ready agents.
 """
 
 from __future__ import annotations
@@ -158,6 +160,7 @@ class LiveAgents:
         everyone = (self._self, *self._others)
         ids = routing.assign_node_ids([a.agent_id for a in everyone])  # over all: stable ids
         self._agent_ids = tuple(sorted(a.agent_id for a in everyone if a.ready))
+        self._ready_set = frozenset(self._agent_ids)
         zones: dict[str, list[str]] = {}
         for a in everyone:
             if a.ready and a.zone:
@@ -213,6 +216,10 @@ class LiveAgents:
     def _candidates(self, zone: str | None) -> tuple[str, ...]:
         return self._zone_ids[zone] if zone is not None else self._agent_ids
 
+    def routed_agent_ids(self, zone: str | None) -> tuple[str, ...]:
+        """The ready agents a client of `zone` is routed among (its zone's, else all)."""
+        return self._candidates(self.routed_zone(zone))
+
     def leader_for(self, topic_id: uuid.UUID, partition: int, zone: str | None = None) -> int:
         """The partition's leader node id for a client of `zone` (agent.zones), NO_LEADER when
         no agent is ready."""
@@ -264,14 +271,22 @@ class LiveAgents:
             self._replicas[key] = replicas
         return replicas
 
-    def coordinator_for_group(self, group_id: str) -> Broker | None:
-        """The group's coordinator, None when no agent is ready."""
-        owner = routing.group_owner(group_id, self._agent_ids)
+    def coordinator_for_group(self, group_id: str, zone: str | None = None) -> Broker | None:
+        """The rendezvous choice of coordinator for a group not yet coordinated anywhere, for
+        a client of `zone`: hashed over the ready agents of the zone, over all ready agents
+        when it has none or is None; None when no agent is ready. A group whose lease an
+        agent holds stays there (agent.groups.placement)."""
+        owner = routing.group_owner(group_id, self._candidates(self.routed_zone(zone)))
         return self._by_agent[owner] if owner is not None else None
 
-    def coordinates_group(self, group_id: str) -> bool:
-        b = self.coordinator_for_group(group_id)
+    def coordinates_group(self, group_id: str, zone: str | None = None) -> bool:
+        b = self.coordinator_for_group(group_id, zone)
         return b is not None and b.node_id == self._self_node_id
+
+    def ready_agent(self, agent_id: str) -> Broker | None:
+        """The broker of a ready agent by its agent id (None: not live, or not ready)."""
+        b = self._by_agent.get(agent_id)
+        return b if b is not None and agent_id in self._ready_set else None
 
 
 class AgentIdInUse(Exception):

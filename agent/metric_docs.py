@@ -215,6 +215,21 @@ AGENT_METRIC_DOCS: tuple[MetricDoc, ...] = (
         "(cross-zone traffic), `unknown` (the client or the agent states no zone)",
     ),
     MetricDoc(
+        ("skiff_find_coordinator_answers_total",),
+        "counter",
+        "client_zone",
+        "FindCoordinator answers (groups and transactional ids) by the named agent's zone against the "
+        "client's: `same`, `other` (a group coordinated in another zone, or the client's zone has no "
+        "ready agent), `unknown` (either states no zone)",
+    ),
+    MetricDoc(
+        ("skiff_group_lease_holder_lookups_total",),
+        "counter",
+        "",
+        "reads of group lease holders from metadata (FindCoordinator and group requests, on a cache "
+        "miss; cached 3 s, 1 s for a group nobody holds)",
+    ),
+    MetricDoc(
         ("skiff_fetch_followed_partitions",),
         "gauge",
         "",

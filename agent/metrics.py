@@ -92,6 +92,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from skiff.agent.groups.placement import placement_families
 
 # The documentation of every family (agent.metric_docs), re-exported for the command below.
 from skiff.agent.metric_docs import METRIC_DOCS, _main, render_metrics_table, replace_metrics_table
@@ -222,6 +223,8 @@ class AgentCollector(Collector):
         yield from _fetch_cache_metrics(a)
         yield from _request_metrics(a)
         yield from zone_traffic_families(s.zone_traffic for s in a.servers or [a.server])
+        placement = a.context.parts.groups.placement
+        yield from placement_families([placement] if placement is not None else [])
         yield from _produce_stage_metrics(a)
         yield from _response_encoding_metrics(a)
         yield from _connection_limit_metrics(a)

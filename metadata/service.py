@@ -60,7 +60,7 @@ from skiff.metadata.compaction.leases import CompactionLeases
 from skiff.metadata.compaction.planning import CompactionPlanning
 from skiff.metadata.compaction.swap import CompactionSwap
 from skiff.metadata.compaction.types import CheckpointUpdate, CompactionCandidate, CompactionLease, MergeRules
-from skiff.metadata.db import create_engine_for, upgrade_to_head, write_tx
+from skiff.metadata.db import create_engine_for, read_tx, upgrade_to_head, write_tx
 from skiff.metadata.errors import INVALID_REQUEST, MetadataError
 from skiff.metadata.groups import admin as group_admin
 from skiff.metadata.groups import leases as group_leases
@@ -463,6 +463,10 @@ class MetadataService(SchemaRegistryOperations):
     def release_group_leases(self, agent_id: str, leases: Sequence[tuple[str, int]]) -> None:
         with write_tx(self.engine) as conn:
             group_leases.release(conn, agent_id, leases)
+
+    def group_lease_holders(self, group_ids: Sequence[str]) -> dict[str, str]:
+        with read_tx(self.engine) as conn:
+            return group_leases.holders(conn, group_ids, self.clock())
 
     def confirm_group_generation(
         self, group_id: str, lease: LeaseToken, ttl_ms: int, group_state: str

@@ -93,6 +93,9 @@ class ConsumerMember:
     rebalance_timeout_ms: int = 300_000
     subscribed_topic_names: tuple[str, ...] = ()
     subscribed_topic_regex: str | None = None
+    # The topics matching the regex that this member's principal may DESCRIBE, as of its last
+    # heartbeat (agent.groups.consumer_protocol); None: not filtered (no authorizer asked).
+    regex_allowed: frozenset[str] | None = None
     server_assignor: str | None = None
     member_epoch: int = 0
     previous_member_epoch: int = -1
@@ -215,7 +218,8 @@ class ConsumerGroup:
     def subscribed_names(self, member: ConsumerMember) -> set[str]:
         names = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex:
-            names |= self.regex_topics.get(member.subscribed_topic_regex, frozenset())
+            matched = self.regex_topics.get(member.subscribed_topic_regex, frozenset())
+            names |= matched if member.regex_allowed is None else matched & member.regex_allowed
         return names
 
     def subscribed_ids(self, member: ConsumerMember) -> frozenset[uuid.UUID]:
@@ -271,6 +275,20 @@ class ConsumerGroup:
         self.assignment_epoch = self.group_epoch
         self.changed()
         return True
+
+
+def with_authorized_regex_topics(
+    group: ConsumerGroup, member: ConsumerMember, describable: Callable[[str], bool] | None
+) -> ConsumerMember:
+    """The member with the topics matching its regex that its principal may DESCRIBE (KIP-848's
+    rule since Kafka 4.0, KAFKA-18813; resolved per member here, where Kafka resolves a regex
+    once with the principal of the member that last changed it). Fail-closed: a topic created
+    since the member's last heartbeat is assigned to it only from its next one."""
+    pattern = member.subscribed_topic_regex
+    if describable is None or pattern is None:
+        return member
+    allowed = frozenset(n for n in group.regex_topics.get(pattern, frozenset()) if describable(n))
+    return member if allowed == member.regex_allowed else dataclasses.replace(member, regex_allowed=allowed)
 
 
 def compile_regex(pattern: str) -> re.Pattern[str]:

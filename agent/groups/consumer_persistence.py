@@ -9,7 +9,7 @@ ConsumerGroupCurrentMemberAssignment records, in one document:
     {"type": "consumer", "epoch": int, "assignment_epoch": int, "assignor": str,
      "topics": {name: [topic id, partitions]}, "regex": {pattern: [names]},
      "members": [{"id", "instance", "rack", "client_id", "client_host", "rebalance_ms",
-                  "names": [str], "regex": str|null, "assignor": str|null,
+                  "names": [str], "regex": str|null, "allowed": [str]|null, "assignor": str|null,
                   "epoch", "previous", "state", "assigned": {topic id: [p]},
                   "revoking": {topic id: [p]}, "target": {topic id: [p]},
                   "since": [[topic id, p, member epoch it was assigned at]],
@@ -79,6 +79,7 @@ def _member(group: ConsumerGroup, m: ConsumerMember) -> dict[str, Any]:
         "rebalance_ms": m.rebalance_timeout_ms,
         "names": list(m.subscribed_topic_names),
         "regex": m.subscribed_topic_regex,
+        "allowed": None if m.regex_allowed is None else sorted(m.regex_allowed),
         "assignor": m.server_assignor,
         "epoch": m.member_epoch,
         "previous": m.previous_member_epoch,
@@ -140,6 +141,13 @@ def decode_consumer_group(group_id: str, text: str) -> ConsumerGroup | None:
     return group
 
 
+def _allowed(md: dict[str, Any]) -> frozenset[str] | None:
+    """A member's `regex_allowed`. Absent (stored before the field existed): none, so a regex
+    member is assigned nothing it was not re-checked for, until its next heartbeat."""
+    allowed = md.get("allowed", [])
+    return None if allowed is None else frozenset(str(n) for n in allowed)
+
+
 def _load_member(group: ConsumerGroup, md: dict[str, Any]) -> None:
     m = ConsumerMember(
         str(md["id"]),
@@ -150,6 +158,7 @@ def _load_member(group: ConsumerGroup, md: dict[str, Any]) -> None:
         rebalance_timeout_ms=int(md["rebalance_ms"]),
         subscribed_topic_names=tuple(str(n) for n in md.get("names", [])),
         subscribed_topic_regex=md.get("regex"),
+        regex_allowed=_allowed(md),
         server_assignor=md.get("assignor"),
         member_epoch=int(md["epoch"]),
         previous_member_epoch=int(md.get("previous", -1)),

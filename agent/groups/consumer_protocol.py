@@ -60,6 +60,7 @@ from skiff.agent.groups.consumer_model import (
     apply,
     compile_regex,
     reconcile,
+    with_authorized_regex_topics,
 )
 from skiff.agent.groups.consumer_offsets import validate_commit, validate_fetch
 from skiff.agent.groups.consumer_persistence import decode_consumer_group, encode_consumer_group
@@ -92,6 +93,9 @@ class MemberRequest:
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    # Whether the member's principal may DESCRIBE a topic (the handler's authorizer): topics
+    # matching its regex that it may not are never assigned to it. None: every topic.
+    describable: Callable[[str], bool] | None = field(default=None, compare=False)
 
     @property
     def is_full(self) -> bool:
@@ -251,9 +255,13 @@ class ConsumerGroups:
             return HeartbeatResult(e.code, e.message, req.member_id)
         updated, resubscribed = self._updated(old, req, joined)
         group.members[updated.member_id] = updated  # same partitions: `owners` still holds
+        refreshed = group.refresh_topics(view)  # the regex matches, with this subscription
+        updated = group.members[updated.member_id] = with_authorized_regex_topics(
+            group, updated, req.describable
+        )
         if updated != old:
             group.changed()
-        if group.refresh_topics(view) or resubscribed:
+        if refreshed or resubscribed or updated.regex_allowed != old.regex_allowed:
             group.bump_epoch()  # once per heartbeat, however many things changed
         group.update_target()
         new = reconcile(group, updated, req.owned, lambda t, p: group.owners.get((t, p)))

@@ -3,8 +3,8 @@ the group checks of OffsetCommit and the admin requests): `GroupCoordinator`, wh
 handlers call, and the handlers' helpers (`coordinator`, `owns_group`, `ensure_coordinator`).
 
 One `GroupCoordinator` per agent holds, in memory, the groups this agent coordinates (the
-agent chosen for a group id by rendezvous hashing, `LiveAgents.coordinator_for_group`). It
-is built in layers, one module each:
+holder of a group's lease; a vacant group is taken by the rendezvous choice in the client's
+zone, agent.groups.placement). It is built in layers, one module each:
 
 - `agent.groups.rebalance`: the state machine (states, join and sync phases, sessions, on
   the two purgatories), Kafka's GroupMetadata and the rebalance half of its GroupCoordinator;
@@ -16,6 +16,7 @@ is built in layers, one module each:
   generation there;
 - `agent.groups.fencing`: the leases (acquired on a group's first request, renewed in
   batches, released when the group leaves the agent);
+- `agent.groups.placement`: which agent coordinates a group for a client of a zone;
 - this module: the requests, validated as Kafka's GroupCoordinator does (unknown member,
   illegal generation, fenced instance id, inconsistent protocol, session timeout bounds).
 
@@ -68,6 +69,7 @@ from skiff.agent.groups.model import (
     SyncResult,
 )
 from skiff.agent.groups.persistence import GroupPersistence
+from skiff.agent.groups.placement import GroupPlacement
 from skiff.agent.groups.rebalance import NEW_MEMBER_JOIN_TIMEOUT_MS, DelayedHeartbeat
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 
@@ -124,16 +126,27 @@ class GroupCoordinator(GroupPersistence):
         cls, config: AgentConfig, metadata: AgentClient, agents: LiveAgents, clock: Clock
     ) -> GroupCoordinator:
         """The agent's coordinator, fenced by leases in metadata; it coordinates the groups
-        the routing view `agents` gives this agent."""
+        whose lease it holds, and takes the vacant ones placed on it (agent.groups.placement)."""
+
+        def monotonic_ms() -> float:
+            return clock.monotonic() * 1000.0
+
         fence = GroupFence(
             metadata,
             config.agent_id,
             ttl_ms=config.group_lease_ttl_ms,
             renew_interval_ms=config.group_lease_renew_interval_ms,
-            owns=agents.coordinates_group,
-            monotonic_ms=lambda: clock.monotonic() * 1000.0,
+            # A group stays with its lease holder (agent.groups.placement) while it is ready.
+            owns=lambda _group_id: agents.self_ready,
+            monotonic_ms=monotonic_ms,
+            placement=GroupPlacement(metadata, agents, monotonic_ms=monotonic_ms),
         )
         return cls.from_config(config, fence)
+
+    @property
+    def placement(self) -> GroupPlacement | None:
+        """Where groups are coordinated (None without fencing: hashed, `LiveAgents`)."""
+        return self.fence.placement if self.fence is not None else None
 
     def start(self) -> None:
         """Drive both purgatories (and lease renewals) from the running event loop."""
@@ -565,16 +578,33 @@ def coordinator(ctx: AgentContext) -> GroupCoordinator:
     return ctx.parts.groups
 
 
-def owns_group(ctx: AgentContext, group_id: str) -> bool:
-    """Whether this agent coordinates `group_id` (else the answer is NOT_COORDINATOR)."""
-    return ctx.agents.coordinates_group(group_id)
+async def owns_group(ctx: AgentContext, group_id: str, zone: str | None = None) -> bool:
+    """Whether this agent coordinates `group_id` for a client of `zone` (else the answer is
+    NOT_COORDINATOR): it holds the group's lease, or the group is placed here
+    (agent.groups.placement)."""
+    return group_id in await owned_groups(ctx, [group_id], zone)
 
 
-async def ensure_coordinator(ctx: AgentContext, group_id: str) -> ErrorCode:
-    """Whether this agent may serve a request for `group_id` now: NONE, NOT_COORDINATOR
-    (routed elsewhere, or another agent holds its lease) or COORDINATOR_NOT_AVAILABLE
-    (metadata out of reach). Acquires the group's lease if needed (agent.groups.fencing)."""
+async def owned_groups(ctx: AgentContext, group_ids: Sequence[str], zone: str | None = None) -> set[str]:
+    """The groups of `group_ids` this agent coordinates for a client of `zone` (one metadata
+    read at most, for the groups not held here whose holder is not cached)."""
+    coord = coordinator(ctx)
+    fence, placement = coord.fence, coord.placement
+    if placement is None:
+        return {g for g in group_ids if ctx.agents.coordinates_group(g, zone)}
+    mine = {g for g in group_ids if fence is not None and fence.valid(g)}
+    rest = [g for g in group_ids if g not in mine]
+    chosen = await placement.choose_many(rest, zone) if rest else {}
+    me = ctx.agents.self_node_id
+    return mine | {g for g, b in chosen.items() if b is not None and b.node_id == me}
+
+
+async def ensure_coordinator(ctx: AgentContext, group_id: str, zone: str | None = None) -> ErrorCode:
+    """Whether this agent may serve a request for `group_id` from a client of `zone` now:
+    NONE, NOT_COORDINATOR (placed elsewhere, or another agent holds its lease) or
+    COORDINATOR_NOT_AVAILABLE (metadata out of reach). Acquires the group's lease if needed
+    (agent.groups.fencing)."""
     fence = coordinator(ctx).fence
     if fence is None:
-        return ErrorCode.none if owns_group(ctx, group_id) else ErrorCode.not_coordinator
-    return await fence.ensure(group_id)
+        return ErrorCode.none if ctx.agents.coordinates_group(group_id, zone) else ErrorCode.not_coordinator
+    return await fence.ensure(group_id, zone)

@@ -1,13 +1,16 @@
 """Group coordinator fencing: the agent's side of the leases in `metadata.groups.leases`.
 
-Agents choose a group's coordinator by rendezvous hashing over the agents each believes
-alive; those views differ for up to a heartbeat interval whenever an agent starts or
-stops. So coordinating a group also takes a lease in metadata, held with an epoch:
+Agents choose a vacant group's coordinator by rendezvous hashing over the agents each
+believes alive (agent.groups.placement); those views differ for up to a heartbeat interval
+whenever an agent starts or stops, and clients of two zones are sent to two agents. So
+coordinating a group also takes a lease in metadata, held with an epoch:
 
 - Before serving a group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
   OffsetCommit, DeleteGroups, OffsetDelete) the handler calls `ensure_coordinator`: not
-  the rendezvous owner -> NOT_COORDINATOR (and any state and lease this agent had for the
-  group are let go); owner with a valid lease -> go on; owner without one -> acquire it
+  `owns` (the agent's: this agent is ready) -> NOT_COORDINATOR (and any state and lease
+  this agent had for the group are let go); a valid lease -> go on; no lease here and the
+  group placed elsewhere for this client (agent.groups.placement: leased by another agent,
+  or another agent's choice in the client's zone) -> NOT_COORDINATOR; else acquire it
   (one request per group however many clients ask at once). Refused (another agent holds
   it) -> NOT_COORDINATOR, metadata out of reach -> COORDINATOR_NOT_AVAILABLE; clients find
   the coordinator again and retry. An acquisition loads the group's last stored state
@@ -23,8 +26,8 @@ stops. So coordinating a group also takes a lease in metadata, held with an epoc
   the clocks of several metadata replicas. A lease lost or not confirmed in time: the
   group's state is dropped (waiters answered NOT_COORDINATOR) and the next request
   acquires again, with a new epoch.
-- A group that leaves this agent (routing moved it, it was forgotten when empty, the agent
-  stops) has its lease released, so the next coordinator need not wait for the TTL. An
+- A group that leaves this agent (the agent turned not ready, it was forgotten when empty,
+  the agent stops) has its lease released, so the next coordinator need not wait for the TTL. An
   acquisition here waits for a release of the same group still in flight (however that
   release ends), so it loads the final state that release stores, never the one before it.
 - Stores of one group run one at a time, in order. A store whose turn comes after the
@@ -50,6 +53,7 @@ from skiff.metadata.wire.operations import AgentClient
 
 if TYPE_CHECKING:
     from skiff.agent.groups.persistence import GroupPersistence
+    from skiff.agent.groups.placement import GroupPlacement
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,7 @@ class GroupFence:
         renew_interval_ms: int = 2_000,
         owns: Callable[[str], bool] = lambda _g: True,
         monotonic_ms: Callable[[], float] = _monotonic_ms,
+        placement: GroupPlacement | None = None,
     ) -> None:
         self.metadata = metadata
         self.agent_id = agent_id
@@ -84,6 +89,7 @@ class GroupFence:
         self.trust_ms = ttl_ms - ttl_ms // 4
         self.renew_interval_ms = renew_interval_ms
         self.owns = owns
+        self.placement = placement
         self._now = monotonic_ms
         self.held: dict[str, _Held] = {}
         self._acquiring: dict[str, asyncio.Task[ErrorCode]] = {}
@@ -107,7 +113,9 @@ class GroupFence:
 
     # ------------------------------------------------------------------ acquisition
 
-    async def ensure(self, group_id: str) -> ErrorCode:
+    async def ensure(self, group_id: str, zone: str | None = None) -> ErrorCode:
+        """NONE when this agent coordinates the group (taking its lease if needed) for a
+        client of `zone`, else NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE."""
         if not self.owns(group_id):
             if group_id in self.held or (self.coordinator and self.coordinator.holds(group_id)):
                 log.info("group %s: no longer coordinated by this agent, letting it go", group_id)
@@ -117,6 +125,8 @@ class GroupFence:
         if h is not None and self._now() < h.deadline_ms:
             h.used_ms = self._now()
             return ErrorCode.none
+        if h is None and self.placement is not None and not await self.placement.accepts(group_id, zone):
+            return ErrorCode.not_coordinator  # leased elsewhere, or another agent's to take
         task = self._acquiring.get(group_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._acquire(group_id))
@@ -140,6 +150,8 @@ class GroupFence:
         except (MetadataUnavailable, MetadataError, OSError) as e:
             log.warning("group %s: cannot acquire the coordinator lease: %s", group_id, e)
             return ErrorCode.coordinator_not_available
+        if self.placement is not None:
+            self.placement.note(group_id, grant.holder)  # whoever got it, this agent or another
         if not grant.granted:
             log.info(
                 "group %s: %s holds the coordinator lease (epoch %d), answering NOT_COORDINATOR",
@@ -216,6 +228,8 @@ class GroupFence:
             log.exception("group %s: unexpected error releasing the coordinator lease", group_id)
         finally:
             # Whatever happened, the release is over: an acquisition waiting for it goes on.
+            if self.placement is not None and group_id not in self.held:
+                self.placement.note(group_id, None)
             lock = self._locks.get(group_id)
             if group_id not in self.held and lock is not None and not lock.locked():
                 del self._locks[group_id]
@@ -243,7 +257,7 @@ class GroupFence:
         coordinator = self.coordinator
         for group_id, h in list(self.held.items()):
             if not self.owns(group_id):
-                log.info("group %s: routed to another agent now, letting it go", group_id)
+                log.info("group %s: not coordinated by this agent any more, letting it go", group_id)
                 self.lose(group_id, release=True)
             elif now >= h.deadline_ms:
                 log.warning("group %s: coordinator lease not renewed in time, dropping the group", group_id)

@@ -118,7 +118,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         if not authorized(ctx, request, Op.DESCRIBE, Resource.GROUP, group_id):
             answers.append(_failed(group_id, ErrorCode.group_authorization_failed))
             continue
-        if not owns_group(ctx, group_id):
+        if not await owns_group(ctx, group_id, request.connection.zone.zone):
             answers.append(_failed(group_id, ErrorCode.not_coordinator))
             continue
         group = coord.consumer.groups.get(group_id)

@@ -14,7 +14,12 @@ v0 clients may leave the member id to the coordinator; v1 clients choose it (KIP
 may subscribe by regular expression.
 
 Authorization, as Kafka's KafkaApis: READ on the group (else GROUP_AUTHORIZATION_FAILED),
-and DESCRIBE on every subscribed topic name (else TOPIC_AUTHORIZATION_FAILED).
+and DESCRIBE on every subscribed topic name (else TOPIC_AUTHORIZATION_FAILED). A regex is
+resolved, for each member at each of its heartbeats, against the topics its principal may
+DESCRIBE (Kafka 4.0's rule, KAFKA-18813): the others are never assigned to it, with no error.
+Kafka resolves a group's regex once, with the principal of the member that last changed it,
+so members of one regex with different rights may see each other's topics (KAFKA-19147's
+note); here each member gets only its own.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from skiff.agent.groups.consumer_model import TopicView
 from skiff.agent.groups.consumer_protocol import HeartbeatResult, MemberRequest, validate
 from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
 from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
-from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, on, request, requires
+from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, filtered, on, request, requires
 from skiff.agent.protocol import convert
 
 API_KEY = 68
@@ -73,7 +78,9 @@ def _error(body: ConsumerGroupHeartbeatRequest, code: ErrorCode, message: str | 
     return _response(HeartbeatResult(code, message, body.member_id or None))
 
 
-def _member_request(body: ConsumerGroupHeartbeatRequest, request: Request) -> MemberRequest:
+def _member_request(
+    ctx: AgentContext, body: ConsumerGroupHeartbeatRequest, request: Request
+) -> MemberRequest:
     owned: PartitionsByTopic | None = None
     if body.topic_partitions is not None:
         owned = {}
@@ -97,6 +104,9 @@ def _member_request(body: ConsumerGroupHeartbeatRequest, request: Request) -> Me
         owned=owned,
         client_id=request.client_id or "",
         client_host=request.connection.client_host,
+        # KIP-848 (Kafka 4.0, KAFKA-18813): a regex is resolved against the topics the
+        # member's principal may describe; checked for this member at each of its heartbeats
+        describable=lambda name: authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, name),
     )
 
 
@@ -119,11 +129,11 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     for name in body.subscribed_topic_names or ():
         if not authorized(ctx, request, Op.DESCRIBE, Resource.TOPIC, name):
             return _error(body, ErrorCode.topic_authorization_failed)
-    req = _member_request(body, request)
+    req = _member_request(ctx, body, request)
     refused = validate(req)
     if refused is not None:
         return _response(refused)
-    code = await ensure_coordinator(ctx, req.group_id)
+    code = await ensure_coordinator(ctx, req.group_id, request.connection.zone.zone)
     if code != ErrorCode.none:
         return _error(body, code)
     coord = coordinator(ctx)
@@ -141,6 +151,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
 ACCESS = requires(
     request(on(RT.GROUP, Op.READ), GROUP_DENIED),
     request(on(RT.TOPIC, Op.DESCRIBE), TOPIC_DENIED, when="subscribed topic names"),
+    filtered(on(RT.TOPIC, Op.DESCRIBE), when="topics matching a subscribed regex (never assigned)"),
 )
 
 SPEC = HandlerSpec(API_KEY, MIN_VERSION, MAX_VERSION, handle, access=ACCESS)

@@ -63,7 +63,9 @@ async def _empty_groups(
         if not authorized(ctx, request, Op.DELETE, Resource.GROUP, group_id):
             codes[group_id] = ErrorCode.group_authorization_failed
             continue
-        code = await ensure_coordinator(ctx, group_id)  # a lease: a group held elsewhere is not empty
+        code = await ensure_coordinator(
+            ctx, group_id, request.connection.zone.zone
+        )  # a lease: a group held elsewhere is not empty
         if code != ErrorCode.none:
             codes[group_id] = code
         elif not coord.is_empty(group_id):

@@ -1,20 +1,22 @@
-"""FindCoordinator (api key 10), v0-v6: which agent coordinates a consumer group.
+"""FindCoordinator (api key 10), v0-v6: which agent coordinates a consumer group or a
+transactional id.
 
-The coordinator of a group is the agent `LiveAgents.coordinator_for_group` picks by
-rendezvous hashing over the live agents, so every agent gives the same answer (as long as
-they agree on who is alive) and a lost agent moves only its share of the groups.
 v0-v3 ask for one key, v4+ for a batch (`coordinator_keys`), answered one entry each.
 Key type 0 is a group; a principal without DESCRIBE on it gets GROUP_AUTHORIZATION_FAILED
 (Kafka's ACLs). Key type 1 is a transactional id (DESCRIBE on it, else
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED), whose coordinator is the rendezvous owner of
-`b"txn:" + id` (`agent.transactions.coordinator.TxnCoordinator.coordinator_for`). Any other key type
-gets INVALID_REQUEST, as Kafka answers an unknown one. Only ready agents coordinate
-(agent.health); with none ready the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Any other key type gets INVALID_REQUEST, as Kafka
+answers an unknown one. Only ready agents coordinate (agent.health); with none ready the
+answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
 
-Zones (agent.zones): coordinators stay global, whatever the client's zone. A group's state
-lives with its coordinator's lease (agent.groups.fencing) and its members may sit in several
-zones, so it has one coordinator cluster-wide; its traffic (joins, heartbeats, commits)
-carries no records, so crossing a zone for it costs little (docs/operations.md, "Zones").
+Zones (agent.zones; the client's zone is its connection's): a group's coordinator is the
+agent holding its coordinator lease, whatever its zone (members of one group in several
+zones all reach it), else the rendezvous choice among the ready agents of the client's zone
+(agent.groups.placement; the group requests' own check applies the same rule). A
+transactional id's is the rendezvous owner of `b"txn:" + id` among the ready agents of the
+client's zone (`agent.transactions.coordinator.TxnCoordinator.coordinator_for`): its state is
+in metadata, so no agent holds it. Either falls back to all ready agents when the zone has
+none or the client states none. Answers are counted by zone
+(`skiff_find_coordinator_answers_total`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def _failed(key: str, code: ErrorCode, message: str) -> Coordinator:
     )
 
 
-def _find(ctx: AgentContext, request: Request, key: str, key_type: int) -> Coordinator:
+async def _find(ctx: AgentContext, request: Request, key: str, key_type: int) -> Coordinator:
+    zone = request.connection.zone.zone
+    placement = ctx.parts.groups.placement
     if key_type == TRANSACTION_KEY_TYPE:
         if not key:
             return _failed(key, ErrorCode.invalid_request, "empty transactional id")
@@ -56,17 +60,21 @@ def _find(ctx: AgentContext, request: Request, key: str, key_type: int) -> Coord
             return _failed(
                 key, ErrorCode.transactional_id_authorization_failed, "Transactional Id authorization failed."
             )
-        b = ctx.parts.transactions.coordinator_for(key)
+        b = ctx.parts.transactions.coordinator_for(key, zone)
     elif key_type != GROUP_KEY_TYPE:
         return _failed(key, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}")
     elif not authorized(ctx, request, Op.DESCRIBE, Resource.GROUP, key):
         return _failed(key, ErrorCode.group_authorization_failed, "Group authorization failed.")
     elif not key:
         return _failed(key, ErrorCode.invalid_group_id, "empty group id")
+    elif placement is None:  # an agent without fencing (unit tests): hashed
+        b = ctx.agents.coordinator_for_group(key, zone)
     else:
-        b = ctx.agents.coordinator_for_group(key)
+        b = await placement.choose(key, zone)
     if b is None:  # no agent is ready (agent.agent_registry): retriable
         return _failed(key, ErrorCode.coordinator_not_available, "no agent is ready to coordinate")
+    if placement is not None:
+        placement.count_answer(zone, b)
     host, port = b.address(request.connection.listener)  # on the listener the client connected through
     return Coordinator(
         key=key,
@@ -83,9 +91,9 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     cls = response_schema(API_KEY, request.api_version)
     assert cls is not None
     if request.api_version >= 4:
-        found = tuple(_find(ctx, request, k, int(body.key_type)) for k in body.coordinator_keys)
+        found = tuple([await _find(ctx, request, k, int(body.key_type)) for k in body.coordinator_keys])
         return cls(throttle_time=NO_THROTTLE, coordinators=found)
-    c = _find(ctx, request, body.key, int(getattr(body, "key_type", GROUP_KEY_TYPE)))
+    c = await _find(ctx, request, body.key, int(getattr(body, "key_type", GROUP_KEY_TYPE)))
     kwargs: dict[str, Any] = {
         "error_code": c.error_code,
         "node_id": c.node_id,

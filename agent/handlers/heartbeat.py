@@ -25,7 +25,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, HeartbeatRequest)
     if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
         return HeartbeatResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed)
-    code = await ensure_coordinator(ctx, body.group_id)
+    code = await ensure_coordinator(ctx, body.group_id, request.connection.zone.zone)
     if code == ErrorCode.none:
         code = coordinator(ctx).heartbeat(
             body.group_id, int(body.generation_id), body.member_id, body.group_instance_id

@@ -64,7 +64,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
         return _response(
             JoinResult(ErrorCode.group_authorization_failed, member_id=body.member_id), request.api_version
         )
-    code = await ensure_coordinator(ctx, body.group_id)
+    code = await ensure_coordinator(ctx, body.group_id, request.connection.zone.zone)
     if code != ErrorCode.none:
         return _response(JoinResult(code, member_id=body.member_id), request.api_version)
     session_ms = _ms(body.session_timeout)

@@ -34,7 +34,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
         code = ErrorCode.group_authorization_failed
     else:
-        code = await ensure_coordinator(ctx, body.group_id)
+        code = await ensure_coordinator(ctx, body.group_id, request.connection.zone.zone)
     if code != ErrorCode.none:
         return LeaveGroupResponse(throttle_time=NO_THROTTLE, error_code=code, members=())
     codes = coordinator(ctx).leave(body.group_id, leaving)

@@ -22,7 +22,7 @@ from kio.schema.list_groups.v5.response import ListedGroup, ListGroupsResponse
 from kio.schema.types import GroupId
 from skiff.agent.context import AgentContext
 from skiff.agent.groups.consumer_model import ConsumerGroup
-from skiff.agent.groups.coordinator import coordinator, owns_group
+from skiff.agent.groups.coordinator import coordinator, owned_groups
 from skiff.agent.groups.model import GroupState
 from skiff.agent.handlers import (
     METADATA_ERRORS,
@@ -50,21 +50,26 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, ListGroupsRequest)
     states = {s.lower() for s in body.states_filter}
     types = {t.lower() for t in body.types_filter}
+    zone = request.connection.zone.zone
+    in_memory = coordinator(ctx).list_groups()
+    try:
+        # not one left over from before a coordinator move
+        held = await owned_groups(ctx, [g.group_id for g in in_memory], zone)
+        with_offsets = await ctx.metadata.groups_with_offsets(None)
+        placed_here = await owned_groups(ctx, with_offsets, zone)
+    except METADATA_ERRORS as e:
+        return ListGroupsResponse(throttle_time=NO_THROTTLE, error_code=admin_error_of(e), groups=())
     found: dict[str, tuple[str, str, str]] = {  # group id -> (protocol type, state, group type)
         g.group_id: (
             g.protocol_type or "",
             g.state.value,
             CONSUMER_TYPE if isinstance(g, ConsumerGroup) else CLASSIC_TYPE,
         )
-        for g in coordinator(ctx).list_groups()
-        if owns_group(ctx, g.group_id)  # not one left over from before a coordinator move
+        for g in in_memory
+        if g.group_id in held
     }
-    try:
-        with_offsets = await ctx.metadata.groups_with_offsets(None)
-    except METADATA_ERRORS as e:
-        return ListGroupsResponse(throttle_time=NO_THROTTLE, error_code=admin_error_of(e), groups=())
     for group_id in with_offsets:
-        if group_id not in found and owns_group(ctx, group_id):
+        if group_id not in found and group_id in placed_here:
             found[group_id] = ("", GroupState.EMPTY.value, CLASSIC_TYPE)
     listed = []
     every_group = authorized_on_cluster(ctx, request, Op.DESCRIBE)

@@ -148,7 +148,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     denied = frozenset(
         t.name for t in body.topics if not authorized(ctx, request, Op.READ, Resource.TOPIC, t.name)
     )
-    code = await ensure_coordinator(ctx, body.group_id)
+    code = await ensure_coordinator(ctx, body.group_id, request.connection.zone.zone)
     if code != ErrorCode.none:
         return _all(body, code, denied)
     instance_id = body.group_instance_id if request.api_version >= 7 else None

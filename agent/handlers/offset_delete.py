@@ -97,7 +97,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     group_id = body.group_id
     if not authorized(ctx, request, Op.DELETE, Resource.GROUP, group_id):
         return _answer(body, ErrorCode.group_authorization_failed)
-    code = await ensure_coordinator(ctx, group_id)
+    code = await ensure_coordinator(ctx, group_id, request.connection.zone.zone)
     if code != ErrorCode.none:
         return _answer(body, code)
     coord = coordinator(ctx)

@@ -109,11 +109,13 @@ def _topic_offsets(
     return OffsetFetchResponseTopics(name=TopicName(name), partitions=tuple(out))
 
 
-def _refusal(ctx: AgentContext, request: Request, group_id: str, member: tuple[str | None, int]) -> ErrorCode:
+async def _refusal(
+    ctx: AgentContext, request: Request, group_id: str, member: tuple[str | None, int]
+) -> ErrorCode:
     """Why the group's offsets are not served here (NONE: they are)."""
     if not authorized(ctx, request, Op.READ, Resource.GROUP, group_id):
         return ErrorCode.group_authorization_failed
-    if not owns_group(ctx, group_id):
+    if not await owns_group(ctx, group_id, request.connection.zone.zone):
         return ErrorCode.not_coordinator
     # v9+: a consumer-protocol member's fetch carries its member epoch
     return coordinator(ctx).consumer.validate_fetch(group_id, *member)
@@ -136,7 +138,7 @@ async def _fetch_group(
         )
         return OffsetFetchResponseGroup(group_id=GroupId(group_id), topics=topics, error_code=code)
 
-    refused = _refusal(ctx, request, group_id, member)
+    refused = await _refusal(ctx, request, group_id, member)
     if refused != ErrorCode.none:
         return fail(refused)
 

@@ -38,7 +38,7 @@ async def handle(ctx: AgentContext, request: Request) -> Any:
     body = convert(request.body, SyncGroupRequest)
     if not authorized(ctx, request, Op.READ, Resource.GROUP, body.group_id):
         return _response(SyncResult(ErrorCode.group_authorization_failed))
-    code = await ensure_coordinator(ctx, body.group_id)
+    code = await ensure_coordinator(ctx, body.group_id, request.connection.zone.zone)
     if code != ErrorCode.none:
         return _response(SyncResult(code))
     v5 = request.api_version >= 5

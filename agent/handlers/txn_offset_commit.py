@@ -56,7 +56,7 @@ GENERATION_SINCE_VERSION = 3
 async def _check_group(ctx: AgentContext, request: Request) -> ErrorCode:
     """This agent coordinates the group, and (v3+) the consumer is a member of its generation."""
     body = request.body
-    code = await ensure_coordinator(ctx, body.group_id)
+    code = await ensure_coordinator(ctx, body.group_id, request.connection.zone.zone)
     if code != ErrorCode.none or request.api_version < GENERATION_SINCE_VERSION:
         return code
     return coordinator(ctx).validate_txn_commit(

@@ -1,10 +1,13 @@
 """The transaction coordinator's side effects: transaction markers, timeouts, re-drives.
 
 The state of every transactional id lives in metadata (`metadata.transactions.store`), changed
-one request at a time under a row lock, so any agent may serve a transactional request;
-FindCoordinator still names one agent per transactional id (rendezvous hashing of
-`b"txn:" + id` over the live agents, as groups) so that one agent normally drives each
-transaction.
+one request at a time under a row lock, so any agent may serve a transactional request, and
+two agents serving one id at different times (or at once) are as safe as one: the only
+state kept here is the retry table of failed re-drives, a cache. FindCoordinator still
+names one agent per transactional id and client zone (rendezvous hashing of `b"txn:" + id`
+over the ready agents of the client's zone, all ready agents when it has none or states
+none) so that one agent normally drives each transaction, in its producer's zone. Re-drives
+of stalled transactions are done by the zone-free choice (`coordinates`), one agent per id.
 
 Markers. When a transaction is PREPARE_COMMIT / PREPARE_ABORT (EndTxn, a timeout, or a
 new producer instance aborting an old one's transaction), `finish` writes one control
@@ -170,16 +173,18 @@ class TxnCoordinator:
         self.marker_seconds: dict[str, float] = {"put": 0.0, "commit": 0.0}
         self.pause_hook = TxnPauseHook.from_env()  # a test hook, None in production
 
-    def coordinator_for(self, transactional_id: str) -> Broker | None:
-        """The agent FindCoordinator names for a transactional id: hashed over the ready
-        agents (agent.agent_registry), None when none is ready."""
-        owner = routing.rendezvous_owner(txn_key(transactional_id), self._agents.agent_ids())
-        for b in self._agents.brokers():
-            if b.agent_id == owner:
-                return b
-        return None
+    def coordinator_for(self, transactional_id: str, zone: str | None = None) -> Broker | None:
+        """The agent FindCoordinator names for a transactional id to a client of `zone`:
+        hashed over the ready agents of the zone, over all ready agents when it has none or
+        is None (agent.agent_registry); None when none is ready. Any agent serves any
+        transactional request (the state is in metadata, under its row lock), so the choice
+        need not be shared by clients of different zones."""
+        owner = routing.rendezvous_owner(txn_key(transactional_id), self._agents.routed_agent_ids(zone))
+        return self._agents.ready_agent(owner) if owner is not None else None
 
     def coordinates(self, transactional_id: str) -> bool:
+        """Whether this agent re-drives the id's prepared transactions: the zone-free choice,
+        so exactly one agent does whatever zones its producers are in."""
         b = self.coordinator_for(transactional_id)
         return b is not None and b.agent_id == self._agent_id
 

@@ -20,6 +20,8 @@ Rules (`now_ms` is the metadata service's clock):
   is re-acquired, with a new epoch). Returns the groups renewed.
 - release(agent, [(group, epoch)]): the lease lapses at once (`expires_ms = 0`), so the
   next coordinator need not wait for the TTL. The row (epoch, group_state) stays.
+- holders(groups): the holder of each unexpired lease (a plain read; FindCoordinator's
+  "the group stays with its coordinator", agent.groups.placement).
 - check(group, token): inside another transaction (an offset commit), the row is locked
   (`FOR UPDATE`) and must show this holder and epoch, unexpired; else NOT_COORDINATOR.
 - confirm(group, token, ttl, group_state): a new generation; renews the lease and stores
@@ -115,6 +117,19 @@ def release(conn: Connection, agent_id: str, leases: Sequence[tuple[str, int]]) 
             .where(_L.holder == agent_id, tuple_(_L.group_id, _L.epoch).in_(list(batch)))
             .values(expires_ms=0)
         )
+
+
+def holders(conn: Connection, group_ids: Sequence[str], now_ms: int) -> dict[str, str]:
+    """The holder of each of `group_ids` whose lease has not lapsed (a read: who coordinates
+    a group now, for FindCoordinator; agent.groups.placement)."""
+    found: dict[str, str] = {}
+    ids = sorted(set(group_ids))
+    for i in range(0, len(ids), _KEYS_PER_STATEMENT):
+        stmt = select(_L.group_id, _L.holder).where(
+            _L.group_id.in_(ids[i : i + _KEYS_PER_STATEMENT]), _L.expires_ms >= now_ms
+        )
+        found.update((str(r.group_id), str(r.holder)) for r in conn.execute(stmt))
+    return found
 
 
 def check(conn: Connection, group_id: str, token: LeaseToken, now_ms: int) -> None:

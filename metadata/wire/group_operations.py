@@ -88,6 +88,11 @@ class GroupLeases(Protocol):
     @operation("/v1/groups/lease/release", AGENT, acting_as=_agent_id)
     async def release_group_leases(self, agent_id: Id, leases: LeaseList) -> None: ...
 
+    @operation("/v1/groups/lease/holders", AGENT)
+    async def group_lease_holders(self, group_ids: Items[KafkaId]) -> dict[str, str]:
+        """The agent holding each group's unexpired lease (groups without one are absent)."""
+        ...
+
     @operation("/v1/groups/lease/confirm-generation", AGENT, acting_as=_lease_holder)
     async def confirm_group_generation(
         self, group_id: KafkaId, lease: LeaseToken, ttl_ms: NonNegInt64, group_state: str

@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
 from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
@@ -39,7 +40,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.types import BrokerId, TopicName
+from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 from skiff.metadata.security import acl_types as m
 
@@ -761,3 +762,46 @@ def test_offset_commit_and_delete_records_refuse_per_topic(harness):
     resp = request_once(harness.bootstrap, req)
     codes = {t.name: t.partitions[0].error_code for t in resp.topics}
     assert codes == {allowed: ErrorCode.none, denied: ErrorCode.topic_authorization_failed}
+
+
+def test_a_regex_subscription_is_assigned_only_topics_the_member_may_describe(harness: AgentHarness) -> None:
+    """KIP-848 (Kafka 4.0's rule, KAFKA-18813): a member subscribing by regex is assigned the
+    matching topics its principal may DESCRIBE, the others left out without an error; granted
+    DESCRIBE later, the other topic is assigned at the member's next heartbeat."""
+    prefix = _name("rx")
+    allowed, denied, group = f"{prefix}-ok", f"{prefix}-no", _name("rxg")
+    create_topic(harness, allowed, partitions=2)
+    create_topic(harness, denied, partitions=2)
+    grant(
+        harness,
+        _bind(allowed, m.AclOperation.DESCRIBE),
+        _bind(group, m.AclOperation.READ, rtype=m.ResourceType.GROUP),
+    )
+    ids = {t.name: t.topic_id for t in harness.call(harness.metadata.list_topics())}  # type: ignore[union-attr]
+    node = harness.agent.ctx.agents.coordinator_for_group(group).node_id  # type: ignore[union-attr]
+    coordinator = next(a for a in harness.agents if a.node_id == node)
+
+    def heartbeat(epoch: int) -> Any:
+        return request_once(
+            coordinator.bootstrap,
+            ConsumerGroupHeartbeatRequest(
+                group_id=GroupId(group),
+                member_id="rx-member",
+                member_epoch=i32(epoch),
+                rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                subscribed_topic_regex=f"{prefix}-.*",
+                topic_partitions=(),
+            ),
+        )
+
+    first = heartbeat(0)
+    assert first.error_code == ErrorCode.none, first
+    assigned = {tp.topic_id: set(tp.partitions) for tp in first.assignment.topic_partitions}
+    assert assigned == {ids[allowed]: {0, 1}}  # the regex matches both topics; one may be described
+
+    grant(harness, _bind(denied, m.AclOperation.DESCRIBE))
+    again = heartbeat(int(first.member_epoch))
+    assert again.error_code == ErrorCode.none, again
+    assert again.member_epoch > first.member_epoch
+    assigned = {tp.topic_id: set(tp.partitions) for tp in again.assignment.topic_partitions}
+    assert assigned == {ids[allowed]: {0, 1}, ids[denied]: {0, 1}}

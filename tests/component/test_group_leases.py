@@ -131,6 +131,19 @@ def test_offset_commit_with_a_lease_is_checked_in_its_transaction(svc: MetadataS
     assert [o.offset for o in svc.fetch_offsets("g", None)] == [9]
 
 
+def test_holders_names_only_unexpired_unreleased_leases(svc: MetadataService, clock: Clock) -> None:
+    """FindCoordinator's read (agent.groups.placement): who holds each group's lease now."""
+    svc.acquire_group_lease("g1", "A", TTL)
+    svc.acquire_group_lease("g2", "B", TTL)
+    g3 = svc.acquire_group_lease("g3", "A", TTL)
+    svc.release_group_leases("A", [("g3", g3.epoch)])
+    assert svc.group_lease_holders(["g1", "g2", "g3", "never"]) == {"g1": "A", "g2": "B"}
+    many = [f"x{i}" for i in range(1_000)]  # more than one statement's worth of keys
+    assert svc.group_lease_holders([*many, "g2"]) == {"g2": "B"}
+    clock.now += TTL + 1
+    assert svc.group_lease_holders(["g1", "g2"]) == {}
+
+
 def test_bad_ttl_is_invalid_request(svc: MetadataService) -> None:
     with pytest.raises(MetadataError) as e:
         svc.acquire_group_lease("g", "A", 0)
@@ -202,6 +215,7 @@ async def test_http_api_round_trip(tmp_path) -> None:  # type: ignore[no-untyped
         await client.release_group_leases("A", [("g", 1)])
         b = await client.acquire_group_lease("g", "B", TTL)
         assert (b.granted, b.epoch, b.group_state) == (True, 2, "state")
+        assert await client.group_lease_holders(["g", "other"]) == {"g": "B"}
         await client.heartbeat_agent(AgentInfo("x", "h", 1, None, 0))
         with pytest.raises(MetadataError) as e:
             await client.heartbeat_agent(AgentInfo("x", "h", 2, None, 0))

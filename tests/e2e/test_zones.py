@@ -14,6 +14,12 @@ agent's, so "stays in its zone" is measured, not inferred.
   in zone.
 - Zone B losing its agent: zone-B clients are routed to zone A (counted as cross-zone), and
   lose nothing.
+- Consumer groups (agent.groups.placement): a group whose members are all in zone B is
+  coordinated by zone B's agent (FindCoordinator's answers, counted by
+  `skiff_find_coordinator_answers_total`, and every JoinGroup, SyncGroup, Heartbeat and
+  OffsetCommit, counted by `skiff_requests_total{api}`, land there); a zone-A member joining
+  it finds the same coordinator (one group, partitions split over all members); zone B
+  losing its agent moves the group to zone A, where its members go on from their commits.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
+from skiff.agent import routing
 
 from tests.e2e.test_clients_roundtrip import create_topic
 from tests.e2e.test_cluster import wait_for_brokers
@@ -129,6 +136,17 @@ def _consume(bootstrap: str, topic: str, expected: int, **conf: str) -> set[byte
     return keys
 
 
+def _family(agent: ZonedAgent, name: str, label: str) -> dict[str, float]:
+    """The samples of one counter or gauge family by one label's value ("" when unlabelled)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10).read()
+    for family in text_string_to_metric_families(text.decode()):
+        if family.name == name:
+            return {
+                s.labels.get(label, ""): s.value for s in family.samples if not s.name.endswith("_created")
+            }
+    return {}
+
+
 def _totals(agents: dict[str, ZonedAgent]) -> dict[str, Bytes]:
     return {name: a.zone_bytes() for name, a in agents.items()}
 
@@ -214,3 +232,121 @@ def test_the_java_client_stays_in_its_zone(
     assert _delta(after, before, ["agent-2"], ("out", "same")) >= payload
     crossed = _delta(after, before, zone_a, ("out", "other"))  # the redirects, and only them
     assert 0 < crossed < 0.05 * payload, f"{crossed} fetch bytes crossed zones for the Java consumer"
+
+
+GROUP_APIS = ("join_group", "sync_group", "heartbeat", "offset_commit")
+
+
+def _group_requests(agents: dict[str, ZonedAgent]) -> dict[str, dict[str, float]]:
+    out = {}
+    for name, a in agents.items():
+        served = _family(a, "skiff_requests", "api")
+        out[name] = {api: served.get(api, 0.0) for api in GROUP_APIS}
+    return out
+
+
+def _groups_held(agents: dict[str, ZonedAgent]) -> dict[str, float]:
+    return {name: _family(a, "skiff_groups", "").get("", 0.0) for name, a in agents.items()}
+
+
+class Members:
+    """Classic-protocol confluent-kafka members of one group, polled round-robin."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self.consumers: list[Consumer] = []
+        self.keys: set[bytes] = set()
+
+    def add(self, client_id: str) -> Consumer:
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.group,
+                "client.id": client_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 200,
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 500,
+            }
+        )
+        c.subscribe([self.topic])
+        self.consumers.append(c)
+        return c
+
+    def poll_until(self, done: Callable[[], bool], what: str, timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            for c in self.consumers:
+                m = c.poll(0.1)
+                if m is not None and not m.error():
+                    self.keys.add(m.key())
+                    c.commit(message=m, asynchronous=False)
+
+    def assigned(self) -> list[set[int]]:
+        return [{tp.partition for tp in c.assignment()} for c in self.consumers]
+
+    def split_over_all(self) -> bool:
+        parts = self.assigned()
+        return (
+            all(parts)
+            and sum(map(len, parts)) == PARTITIONS
+            and set().union(*parts) == set(range(PARTITIONS))
+        )
+
+    def close(self) -> None:
+        for c in self.consumers:
+            c.close()
+
+
+def test_groups_are_coordinated_in_their_members_zone_and_stay_put(
+    spawn_skiff: Callable[..., SkiffProcess], moto_s3: S3Bucket, pg_url: str
+) -> None:
+    agents = _start(spawn_skiff, moto_s3, pg_url)
+    a0, b = agents["agent-0"], agents["agent-2"]
+    zone_a = ["agent-0", "agent-1"]
+    topic = f"zones-groups-{uuid.uuid4().hex[:6]}"
+    create_topic(a0.bootstrap, topic, partitions=PARTITIONS)
+    _produce(b.bootstrap, topic, "orders,az=zone-b", "b")
+    before = _group_requests(agents)
+
+    # Two zone-B members, bootstrapped on a zone-A agent: coordinated in zone B. The group id
+    # is one that hashing over every agent (the rule before zones) gives to zone A.
+    group_id = next(
+        g
+        for g in (f"g-{uuid.uuid4().hex[:8]}" for _ in range(100))
+        if routing.group_owner(g, list(ZONES)) != "agent-2"
+    )
+    group = Members(a0.bootstrap, group_id, topic)
+    try:
+        group.add("reader,az=zone-b")
+        group.add("reader,az=zone-b")
+        group.poll_until(lambda: len(group.keys) == RECORDS and group.split_over_all(), "zone-B members")
+        after = _group_requests(agents)
+        for api in GROUP_APIS:
+            assert after["agent-2"][api] > before["agent-2"][api], (api, after)
+            for n in zone_a:
+                assert after[n][api] == before[n][api], f"{n} served {api} for a zone-B group: {after}"
+        answers = {n: _family(a, "skiff_find_coordinator_answers", "client_zone") for n, a in agents.items()}
+        assert sum(a.get("same", 0) for a in answers.values()) >= 2, answers
+        assert sum(a.get("other", 0) for a in answers.values()) == 0, answers
+        assert _groups_held(agents) == {"agent-0": 0, "agent-1": 0, "agent-2": 1}
+
+        # A zone-A member joins: the group keeps its zone-B coordinator, split over all three.
+        group.add("reader,az=zone-a")
+        group.poll_until(group.split_over_all, "the zone-A member's share")
+        assert _groups_held(agents) == {"agent-0": 0, "agent-1": 0, "agent-2": 1}
+        answers = {n: _family(a, "skiff_find_coordinator_answers", "client_zone") for n, a in agents.items()}
+        assert sum(a.get("other", 0) for a in answers.values()) >= 1, answers  # zone A sent to zone B
+
+        # Zone B loses its agent: the group moves to zone A and its members go on.
+        b.process.kill(signal.SIGTERM)
+        wait_for_brokers(a0.bootstrap, 2)
+        _produce(a0.bootstrap, topic, "orders,az=zone-b", "b2")
+        group.poll_until(lambda: len(group.keys) == 2 * RECORDS, "records after the move")
+        group.poll_until(group.split_over_all, "the group's assignment after the move")
+        held = _groups_held({n: agents[n] for n in zone_a})
+        assert sorted(held.values()) == [0, 1], held
+    finally:
+        group.close()

@@ -256,6 +256,31 @@ def test_subscription_by_regex_follows_new_topics(groups: ConsumerGroups) -> Non
     assert a.partitions() == {(T1, 0), (T1, 1), (T2, 0)}
 
 
+def test_a_regex_member_is_assigned_only_the_topics_it_may_describe(groups: ConsumerGroups) -> None:
+    """KIP-848 with ACLs (Kafka 4.0, KAFKA-18813), per member: two members of one regex with
+    different rights each get only topics their own principal may describe; rights granted
+    later reach the member at its next heartbeat (fail-closed), and survive a coordinator move."""
+    only_t1 = lambda name: name == "t1"  # noqa: E731
+    a = Client(groups, "a", topics=(), subscribed_topic_regex="t.*", describable=only_t1)
+    b = Client(groups, "b", topics=(), subscribed_topic_regex="t.*", describable=lambda _n: True)
+    a.heartbeat()
+    assert a.partitions() == {(T1, p) for p in range(6)}  # t2 matches, but a may not describe it
+    b.heartbeat()
+    for _ in range(3):  # revocations and handovers settle
+        a.heartbeat()
+        b.heartbeat()
+    assert {t for t, _p in a.partitions()} <= {T1}
+    assert {(T2, p) for p in range(4)} <= b.partitions()  # b alone may read t2: it gets all of it
+    assert len(a.partitions() | b.partitions()) == 10
+    assert group(groups).members["a"].regex_allowed == frozenset({"t1"})
+    stored = decode_consumer_group("g", encode_consumer_group(group(groups)))
+    assert stored is not None and stored.members["a"].regex_allowed == frozenset({"t1"})
+    epoch = a.epoch
+    a.kw["describable"] = lambda _n: True  # t2 granted to a's principal
+    a.heartbeat()
+    assert a.epoch > epoch and group(groups).members["a"].regex_allowed == frozenset({"t1", "t2"})
+
+
 def test_topic_growth_and_deletion(groups: ConsumerGroups) -> None:
     a = Client(groups, "a", topics=("t1", "t2"))
     a.heartbeat()

@@ -1,7 +1,7 @@
 """Zone-aware routing (agent.zones, agent.agent_registry): the client.id rule, a connection's
 zone (client.id, then a Fetch's rack_id for good), leaders by rendezvous hashing within the
 client's zone, the fallback to every ready agent, the replicas listed when agents span zones,
-coordinators staying global, and the cross-zone byte classes."""
+vacant groups' coordinators hashed within the zone, and the cross-zone byte classes."""
 
 from __future__ import annotations
 
@@ -128,14 +128,23 @@ def test_replicas_name_the_leader_then_every_other_zones_leader() -> None:
     assert _view({"agent-0": None, "agent-1": None}).replicas_for_topic(TOPIC, 3) is None
 
 
-def test_group_coordinators_stay_global() -> None:
-    """One coordinator per group cluster-wide (its state lives with the coordinator lease):
-    routed over every ready agent whatever the clients' zones."""
+def test_a_vacant_groups_coordinator_is_hashed_within_the_clients_zone() -> None:
+    """The choice for a group nobody coordinates yet (agent.groups.placement keeps a leased
+    group with its holder): rendezvous within the client's zone; every ready agent for a
+    client of no zone (as before zones) or of a zone without ready agents."""
     view = _view(THREE_IN_TWO)
+    everyone = ["agent-0", "agent-1", "agent-2"]
     for i in range(50):
-        b = view.coordinator_for_group(f"g{i}")
-        assert b is not None
-        assert b.agent_id == routing.group_owner(f"g{i}", ["agent-0", "agent-1", "agent-2"])
+        g = f"g{i}"
+        assert view.coordinator_for_group(g).agent_id == routing.group_owner(g, everyone)  # type: ignore[union-attr]
+        assert view.coordinator_for_group(g, "zone-unknown").agent_id == routing.group_owner(g, everyone)  # type: ignore[union-attr]
+        assert view.coordinator_for_group(g, "zone-b").agent_id == "agent-2"  # type: ignore[union-attr]
+        a = view.coordinator_for_group(g, "zone-a")
+        assert a is not None and a.agent_id == routing.group_owner(g, ["agent-0", "agent-1"])
+    assert view.ready_agent("agent-2") is not None and view.ready_agent("agent-9") is None
+    not_ready = _view(THREE_IN_TWO, ready={"agent-0", "agent-1"})
+    assert not_ready.ready_agent("agent-2") is None
+    assert not_ready.coordinator_for_group("g", "zone-b").agent_id in {"agent-0", "agent-1"}  # type: ignore[union-attr]
 
 
 def test_bytes_are_classified_by_the_clients_zone_against_the_agents() -> None:
@@ -160,3 +169,21 @@ def test_the_agents_zone_is_checked_at_start_up() -> None:
     assert AgentConfig.from_env({"SKIFF_ZONE": "us-east-1a"}).zone == "us-east-1a"
     with pytest.raises(ValueError, match="zone must be"):
         AgentConfig.from_env({"SKIFF_ZONE": "us east"})
+
+
+def test_a_transactional_ids_coordinator_is_hashed_within_the_clients_zone() -> None:
+    """FindCoordinator for a transactional id: in the client's zone (its state is in metadata,
+    so any agent may serve it); re-drives stay with the zone-free choice, one agent per id."""
+    from skiff.agent.transactions.coordinator import TxnCoordinator, txn_key
+
+    view = _view(THREE_IN_TWO)
+    txn = TxnCoordinator(metadata=None, store=None, agents=view, agent_id="agent-0", wall_ms=lambda: NOW)  # type: ignore[arg-type]
+    everyone = ["agent-0", "agent-1", "agent-2"]
+    for i in range(50):
+        tid = f"tx{i}"
+        assert txn.coordinator_for(tid, "zone-b").agent_id == "agent-2"  # type: ignore[union-attr]
+        in_a = routing.rendezvous_owner(txn_key(tid), ["agent-0", "agent-1"])
+        assert txn.coordinator_for(tid, "zone-a").agent_id == in_a  # type: ignore[union-attr]
+        global_owner = routing.rendezvous_owner(txn_key(tid), everyone)
+        assert txn.coordinator_for(tid).agent_id == global_owner  # type: ignore[union-attr]
+        assert txn.coordinates(tid) == (global_owner == "agent-0")
