@@ -96,13 +96,20 @@ def cold_round(agent: Agent, server: S3Server, topic: str, args: argparse.Namesp
     recorded = server.stop_recording()
     m1 = scrape(agent.metrics_port)
     per_file: Counter[str] = Counter()
+    ranges: dict[str, list[tuple[int, int, int]]] = {}  # file -> (GET's index, first, last byte)
     get_bytes = 0
-    for r in recorded:
+    for n, r in enumerate(recorded):
         if r.method == "GET" and "range" in {k.lower() for k in r.headers} and "/segments/" in r.path:
             per_file[r.path] += 1
             value = {k.lower(): v for k, v in r.headers.items()}["range"]
             lo, _, hi = value.removeprefix("bytes=").partition("-")
             get_bytes += int(hi) - int(lo) + 1
+            ranges.setdefault(r.path, []).append((n, int(lo), int(hi)))
+    if args.show_split:  # the sequence behind a file read in several GETs
+        for path, got in ranges.items():
+            if len(got) > 1:
+                shown = ", ".join(f"#{n} {lo}-{hi}" for n, lo, hi in got)
+                print(f"  split {path.rsplit('/', 1)[-1]}: {shown}", file=sys.stderr, flush=True)
     agent_gets = m1.get("skiff_fetch_cache_loads", 0) - m0.get("skiff_fetch_cache_loads", 0)
     short = [o.get("records", 0) for o in outs if o.get("records", 0) < records]
     return {
@@ -141,6 +148,12 @@ def main() -> None:
     ap.add_argument("--consumers", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--compare-env", action="append", default=[], help="NAME=VALUE[,NAME=VALUE]")
+    ap.add_argument(
+        "--show-split",
+        action="store_true",
+        help="print to stderr, for every file read in more than one GET, its GETs' byte ranges in the "
+        "order the S3 server saw them (#n: the request's place among all recorded requests)",
+    )
     args = ap.parse_args()
     versions = [("this", {})] + [(f"env {i + 1}", parse_env(s)) for i, s in enumerate(args.compare_env)]
     work = Path(tempfile.mkdtemp(prefix="skiff-coldgets-"))
