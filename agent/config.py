@@ -214,8 +214,9 @@ class AgentConfig:
         metadata={
             "help": "the most by which a file is sealed before flush_interval_ms after its first "
             "batch: the recent seal-to-commit time (p95 of the last 64 files) plus the time the "
-            "batch spent in its client (its CreateTime, trusted only up to this cap); 0 seals "
-            "exactly flush_interval_ms after the first batch (fewest PUTs); half of "
+            "batch spent in its client (its CreateTime, trusted only up to this cap), never sooner "
+            "than flush_interval_ms after the previous seal (the lead adds no PUTs); 0 seals "
+            "exactly flush_interval_ms after the first batch; half of "
             "flush_interval_ms at most, whatever is set"
         },
     )

@@ -6,12 +6,15 @@ Algorithm:
   file starts its timer; the file is sealed when `flush_interval_ms` less a lead has
   passed since then (`flush_interval_ms` is an ack target: the lead is the recent seal ->
   commit time plus the time the batch spent in its client, capped by `seal_lead_max_ms`;
-  see `agent.seal_deadline`), or as soon as it holds `flush_max_bytes` or
-  `flush_max_batches` batches, whichever comes first. The batch count bounds the work one
-  file's commit and acks take (per batch: a row in the commit, a handler to resume, a
-  response to encode): without it a file of
-  many small requests (2,300 at 9,000 requests/s) releases them all in one burst that
-  delays the tail of its acks past the flush interval (see docs/benchmarks.md).
+  see `agent.seal_deadline`), but never sooner than `flush_interval_ms` after the
+  previous seal (the PUT budget: time seals at most once per interval, so the lead
+  shortens only a file that opened after a pause), or as soon as it holds
+  `flush_max_bytes` or `flush_max_batches` batches, whichever comes first. The batch
+  count bounds the work one file's commit and acks take (the commit writes a row per
+  partition, not per batch, and plans each batch in a few microseconds; each append is a
+  handler to resume and a response to encode); it is set above what a flush interval of
+  16 MiB/s of keyed records holds, so that it bounds a commit's cost without multiplying
+  PUTs at ordinary rates (see docs/benchmarks.md).
 - A sealed file is built (chunks sorted by (topic_id, partition), see
   `fileformat.segment`), PUT to the bucket, then committed to metadata, which assigns
   offsets. Only then are the appends resolved with their offsets (invariant 1: nothing

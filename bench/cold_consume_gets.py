@@ -73,7 +73,9 @@ def consume_everything(bootstrap: str, topic: str, partitions: int, expected: in
     out.update(records=got, bytes=nbytes)
 
 
-def cold_round(agent: Agent, server: S3Server, topic: str, args: argparse.Namespace, records: int) -> dict:
+def cold_round(
+    agent: Agent, server: S3Server, topic: str, args: argparse.Namespace, records: int, sizes: dict[str, int]
+) -> dict:
     """Restart the agent (cold) and let the consumers read the topic together."""
     agent.stop()
     agent.start()
@@ -103,8 +105,10 @@ def cold_round(agent: Agent, server: S3Server, topic: str, args: argparse.Namesp
             per_file[r.path] += 1
             value = {k.lower(): v for k, v in r.headers.items()}["range"]
             lo, _, hi = value.removeprefix("bytes=").partition("-")
-            get_bytes += int(hi) - int(lo) + 1
-            ranges.setdefault(r.path, []).append((n, int(lo), int(hi)))
+            # "bytes=N-": an open-ended GET, read to the object's end (a first fetch's cold read)
+            last = int(hi) if hi else sizes[r.path.split("/segments/", 1)[1]] - 1
+            get_bytes += last - int(lo) + 1
+            ranges.setdefault(r.path, []).append((n, int(lo), last))
     if args.show_split:  # the sequence behind a file read in several GETs
         for path, got in ranges.items():
             if len(got) > 1:
@@ -124,16 +128,15 @@ def cold_round(agent: Agent, server: S3Server, topic: str, args: argparse.Namesp
     }
 
 
-def data_files(server: S3Server, bucket: str) -> tuple[int, int]:
-    """(count, total bytes) of the topic data objects in the bucket."""
+def data_files(server: S3Server, bucket: str) -> dict[str, int]:
+    """The topic data objects in the bucket: size by name (without "segments/")."""
     client = server.client()
-    n = size = 0
+    sizes = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         for o in page.get("Contents", []):
             if o["Key"].startswith("segments/"):
-                n += 1
-                size += o["Size"]
-    return n, size
+                sizes[o["Key"].removeprefix("segments/")] = o["Size"]
+    return sizes
 
 
 def parse_env(spec: str) -> dict[str, str]:
@@ -171,7 +174,8 @@ def main() -> None:
         made = produce(
             agent.bootstrap, topic, args.mib * MiB, RECORD_BYTES, args.rate_mib or None, keyed=True
         )
-        files, size = data_files(server, bucket)
+        sizes = data_files(server, bucket)
+        files, size = len(sizes), sum(sizes.values())
         print(
             f"\n### cold read by {args.consumers} concurrent consumers: {args.partitions} partitions, "
             f"{made['records']:,} keyed 1 KiB records, {files} files of {size / files / MiB:.2f} MiB mean "
@@ -188,7 +192,7 @@ def main() -> None:
         for label, env in versions:
             agent.env = {**server.env, **env}
             for i in range(args.rounds):
-                r = cold_round(agent, server, topic, args, made["records"])
+                r = cold_round(agent, server, topic, args, made["records"], sizes)
                 note = f" (short: {r['short']})" if r["short"] else ""
                 print(
                     f"| {label} | {i + 1} | {r['load']:.1f} | {r['gets']} | {r['gets'] / files:.2f} |"

@@ -20,7 +20,8 @@ Per request:
    in that GET's reach as read-ahead, kept for the next fetch, when the agent-wide bound
    on bytes in flight has room), then the selection runs per partition in request order
    over its planned chunks; some partition with data always returns at least one whole
-   batch (KIP-74).
+   batch (KIP-74). A connection's first Fetch reads each cold file it touches to the
+   file's end in one GET (`fetch_first_read_object_bytes`; see `_first_fetch_to_end_bytes`).
    As in Kafka, `max_bytes` is capped by `fetch_max_bytes` (Kafka's fetch.max.bytes) and
    each `partition_max_bytes` by `max_partition_fetch_bytes`. A partition whose bytes
    cannot be read, are inconsistent or fail their CRC-32C (checked on every batch served
