@@ -235,13 +235,11 @@ async def test_a_narrow_first_fetch_reads_cold_files_whole_so_the_wide_one_needs
     running, md = agent
     await md.create_topic("narrow", 10, {})
     bootstrap = f"127.0.0.1:{running.port}"
-    sent = []
     for n in range(2):  # two files, each with a chunk of every partition
         batches = {p: build_batch([(0, 1, None, f"f{n}-p{p}".encode(), ())]) for p in range(10)}
         req = produce_request("narrow", batches)
         resp = (await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)).parse()
         assert all(int(p.error_code) == 0 for p in resp.responses[0].partition_responses)
-        sent.append(batches)
     running.cache.clear()
 
     def fetches() -> tuple[int, int, int, int]:
