@@ -214,18 +214,20 @@ class AgentConfig:
         metadata={
             "help": "the most by which a file is sealed before flush_interval_ms after its first "
             "batch: the recent seal-to-commit time (p95 of the last 64 files) plus the time the "
-            "batch spent in its client (its CreateTime, trusted only up to this cap); 0 seals "
-            "exactly flush_interval_ms after the first batch (fewest PUTs); half of "
+            "batch spent in its client (its CreateTime, trusted only up to this cap), never sooner "
+            "than flush_interval_ms after the previous seal (the lead adds no PUTs); 0 seals "
+            "exactly flush_interval_ms after the first batch; half of "
             "flush_interval_ms at most, whatever is set"
         },
     )
     flush_max_bytes: int = field(default=8 * MiB, metadata={"help": "file size that triggers a flush"})
     flush_max_batches: int = field(
-        default=1_000,
+        default=8_192,
         metadata={
             "help": "record batches (one per partition of a produce request) that trigger a flush: "
-            "bounds one file's commit and the acks it releases at once, hence the ack latency "
-            "of many small requests"
+            "bounds one file's commit (a row per partition, a few microseconds of planning per "
+            "batch) and the acks it releases at once; above what 16 MiB/s of keyed 1 KiB records "
+            "puts in a flush interval, so it does not add PUTs there"
         },
     )
     max_inflight_flushes: int = field(default=4, metadata={"help": "concurrent file uploads"})
@@ -292,6 +294,16 @@ class AgentConfig:
             "help": "per fetch, bytes of the requested partitions' further chunks read along with needed "
             "ones (same GET, only when fetch_read_inflight_bytes has room) and kept in the cache for the "
             "next fetch (0: off; at most fetch_cache_bytes/2)"
+        },
+    )
+    fetch_first_read_object_bytes: int = field(
+        default=9 * MiB,
+        metadata={
+            "help": "a connection's first fetch reads each file it touches that nothing of is cached or "
+            "being read from its first needed byte to the file's end, up to this many bytes, in one GET "
+            "(a client's first fetch may name only some partitions; the next would GET the rest of each "
+            "file again); only when fetch_read_inflight_bytes has room; default flush_max_bytes + 1 MiB "
+            "(0: off)"
         },
     )
     fetch_read_inflight_bytes: int = field(

@@ -93,6 +93,7 @@ def _check_sizes_and_timeouts(config: AgentConfig) -> None:
         "fetch_max_wait_ms_cap",
         "fetch_coalesce_gap_bytes",
         "fetch_readahead_bytes",
+        "fetch_first_read_object_bytes",
     ):
         _non_negative(config, name)
     for name in ("fetch_max_bytes", "max_partition_fetch_bytes"):

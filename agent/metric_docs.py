@@ -177,6 +177,13 @@ AGENT_METRIC_DOCS: tuple[MetricDoc, ...] = (
         "",
         "read cache (`fileformat.objectstore.range_cache`): ranges answered from memory, not, and loads from the bucket",
     ),
+    MetricDoc(
+        ("skiff_fetch_cache_to_end_loads_total", "skiff_fetch_cache_to_end_skipped_total"),
+        "counter",
+        "",
+        "cold files a connection's first fetch read to their end in one GET (`fetch_first_read_object_bytes`), "
+        "and those read by their needed ranges instead for lack of in-flight room",
+    ),
     MetricDoc(("skiff_fetch_cache_bytes",), "gauge", "", "bytes held by the read cache"),
     MetricDoc(("skiff_connections",), "gauge", "", "open client connections"),
     MetricDoc(

@@ -279,6 +279,16 @@ def _fetch_cache_metrics(a: RunningAgent) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "skiff_fetch_cache_loads", "Ranged GETs made by the range cache (coalesced)", value=a.cache.loads
     )
+    yield CounterMetricFamily(
+        "skiff_fetch_cache_to_end_loads",
+        "Cold files a connection's first fetch read to their end in one GET (part of the loads)",
+        value=a.cache.to_end_loads,
+    )
+    yield CounterMetricFamily(
+        "skiff_fetch_cache_to_end_skipped",
+        "Cold files a first fetch read by their needed ranges instead, the in-flight bound having no room",
+        value=a.cache.to_end_skipped,
+    )
     yield GaugeMetricFamily(
         "skiff_fetch_cache_bytes", "Bytes held by the range cache", value=a.cache.cached_bytes
     )

@@ -6,12 +6,15 @@ Algorithm:
   file starts its timer; the file is sealed when `flush_interval_ms` less a lead has
   passed since then (`flush_interval_ms` is an ack target: the lead is the recent seal ->
   commit time plus the time the batch spent in its client, capped by `seal_lead_max_ms`;
-  see `agent.seal_deadline`), or as soon as it holds `flush_max_bytes` or
-  `flush_max_batches` batches, whichever comes first. The batch count bounds the work one
-  file's commit and acks take (per batch: a row in the commit, a handler to resume, a
-  response to encode): without it a file of
-  many small requests (2,300 at 9,000 requests/s) releases them all in one burst that
-  delays the tail of its acks past the flush interval (see docs/benchmarks.md).
+  see `agent.seal_deadline`), but never sooner than `flush_interval_ms` after the
+  previous seal (the PUT budget: time seals at most once per interval, so the lead
+  shortens only a file that opened after a pause), or as soon as it holds
+  `flush_max_bytes` or `flush_max_batches` batches, whichever comes first. The batch
+  count bounds the work one file's commit and acks take (the commit writes a row per
+  partition, not per batch, and plans each batch in a few microseconds; each append is a
+  handler to resume and a response to encode); it is set above what a flush interval of
+  16 MiB/s of keyed records holds, so that it bounds a commit's cost without multiplying
+  PUTs at ordinary rates (see docs/benchmarks.md).
 - A sealed file is built (chunks sorted by (topic_id, partition), see
   `fileformat.segment`), PUT to the bucket, then committed to metadata, which assigns
   offsets. Only then are the appends resolved with their offsets (invariant 1: nothing
@@ -117,6 +120,7 @@ class _OpenFile:
     deadline_s: float = 0.0  # clock time at which it is sealed (only ever moved earlier)
     lead_saturated: bool = False  # sealed by the largest lead: no append can move it earlier
     anchor_ms: int = 0  # wall time its seal counts from: its oldest batch's creation, or arrival
+    floor_s: float = 0.0  # earliest seal: the previous file's seal + flush interval (PUT budget)
     sealed_s: float = 0.0
 
 
@@ -141,7 +145,7 @@ class ProduceBuffer:
         flush_interval_ms: int = 250,
         seal_lead_max_ms: int = 0,
         flush_max_bytes: int = 8 * 1024 * 1024,
-        flush_max_batches: int = 1_000,
+        flush_max_batches: int = 8_192,
         max_inflight_flushes: int = 4,
         max_buffered_bytes: int = 64 * 1024 * 1024,
         commit_retry_ms: int = 30_000,
@@ -172,6 +176,7 @@ class ProduceBuffer:
         self._inflight = asyncio.Semaphore(max_inflight_flushes)
         self._committing: dict[tuple[uuid.UUID, int], int] = {}  # partition -> commits in flight
         self._open: _OpenFile | None = None
+        self._last_seal_s: float | None = None  # clock time of the previous seal (see _add)
         self._next_seq = 0
         self._buffered_bytes = 0
         self._space = asyncio.Condition()
@@ -260,9 +265,19 @@ class ProduceBuffer:
             if self._draining:  # no batching wait: sealed once this loop iteration's appends are in
                 deadline_s = now_s
             else:
+                # The PUT budget: a file is never sealed by time sooner than one interval
+                # after the previous seal, so time seals stay at 1/interval whatever the
+                # lead. The lead then only shortens a file that opened after a pause (the
+                # low-rate case it is for); under steady load files run back to back and
+                # each gets the whole interval.
+                if self._last_seal_s is not None:
+                    open_file.floor_s = self._last_seal_s + self._flush_interval_s
                 lead_s = self._deadline.lead_s(self._waited_s(open_file, _oldest_ms(batches)))
-                deadline_s = now_s + self._flush_interval_s - lead_s
-                open_file.lead_saturated = lead_s >= self._deadline.lead_max_s
+                deadline_s = max(now_s + self._flush_interval_s - lead_s, open_file.floor_s)
+                open_file.lead_saturated = (
+                    lead_s >= self._deadline.lead_max_s
+                    or open_file.floor_s >= now_s + self._flush_interval_s - self._deadline.lead_max_s
+                )
             self._arm(open_file, deadline_s, now_s)
         elif not open_file.lead_saturated and not self._draining:
             # A batch created (by its client's clock) before the file's anchor may move the
@@ -272,6 +287,7 @@ class ProduceBuffer:
             if 0 < first_ms < open_file.anchor_ms and open_file.timer is not None:
                 now_s = self._now_s()
                 deadline_s = self._deadline.deadline_s(now_s, self._waited_s(open_file, first_ms))
+                deadline_s = max(deadline_s, open_file.floor_s)
                 if deadline_s < open_file.deadline_s - 0.001:  # re-arm only for a real move
                     self._arm(open_file, deadline_s, now_s)
         futures: list[asyncio.Future[BatchResult]] = []
@@ -347,7 +363,7 @@ class ProduceBuffer:
         if open_file.timer is not None:
             open_file.timer.cancel()
         loop = asyncio.get_running_loop()
-        open_file.sealed_s = self._now_s()
+        open_file.sealed_s = self._last_seal_s = self._now_s()
         self._stage("open", open_file.sealed_s - open_file.opened_s)
         previous = self._last_commit_done
         done: asyncio.Future[None] = loop.create_future()

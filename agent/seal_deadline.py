@@ -25,10 +25,13 @@ is acked about `flush_interval_ms` after the client produced it:
 - Every append may move the deadline earlier (a batch that waited longer in its client
   than the file's first one), never later.
 
-What it costs: files are shorter by the lead, so an agent that seals by time makes
-`flush_interval / (flush_interval - lead)` times the PUTs (about 1.04-1.1x with a 250 ms
-interval; measured in docs/benchmarks.md). `seal_lead_max_ms = 0` turns it off: a file is
-then sealed exactly `flush_interval_ms` after its first append.
+What it costs: nothing in PUTs. A file shorter by the lead would make an agent that seals
+by time put `flush_interval / (flush_interval - lead)` times the files (1.04-1.2x with a
+250 ms interval), so the buffer never seals a file by time sooner than `flush_interval`
+after the previous seal: under steady load files run back to back and each gets the whole
+interval (the lead has no room to act there), and a file opened after a pause of at least
+the lead is sealed early by all of it (docs/benchmarks.md). `seal_lead_max_ms = 0` turns it
+off: a file is then sealed exactly `flush_interval_ms` after its first append.
 
 Pure: times are passed in (loop seconds, wall milliseconds); the buffer owns the timer.
 """

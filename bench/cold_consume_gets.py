@@ -73,7 +73,9 @@ def consume_everything(bootstrap: str, topic: str, partitions: int, expected: in
     out.update(records=got, bytes=nbytes)
 
 
-def cold_round(agent: Agent, server: S3Server, topic: str, args: argparse.Namespace, records: int) -> dict:
+def cold_round(
+    agent: Agent, server: S3Server, topic: str, args: argparse.Namespace, records: int, sizes: dict[str, int]
+) -> dict:
     """Restart the agent (cold) and let the consumers read the topic together."""
     agent.stop()
     agent.start()
@@ -96,13 +98,22 @@ def cold_round(agent: Agent, server: S3Server, topic: str, args: argparse.Namesp
     recorded = server.stop_recording()
     m1 = scrape(agent.metrics_port)
     per_file: Counter[str] = Counter()
+    ranges: dict[str, list[tuple[int, int, int]]] = {}  # file -> (GET's index, first, last byte)
     get_bytes = 0
-    for r in recorded:
+    for n, r in enumerate(recorded):
         if r.method == "GET" and "range" in {k.lower() for k in r.headers} and "/segments/" in r.path:
             per_file[r.path] += 1
             value = {k.lower(): v for k, v in r.headers.items()}["range"]
             lo, _, hi = value.removeprefix("bytes=").partition("-")
-            get_bytes += int(hi) - int(lo) + 1
+            # "bytes=N-": an open-ended GET, read to the object's end (a first fetch's cold read)
+            last = int(hi) if hi else sizes[r.path.split("/segments/", 1)[1]] - 1
+            get_bytes += last - int(lo) + 1
+            ranges.setdefault(r.path, []).append((n, int(lo), last))
+    if args.show_split:  # the sequence behind a file read in several GETs
+        for path, got in ranges.items():
+            if len(got) > 1:
+                shown = ", ".join(f"#{n} {lo}-{hi}" for n, lo, hi in got)
+                print(f"  split {path.rsplit('/', 1)[-1]}: {shown}", file=sys.stderr, flush=True)
     agent_gets = m1.get("skiff_fetch_cache_loads", 0) - m0.get("skiff_fetch_cache_loads", 0)
     short = [o.get("records", 0) for o in outs if o.get("records", 0) < records]
     return {
@@ -117,16 +128,15 @@ def cold_round(agent: Agent, server: S3Server, topic: str, args: argparse.Namesp
     }
 
 
-def data_files(server: S3Server, bucket: str) -> tuple[int, int]:
-    """(count, total bytes) of the topic data objects in the bucket."""
+def data_files(server: S3Server, bucket: str) -> dict[str, int]:
+    """The topic data objects in the bucket: size by name (without "segments/")."""
     client = server.client()
-    n = size = 0
+    sizes = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         for o in page.get("Contents", []):
             if o["Key"].startswith("segments/"):
-                n += 1
-                size += o["Size"]
-    return n, size
+                sizes[o["Key"].removeprefix("segments/")] = o["Size"]
+    return sizes
 
 
 def parse_env(spec: str) -> dict[str, str]:
@@ -141,6 +151,12 @@ def main() -> None:
     ap.add_argument("--consumers", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--compare-env", action="append", default=[], help="NAME=VALUE[,NAME=VALUE]")
+    ap.add_argument(
+        "--show-split",
+        action="store_true",
+        help="print to stderr, for every file read in more than one GET, its GETs' byte ranges in the "
+        "order the S3 server saw them (#n: the request's place among all recorded requests)",
+    )
     args = ap.parse_args()
     versions = [("this", {})] + [(f"env {i + 1}", parse_env(s)) for i, s in enumerate(args.compare_env)]
     work = Path(tempfile.mkdtemp(prefix="skiff-coldgets-"))
@@ -158,7 +174,8 @@ def main() -> None:
         made = produce(
             agent.bootstrap, topic, args.mib * MiB, RECORD_BYTES, args.rate_mib or None, keyed=True
         )
-        files, size = data_files(server, bucket)
+        sizes = data_files(server, bucket)
+        files, size = len(sizes), sum(sizes.values())
         print(
             f"\n### cold read by {args.consumers} concurrent consumers: {args.partitions} partitions, "
             f"{made['records']:,} keyed 1 KiB records, {files} files of {size / files / MiB:.2f} MiB mean "
@@ -175,7 +192,7 @@ def main() -> None:
         for label, env in versions:
             agent.env = {**server.env, **env}
             for i in range(args.rounds):
-                r = cold_round(agent, server, topic, args, made["records"])
+                r = cold_round(agent, server, topic, args, made["records"], sizes)
                 note = f" (short: {r['short']})" if r["short"] else ""
                 print(
                     f"| {label} | {i + 1} | {r['load']:.1f} | {r['gets']} | {r['gets'] / files:.2f} |"

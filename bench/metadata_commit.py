@@ -194,8 +194,9 @@ def run_cell(
     else:
         pg_name, url = _pg_database(args.pg_admin_url)
     keys: list[list[str]] | None = None
+    per_chunk = args.batches_per_chunk
     if bucket is not None:
-        made = make_objects(bucket, args.objects, partitions * BATCH_BYTES)
+        made = make_objects(bucket, args.objects, partitions * per_chunk * BATCH_BYTES)
         keys = [made[i::committers] for i in range(committers)]
     svc = MetadataService.from_url(
         url,
@@ -230,18 +231,20 @@ def run_cell(
                     chosen = sorted(rng.sample(range(TOPIC_PARTITIONS), partitions))
                     specs = []
                     for j, p in enumerate(chosen):
-                        if idempotent:
-                            b = BatchSpec(
-                                j * BATCH_BYTES, BATCH_BYTES, RECORDS, RECORDS, 1, pids[i], 0, seqs[p]
-                            )
-                            seqs[p] += RECORDS
-                        else:
-                            b = BatchSpec(j * BATCH_BYTES, BATCH_BYTES, RECORDS, RECORDS, 1)
-                        specs.append(ChunkSpec(tid, p, (b,)))
+                        batches = []
+                        for k in range(per_chunk):
+                            pos = (j * per_chunk + k) * BATCH_BYTES
+                            if idempotent:
+                                b = BatchSpec(pos, BATCH_BYTES, RECORDS, RECORDS, 1, pids[i], 0, seqs[p])
+                                seqs[p] += RECORDS
+                            else:
+                                b = BatchSpec(pos, BATCH_BYTES, RECORDS, RECORDS, 1)
+                            batches.append(b)
+                        specs.append(ChunkSpec(tid, p, tuple(batches)))
                     if keys is not None and not keys[i]:
                         break  # out of objects: this committer stops early
                     key = keys[i].pop() if keys is not None else f"bench/{uuid.uuid4().hex}"
-                    f = FileSpec(key, partitions * BATCH_BYTES, 0, f"c{i}")
+                    f = FileSpec(key, partitions * per_chunk * BATCH_BYTES, 0, f"c{i}")
                     t0 = time.perf_counter()
                     r = svc.commit_file(f, specs)
                     t1 = time.perf_counter()
@@ -270,7 +273,7 @@ def run_cell(
             raise errors[0]
         # Sanity: offsets were assigned to every committed record.
         states = svc.partition_states([PartitionKey(tid, p) for p in range(TOPIC_PARTITIONS)])
-        assert sum(s.high_watermark for s in states) == count_rows(svc.engine)["chunks"] * RECORDS
+        assert sum(s.high_watermark for s in states) == count_rows(svc.engine)["chunks"] * RECORDS * per_chunk
         lat = [x for _, xs in results for x in xs]
         per_txn = 1.0
         if svc.commits.combiner is not None and svc.commits.combiner.groups:
@@ -326,6 +329,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", default="1,100,1000", help="partitions per file")
     ap.add_argument("--concurrency", default="1,8", help="concurrent committers")
     ap.add_argument("--idempotent", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument(
+        "--batches-per-chunk",
+        type=int,
+        default=1,
+        help="record batches in each partition's chunk (keyed produce: many small batches per "
+        "partition per file); the commit's cost per batch against per chunk",
+    )
     ap.add_argument(
         "--group-commit",
         action=argparse.BooleanOptionalAction,

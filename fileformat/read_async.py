@@ -11,6 +11,8 @@ The rules live in `fileformat.chunk_reader` (pure); this module only fetches byt
   optionally, read-ahead of the request's other chunks that would share those GETs,
   handed to a `RangeCache` as `readahead`: it reads them only when its in-flight byte
   budget has room), run the selection in request order over the planned chunks.
+  `to_end_bytes` asks a `RangeCache` to read each cold object the fetch touches from its
+  first needed byte to its end in one GET (the caller's choice: see agent.handlers.fetch).
 - `read_partition`, `read_chunk`: one partition, one chunk.
 """
 
@@ -40,16 +42,20 @@ async def load_chunks(
     *,
     gap_bytes: int | None = None,
     readahead: Iterable[ChunkLocation] = (),
+    to_end_bytes: int = 0,
 ) -> tuple[dict[RangeKey, BytesLike], dict[RangeKey, Exception]]:
     """Read the chunks, one `get_ranges` per object: (bytes by range, errors by range).
     `readahead` chunks are offered to a `RangeCache` store (read along if they join a
-    GET, cached, not returned); other stores ignore them."""
+    GET, cached, not returned), and so is `to_end_bytes` (cold objects read to their end);
+    other stores ignore both."""
     groups = group_by_object(locations)
     ahead = group_by_object(readahead) if isinstance(store, RangeCache) else {}
 
     def get(key: str, ranges: list[tuple[int, int]]) -> Awaitable[list[BytesLike]]:
-        if key in ahead and isinstance(store, RangeCache):
-            return store.get_ranges(key, ranges, gap_bytes=gap_bytes, readahead=ahead[key])
+        if isinstance(store, RangeCache) and (key in ahead or to_end_bytes > 0):
+            return store.get_ranges(
+                key, ranges, gap_bytes=gap_bytes, readahead=ahead.get(key, ()), to_end_bytes=to_end_bytes
+            )
         return store.get_ranges(key, ranges, gap_bytes=gap_bytes)
 
     answers = await asyncio.gather(
@@ -80,6 +86,7 @@ async def read_fetch(
     readahead_gap_bytes: int = 0,
     is_cached: Callable[[RangeKey], bool] | None = None,
     verify_crc: bool = False,
+    to_end_bytes: int = 0,
 ) -> list[FetchSelection | Exception]:
     """One fetch: a selection (or the error that made the partition unreadable) per read.
 
@@ -87,6 +94,7 @@ async def read_fetch(
     that would share a GET with needed ones (within `readahead_gap_bytes`) to the store;
     only a `RangeCache` uses them (it keeps them for the next fetch), skipping chunks
     `is_cached` says it holds. `verify_crc` checks the CRC-32C of every batch returned.
+    `to_end_bytes` > 0: cold objects are read to their end (at most that many bytes each).
     """
     loaded: dict[RangeKey, BytesLike] = {}
     failed: dict[RangeKey, Exception] = {}
@@ -102,7 +110,9 @@ async def read_fetch(
             is_cached=is_cached or (lambda _k: False),
         )
     while True:
-        got, bad = await load_chunks(store, want, gap_bytes=gap_bytes, readahead=extra)
+        got, bad = await load_chunks(
+            store, want, gap_bytes=gap_bytes, readahead=extra, to_end_bytes=to_end_bytes
+        )
         loaded.update(got)
         failed.update(bad)
         outcome = select_fetch(planned, max_bytes, loaded, failed, verify_crc=verify_crc)
@@ -111,6 +121,7 @@ async def read_fetch(
         # Not reached with a complete plan; kept so that a plan bug costs a GET, not an answer.
         want = [loc for loc in outcome.missing if loc.range_key not in failed]
         extra = []
+        to_end_bytes = 0
 
 
 async def read_partition(

@@ -20,7 +20,8 @@ Per request:
    in that GET's reach as read-ahead, kept for the next fetch, when the agent-wide bound
    on bytes in flight has room), then the selection runs per partition in request order
    over its planned chunks; some partition with data always returns at least one whole
-   batch (KIP-74).
+   batch (KIP-74). A connection's first Fetch reads each cold file it touches to the
+   file's end in one GET (`fetch_first_read_object_bytes`; see `_first_fetch_to_end_bytes`).
    As in Kafka, `max_bytes` is capped by `fetch_max_bytes` (Kafka's fetch.max.bytes) and
    each `partition_max_bytes` by `max_partition_fetch_bytes`. A partition whose bytes
    cannot be read, are inconsistent or fail their CRC-32C (checked on every batch served
@@ -155,8 +156,10 @@ async def _read_once(
     body: Any,
     topics: dict[str, Topic],
     slots: list[list[tuple[Key, int, int] | PartitionData]],
+    to_end_bytes: int = 0,
 ) -> tuple[list[list[PartitionData]], int, dict[Key, int]]:
-    """One pass over every requested partition; returns (answers, bytes found, watermarks)."""
+    """One pass over every requested partition; returns (answers, bytes found, watermarks).
+    `to_end_bytes`: see `_first_fetch_to_end_bytes`."""
     committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
     queries = [
         FetchQuery(k[0], k[1], offset, max_bytes, READ_COMMITTED if committed else 0)
@@ -170,7 +173,7 @@ async def _read_once(
     budget = min(int(body.max_bytes), ctx.config.fetch_max_bytes)
     if budget <= 0:
         budget = ctx.config.fetch_max_bytes
-    results = await _read_records(ctx, ctx.parts.bucket, _partition_reads(slots, infos), budget)
+    results = await _read_records(ctx, ctx.parts.bucket, _partition_reads(slots, infos), budget, to_end_bytes)
     total = 0
     watermarks: dict[Key, int] = {}
     out: list[list[PartitionData]] = []
@@ -293,7 +296,11 @@ def _answer(
 
 
 async def _read_records(
-    ctx: AgentContext, store: AsyncObjectStore, reads: list[PartitionRead], budget: int
+    ctx: AgentContext,
+    store: AsyncObjectStore,
+    reads: list[PartitionRead],
+    budget: int,
+    to_end_bytes: int = 0,
 ) -> list[FetchSelection | Exception]:
     if not any(r.locations for r in reads):
         return [FetchSelection(b"", r.fetch_offset, 0) for r in reads]
@@ -311,7 +318,29 @@ async def _read_records(
         readahead_gap_bytes=ctx.config.fetch_coalesce_gap_bytes,
         is_cached=is_cached,
         verify_crc=ctx.config.fetch_verify_crc,
+        to_end_bytes=to_end_bytes,
     )
+
+
+def _first_fetch_to_end_bytes(ctx: AgentContext, request: Request) -> int:
+    """`fetch_first_read_object_bytes` for a connection's first Fetch, else 0.
+
+    A consumer's first Fetch often names only the partitions that were ready first (seen
+    with librdkafka under load: one of 100); the cold files it reads would then be read in
+    part, and the next Fetch, naming every partition, would GET the rest of each while the
+    first GET is still in flight: two GETs per file. So the first Fetch of a connection
+    reads each cold object it touches to the object's end, in one GET (`RangeCache`,
+    `to_end_bytes`). Only the first: a consumer of a few partitions of a many-partition
+    topic would otherwise read whole files for a chunk each on every fetch. The mark is
+    an attribute of the connection's `ConnectionInfo` (per-connection state handlers keep)."""
+    connection = request.connection
+    if getattr(connection, _FETCHED_MARK, False):
+        return 0
+    setattr(connection, _FETCHED_MARK, True)
+    return ctx.config.fetch_first_read_object_bytes
+
+
+_FETCHED_MARK = "_skiff_fetched"  # set on a connection by its first Fetch
 
 
 async def handle(ctx: AgentContext, request: Request) -> Any:
@@ -407,7 +436,9 @@ async def _fetch(ctx: AgentContext, request: Request) -> Any:
             ),
         )
     slots = _slots(ctx, request, topics)
-    answers, total, watermarks = await _read_once(ctx, body, topics, slots)
+    answers, total, watermarks = await _read_once(
+        ctx, body, topics, slots, _first_fetch_to_end_bytes(ctx, request)
+    )
     max_wait_ms = min(int(body.max_wait.total_seconds() * 1000), ctx.config.fetch_max_wait_ms_cap)
     min_bytes = max(int(body.min_bytes), 1)
     if total < min_bytes and max_wait_ms > 0 and watermarks:

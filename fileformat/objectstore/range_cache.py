@@ -42,6 +42,16 @@ Read-ahead (`get_ranges(..., readahead=...)`: ranges nobody needs yet, read alon
 because they would join a needed span within the gap) is only ever speculative: it is
 added to a span only when the budget has room for it at once, never waited for.
 
+Reading a cold object to its end (`get_ranges(..., to_end_bytes=N)`): when nothing of the
+object is cached or being loaded, its needed ranges are read with one open-ended GET from
+the first of them to the object's end (at most N bytes: `inner.stream_get`, closed after
+N), again only when the budget has room for N now. Objects hold many partitions' chunks;
+a caller whose request names only some of them (a client's first fetch, before all its
+partitions are ready) would otherwise leave the rest for a second GET, which the next
+fetch makes while the first is still in flight (no byte is read twice, but the object
+costs two or three GETs). The load is shared like any other, over the N bytes it may
+cover; a reader of bytes past the object's end gets the short read as an error.
+
 `put` of an object (a file this agent just wrote) keeps the whole object when
 `keep_puts` is on and it fits, so tail consumers on this agent need no GET at all.
 """
@@ -123,14 +133,17 @@ class ByteBudget:
 
 
 class _Loading:
-    """One ranged GET in flight: [start, end) of an object; `task` is set at once."""
+    """One ranged GET in flight: [start, end) of an object; `task` is set at once. A load
+    `to_end` reads from `start` to the object's end, at most to `end`: `end` is cut to
+    what it read once it is done."""
 
-    __slots__ = ("start", "end", "task")
+    __slots__ = ("start", "end", "task", "to_end")
     task: asyncio.Task[bytes]
 
-    def __init__(self, start: int, end: int) -> None:
+    def __init__(self, start: int, end: int, to_end: bool = False) -> None:
         self.start = start
         self.end = end
+        self.to_end = to_end
 
 
 class _Piece:
@@ -183,6 +196,8 @@ class RangeCache(AsyncObjectStore):
         self.readahead_skipped_bytes = 0  # read-ahead left out for lack of in-flight room
         self.overlap_joins = 0  # ranges that waited for loads in flight overlapping, not covering, them
         self.unshared_loads = 0  # loads not registered for sharing (the table was full)
+        self.to_end_loads = 0  # cold objects read to their end in one GET (see to_end_bytes)
+        self.to_end_skipped = 0  # ... not, for lack of in-flight room: read by needed ranges
 
     # ------------------------------------------------------------------ cache state
 
@@ -270,7 +285,11 @@ class RangeCache(AsyncObjectStore):
             if held is None:
                 held = await self.inflight.acquire(length)
             try:
-                data = await self.inner.get_range(key, start, length)
+                if loading.to_end:
+                    data = await self._read_to_end(key, start, length)
+                    loading.end = start + len(data)
+                else:
+                    data = await self.inner.get_range(key, start, length)
                 self.loaded_bytes += len(data)
                 self._insert(key, start, data)
             finally:
@@ -285,9 +304,19 @@ class RangeCache(AsyncObjectStore):
                     del self._loading[key]
         return data
 
-    def _start_load(self, key: str, start: int, length: int, held: int | None = None) -> _Loading:
+    async def _read_to_end(self, key: str, start: int, max_length: int) -> bytes:
+        """[start, object end), at most `max_length` bytes: one open-ended GET."""
+        stream = await self.inner.stream_get(key, start)
+        try:
+            return await stream.read(max_length)
+        finally:
+            await stream.aclose()  # past max_length: the rest is not read
+
+    def _start_load(
+        self, key: str, start: int, length: int, held: int | None = None, *, to_end: bool = False
+    ) -> _Loading:
         self.loads += 1
-        loading = _Loading(start, start + length)
+        loading = _Loading(start, start + length, to_end)
         loading.task = asyncio.get_running_loop().create_task(self._load(key, loading, held))
         # A failed load nobody waits for any more must not be logged as never retrieved.
         loading.task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -373,21 +402,40 @@ class RangeCache(AsyncObjectStore):
         *,
         gap_bytes: int | None = None,
         readahead: Sequence[tuple[int, int]] = (),
+        to_end_bytes: int = 0,
     ) -> list[BytesLike]:
         """The bytes of each range (see the module docstring for caching, coalescing,
         single flight and the in-flight bound); `gap_bytes` overrides the configured
         coalescing gap for this call. `readahead` ranges are not returned: they are read
         into the cache only when they join a span read for `ranges` and the in-flight
-        budget has room now."""
+        budget has room now. `to_end_bytes` > 0: a cold object is read from the first
+        range to its end, up to that many bytes, in one GET (module docstring)."""
         gap = self.coalesce_gap_bytes if gap_bytes is None else gap_bytes
+        cold = key not in self._starts and key not in self._loading
         out, parts = self._plan(key, ranges)
         unloaded = [p for pieces in parts for p in pieces if p.loading is None]
-        if unloaded:
+        if unloaded and not (cold and to_end_bytes > 0 and self._load_to_end(key, unloaded, to_end_bytes)):
             self._load_pieces(key, unloaded, readahead, gap)
         for i, pieces in enumerate(parts):
             if pieces:
                 out[i] = await self._assemble(key, pieces)
         return [b for b in out if b is not None]
+
+    def _load_to_end(self, key: str, pieces: list[_Piece], max_bytes: int) -> bool:
+        """Start one load from the first piece to the object's end (at most `max_bytes`,
+        never less than the pieces span) if the in-flight budget has room for it now;
+        False (nothing started) otherwise."""
+        start = min(p.start for p in pieces)
+        length = max(max_bytes, max(p.start + p.length for p in pieces) - start)
+        held = self.inflight.try_acquire(length) if length <= self.inflight.limit_bytes else None
+        if held is None:
+            self.to_end_skipped += 1
+            return False
+        self.to_end_loads += 1
+        loading = self._start_load(key, start, length, held, to_end=True)
+        for piece in pieces:
+            piece.loading = loading
+        return True
 
     def _load_pieces(
         self, key: str, pieces: list[_Piece], readahead: Sequence[tuple[int, int]], gap: int
@@ -433,7 +481,12 @@ class RangeCache(AsyncObjectStore):
             loading = piece.loading
             assert loading is not None  # every piece was given a load by get_ranges
             data = await asyncio.shield(loading.task)
-            if len(data) != loading.end - loading.start:
+            if loading.to_end and piece.start + piece.length > loading.start + len(data):
+                raise ValueError(
+                    f"{key}: asked for bytes up to {piece.start + piece.length}, the object ends at "
+                    f"{loading.start + len(data)}"
+                )
+            if not loading.to_end and len(data) != loading.end - loading.start:
                 raise ValueError(
                     f"{key}: asked for {loading.end - loading.start} bytes at {loading.start}, got {len(data)}"
                 )

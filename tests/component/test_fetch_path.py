@@ -28,7 +28,7 @@ from skiff.metadata.service import MetadataService
 from skiff.metadata.types import FetchQuery
 
 from tests.component.fake_metadata import FlakyMetadataClient
-from tests.support.kafka_wire import fetch_request, produce_request, send_request
+from tests.support.kafka_wire import KafkaWire, fetch_request, produce_request, send_request
 from tests.support.spies import parked_fetches
 
 
@@ -97,6 +97,13 @@ async def _tail_consumer_is_served_from_own_commits(running: RunningAgent, md: F
         await consumer.stop()
 
 
+def bucket_gets(running: RunningAgent) -> int:
+    """GETs of object bytes: ranged ones, and the open-ended ones with which a connection's
+    first fetch reads a cold file to its end (agent.handlers.fetch)."""
+    requests = running.store.stats.snapshot().requests
+    return requests.get("get_range", 0) + requests.get("stream_get", 0)
+
+
 async def test_catch_up_reads_use_ranged_gets_then_cache(
     agent: tuple[RunningAgent, FlakyMetadataClient],
 ) -> None:
@@ -130,11 +137,11 @@ async def test_catch_up_reads_use_ranged_gets_then_cache(
             await consumer.stop()
         return out
 
-    gets0 = running.store.stats.snapshot().requests.get("get_range", 0)
+    gets0 = bucket_gets(running)
     first = await asyncio.wait_for(read_all(), 30)
-    gets1 = running.store.stats.snapshot().requests.get("get_range", 0)
+    gets1 = bucket_gets(running)
     second = await asyncio.wait_for(read_all(), 30)
-    gets2 = running.store.stats.snapshot().requests.get("get_range", 0)
+    gets2 = bucket_gets(running)
     assert sorted(first) == sorted(second)
     assert sorted(o for p, o, _ in first if p == 0) == list(range(100))
     assert gets1 > gets0  # the cold read went to the bucket
@@ -210,12 +217,53 @@ async def test_one_fetch_of_many_partitions_reads_each_file_with_one_get(
     resp = (await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)).parse()
     assert all(int(p.error_code) == 0 for p in resp.responses[0].partition_responses)
     running.cache.clear()
-    gets0 = running.store.stats.snapshot().requests.get("get_range", 0)
+    gets0 = bucket_gets(running)
     records = await asyncio.to_thread(
         _fetch_many, bootstrap, "wide", [(p, 0, 1 << 20) for p in range(10)], 1 << 20
     )
-    assert running.store.stats.snapshot().requests.get("get_range", 0) - gets0 == 1
+    assert bucket_gets(running) - gets0 == 1
     assert [bytes(r) for r in records] == [batches[p] for p in range(10)]  # offsets 0..2 each, as sent
+
+
+async def test_a_narrow_first_fetch_reads_cold_files_whole_so_the_wide_one_needs_no_get(
+    agent: tuple[RunningAgent, FlakyMetadataClient],
+) -> None:
+    """A consumer's first Fetch may name only partition 0 (librdkafka's, under load); it
+    reads each cold file it touches to the end, so the next Fetch, naming all ten
+    partitions, finds everything cached: one GET per file. On the same connection later,
+    a narrow fetch of cold files reads only its chunks (a second Fetch is not widened)."""
+    running, md = agent
+    await md.create_topic("narrow", 10, {})
+    bootstrap = f"127.0.0.1:{running.port}"
+    for n in range(2):  # two files, each with a chunk of every partition
+        batches = {p: build_batch([(0, 1, None, f"f{n}-p{p}".encode(), ())]) for p in range(10)}
+        req = produce_request("narrow", batches)
+        resp = (await asyncio.to_thread(send_request, bootstrap, req, timeout_s=30)).parse()
+        assert all(int(p.error_code) == 0 for p in resp.responses[0].partition_responses)
+    running.cache.clear()
+
+    def fetches() -> tuple[int, int, int, int]:
+        with KafkaWire(bootstrap, timeout_s=30) as wire:
+            g0 = bucket_gets(running)
+            narrow = fetch_request("narrow", [(0, 0, 1 << 20)], max_wait_ms=0, max_bytes=1 << 20)
+            assert int(wire.request(narrow).parse().responses[0].partitions[0].error_code) == 0
+            g1 = bucket_gets(running)
+            wide = fetch_request(
+                "narrow", [(p, 0, 1 << 20) for p in range(10)], max_wait_ms=0, max_bytes=1 << 20
+            )
+            parts = wire.request(wide).parse().responses[0].partitions
+            assert [int(p.error_code) for p in parts] == [0] * 10
+            g2 = bucket_gets(running)
+            running.cache.clear()  # cold again, same connection: its next fetches read by chunks
+            wire.request(narrow)
+            g3 = bucket_gets(running)
+            wire.request(wide)
+            return g1 - g0, g2 - g1, g3 - g2, bucket_gets(running) - g3
+
+    first, wide, later_narrow, later_wide = await asyncio.to_thread(fetches)
+    assert (first, wide) == (2, 0)  # the two files read whole by the first fetch, once each
+    assert running.cache.to_end_loads == 2
+    assert (later_narrow, later_wide) == (2, 2)  # not the first fetch: chunks, then the rest
 
 
 async def test_consuming_many_partitions_reads_each_file_about_once(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ one range and of ranges inside it cause exactly one GET; readers of ranges overl
 loads in flight wait for them and load only the bytes nobody loads; the cancellation of
 the first reader leaves the GET running for the others; an error reaches every waiter,
 is not kept, and the next read does a fresh GET; the table of loads in flight is
-bounded and empty once they end.
+bounded and empty once they end. A cold object read to its end (`to_end_bytes`, a
+connection's first fetch) is one GET that later readers of any part of it wait for.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 from skiff.fileformat.objectstore import AsyncMemoryStore, StorageUnavailable, drop_memory_bucket
+from skiff.fileformat.objectstore.base import AsyncObjectStream
 from skiff.fileformat.objectstore.range_cache import RangeCache
 
 BLOB = bytes(range(251)) * 400  # ~100 KB, offsets distinguishable (251 is prime)
@@ -45,6 +47,14 @@ class BlockingStore(AsyncMemoryStore):
             self.fail -= 1
             raise StorageUnavailable("injected")
         return await super().get_range(key, start, length)
+
+    async def stream_get(self, key: str, start: int = 0, *, chunk_size: int = 1 << 20) -> AsyncObjectStream:
+        """An open-ended GET (a read to the object's end): recorded as (start, -1)."""
+        async with self.started:
+            self.calls.append((start, -1))
+            self.started.notify_all()
+        await self.release.wait()
+        return await super().stream_get(key, start, chunk_size=chunk_size)
 
     async def wait_calls(self, n: int) -> None:
         """Until `n` GETs have started (they are all blocked on `release`)."""
@@ -215,3 +225,66 @@ async def test_fetches_of_one_file_through_the_chunk_reader_share_gets(store: Bl
         loaded, failed = await fetch
         assert not failed and len(loaded) == 50
     assert store.calls == [(0, 49 * 1000 + 900)]
+
+
+async def joined(cache: RangeCache, ranges: list[tuple[int, int]], to_end_bytes: int = 0) -> bytes:
+    """The bytes of `ranges` of object "f", one after the other."""
+    return b"".join(bytes(b) for b in await cache.get_ranges("f", ranges, to_end_bytes=to_end_bytes))
+
+
+async def test_a_cold_object_read_to_its_end_serves_a_later_wider_read_with_one_get(
+    store: BlockingStore,
+) -> None:
+    """The sequence that cost two GETs per file: a first fetch naming one partition reads
+    the start of a cold file; the next fetch, naming them all, arrives while that GET is in
+    flight. Read to its end, the file is one GET both wait for."""
+    cache = cache_over(store)
+    first = spawn(joined(cache, [(64, 1000)], to_end_bytes=1 << 20))
+    await store.wait_calls(1)
+    wide = spawn(joined(cache, [(64, 1000), (5000, 2000), (90_000, len(BLOB) - 90_000)]))
+    await settle()
+    store.release.set()
+    assert await first == BLOB[64:1064]
+    assert await wide == BLOB[64:1064] + BLOB[5000:7000] + BLOB[90_000:]
+    assert store.calls == [(64, -1)]
+    assert cache.to_end_loads == 1 and cache.loads == 1
+    assert cache.contains("f", 64, len(BLOB) - 64)
+
+
+async def test_without_reading_to_the_end_the_same_sequence_costs_two_gets(store: BlockingStore) -> None:
+    cache = cache_over(store)
+    first = spawn(cache.get_range("f", 64, 1000))
+    await store.wait_calls(1)
+    wide = asyncio.ensure_future(cache.get_ranges("f", [(64, 1000), (5000, 2000)]))
+    await store.wait_calls(2)
+    store.release.set()
+    await first
+    await wide
+    assert store.calls == [(64, 1000), (5000, 2000)]  # disjoint parts of one file
+
+
+async def test_only_a_cold_object_is_read_to_its_end_and_only_with_room(store: BlockingStore) -> None:
+    store.release.set()
+    cache = cache_over(store, max_inflight_bytes=50_000)
+    assert bytes(await cache.get_range("f", 0, 100)) == BLOB[:100]
+    # something of it is cached: a warm object is read by its ranges
+    (got,) = await cache.get_ranges("f", [(1000, 100)], to_end_bytes=1 << 20)
+    assert bytes(got) == BLOB[1000:1100] and store.calls[-1] == (1000, 100)
+    # a cold object whose read to the end does not fit the in-flight bound now: by its ranges
+    await store.put("g", BLOB)
+    (got,) = await cache.get_ranges("g", [(10, 20)], to_end_bytes=60_000)
+    assert bytes(got) == BLOB[10:30] and store.calls[-1] == (10, 20)
+    assert cache.to_end_loads == 0 and cache.to_end_skipped == 1
+    # at most to_end_bytes are read: the rest of a larger object is left
+    await store.put("h", BLOB)
+    (got,) = await cache.get_ranges("h", [(10, 20)], to_end_bytes=30_000)
+    assert bytes(got) == BLOB[10:30] and store.calls[-1] == (10, -1)
+    assert cache.contains("h", 10, 30_000) and not cache.contains("h", 10, 30_001)
+    assert cache.inflight.used_bytes == 0
+
+
+async def test_a_range_past_the_end_of_an_object_read_to_its_end_is_an_error(store: BlockingStore) -> None:
+    store.release.set()
+    cache = cache_over(store)
+    with pytest.raises(ValueError, match="the object ends at"):
+        await cache.get_ranges("f", [(len(BLOB) - 10, 20)], to_end_bytes=1 << 20)

@@ -401,3 +401,37 @@ async def test_the_seal_to_commit_time_is_learned_into_the_lead() -> None:
     # sealed early by what the first file took from seal to commit (at most the cap)
     assert 0.200 - 1e-6 <= open_deadline(buf) <= 0.220 + 1e-6
     await buf.close()
+
+
+async def test_under_steady_load_the_lead_costs_no_extra_puts() -> None:
+    """Files that run back to back are sealed one whole interval apart whatever the lead
+    (the PUT budget: time seals at 1/interval); a file that opens after a pause longer
+    than the lead is still sealed early by it."""
+    wall = WallClock()
+    clock = FakeClock()
+    store, md = FakeStore(clock), FakeMetadata()
+    buf = leading(store, md, wall, seal_lead_max_ms=50)
+    seals: list[float] = []
+    for _ in range(5):  # a batch every 10 ms, each having waited 20 ms in its client
+        while True:
+            await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 20)])
+            clock.advance(0.010)
+            wall.now_ms += 10
+            if buf.seal_due():
+                seals.append(clock())
+                break
+    gaps = [b - a for a, b in zip(seals, seals[1:], strict=False)]
+    # 4 PUTs/s, not 1/(250 ms - lead); seals are seen at the 10 ms steps (float sums: +1 step)
+    assert len(gaps) == 4 and all(0.250 - 1e-6 <= g <= 0.260 + 1e-6 for g in gaps), gaps
+    # After a pause as long as the interval the lead applies in full again.
+    clock.advance(0.250)
+    wall.now_ms += 250
+    await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 20)])
+    assert open_deadline(buf) == pytest.approx(0.229, abs=1e-6)  # 20 ms, rounded up to 21
+    # A pause shorter than the lead: the file gets what the pause leaves of it.
+    await buf.flush()
+    clock.advance(0.005)
+    wall.now_ms += 5
+    await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 20)])
+    assert open_deadline(buf) == pytest.approx(0.245, abs=1e-6)
+    await buf.close()
