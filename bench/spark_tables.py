@@ -78,15 +78,16 @@ async def materialize(url: str, bucket: str, catalog_uri: str, topic: str, commi
     }
 
 
-def table_files(work: Path, table: str) -> tuple[int, float]:
-    """(objects under the table's prefix, MiB of its Parquet data files)."""
+def table_files(work: Path, table: str) -> tuple[int, int, float]:
+    """(objects under the table's prefix, its Parquet data files, their MiB)."""
     files = [f for f in (work / "bucket" / "tables" / "skiff" / table).rglob("*") if f.is_file()]
-    data = sum(f.stat().st_size for f in files if f.suffix == ".parquet")
-    return len(files), data / 2**20
+    data = [f.stat().st_size for f in files if f.suffix == ".parquet"]
+    return len(files), len(data), sum(data) / 2**20
 
 
-def table_part(spark: Any, catalog_uri: str, bucket: str, table: str) -> Any:
-    """The table part of read_topic_table: the current snapshot's data files, read by Spark."""
+def table_part(spark: Any, catalog_uri: str, bucket: str, table: str) -> tuple[Any, int, float]:
+    """The table part of read_topic_table: the current snapshot's data files, read by Spark;
+    with their count and MiB (files replaced by upkeep's rewrite are not among them)."""
     from pyiceberg.catalog.sql import SqlCatalog
     from skiff.fileformat.tables_layout import CATALOG_NAME, NAMESPACE, catalog_properties
 
@@ -96,7 +97,8 @@ def table_part(spark: Any, catalog_uri: str, bucket: str, table: str) -> Any:
     finally:
         catalog.engine.dispose()
     assert tasks and not any(t.delete_files for t in tasks)
-    return spark.read.parquet(*(t.file.file_path for t in tasks))
+    live_mib = sum(t.file.file_size_in_bytes for t in tasks) / 2**20
+    return spark.read.parquet(*(t.file.file_path for t in tasks)), len(tasks), live_mib
 
 
 def prepare(args: argparse.Namespace, url: str, work: Path, values: str) -> dict[str, Any]:
@@ -105,7 +107,7 @@ def prepare(args: argparse.Namespace, url: str, work: Path, values: str) -> dict
     configs = {"skiff.table.enabled": "true", "retention.ms": "-1"}
     asyncio.run(load(url, bucket, args.records, args.partitions, args.batch_records, values, topic, configs))
     done = asyncio.run(materialize(url, bucket, catalog_uri, topic, args.commit_mib))
-    objects, table_mib = table_files(work, topic.replace(".", "_"))
+    objects, parquets, parquet_mib = table_files(work, topic.replace(".", "_"))
     rows = args.records // args.batch_records * args.batch_records
     assert done["records"] == rows, done
     mib = rows * PAYLOAD_BYTES / 2**20
@@ -113,11 +115,20 @@ def prepare(args: argparse.Namespace, url: str, work: Path, values: str) -> dict
         f"{values}: materialized {rows} records ({mib:.0f} MiB key + value) in {done['commits']} commits, "
         f"{done['cpu_s']:.1f} CPU s ({rows / done['cpu_s']:,.0f} records/s, {mib / done['cpu_s']:.1f} MiB/s "
         f"per core), {done['wall_s']:.1f} s wall; {objects} objects under the table "
-        f"({objects / done['commits']:.1f} per commit), Parquet data {table_mib:.1f} MiB",
+        f"({objects / done['commits']:.1f} per commit), {parquets} Parquet files of "
+        f"{parquet_mib:.1f} MiB (replaced ones included)",
         flush=True,
     )
-    return {"values": values, "topic": topic, "rows": rows, "mib": mib, **done, "objects": objects,
-            "table_mib": table_mib, "bucket": bucket, "catalog_uri": catalog_uri}  # fmt: skip
+    return {
+        **done,
+        "values": values,
+        "topic": topic,
+        "rows": rows,
+        "mib": mib,
+        "objects": objects,
+        "bucket": bucket,
+        "catalog_uri": catalog_uri,
+    }
 
 
 def compare(spark: Any, url: str, work: Path, run: dict[str, Any], repeat: int) -> dict[str, float]:
@@ -132,9 +143,11 @@ def compare(spark: Any, url: str, work: Path, run: dict[str, Any], repeat: int) 
     )
     out = work / f"parquet-{run['values']}"
     skiff_df.write.parquet(str(out))
-    run["spark_parquet_mib"] = sum(f.stat().st_size for f in out.rglob("*.parquet")) / 2**20
+    written = [f.stat().st_size for f in out.rglob("*.parquet")]
+    run["spark_parquet_mib"], run["spark_files"] = sum(written) / 2**20, len(written)
+    table_df, run["live_files"], run["live_mib"] = table_part(spark, run["catalog_uri"], bucket, topic)
     frames = {
-        "table": table_part(spark, run["catalog_uri"], bucket, topic),
+        "table": table_df,
         "table+tail": read_topic_table(
             spark, topic, metadata_url=url, catalog_uri=run["catalog_uri"], bucket=bucket
         ),
@@ -151,8 +164,9 @@ def compare(spark: Any, url: str, work: Path, run: dict[str, Any], repeat: int) 
 def report(run: dict[str, Any], best: dict[str, float]) -> None:
     rows, mib, parquet_s = run["rows"], run["mib"], best["parquet"]
     print(
-        f"\nvalues {run['values']}: {rows} rows, {mib:.0f} MiB key + value; Parquet files: table "
-        f"{run['table_mib']:.1f} MiB (pyiceberg's writer), Spark's {run['spark_parquet_mib']:.1f} MiB (snappy)"
+        f"\nvalues {run['values']}: {rows} rows, {mib:.0f} MiB key + value; Parquet: the table's "
+        f"{run['live_files']} live files, {run['live_mib']:.1f} MiB (pyiceberg's writer, zstd); Spark's "
+        f"{run['spark_files']} files, {run['spark_parquet_mib']:.1f} MiB (snappy)"
     )
     print("| source | s | rows/s | MiB/s | rate / parquet |\n|---|---|---|---|---|")
     for name, s in best.items():
@@ -170,6 +184,9 @@ def main() -> None:
     ap.add_argument("--values", default="random,repeating", help="comma-separated: random, repeating")
     args = ap.parse_args()
 
+    # the session binds to 127.0.0.1 anyway (skiff_session); this also keeps Spark's address
+    # lookup from picking another interface in its start-up warning
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     work = Path(tempfile.mkdtemp(prefix="skiff-spark-tables-bench-"))
     try:
         with start_metadata(work) as url:
