@@ -17,6 +17,11 @@ deletes) into Spark instead, correct but not at Parquet's speed. Parquet paths a
 table's own (`file://`; an `s3://` path is mapped to hadoop-aws's `s3a://` by `spark_path`, and the
 session needs hadoop-aws on its classpath and the `s3a_settings` of the AWS variables). For a compacted topic the table holds the latest value per key up
 to its offsets and the tail holds every record after them: deduplicate by key if needed.
+
+A typed table (values, or keys, decoded through the schema registry by the materializer)
+gets a typed tail: the skiff source decodes the same side with the subject's latest schema
+(`valueFormat`/`keyFormat` set from the registry unless `options` set them), and tail
+records that do not decode are left out as the table leaves its dead letters out.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from skiff.fileformat.tables_layout import (
 from skiff.metadata import configs
 from skiff.spark.options import EARLIEST, parse_options
 from skiff.spark.planner import SkiffSourceError, resolve_bucket, run
+from skiff.spark.typed_options import ERROR_COLUMN, SIDES
 
 SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
@@ -77,15 +83,39 @@ def read_topic_table(
     materialized = _table_frame(spark, table, topic, columns)
     starting = {topic: {str(p): covered.get(p, EARLIEST) for p in range(partitions)}}
     reader = spark.read.format("skiff")
-    for k, v in source_options.items():
+    for k, v in {**source_options, **_typed_tail_options(table, topic, source_options, opts)}.items():
         reader = reader.option(k, v)
     tail = (
         reader.option("startingOffsets", json.dumps(starting))
         .option("includeHeaders", "true" if include_headers else "false")
         .load()
-        .select(*columns)
     )
+    if ERROR_COLUMN in tail.columns:  # the table's dead letters: not in the table, not in the tail
+        tail = tail.where(tail[ERROR_COLUMN].isNull())
+    tail = tail.select(*columns)
     return tail if materialized is None else materialized.unionByName(tail)
+
+
+def _typed_tail_options(table: Any, topic: str, given: dict[str, str], opts: Any) -> dict[str, str]:
+    """`keyFormat`/`valueFormat` for the tail where the table's column is typed (decoded
+    through the registry by the materializer, compactor.tables_values) and the caller chose
+    no format: the latest version's schema type of `<topic>-<side>`, the reader schema the
+    materializer evolves the table to, so both parts have the same column type."""
+    from pyiceberg.types import BinaryType
+
+    chosen = {k.lower() for k in given}
+    sides = [
+        side
+        for side in SIDES
+        if f"{side}format" not in chosen
+        and not isinstance(table.schema().find_field(side).field_type, BinaryType)
+    ]
+    if not sides:
+        return {}
+    types = run(
+        lambda client: {s: client.schema_version(f"{topic}-{s}", -1).schema_type for s in sides}, opts
+    )
+    return {f"{side}Format": schema_type.lower() for side, schema_type in types.items()}
 
 
 def _load_table(catalog_uri: str, bucket_url: str, name: str) -> Any:
