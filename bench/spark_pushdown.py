@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,8 +36,8 @@ from skiff.fileformat.segment import ChunkInput, build_segment  # noqa: E402
 from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec  # noqa: E402
 from skiff.metadata.wire.http_client import HttpMetadataClient  # noqa: E402
 
-from tests.support.agents import skiff_command, wait_for_port  # noqa: E402
-from tests.support.s3servers import free_port, start_moto  # noqa: E402
+from bench.support import start_metadata  # noqa: E402
+from tests.support.s3servers import start_moto  # noqa: E402
 
 T0 = 1_700_000_000_000
 HOUR_MS = 3_600_000
@@ -118,23 +116,13 @@ def main() -> None:
     s3 = start_moto(work)
     bucket_name = s3.new_bucket()
     os.environ.update(s3.env)  # the driver's and the Python workers' AWS settings
-    port = free_port()
-    log = work / "metadata.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*skiff_command(), "metadata", "--db", f"sqlite:///{work}/md.db", "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
     try:
-        wait_for_port(port, proc, log)  # type: ignore[arg-type]
-        url, bucket = f"http://127.0.0.1:{port}", f"s3://{bucket_name}"
-        stored = asyncio.run(load(url, bucket, args.hours, args.partitions, args.records_per_hour))
-        print(f"loaded {args.hours} hours, {stored / 2**20:.1f} MiB in {args.hours} files")
-        run_queries(s3, url, bucket, args)
+        with start_metadata(work) as url:
+            bucket = f"s3://{bucket_name}"
+            stored = asyncio.run(load(url, bucket, args.hours, args.partitions, args.records_per_hour))
+            print(f"loaded {args.hours} hours, {stored / 2**20:.1f} MiB in {args.hours} files")
+            run_queries(s3, url, bucket, args)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
         s3.process.stop()
 
 

@@ -44,8 +44,6 @@ import argparse
 import asyncio
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,8 +59,7 @@ from skiff.fileformat.segment import ChunkInput, build_segment  # noqa: E402
 from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec  # noqa: E402
 from skiff.metadata.wire.http_client import HttpMetadataClient  # noqa: E402
 
-from tests.support.agents import skiff_command, wait_for_port  # noqa: E402
-from tests.support.s3servers import free_port  # noqa: E402
+from bench.support import start_metadata  # noqa: E402
 
 T0 = 1_700_000_000_000
 
@@ -93,12 +90,19 @@ def template_batches(values: str, per_batch: int) -> list[bytes]:
 
 
 async def load(
-    metadata_url: str, bucket: str, records: int, partitions: int, per_batch: int, values: str = "repeating"
+    metadata_url: str,
+    bucket: str,
+    records: int,
+    partitions: int,
+    per_batch: int,
+    values: str = "repeating",
+    topic_name: str = "bench",
+    topic_configs: dict[str, str] | None = None,
 ) -> int:
-    """Commit `records` records to topic `bench`; returns the payload bytes."""
+    """Commit `records` records to topic `topic_name`; returns the payload bytes."""
     client = HttpMetadataClient(metadata_url)
     store = open_store(bucket, fsync=False)
-    topic = await client.create_topic("bench", partitions, {})
+    topic = await client.create_topic(topic_name, partitions, topic_configs or {})
     templates = template_batches(values, per_batch)
     batch_bytes = len(templates[0])
     batches_per_chunk = max(1, (8 * 1024 * 1024 // partitions) // batch_bytes)
@@ -286,91 +290,80 @@ def main() -> None:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="skiff-spark-bench-"))
-    port = free_port()
-    log = work / "metadata.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*skiff_command(), "metadata", "--db", f"sqlite:///{work}/md.db", "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
     try:
-        wait_for_port(port, proc, log)  # type: ignore[arg-type]
-        url, bucket = f"http://127.0.0.1:{port}", f"file://{work}/bucket"
-        t = time.perf_counter()
-        payload = asyncio.run(
-            load(url, bucket, args.records, args.partitions, args.batch_records, args.values)
-        )
-        rows = args.records // args.batch_records * args.batch_records
-        print(f"loaded {rows} records ({payload / 2**20:.0f} MiB payload) in {time.perf_counter() - t:.1f}s")
-
-        decode_s = None if args.no_profile else decode_only(url, bucket)
-
-        from skiff.spark import skiff_session
-
-        spark = skiff_session(
-            "skiff-bench",
-            args.master,
-            {
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",
-                **dict(c.split("=", 1) for c in args.conf),
-            },
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        agg = [
-            "count(*) n",
-            "sum(length(key)) + sum(length(value)) bytes",
-            "max(offset) o",
-            "max(timestamp) ts",
-        ]
-        options = {"metadata.url": url, "bucket": bucket, "subscribe": "bench"}
-        if args.min_partitions:
-            options["minPartitions"] = str(args.min_partitions)
-        skiff_df = spark.read.format("skiff").options(**options).load()
-        check = skiff_df.selectExpr(*agg).collect()[0]
-        assert check.n == rows, check
-        skiff_df.write.parquet(str(work / "parquet"))
-        parquet_df = spark.read.parquet(str(work / "parquet"))
-        parquet_mib = sum(f.stat().st_size for f in (work / "parquet").rglob("*.parquet")) / 2**20
-        assert parquet_df.selectExpr(*agg).collect()[0] == check
-        frames = {"skiff": skiff_df, "parquet": parquet_df}
-        if not args.no_map_in_arrow:
-            frames["arrow"] = map_in_arrow_frame(spark, options)
-            assert frames["arrow"].selectExpr(*agg).collect()[0] == check
-        tasks_n = skiff_df.rdd.getNumPartitions()
-        if not args.no_profile:
-            spark.dataSource.register(floor_source(rows, tasks_n, 131072))
-            frames["floor"] = spark.read.format("skiff_floor").load()
-            assert frames["floor"].selectExpr("count(*) n").collect()[0].n == rows
-        best = interleaved_best_times(
-            {name: (lambda df=df: df.selectExpr(*agg).collect()) for name, df in frames.items()}, args.repeat
-        )
-        results = list(best.items())
-        skiff_s, parquet_s = best["skiff"], best["parquet"]
-        if decode_s is not None:
-            results.append(("decode", decode_s))
-        mib = payload / 2**20
-        print(f"Parquet files: {parquet_mib:.0f} MiB for {mib:.0f} MiB of key + value bytes")
-        print(
-            f"values {args.values}, {tasks_n} tasks, load average {Path('/proc/loadavg').read_text().strip()}"
-        )
-        print(f"{'source':<8} {'seconds':>8} {'rows/s':>12} {'MiB/s':>8}")
-        for name, s in results:
-            print(f"{name:<8} {s:>8.2f} {rows / s:>12,.0f} {mib / s:>8.1f}")
-        print(f"skiff / parquet rate: {parquet_s / skiff_s:.2f}")
-        if "arrow" in best:
-            print(
-                f"mapInArrow / parquet rate: {parquet_s / best['arrow']:.2f} (same decode, mapInArrow route)"
-            )
-        if not args.no_profile:
-            print(f"floor / parquet rate: {parquet_s / best['floor']:.2f} (any Python data source, no work)")
-            print("decode: one core, no Spark (the executors' read + decode alone)")
-        spark.stop()
+        with start_metadata(work) as url:
+            run_bench(args, url, work)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
         os.system(f"rm -rf {work}")
+
+
+def run_bench(args: argparse.Namespace, url: str, work: Path) -> None:
+    """Load, then every query in one Spark session (see the module docstring)."""
+    bucket = f"file://{work}/bucket"
+    t = time.perf_counter()
+    payload = asyncio.run(load(url, bucket, args.records, args.partitions, args.batch_records, args.values))
+    rows = args.records // args.batch_records * args.batch_records
+    print(f"loaded {rows} records ({payload / 2**20:.0f} MiB payload) in {time.perf_counter() - t:.1f}s")
+
+    decode_s = None if args.no_profile else decode_only(url, bucket)
+
+    from skiff.spark import skiff_session
+
+    spark = skiff_session(
+        "skiff-bench",
+        args.master,
+        {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            **dict(c.split("=", 1) for c in args.conf),
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    agg = [
+        "count(*) n",
+        "sum(length(key)) + sum(length(value)) bytes",
+        "max(offset) o",
+        "max(timestamp) ts",
+    ]
+    options = {"metadata.url": url, "bucket": bucket, "subscribe": "bench"}
+    if args.min_partitions:
+        options["minPartitions"] = str(args.min_partitions)
+    skiff_df = spark.read.format("skiff").options(**options).load()
+    check = skiff_df.selectExpr(*agg).collect()[0]
+    assert check.n == rows, check
+    skiff_df.write.parquet(str(work / "parquet"))
+    parquet_df = spark.read.parquet(str(work / "parquet"))
+    parquet_mib = sum(f.stat().st_size for f in (work / "parquet").rglob("*.parquet")) / 2**20
+    assert parquet_df.selectExpr(*agg).collect()[0] == check
+    frames = {"skiff": skiff_df, "parquet": parquet_df}
+    if not args.no_map_in_arrow:
+        frames["arrow"] = map_in_arrow_frame(spark, options)
+        assert frames["arrow"].selectExpr(*agg).collect()[0] == check
+    tasks_n = skiff_df.rdd.getNumPartitions()
+    if not args.no_profile:
+        spark.dataSource.register(floor_source(rows, tasks_n, 131072))
+        frames["floor"] = spark.read.format("skiff_floor").load()
+        assert frames["floor"].selectExpr("count(*) n").collect()[0].n == rows
+    best = interleaved_best_times(
+        {name: (lambda df=df: df.selectExpr(*agg).collect()) for name, df in frames.items()}, args.repeat
+    )
+    results = list(best.items())
+    skiff_s, parquet_s = best["skiff"], best["parquet"]
+    if decode_s is not None:
+        results.append(("decode", decode_s))
+    mib = payload / 2**20
+    print(f"Parquet files: {parquet_mib:.0f} MiB for {mib:.0f} MiB of key + value bytes")
+    print(f"values {args.values}, {tasks_n} tasks, load average {Path('/proc/loadavg').read_text().strip()}")
+    print(f"{'source':<8} {'seconds':>8} {'rows/s':>12} {'MiB/s':>8}")
+    for name, s in results:
+        print(f"{name:<8} {s:>8.2f} {rows / s:>12,.0f} {mib / s:>8.1f}")
+    print(f"skiff / parquet rate: {parquet_s / skiff_s:.2f}")
+    if "arrow" in best:
+        print(f"mapInArrow / parquet rate: {parquet_s / best['arrow']:.2f} (same decode, mapInArrow route)")
+    if not args.no_profile:
+        print(f"floor / parquet rate: {parquet_s / best['floor']:.2f} (any Python data source, no work)")
+        print("decode: one core, no Spark (the executors' read + decode alone)")
+    spark.stop()
 
 
 if __name__ == "__main__":

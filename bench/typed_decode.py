@@ -29,8 +29,6 @@ import io
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,8 +48,7 @@ from skiff.metadata.types import BatchSpec, ChunkSpec, FileSpec  # noqa: E402
 from skiff.metadata.wire.http_client import HttpMetadataClient  # noqa: E402
 
 from bench.spark_read import interleaved_best_times  # noqa: E402
-from tests.support.agents import skiff_command, wait_for_port  # noqa: E402
-from tests.support.s3servers import free_port  # noqa: E402
+from bench.support import start_metadata  # noqa: E402
 from tests.unit.test_values_protobuf import message_class, source  # noqa: E402
 
 T0 = 1_700_000_000_000
@@ -256,28 +253,18 @@ def main() -> None:
     if args.no_spark:
         return
     work = Path(tempfile.mkdtemp(prefix="skiff-typed-bench-"))
-    port = free_port()
-    log = work / "metadata.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*skiff_command(), "metadata", "--db", f"sqlite:///{work}/md.db", "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
     try:
-        wait_for_port(port, proc, log)  # type: ignore[arg-type]
-        spark_rates(
-            f"http://127.0.0.1:{port}",
-            work,
-            args.records,
-            args.batch_records,
-            args.repeat,
-            args.formats.split(","),
-            args.master,
-        )
+        with start_metadata(work) as url:
+            spark_rates(
+                url,
+                work,
+                args.records,
+                args.batch_records,
+                args.repeat,
+                args.formats.split(","),
+                args.master,
+            )
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
         os.system(f"rm -rf {work}")
 
 

@@ -26,11 +26,12 @@ swap its chunks meanwhile; a busy topic is left for the next pass. A commit hold
 `skiff.table.commit.interval.ms` ago; a single pass (`skiff compact --once`) does not.
 
 The roles around it, one module each: `tables_read` (committed records as Arrow),
-`tables_values` (values decoded through the schema registry; records that do not decode
-go to `skiff.<table>_dead_letters`, committed first with its own offsets), `tables_commit`
-(one transaction per commit: append, or upsert by key for a compacted topic),
-`tables_retention` (after the commits, under the lease: small files rewritten, snapshots
-expired, orphan files deleted), `tables_pause` (the crash tests' hook).
+`tables_values` (values, and keys of delete-policy topics, decoded through the schema
+registry; records that do not decode go to `skiff.<table>_dead_letters`, committed first
+with its own offsets), `tables_commit` (one transaction per commit: append, or upsert by
+key for a compacted topic), `tables_retention` (after the commits, under the lease: small
+files rewritten, snapshots expired, orphan files deleted), `tables_pause` (the crash
+tests' hook).
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ from skiff.compactor.tables_retention import (
 )
 from skiff.compactor.tables_values import (
     DEAD_LETTER_SCHEMA,
+    ValueSchemas,
+    key_schemas,
     split_dead_letters,
-    table_value_is_raw,
+    table_column_is_raw,
     value_schemas,
 )
 from skiff.fileformat.chunk_reader import ChunkLocation
@@ -244,18 +247,21 @@ async def _materialize(
 ) -> int:
     name = table_name(topic)
     spec = configs.config_value(topic.configs, configs.TABLE_PARTITION_SPEC)
-    schemas = await value_schemas(md, topic.name)  # None: raw values (compactor.tables_values)
-    schema = ARROW_SCHEMA
-    if schemas is not None:
-        schema = schema.set(schema.get_field_index("value"), pa.field("value", schemas.arrow_type()))
-    table = await asyncio.to_thread(ensure_table, catalog, name, spec, schema)
+    upsert = configs.is_compacted(topic.configs)  # latest value per key (compactor.tables_commit)
+    # None: raw bytes (compactor.tables_values); a compacted topic's keys stay raw (the upsert's)
+    typed = {"value": await value_schemas(md, topic.name)}
+    typed["key"] = None if upsert else await key_schemas(md, topic.name)
+    table = await asyncio.to_thread(ensure_table, catalog, name, spec, _table_schema(typed))
     interval_ms = configs.config_int(topic.configs, configs.TABLE_COMMIT_INTERVAL_MS)
     if config.paced and time.time() * 1000 - _last_commit_ms(table) < interval_ms:
         return 0
-    decoder = schemas.decoder() if schemas is not None and not table_value_is_raw(table) else None
+    decoders = {
+        column: schemas.decoder()
+        for column, schemas in typed.items()
+        if schemas is not None and not table_column_is_raw(table, column)
+    }
     states = await _partition_states(md, topic)
     ends = {p: s.last_stable_offset for p, s in enumerate(states) if not s.error_code}
-    upsert = configs.is_compacted(topic.configs)  # latest value per key (compactor.tables_commit)
     records = 0
     for _ in range(MAX_COMMITS_PER_TOPIC):
         table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, name))
@@ -266,12 +272,12 @@ async def _materialize(
         if not reads:
             break
         data = await asyncio.to_thread(read_ranges, store, reads)
-        if decoder is not None:
-            data, dead = await asyncio.to_thread(split_dead_letters, data, decoder)
+        if decoders:
+            data, dead = await asyncio.to_thread(split_dead_letters, data, decoders)
             if dead.num_rows:  # committed first: its own offsets skip them on a rerun
                 added = await asyncio.to_thread(commit_dead_letters, catalog, name, dead, after)
                 metrics.TABLE_DEAD_LETTERS.inc(added)
-        commit = functools.partial(commit_batch, upsert=upsert, evolve=decoder is not None, hook=config.hook)
+        commit = functools.partial(commit_batch, upsert=upsert, evolve=bool(decoders), hook=config.hook)
         await asyncio.to_thread(commit, table, data, after)
         records += data.num_rows
         newest = pc.max(data.column("timestamp")).value if data.num_rows else None
@@ -283,6 +289,15 @@ async def _materialize(
             table = await asyncio.to_thread(catalog.load_table, (NAMESPACE, kept))
             await asyncio.to_thread(upkeep, table, store, config, retention_ms)
     return records
+
+
+def _table_schema(typed: dict[str, ValueSchemas | None]) -> pa.Schema:
+    """The Arrow schema of a new table: raw columns, or the registry's types where typed."""
+    schema = ARROW_SCHEMA
+    for column, schemas in typed.items():
+        if schemas is not None:
+            schema = schema.set(schema.get_field_index(column), pa.field(column, schemas.arrow_type()))
+    return schema
 
 
 def commit_dead_letters(catalog: Any, name: str, dead: pa.Table, offsets: dict[int, int]) -> int:

@@ -1,13 +1,17 @@
-"""Typed table values: a topic's record values decoded through the schema registry into
-the table's `value` column (a struct for a record schema), and the records that do not
-decode split off for the dead-letter table (`compactor.tables`).
+"""Typed table values and keys: a topic's record values (and keys) decoded through the
+schema registry into the table's `value` (and `key`) column (a struct for a record schema),
+and the records that do not decode split off for the dead-letter table (`compactor.tables`).
 
-Schemas (`value_schemas`): when the subject `<topic>-value` (TopicNameStrategy) has a
-version, the reader schema is its latest version as of the run's start and the writer
-schemas are every id registered under the subject, soft-deleted ones included (data
-written with them still decodes), references resolved; decoding is
+Schemas (`value_schemas`, `key_schemas`): when the subject `<topic>-value` (`<topic>-key`;
+TopicNameStrategy) has a version, the reader schema is its latest version as of the run's
+start and the writer schemas are every id registered under the subject, soft-deleted ones
+included (data written with them still decodes), references resolved; decoding is
 `skiff.fileformat.values` (Avro resolves each writer to the reader schema, JSON and
-Protobuf read into the reader's type). No subject: the value stays raw bytes.
+Protobuf read into the reader's type). No subject: the value (key) stays raw bytes.
+
+Keys are decoded for delete-policy topics only: a compacted topic's table holds one row per
+key as Kafka's compaction keeps one record per key, and both go by the key's bytes (the
+upsert's `key IN (...)` in tables_commit), so its `key` stays raw.
 
 Evolution: the table's `value` type is the reader schema's Arrow type when the table is
 created; when a later run's reader type differs, the commit that first writes rows of it
@@ -16,12 +20,12 @@ fields are added as optional columns, types widened as Iceberg allows, int to lo
 float to double; an incompatible change fails the commit, one line in the log, and the
 topic waits for an operator). A table created with raw values keeps them.
 
-Dead letters (`split_dead_letters`): a record whose value does not decode (not framed, an
-unknown schema id, a body that does not parse) is not written to the table; it goes, with
-its offset and the one-line error, to `skiff.<table>_dead_letters` (`DEAD_LETTER_SCHEMA`),
-and the rest of the topic goes on. The dead-letter table records the offsets it covers in
-its own snapshots, so a rerun after a crash between its commit and the table's skips the
-rows it already holds.
+Dead letters (`split_dead_letters`): a record whose value or key does not decode (not
+framed, an unknown schema id, a body that does not parse) is not written to the table; it
+goes, raw, with its offset and the one-line error (`key: ` before a key's), to
+`skiff.<table>_dead_letters` (`DEAD_LETTER_SCHEMA`), and the rest of the topic goes on.
+The dead-letter table records the offsets it covers in its own snapshots, so a rerun after
+a crash between its commit and the table's skips the rows it already holds.
 
 Authorization: the materializer reads the registry with its metadata token; the schema
 lookups admit the `compactor` role (metadata.wire.schema_operations, SCHEMA_READ).
@@ -29,6 +33,7 @@ lookups admit the `compactor` role (metadata.wire.schema_operations, SCHEMA_READ
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +74,18 @@ class ValueSchemas:
 async def value_schemas(md: Any, topic: str) -> ValueSchemas | None:
     """The topic's value schemas from the registry, or None when `<topic>-value` has no
     version (or the client has no registry operations)."""
+    return await subject_schemas(md, f"{topic}-value")
+
+
+async def key_schemas(md: Any, topic: str) -> ValueSchemas | None:
+    """The topic's key schemas (`<topic>-key`), as `value_schemas`."""
+    return await subject_schemas(md, f"{topic}-key")
+
+
+async def subject_schemas(md: Any, subject: str) -> ValueSchemas | None:
+    """The subject's latest version as reader and every id under it as writers, or None."""
     if not hasattr(md, "schema_version"):
         return None
-    subject = f"{topic}-value"
     try:
         latest = await md.schema_version(subject, -1)
     except RegistryError as exc:
@@ -105,21 +119,27 @@ async def _source(
     return known[schema_id]
 
 
-def split_dead_letters(data: pa.Table, decoder: Any) -> tuple[pa.Table, pa.Table]:
-    """(the rows with `value` decoded, in the table's order; the dead letters, in
-    `DEAD_LETTER_SCHEMA`)."""
-    decoded = decoder.decode(data.column("value").combine_chunks())
-    bad = decoded.errors.is_valid()
-    good_mask = pc.invert(bad)
-    at = data.schema.get_field_index("value")
-    typed = data.set_column(at, pa.field("value", decoded.values.type), decoded.values)
+def split_dead_letters(data: pa.Table, decoders: Mapping[str, Any]) -> tuple[pa.Table, pa.Table]:
+    """(the rows with each column of `decoders` (`value`, `key`) decoded, in the table's
+    order; the dead letters, raw, in `DEAD_LETTER_SCHEMA`). A row is dead when any of its
+    columns fails; the error is the value's, else the key's prefixed `key: `."""
+    typed, error = data, pa.nulls(data.num_rows, pa.string())
+    for column in sorted(decoders, reverse=True):  # "value" first: its error wins
+        decoded = decoders[column].decode(data.column(column).combine_chunks())
+        at = typed.schema.get_field_index(column)
+        typed = typed.set_column(at, pa.field(column, decoded.values.type), decoded.values)
+        errors = (
+            decoded.errors if column == "value" else pc.binary_join_element_wise("key: ", decoded.errors, "")
+        )
+        error = pc.coalesce(error, errors)
+    bad = error.is_valid()
     dead = data.filter(bad).select(["partition", "offset", "timestamp", "key", "value"])
-    dead = dead.append_column("error", decoded.errors.filter(bad)).cast(DEAD_LETTER_SCHEMA)
-    return typed.filter(good_mask), dead
+    dead = dead.append_column("error", error.filter(bad)).cast(DEAD_LETTER_SCHEMA)
+    return typed.filter(pc.invert(bad)), dead
 
 
-def table_value_is_raw(table: Any) -> bool:
-    """A table created before its topic had a value schema keeps raw values."""
+def table_column_is_raw(table: Any, column: str) -> bool:
+    """A table created before its topic had a value (key) schema keeps raw values (keys)."""
     from pyiceberg.types import BinaryType
 
-    return isinstance(table.schema().find_field("value").field_type, BinaryType)
+    return isinstance(table.schema().find_field(column).field_type, BinaryType)

@@ -14,14 +14,21 @@ loaded first, so the tail starts exactly where it ends.
 A table whose current snapshot has delete files (merge-on-read deletes) cannot be read as
 plain Parquet: then its rows come through pyiceberg (`scan().to_arrow()`, which applies the
 deletes) into Spark instead, correct but not at Parquet's speed. Parquet paths are the
-table's own (`file://`; for `s3://` the session needs the hadoop-aws `s3a://` filesystem, to
-which they are mapped). For a compacted topic the table holds the latest value per key up
+table's own (`file://`; an `s3://` path is mapped to hadoop-aws's `s3a://` by `spark_path`, and the
+session needs hadoop-aws on its classpath and the `s3a_settings` of the AWS variables). For a compacted topic the table holds the latest value per key up
 to its offsets and the tail holds every record after them: deduplicate by key if needed.
+
+A typed table (values, or keys, decoded through the schema registry by the materializer)
+gets a typed tail: the skiff source decodes the same side with the subject's latest schema
+(`valueFormat`/`keyFormat` set from the registry unless `options` set them), and tail
+records that do not decode are left out as the table leaves its dead letters out.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from skiff.fileformat.tables_layout import (
@@ -35,6 +42,7 @@ from skiff.fileformat.tables_layout import (
 from skiff.metadata import configs
 from skiff.spark.options import EARLIEST, parse_options
 from skiff.spark.planner import SkiffSourceError, resolve_bucket, run
+from skiff.spark.typed_options import ERROR_COLUMN, SIDES
 
 SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
@@ -75,15 +83,39 @@ def read_topic_table(
     materialized = _table_frame(spark, table, topic, columns)
     starting = {topic: {str(p): covered.get(p, EARLIEST) for p in range(partitions)}}
     reader = spark.read.format("skiff")
-    for k, v in source_options.items():
+    for k, v in {**source_options, **_typed_tail_options(table, topic, source_options, opts)}.items():
         reader = reader.option(k, v)
     tail = (
         reader.option("startingOffsets", json.dumps(starting))
         .option("includeHeaders", "true" if include_headers else "false")
         .load()
-        .select(*columns)
     )
+    if ERROR_COLUMN in tail.columns:  # the table's dead letters: not in the table, not in the tail
+        tail = tail.where(tail[ERROR_COLUMN].isNull())
+    tail = tail.select(*columns)
     return tail if materialized is None else materialized.unionByName(tail)
+
+
+def _typed_tail_options(table: Any, topic: str, given: dict[str, str], opts: Any) -> dict[str, str]:
+    """`keyFormat`/`valueFormat` for the tail where the table's column is typed (decoded
+    through the registry by the materializer, compactor.tables_values) and the caller chose
+    no format: the latest version's schema type of `<topic>-<side>`, the reader schema the
+    materializer evolves the table to, so both parts have the same column type."""
+    from pyiceberg.types import BinaryType
+
+    chosen = {k.lower() for k in given}
+    sides = [
+        side
+        for side in SIDES
+        if f"{side}format" not in chosen
+        and not isinstance(table.schema().find_field(side).field_type, BinaryType)
+    ]
+    if not sides:
+        return {}
+    types = run(
+        lambda client: {s: client.schema_version(f"{topic}-{s}", -1).schema_type for s in sides}, opts
+    )
+    return {f"{side}Format": schema_type.lower() for side, schema_type in types.items()}
 
 
 def _load_table(catalog_uri: str, bucket_url: str, name: str) -> Any:
@@ -112,9 +144,39 @@ def _table_frame(spark: Any, table: Any, topic: str, columns: list[str]) -> Any:
     if any(t.delete_files for t in tasks):  # deletes to apply: pyiceberg applies them
         frame = spark.createDataFrame(table.scan().to_arrow().to_pandas())
     else:
-        frame = spark.read.parquet(*(_spark_path(t.file.file_path) for t in tasks))
+        frame = spark.read.parquet(*(spark_path(t.file.file_path) for t in tasks))
     return frame.withColumn("topic", F.lit(topic)).select(*columns)
 
 
-def _spark_path(path: str) -> str:
+def spark_path(path: str) -> str:
+    """A data file's path as Spark's Parquet reader opens it: Iceberg's `s3://bucket/key` is
+    hadoop-aws's `s3a://bucket/key` (Hadoop has no `s3://` filesystem); others unchanged."""
     return "s3a://" + path[len("s3://") :] if path.startswith("s3://") else path
+
+
+def s3a_settings(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings that point hadoop-aws's s3a filesystem at the bucket the standard
+    AWS variables name (the materializer's, fileformat.tables_layout.catalog_properties):
+    endpoint with path-style access (MinIO, moto, any non-AWS endpoint), region, static keys.
+    Pass them to the session (`skiff_session(..., conf)`); the session also needs the
+    hadoop-aws jar and its AWS SDK on its classpath (`spark.jars.packages`), which this
+    helper cannot provide. Without keys in the environment, s3a's own provider chain applies."""
+    env = os.environ if env is None else env
+    conf: dict[str, str] = {}
+    if env.get("AWS_ENDPOINT_URL"):
+        conf["spark.hadoop.fs.s3a.endpoint"] = env["AWS_ENDPOINT_URL"]
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        if env["AWS_ENDPOINT_URL"].startswith("http://"):
+            conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "false"
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        conf["spark.hadoop.fs.s3a.access.key"] = env["AWS_ACCESS_KEY_ID"]
+        conf["spark.hadoop.fs.s3a.secret.key"] = env["AWS_SECRET_ACCESS_KEY"]
+        if env.get("AWS_SESSION_TOKEN"):
+            conf["spark.hadoop.fs.s3a.session.token"] = env["AWS_SESSION_TOKEN"]
+            conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
+                "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+            )
+    return conf

@@ -128,3 +128,58 @@ async def test_typed_values_evolution_and_dead_letters(
     assert table.snapshot_by_id(current.parent_snapshot_id).schema_id == old_schema
     assert len(_load(db_url, f"{topic}_dead_letters").scan().to_arrow()) == 1
     assert metrics.TABLE_DEAD_LETTERS._value.get() == dead_before + 1
+
+
+KEY = {"type": "record", "name": "OrderKey", "fields": [{"name": "id", "type": "long"}]}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_typed_keys_and_their_dead_letters(
+    metadata_server: tuple[str, MetadataService, ShiftedClock],  # noqa: F811 (first: torn down after the agent)
+    spawn_skiff: Callable[..., SkiffProcess],
+    tmp_path: Path,
+    anyio_backend: str,
+) -> None:
+    """A delete-policy topic with `<topic>-key` and `<topic>-value` schemas: the table's `key`
+    is the key's struct (null keys stay null), a record whose key does not decode is a dead
+    letter with its raw key and a `key: ` error, the rest is written."""
+    metadata_url, _svc, _clock = metadata_server
+    db_url = f"sqlite:///{tmp_path / 'm.db'}"
+    bucket_url = f"file://{tmp_path / 'bucket'}"
+    bootstrap = _start(spawn_skiff, metadata_url, bucket_url)
+    topic = "keyed"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"skiff.table.enabled": "true"})])[topic].result(30)
+    sr = SchemaRegistryClient({"url": metadata_url})
+    keys, values = AvroSerializer(sr, json.dumps(KEY)), AvroSerializer(sr, json.dumps(V1))
+    key_of = SerializationContext(topic, MessageField.KEY)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    for i in range(5):
+        key = keys({"id": i}, key_of) if i < 3 else (RAW if i == 3 else None)
+        producer.produce(topic, _ser(values, topic, {"id": i, "item": f"a{i}"}), key=key, partition=0)
+    assert producer.flush(30) == 0
+
+    md = HttpMetadataClient(metadata_url)
+    store = open_store(bucket_url)
+    config = RunnerConfig(
+        tables=TablesConfig(db_url, warehouse_for(bucket_url)),
+        retention=False,
+        gc=False,
+        expire_offsets=False,
+    )
+    dead_before = metrics.TABLE_DEAD_LETTERS._value.get()
+    try:
+        assert (await run_pass(md, store, config)).tables_failed == 0
+    finally:
+        await md.close()
+        sr.close()
+
+    table = _load(db_url, topic)
+    assert str(table.schema().find_field("key").field_type).startswith("struct")
+    rows = sorted((r["offset"], r["key"], r["value"]["id"]) for r in table.scan().to_arrow().to_pylist())
+    assert rows == [(0, {"id": 0}, 0), (1, {"id": 1}, 1), (2, {"id": 2}, 2), (4, None, 4)]
+    dead = _load(db_url, f"{topic}_dead_letters").scan().to_arrow().to_pylist()
+    assert [(d["offset"], d["key"]) for d in dead] == [(3, RAW)]
+    assert dead[0]["error"].startswith("key: ")
+    assert metrics.TABLE_DEAD_LETTERS._value.get() == dead_before + 1
