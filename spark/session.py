@@ -10,7 +10,8 @@ the Python workers to the JVM, so the session keeps Spark's defaults for Arrow.
 A local session (master `local`, `local[N]`, `local[*]`, ...) binds its driver to
 loopback: `spark.driver.host` and `spark.driver.bindAddress` are 127.0.0.1 unless the
 caller set them (`conf`, or `SPARK_LOCAL_IP`/`SPARK_LOCAL_HOSTNAME`, which Spark reads for
-the same two settings). Spark's own default is the machine's first non-loopback interface,
+the same two settings), and `SPARK_LOCAL_IP` is set to 127.0.0.1 for the JVM when neither
+variable is. Spark's own default is the machine's first non-loopback interface,
 which a laptop behind a VPN or a locked-down host does not expect, and a local session's
 executors live in the driver's JVM, so nothing needs to reach it from outside. A session
 for a cluster (`master` None: spark-submit decides, or a cluster URL) keeps Spark's
@@ -54,10 +55,15 @@ def skiff_session(
     # Python workers run the reader: by default Spark starts them with `python3` from PATH,
     # which may lack pyarrow and this package; use this interpreter unless told otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings = driver_conf(master, conf)
+    if _is_local(master) and not any(os.environ.get(name) for name in DRIVER_ADDRESS_ENV):
+        # Before the JVM starts: Spark then never looks up the machine's other interfaces
+        # (without it, it logs one it would use, and its block manager may advertise it).
+        os.environ["SPARK_LOCAL_IP"] = LOOPBACK
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    for key, value in driver_conf(master, conf).items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     return register(builder.getOrCreate())
 
