@@ -45,7 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from skiff.compactor import metrics  # noqa: E402
-from skiff.compactor.tables import TablesConfig, materialize_all  # noqa: E402
+from skiff.compactor.tables import DEFAULT_ROW_GROUP_ROWS, TablesConfig, materialize_all  # noqa: E402
+
+ROW_GROUP_ROWS = [0]  # --row-group-rows (0: the default)
 from skiff.fileformat.objectstore import open_store  # noqa: E402
 from skiff.fileformat.tables_layout import warehouse_for  # noqa: E402
 from skiff.metadata.wire.http_client import HttpMetadataClient  # noqa: E402
@@ -61,7 +63,13 @@ async def materialize(url: str, bucket: str, catalog_uri: str, topic: str, commi
     """Materialize `topic` once; its records, commits, CPU and wall seconds."""
     client = HttpMetadataClient(url)
     store = open_store(bucket, fsync=False)
-    config = TablesConfig(catalog_uri, warehouse_for(bucket), topic=topic, max_commit_bytes=commit_mib << 20)
+    config = TablesConfig(
+        catalog_uri,
+        warehouse_for(bucket),
+        topic=topic,
+        max_commit_bytes=commit_mib << 20,
+        row_group_rows=ROW_GROUP_ROWS[0] or DEFAULT_ROW_GROUP_ROWS,
+    )
     commits0 = metrics.TABLE_COMMITS._value.get()
     c0, w0 = time.process_time(), time.perf_counter()
     try:
@@ -182,7 +190,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--values", default="random,repeating", help="comma-separated: random, repeating")
+    ap.add_argument(
+        "--row-group-rows", type=int, default=0, help="the tables' Parquet row groups (0: default)"
+    )
     args = ap.parse_args()
+    ROW_GROUP_ROWS[0] = args.row_group_rows
 
     # the session binds to 127.0.0.1 anyway (skiff_session); this also keeps Spark's address
     # lookup from picking another interface in its start-up warning

@@ -89,6 +89,7 @@ FIND_CHUNKS_PAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_COMMIT_BYTES = 256 * 1024 * 1024
 DEFAULT_LEASE_MS = 120_000
 DEAD_LETTERS_SUFFIX = "_dead_letters"
+DEFAULT_ROW_GROUP_ROWS = 1_048_576  # pyiceberg's default until measured otherwise
 MAX_COMMITS_PER_TOPIC = 10_000  # a safety net: each commit advances at least one partition
 
 
@@ -105,6 +106,7 @@ class TablesConfig:
     small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES
     min_small_files: int = DEFAULT_MIN_SMALL_FILES
     orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS  # a new table's Parquet row groups (table_properties)
     # The test hook (compactor.tables_pause): called with (stage, table) at each stage of
     # each commit: "after_parquet", "before_commit", "after_commit".
     hook: Callable[[str, str], None] | None = None
@@ -132,8 +134,26 @@ def table_name(topic: Topic) -> str:
     return table_name_for(topic.name, configs.config_value(topic.configs, configs.TABLE_NAME))
 
 
-def ensure_table(catalog: Any, name: str, spec: str, schema: pa.Schema = ARROW_SCHEMA) -> Any:
-    """Load `skiff.<name>`, or create it with `schema` and the partition spec."""
+def table_properties(row_group_rows: int) -> dict[str, str]:
+    """A new table's Parquet write settings (pyiceberg's `write.*` properties): zstd, and
+    row groups of at most `row_group_rows` rows, so that engines split a large data file
+    into parallel reads (pyiceberg's default, 1,048,576 rows, makes a commit's file one or
+    two splits; docs/benchmarks.md has the measurement)."""
+    return {
+        "write.parquet.compression-codec": "zstd",
+        "write.parquet.row-group-limit": str(row_group_rows),
+    }
+
+
+def ensure_table(
+    catalog: Any,
+    name: str,
+    spec: str,
+    schema: pa.Schema = ARROW_SCHEMA,
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+) -> Any:
+    """Load `skiff.<name>`, or create it with `schema`, the partition spec and the Parquet
+    write settings (`table_properties`; a table keeps the ones it was created with)."""
     from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
     from pyiceberg.transforms import parse_transform
 
@@ -142,7 +162,7 @@ def ensure_table(catalog: Any, name: str, spec: str, schema: pa.Schema = ARROW_S
         return catalog.load_table(ident)
     except NoSuchTableError:
         pass
-    tx = catalog.create_table_transaction(ident, schema=schema)
+    tx = catalog.create_table_transaction(ident, schema=schema, properties=table_properties(row_group_rows))
     fields = configs.parse_partition_spec(spec)
     if fields:
         with tx.update_spec() as update:
@@ -251,7 +271,9 @@ async def _materialize(
     # None: raw bytes (compactor.tables_values); a compacted topic's keys stay raw (the upsert's)
     typed = {"value": await value_schemas(md, topic.name)}
     typed["key"] = None if upsert else await key_schemas(md, topic.name)
-    table = await asyncio.to_thread(ensure_table, catalog, name, spec, _table_schema(typed))
+    table = await asyncio.to_thread(
+        ensure_table, catalog, name, spec, _table_schema(typed), config.row_group_rows
+    )
     interval_ms = configs.config_int(topic.configs, configs.TABLE_COMMIT_INTERVAL_MS)
     if config.paced and time.time() * 1000 - _last_commit_ms(table) < interval_ms:
         return 0
