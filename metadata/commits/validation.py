@@ -107,6 +107,9 @@ def check_commit(file: FileSpec, chunk_specs: Sequence[ChunkSpec]) -> None:
                 )
             if not -I64 <= b.max_timestamp < I64 or not -I64 <= b.producer_id < I64:
                 raise bad(f"{where}: batch timestamp or producer id out of range")
+            if b.min_timestamp is not None and not -I64 <= b.min_timestamp <= b.max_timestamp:
+                # a min above the max would let a time-bounded scan skip the batch's records
+                raise bad(f"{where}: batch min_timestamp {b.min_timestamp} above its max_timestamp")
             if not -I32 <= b.producer_epoch < I32 or not -I32 <= b.base_sequence < I32:
                 raise bad(f"{where}: batch producer epoch or sequence out of range")
             spans.append((b.byte_offset, b.byte_offset + b.byte_length))

@@ -60,6 +60,7 @@ class B:
     seq: int = 0
     size: int = 70  # a RecordBatch is at least 61 bytes
     ts: int = 1000
+    min_ts: int | None = None  # the batch's smallest record timestamp; None: unknown
 
 
 def layout(
@@ -78,6 +79,7 @@ def layout(
                     offset_count=b.n,
                     record_count=b.n,
                     max_timestamp=b.ts,
+                    min_timestamp=b.min_ts,
                     producer_id=b.pid,
                     producer_epoch=b.epoch if b.pid >= 0 else -1,
                     base_sequence=b.seq if b.pid >= 0 else -1,
@@ -329,6 +331,28 @@ async def test_commit_answer_carries_the_locations_find_chunks_returns(
     # a re-commit of the same object (its first answer lost) carries them again
     again = await md.commit_file(f, specs)
     assert [r.locations for r in again] == [r.locations for r in results]
+
+
+async def test_chunk_min_timestamp_is_the_smallest_of_its_batches_or_unknown(md: LocalMetadataClient) -> None:
+    """A chunk row's min_timestamp (Spark's upper time bound prunes with it) is its batches'
+    smallest; one batch without a min (an older agent) makes it unknown, never a guess."""
+    t = await md.create_topic("mins", 3, {})
+    f, specs = layout(
+        [
+            (t.topic_id, 0, [B(2, ts=50, min_ts=40), B(1, ts=30, min_ts=-20), B(3, ts=90, min_ts=60)]),
+            (t.topic_id, 1, [B(1, ts=50, min_ts=40), B(1, ts=60)]),
+            (t.topic_id, 2, [B(1, ts=50)]),
+        ]
+    )
+    results = await md.commit_file(f, specs)
+    assert [[c.min_timestamp for c in r.locations] for r in results] == [[-20], [None], [None]]
+    for part, r in enumerate(results):
+        (info,) = await md.find_chunks([FetchQuery(t.topic_id, part, 0, 10**6)])
+        assert info.chunks == r.locations  # the row holds it, on both databases
+    # a min above the batch's max would hide its records from a time-bounded scan: refused
+    f, specs = layout([(t.topic_id, 0, [B(1, ts=50, min_ts=51)])])
+    with pytest.raises(MetadataError, match="min_timestamp 51 above its max_timestamp"):
+        await md.commit_file(f, specs)
 
 
 async def test_recommit_of_same_object_answers_the_same(
