@@ -125,6 +125,8 @@ def check_output_chunk(file: FileSpec, o: OutputChunk) -> str | None:
         return f"output chunk bytes outside the file: {o}"
     if o.last_offset < o.base_offset or o.base_offset < 0 or o.record_count < 0 or o.batch_count < 0:
         return f"bad output chunk offsets/counts: {o}"
+    if o.min_timestamp is not None and o.min_timestamp > o.max_timestamp:
+        return f"output chunk min_timestamp {o.min_timestamp} above its max_timestamp {o.max_timestamp}"
     if o.batch_count < 1 or o.batch_count * MIN_BATCH_BYTES > o.byte_length:
         return (
             f"output chunk {o.topic_id}/{o.partition}: {o.batch_count} batch(es) cannot fit in "

@@ -9,6 +9,8 @@ test_metadata_concurrency.py.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 import uuid
 from collections.abc import Sequence
@@ -591,6 +593,7 @@ async def test_replace_chunks(md: LocalMetadataClient, metadata_service: Metadat
         batch_count=2,
         max_timestamp=20,
         present_offsets=bitmaps.from_absolute(0, present),
+        min_timestamp=3,
     )
     new = FileSpec("compacted/1", 200, 1, "compactor")
     await md.replace_chunks(inputs, new, [out])
@@ -618,6 +621,7 @@ async def test_replace_chunks(md: LocalMetadataClient, metadata_service: Metadat
         True,
     )
     assert c.present_offsets is not None and list(BitMap.deserialize(c.present_offsets)) == present
+    assert (c.min_timestamp, c.max_timestamp) == (3, 20)  # the compactor's lower bound, kept
     assert bitmaps.next_present_in_chunk(c, 2) == 3 and bitmaps.count_in_chunk(c, 0, 8) == 4
     assert r[1].chunks[0].chunk_id == c.chunk_id
     assert [x.base_offset for x in r[2].chunks] == [8]
@@ -639,6 +643,7 @@ async def test_replace_chunks(md: LocalMetadataClient, metadata_service: Metadat
     assert [x.base_offset for x in r4.chunks] == [8]
     (r2,) = await md.find_chunks([FetchQuery(tid, 0, 2, 1)])
     assert [x.base_offset for x in r2.chunks] == [0]
+    assert r2.chunks[0].min_timestamp is None  # an output without one: unknown
     lo = await md.list_offsets([OffsetQuery(tid, 0, MAX_TIMESTAMP), OffsetQuery(tid, 0, 15)])
     assert [(a.offset, a.timestamp) for a in lo] == [(9, 30), (1, 20)]
 
@@ -669,6 +674,7 @@ async def test_replace_chunks_refuses_bad_outputs(
         ([a.chunk_id], [out(0, 3, n=1, bm=bitmaps.serialize([4]))]),  # bitmap past last_offset
         ([a.chunk_id], [out(0, 3, n=1, bm=b"garbage")]),
         ([], [out(0, 3)]),
+        ([a.chunk_id], [dataclasses.replace(out(0, 3), min_timestamp=1)]),  # min above max (0)
     ]
     before = count_rows(metadata_service.engine)
     for ids, outs in bad:
