@@ -394,6 +394,52 @@ class Timestamps(NamedTuple):
     max_ms: int
 
 
+def _check_header(header: BatchHeader, where: str, position: int) -> None:
+    """Kafka's `validateBatch` and the producer's timestamp type (see module doc)."""
+    count = header.records_count
+    if count <= 0 or header.last_offset_delta != count - 1:
+        raise InvalidRecordError(
+            f"{where}: {count} records with lastOffsetDelta {header.last_offset_delta}; a producer"
+            " must send recordsCount > 0 and lastOffsetDelta = recordsCount - 1",
+            position,
+        )
+    if header.attributes & CONTROL_MASK:
+        raise InvalidRecordError(f"{where}: clients are not allowed to write control records", position)
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"{where}: invalid sequence number {header.base_sequence} with producerId {header.producer_id}",
+            position,
+        )
+    if header.attributes & TIMESTAMP_TYPE_MASK:
+        raise InvalidTimestampError(
+            f"{where}: invalid timestamp type; a producer should not set the timestamp type to LogAppendTime",
+            position,
+        )
+
+
+def _check_timestamp_range(
+    data: bytes, start: int, count: int, base: int, bounds: tuple[int, int], where: str, position: int
+) -> None:
+    """Every record timestamp (other than -1) within the inclusive `bounds`, or
+    `InvalidTimestampError` naming each one outside them."""
+    lo, hi = bounds
+    errors = tuple(
+        (
+            i,
+            f"Timestamp {base + delta} of message with offset {i} is out of range. The timestamp"
+            f" should be within [{lo}, {hi}]",
+        )
+        for i, delta in enumerate(_timestamp_deltas(data, start, count))
+        if base + delta != NO_TIMESTAMP and not lo <= base + delta <= hi
+    )
+    if errors:  # Kafka's message, with the first record's detail
+        raise InvalidTimestampError(
+            f"One or more records have been rejected due to invalid timestamp ({where}: {errors[0][1]})",
+            position,
+            errors,
+        )
+
+
 def validated_timestamps(
     buf: bytes,
     position: int,
@@ -415,24 +461,7 @@ def validated_timestamps(
     """
     count = header.records_count
     where = f"record batch at byte {position}"
-    if count <= 0 or header.last_offset_delta != count - 1:
-        raise InvalidRecordError(
-            f"{where}: {count} records with lastOffsetDelta {header.last_offset_delta}; a producer"
-            " must send recordsCount > 0 and lastOffsetDelta = recordsCount - 1",
-            position,
-        )
-    if header.attributes & CONTROL_MASK:
-        raise InvalidRecordError(f"{where}: clients are not allowed to write control records", position)
-    if header.producer_id >= 0 and header.base_sequence < 0:
-        raise InvalidRecordError(
-            f"{where}: invalid sequence number {header.base_sequence} with producerId {header.producer_id}",
-            position,
-        )
-    if header.attributes & TIMESTAMP_TYPE_MASK:
-        raise InvalidTimestampError(
-            f"{where}: invalid timestamp type; a producer should not set the timestamp type to LogAppendTime",
-            position,
-        )
+    _check_header(header, where, position)
     start = position + BATCH_HEADER_SIZE
     end = position + header.batch_length + 12
     cid = header.attributes & COMPRESSION_MASK
@@ -466,22 +495,9 @@ def validated_timestamps(
         timestamp_before_max_ms != UNBOUNDED_MS or timestamp_after_max_ms != UNBOUNDED_MS
     ):
         lo = now_ms - timestamp_before_max_ms
-        hi = now_ms + timestamp_after_max_ms
-        errors = tuple(
-            (
-                i,
-                f"Timestamp {base + delta} of message with offset {i} is out of range. The timestamp"
-                f" should be within [{lo}, {hi}]",
-            )
-            for i, delta in enumerate(_timestamp_deltas(data, start, count))
-            if base + delta != NO_TIMESTAMP and not lo <= base + delta <= hi
+        _check_timestamp_range(
+            data, start, count, base, (lo, now_ms + timestamp_after_max_ms), where, position
         )
-        if errors:  # Kafka's message, with the first record's detail
-            raise InvalidTimestampError(
-                f"One or more records have been rejected due to invalid timestamp ({where}: {errors[0][1]})",
-                position,
-                errors,
-            )
     if negative:  # a negative delta: compare them all as numbers
         deltas = list(_timestamp_deltas(data, start, count))
         return Timestamps(base + min(deltas), base + max(deltas))

@@ -10,7 +10,6 @@ test_metadata_concurrency.py.
 from __future__ import annotations
 
 import dataclasses
-
 import re
 import uuid
 from collections.abc import Sequence

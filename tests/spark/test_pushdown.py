@@ -21,8 +21,8 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
     Not,
 )
-from skiff.spark.options import parse_options
 from skiff.fileformat.chunk_reader import ChunkLocation
+from skiff.spark.options import parse_options
 from skiff.spark.pushdown import ScanBounds, bounds_of, chunk_may_match
 from skiff.spark.source import SkiffBatchReader, SkiffDataSource, SkiffInputPartition, SkiffPushdownReader
 

@@ -140,7 +140,11 @@ def test_malformed_and_edge_records_get_the_same_answer(payload, count):
 def test_a_timestamp_delta_past_64_bits_is_left_to_the_python_walk():
     data = rec(ts=b"\x80" * 9 + b"\x02")  # zigzag 2^64: Python's ints hold it, C's do not
     assert compiled_walk(data, 0, 1, False) is None
-    assert log_validator.walk_records(data, 0, 1, False) == log_validator._walk(data, 0, 1, False) == (2**64, False)
+    assert (
+        log_validator.walk_records(data, 0, 1, False)
+        == log_validator._walk(data, 0, 1, False)
+        == (2**64, False)
+    )
     assert_twins(data, 0, 1)
 
 
