@@ -170,7 +170,12 @@ speedups_walk(PyObject *self, PyObject *args)
     PyBuffer_Release(&buf);
     if (!ok)
         Py_RETURN_NONE;
-    return Py_BuildValue("(KO)", (unsigned long long)max_zz, (odd & 1) ? Py_True : Py_False);
+    PyObject *best = PyLong_FromUnsignedLongLong(max_zz);
+    if (best == NULL)
+        return NULL;
+    PyObject *out = PyTuple_Pack(2, best, (odd & 1) ? Py_True : Py_False); /* no format parsing */
+    Py_DECREF(best);
+    return out;
 }
 
 static PyMethodDef speedups_methods[] = {
