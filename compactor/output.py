@@ -232,6 +232,7 @@ class OutputFiles:
                 batches=(),
                 batch_count=p.batch_count,
                 record_count=p.record_count,
+                min_timestamp=-1 if p.min_bound is None else p.min_bound,  # the footer's -1: unknown
                 max_timestamp=p.max_timestamp,
                 base_offset=p.base_offset,
                 last_offset=p.last_offset,

@@ -234,3 +234,10 @@ def test_output_chunks_carry_the_smallest_input_min_timestamp_or_unknown(tmp_pat
         inputs = [i for i, b in enumerate(batches) if c.base_offset <= b.base_offset <= c.last_offset]
         assert c.min_timestamp == min(mins[i - i % 4] for i in inputs)
     assert [c.min_timestamp for c in chunks if c.partition == 1] == [None]
+    # the files' footers say the same (-1: unknown)
+    store = open_store(f"file://{tmp_path}/bucket", fsync=False)
+    footer_mins = [
+        e.min_timestamp for key in out.object_keys for e in read_footer_from_bytes(store.get(key))[1]
+    ]
+    store.close()
+    assert footer_mins == [-1 if c.min_timestamp is None else c.min_timestamp for c in chunks]
