@@ -471,6 +471,7 @@ class ProduceBuffer:
                             timestamp_type=b.timestamp_type,
                             is_transactional=b.is_transactional,
                             transactional_id=b.transactional_id,
+                            min_timestamp=b.min_timestamp,
                         )
                         for b, pos in zip(batches, placement.batch_positions, strict=True)
                     ),

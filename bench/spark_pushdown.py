@@ -1,17 +1,21 @@
-"""What a Spark query for the last hour of a day-long topic reads, with and without filter
-pushdown, counted as GETs and bytes by the S3 server (moto's request recorder).
+"""What a Spark query for the last or the first hour of a day-long topic reads, with and
+without filter pushdown, counted as GETs and bytes by the S3 server (moto's request recorder).
 
-Set-up (not timed): a moto S3 server, a `skiff metadata` process (SQLite), topic `day`
-with `--partitions` partitions holding 24 hours of data: one agent-style file per hour
-(one chunk per partition), records with synthetic CreateTime timestamps spread evenly
-over their hour, committed through metadata's HTTP client as agents commit. Then, in one
-local Spark session, the query
+Set-up (not timed): a moto S3 server, a `skiff metadata` process (SQLite), topics `day`
+and `day_nomin` with `--partitions` partitions holding 24 hours of data each: one
+agent-style file per hour (one chunk per partition), records with synthetic CreateTime
+timestamps spread evenly over their hour, committed through metadata's HTTP client as
+agents commit. `day`'s batches carry their min timestamp (as agents send it since
+migration 0014); `day_nomin`'s do not (chunk rows with NULL min_timestamp: what agents
+wrote before). Then, in one local Spark session, the queries
 
     spark.read.format("skiff")...load().where(timestamp >= <start of the last hour>).count()
+    spark.read.format("skiff")...load().where(timestamp < <end of the first hour>).count()
 
-runs with option pushFilters=false (every chunk read, Spark filters) and true (chunks whose
-max timestamp is before the hour are left out of the plan). For each: rows counted, GETs and
-bytes served (the Range headers of the GETs the server recorded), and the time.
+run with option pushFilters=false (every chunk read, Spark filters) and true (chunks whose
+max timestamp is before the lower bound, or whose min timestamp is after the upper bound,
+are left out of the plan), the first-hour one on both topics. For each: rows counted, GETs
+and bytes served (the Range headers of the GETs the server recorded), and the time.
 
     python bench/spark_pushdown.py --hours 24 --partitions 4 --records-per-hour 20000
 """
@@ -44,8 +48,8 @@ HOUR_MS = 3_600_000
 BATCH_RECORDS = 500
 
 
-def hour_batches(hour: int, partition: int, records: int) -> list[tuple[bytes, int, int]]:
-    """(batch bytes, record count, max timestamp) of one partition's hour."""
+def hour_batches(hour: int, partition: int, records: int) -> list[tuple[bytes, int, int, int]]:
+    """(batch bytes, record count, min timestamp, max timestamp) of one partition's hour."""
     step_ms = HOUR_MS // max(records, 1)
     out = []
     for first in range(0, records, BATCH_RECORDS):
@@ -54,20 +58,23 @@ def hour_batches(hour: int, partition: int, records: int) -> list[tuple[bytes, i
         rows = [
             (i, ts, f"k{partition}-{first + i:08d}".encode(), b"v" * 100, []) for i, ts in enumerate(stamps)
         ]
-        out.append((build_batch(rows), n, stamps[-1]))
+        out.append((build_batch(rows), n, stamps[0], stamps[-1]))
     return out
 
 
-async def load(metadata_url: str, bucket: str, hours: int, partitions: int, per_hour: int) -> int:
-    """Commit `hours` files to topic `day`; returns the bytes stored."""
+async def load(
+    metadata_url: str, bucket: str, hours: int, partitions: int, per_hour: int, *, name: str, mins: bool
+) -> int:
+    """Commit `hours` files to topic `name` (batches with their min timestamps when `mins`);
+    returns the bytes stored."""
     client = HttpMetadataClient(metadata_url)
     store = open_store(bucket)
-    topic = await client.create_topic("day", partitions, {})
+    topic = await client.create_topic(name, partitions, {})
     stored = 0
     for hour in range(hours):
         per_partition = {p: hour_batches(hour, p, per_hour // partitions) for p in range(partitions)}
         chunks = [
-            ChunkInput(topic.topic_id, p, [b for b, _, _ in bs], len(bs), sum(n for _, n, _ in bs))
+            ChunkInput(topic.topic_id, p, [b[0] for b in bs], len(bs), sum(b[1] for b in bs))
             for p, bs in per_partition.items()
         ]
         data, placements = build_segment(chunks)
@@ -82,8 +89,8 @@ async def load(metadata_url: str, bucket: str, hours: int, partitions: int, per_
                     pl.topic_id,
                     pl.partition,
                     tuple(
-                        BatchSpec(pos, len(b), n, n, max_ts)
-                        for pos, (b, n, max_ts) in zip(pl.batch_positions, bs, strict=True)
+                        BatchSpec(pos, len(b), n, n, max_ts, min_timestamp=min_ts if mins else None)
+                        for pos, (b, n, min_ts, max_ts) in zip(pl.batch_positions, bs, strict=True)
                     ),
                 )
             )
@@ -119,8 +126,13 @@ def main() -> None:
     try:
         with start_metadata(work) as url:
             bucket = f"s3://{bucket_name}"
-            stored = asyncio.run(load(url, bucket, args.hours, args.partitions, args.records_per_hour))
-            print(f"loaded {args.hours} hours, {stored / 2**20:.1f} MiB in {args.hours} files")
+            for name, mins in (("day", True), ("day_nomin", False)):
+                stored = asyncio.run(
+                    load(
+                        url, bucket, args.hours, args.partitions, args.records_per_hour, name=name, mins=mins
+                    )
+                )
+                print(f"loaded {name}: {args.hours} hours, {stored / 2**20:.1f} MiB in {args.hours} files")
             run_queries(s3, url, bucket, args)
     finally:
         s3.process.stop()
@@ -135,29 +147,40 @@ def run_queries(s3, url: str, bucket: str, args: argparse.Namespace) -> None:  #
         {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
     )
     spark.sparkContext.setLogLevel("ERROR")
-    last_hour_ms = T0 + (args.hours - 1) * HOUR_MS
-    condition = f"timestamp >= timestamp_millis({last_hour_ms})"
-    print("| pushFilters | rows | GETs | MiB read | s |")
-    print("|---|---|---|---|---|")
+    last_hour = f"timestamp >= timestamp_millis({T0 + (args.hours - 1) * HOUR_MS})"
+    first_hour = f"timestamp < timestamp_millis({T0 + HOUR_MS})"
+    print("| query | topic | pushFilters | rows | GETs | MiB read | s |")
+    print("|---|---|---|---|---|---|---|")
     results = {}
-    for push in ("false", "true"):
-        df = (
-            spark.read.format("skiff")
-            .option("metadata.url", url)
-            .option("bucket", bucket)
-            .option("subscribe", "day")
-            .option("pushFilters", push)
-            .load()
-            .where(condition)
-        )
-        s3.start_recording()
-        t = time.perf_counter()
-        rows = df.count()
-        elapsed = time.perf_counter() - t
-        gets, read = served(s3.stop_recording())
-        results[push] = read
-        print(f"| {push} | {rows} | {gets} | {read / 2**20:.2f} | {elapsed:.1f} |")
-    print(f"bytes read with pushdown / without: 1/{results['false'] / max(results['true'], 1):.1f}")
+    for query, topic, condition in (
+        ("last hour", "day", last_hour),
+        ("first hour", "day_nomin", first_hour),
+        ("first hour", "day", first_hour),
+    ):
+        for push in ("false", "true"):
+            df = (
+                spark.read.format("skiff")
+                .option("metadata.url", url)
+                .option("bucket", bucket)
+                .option("subscribe", topic)
+                .option("pushFilters", push)
+                .load()
+                .where(condition)
+            )
+            s3.start_recording()
+            t = time.perf_counter()
+            rows = df.count()
+            elapsed = time.perf_counter() - t
+            gets, read = served(s3.stop_recording())
+            results[(query, topic, push)] = read
+            print(f"| {query} | {topic} | {push} | {rows} | {gets} | {read / 2**20:.2f} | {elapsed:.1f} |")
+    for query, topic, _ in (
+        ("last hour", "day", ""),
+        ("first hour", "day_nomin", ""),
+        ("first hour", "day", ""),
+    ):
+        ratio = results[(query, topic, "false")] / max(results[(query, topic, "true")], 1)
+        print(f"{query} on {topic}: bytes read with pushdown / without: 1/{ratio:.1f}")
     spark.stop()
 
 

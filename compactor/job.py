@@ -249,7 +249,7 @@ def _clean_partition(
     out.begin_partition(work.topic_id, work.partition)
     for ic, data in _PartitionReader(inputs, cursors_b, part):
         for batch in cleaner.clean_chunk(ic.location, data):
-            out.add(batch)
+            out.add(batch, ic.location.min_timestamp)
         out.end_input(ic.location.chunk_id)
     checkpoint = Checkpoint(work.topic_id, work.partition, cleaner.checkpoint)
     out.end_partition(checkpoint)
@@ -286,7 +286,8 @@ def _copy_partition(
                     batch_present(present, loc.base_offset, cb.base_offset, cb.last_offset),
                     h.records_count,
                     h.max_timestamp,
-                )
+                ),
+                loc.min_timestamp,
             )
         out.end_input(loc.chunk_id)
     out.end_partition(None)

@@ -66,7 +66,16 @@ class _Pending:
     last_offset: int = -1
     record_count: int = 0
     max_timestamp: int = -1
+    # a lower bound of its records' timestamps: the smallest min_timestamp of the input chunks
+    # its batches came from (a compactor only drops records, so that still bounds them);
+    # unknown as soon as one input's is (NULL in metadata: never pruned by Spark)
+    min_timestamp: int | None = None
+    min_unknown: bool = False
     bytes: int = 0
+
+    @property
+    def min_bound(self) -> int | None:
+        return None if self.min_unknown else self.min_timestamp
 
 
 class _Spool:
@@ -150,7 +159,9 @@ class OutputFiles:
     def begin_partition(self, topic_id: uuid.UUID, partition: int) -> None:
         self._pending = _Pending(topic_id, partition)
 
-    def add(self, batch: OutBatch) -> None:
+    def add(self, batch: OutBatch, min_timestamp: int | None = None) -> None:
+        """Spool `batch`; `min_timestamp`: its input chunk's (a lower bound of its records'
+        timestamps), None when unknown."""
         self._roll_if_due()
         p = self._pending
         assert p is not None
@@ -162,6 +173,10 @@ class OutputFiles:
         p.batch_count += 1
         p.record_count += batch.record_count
         p.max_timestamp = max(p.max_timestamp, batch.max_timestamp)
+        if min_timestamp is None:
+            p.min_unknown = True
+        elif p.min_timestamp is None or min_timestamp < p.min_timestamp:
+            p.min_timestamp = min_timestamp
         p.bytes += len(batch.data)
 
     def end_input(self, chunk_id: int) -> None:
@@ -217,6 +232,7 @@ class OutputFiles:
                 batches=(),
                 batch_count=p.batch_count,
                 record_count=p.record_count,
+                min_timestamp=-1 if p.min_bound is None else p.min_bound,  # the footer's -1: unknown
                 max_timestamp=p.max_timestamp,
                 base_offset=p.base_offset,
                 last_offset=p.last_offset,
@@ -246,6 +262,7 @@ class OutputFiles:
                 batch_count=batch_count,
                 max_timestamp=p.max_timestamp,
                 present_offsets=_serialize(p.present),
+                min_timestamp=p.min_bound,
             )
             for (p, batch_count), (position, length) in zip(self._outputs, self._placements, strict=True)
         ]

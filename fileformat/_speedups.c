@@ -1,10 +1,12 @@
 /* skiff.fileformat._speedups: the produce path's per-record walk, compiled.
  *
- * walk(data, pos, count, keys_required) -> int | None
+ * walk(data, pos, count, keys_required) -> (int, bool) | None
  *
  * The twin of skiff.fileformat.log_validator._walk (the reference: read it first). It walks
  * `count` Kafka v2 records from byte `pos` to the end of `data` (any buffer) and returns the
- * largest zigzag-encoded timestamp delta when every record is well formed, in exactly the
+ * largest zigzag-encoded timestamp delta and whether any delta is negative (the produce path's
+ * min timestamp: the batch's base timestamp unless a delta is negative) when every record is
+ * well formed, in exactly the
  * cases where `_walk` returns, with the same value. In every other case (a bad length,
  * offset delta or field, a keyless record when `keys_required`, a varint too long, a record
  * running past the end, bytes left over, or a timestamp delta past 64 bits) it returns None
@@ -86,12 +88,13 @@ skip_headers(const uint8_t *d, Py_ssize_t end, Py_ssize_t pos, uint64_t zz_count
     return pos;
 }
 
-/* The walk itself: 1 and *max_zz on success, 0 on anything `_walk` would refuse. */
+/* The walk itself: 1, *max_zz and *odd (the OR of every zigzag delta: bit 0 set iff a delta is
+   negative) on success, 0 on anything `_walk` would refuse. */
 static int
 walk_records(const uint8_t *d, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t count, int keys_required,
-             uint64_t *max_zz)
+             uint64_t *max_zz, uint64_t *odd)
 {
-    uint64_t v, best = 0, expected = 0;
+    uint64_t v, best = 0, ors = 0, expected = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         if (!read_uvarint(d, end, &pos, 5, &v) || (v & 1))
             return 0;
@@ -103,6 +106,7 @@ walk_records(const uint8_t *d, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t count,
             return 0;
         if (v > best)
             best = v;
+        ors |= v;
         if (!read_uvarint(d, end, &pos, 5, &v) || v != expected)
             return 0;
         expected += 2;
@@ -138,6 +142,7 @@ walk_records(const uint8_t *d, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t count,
     if (pos != end)
         return 0;
     *max_zz = best;
+    *odd = ors;
     return 1;
 }
 
@@ -147,7 +152,7 @@ speedups_walk(PyObject *self, PyObject *args)
     Py_buffer buf;
     Py_ssize_t pos, count;
     int keys_required, ok;
-    uint64_t max_zz = 0;
+    uint64_t max_zz = 0, odd = 0;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*nnp:walk", &buf, &pos, &count, &keys_required))
         return NULL;
@@ -157,21 +162,26 @@ speedups_walk(PyObject *self, PyObject *args)
     }
     if (buf.len - pos >= RELEASE_GIL_BYTES && PyBytes_Check(buf.obj)) {
         Py_BEGIN_ALLOW_THREADS
-        ok = walk_records((const uint8_t *)buf.buf, buf.len, pos, count, keys_required, &max_zz);
+        ok = walk_records((const uint8_t *)buf.buf, buf.len, pos, count, keys_required, &max_zz, &odd);
         Py_END_ALLOW_THREADS
     } else {
-        ok = walk_records((const uint8_t *)buf.buf, buf.len, pos, count, keys_required, &max_zz);
+        ok = walk_records((const uint8_t *)buf.buf, buf.len, pos, count, keys_required, &max_zz, &odd);
     }
     PyBuffer_Release(&buf);
     if (!ok)
         Py_RETURN_NONE;
-    return PyLong_FromUnsignedLongLong(max_zz);
+    PyObject *best = PyLong_FromUnsignedLongLong(max_zz);
+    if (best == NULL)
+        return NULL;
+    PyObject *out = PyTuple_Pack(2, best, (odd & 1) ? Py_True : Py_False); /* no format parsing */
+    Py_DECREF(best);
+    return out;
 }
 
 static PyMethodDef speedups_methods[] = {
     {"walk", speedups_walk, METH_VARARGS,
-     "walk(data, pos, count, keys_required) -> int | None: the largest zigzag timestamp delta of "
-     "`count` well-formed records from `pos` to the end of `data`, or None (ask log_validator._walk)."},
+     "walk(data, pos, count, keys_required) -> (int, bool) | None: the largest zigzag timestamp "
+     "delta and whether any delta is negative, of `count` well-formed records from `pos` to the end of `data`, or None (ask log_validator._walk)."},
     {NULL, NULL, 0, NULL},
 };
 

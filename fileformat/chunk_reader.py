@@ -74,6 +74,9 @@ class ChunkLocation:
     # Serialized pyroaring BitMap of (offset - base_offset) still present, compacted
     # chunks only; None means every offset in [base_offset, last_offset] is present.
     present_offsets: bytes | None = None
+    # ms: no record of the chunk is older (a lower bound); None for chunks written before
+    # metadata kept it (unknown: a time-bounded scan must read them).
+    min_timestamp: int | None = None
 
     @property
     def range_key(self) -> RangeKey:

@@ -35,7 +35,12 @@ Kafka's ("One or more records have been rejected due to ..."). Faults of the bat
 (its header's counts, bytes left after the records, compression) name no record.
 
 It returns the batch's largest record timestamp, which Kafka writes into the header's
-maxTimestamp (the agent does the same when a producer's header disagrees).
+maxTimestamp (the agent does the same when a producer's header disagrees), and
+`validated_timestamps` also the smallest, which metadata keeps per chunk so that a query with
+an upper time bound skips chunks (spark/pushdown.py). Kafka's header has no minimum and its
+baseTimestamp is the first record's, not the smallest (deltas may be negative), so the walk
+reports whether any delta is negative: the base is the minimum when none is, and a second
+pass finds it when one is (producers that reorder timestamps within a batch; rare).
 
 Speed: this is the produce hot path. `walk_records` runs the compiled twin of the walk
 (`skiff.fileformat._speedups`, fileformat/_speedups.c, built by the normal install) when it is
@@ -73,8 +78,10 @@ __all__ = [
     "InvalidRecordError",
     "InvalidTimestampError",
     "RecordErrors",
+    "Timestamps",
     "timestamp_bounds_ms",
     "validate_produced_batch",
+    "validated_timestamps",
     "walk_records",
 ]
 
@@ -162,8 +169,10 @@ def _skip_headers(data: bytes, pos: int, zz_count: int) -> int:
     return pos
 
 
-def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
-    """Walk `count` records from `pos` to the end of `data`: the largest zigzag timestamp delta.
+def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> tuple[int, bool]:
+    """Walk `count` records from `pos` to the end of `data`: the largest zigzag timestamp delta,
+    and whether any delta is negative (odd in zigzag form: then the batch's base timestamp is
+    not a lower bound of its records' and `_timestamp_deltas` finds the smallest).
 
     Raises `_BadRecord` (the first bad record's index and what is wrong with it; reason
     `_NO_KEY` for a keyless record when `keys_required`), or ValueError when the records and
@@ -177,6 +186,7 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
     (a negative delta encoded larger than every other) needs `_timestamp_deltas`.
     """
     max_zz = -1
+    odd = 0  # the OR of every zigzag delta: bit 0 set iff some delta is negative
     uvarint = _uvarint
     expected = 0  # zigzag of record i's offset delta i
     first = pos
@@ -210,6 +220,7 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
                     v, pos = uvarint(data, pos + 1, 10)
             if v > max_zz:
                 max_zz = v
+            odd |= v
             # offsetDelta (varint): must be i, i.e. zigzag 2i
             v = data[pos]
             if v < 0x80:
@@ -277,10 +288,10 @@ def _walk(data: bytes, pos: int, count: int, keys_required: bool) -> int:
         raise _BadRecord(i, f"record {i} has a {exc}") from None
     if pos != len(data):
         raise ValueError(f"{len(data) - pos} bytes left after the {count} records the header declares")
-    return max_zz
+    return max_zz, bool(odd & 1)
 
 
-def _load_compiled_walk() -> Callable[[bytes, int, int, bool], int | None] | None:
+def _load_compiled_walk() -> Callable[[bytes, int, int, bool], tuple[int, bool] | None] | None:
     """The compiled twin of `_walk` (fileformat/_speedups.c, built by the normal install), or
     None when the install had no C compiler: then the pure-Python walk runs alone."""
     try:
@@ -293,14 +304,14 @@ def _load_compiled_walk() -> Callable[[bytes, int, int, bool], int | None] | Non
 _compiled_walk = _load_compiled_walk()
 
 
-def walk_records(data: bytes, pos: int, count: int, keys_required: bool) -> int:
+def walk_records(data: bytes, pos: int, count: int, keys_required: bool) -> tuple[int, bool]:
     """`_walk`, by its compiled twin when it is installed: that one answers only for batches
     `_walk` accepts (with the same result) and None for any other, which `_walk` then walks
     again to raise its exact error. So every rule and message stays here, in Python."""
     if _compiled_walk is not None:
-        max_zz: int | None = _compiled_walk(data, pos, count, keys_required)
-        if max_zz is not None:
-            return max_zz
+        walked: tuple[int, bool] | None = _compiled_walk(data, pos, count, keys_required)
+        if walked is not None:
+            return walked
     return _walk(data, pos, count, keys_required)
 
 
@@ -362,14 +373,28 @@ def validate_produced_batch(
     timestamp_after_max_ms: int = UNBOUNDED_MS,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> int:
-    """Check a produced batch whose magic, lengths and CRC were already checked (see module doc).
+    """`validated_timestamps`' largest record timestamp (what the header's maxTimestamp must be)."""
+    return validated_timestamps(
+        buf,
+        position,
+        header,
+        now_ms=now_ms,
+        compacted=compacted,
+        log_append_time=log_append_time,
+        timestamp_before_max_ms=timestamp_before_max_ms,
+        timestamp_after_max_ms=timestamp_after_max_ms,
+        max_decompressed_bytes=max_decompressed_bytes,
+    )[1]
 
-    Returns the largest record timestamp (baseTimestamp + the largest delta). Raises
-    `InvalidRecordError`, `CorruptRecordsError` or `InvalidTimestampError`, each naming the
-    batch's byte `position`.
-    """
+
+# A batch's (smallest, largest) record timestamp, in ms: a plain tuple, as a NamedTuple costs
+# a visible share of a one-record batch's validation (bench/produce_validation.py).
+Timestamps = tuple[int, int]
+
+
+def _check_header(header: BatchHeader, where: str, position: int) -> None:
+    """Kafka's `validateBatch` and the producer's timestamp type (see module doc)."""
     count = header.records_count
-    where = f"record batch at byte {position}"
     if count <= 0 or header.last_offset_delta != count - 1:
         raise InvalidRecordError(
             f"{where}: {count} records with lastOffsetDelta {header.last_offset_delta}; a producer"
@@ -388,6 +413,53 @@ def validate_produced_batch(
             f"{where}: invalid timestamp type; a producer should not set the timestamp type to LogAppendTime",
             position,
         )
+
+
+def _check_timestamp_range(
+    data: bytes, start: int, count: int, base: int, bounds: tuple[int, int], where: str, position: int
+) -> None:
+    """Every record timestamp (other than -1) within the inclusive `bounds`, or
+    `InvalidTimestampError` naming each one outside them."""
+    lo, hi = bounds
+    errors = tuple(
+        (
+            i,
+            f"Timestamp {base + delta} of message with offset {i} is out of range. The timestamp"
+            f" should be within [{lo}, {hi}]",
+        )
+        for i, delta in enumerate(_timestamp_deltas(data, start, count))
+        if base + delta != NO_TIMESTAMP and not lo <= base + delta <= hi
+    )
+    if errors:  # Kafka's message, with the first record's detail
+        raise InvalidTimestampError(
+            f"One or more records have been rejected due to invalid timestamp ({where}: {errors[0][1]})",
+            position,
+            errors,
+        )
+
+
+def validated_timestamps(
+    buf: bytes,
+    position: int,
+    header: BatchHeader,
+    *,
+    now_ms: int,
+    compacted: bool = False,
+    log_append_time: bool = False,
+    timestamp_before_max_ms: int = UNBOUNDED_MS,
+    timestamp_after_max_ms: int = UNBOUNDED_MS,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> Timestamps:
+    """Check a produced batch whose magic, lengths and CRC were already checked (see module doc).
+
+    Returns the smallest and largest record timestamps (baseTimestamp + the smallest and the
+    largest delta; the smallest is the base itself unless a delta is negative, which the walk
+    reports, so the exact minimum costs a second pass only then). Raises `InvalidRecordError`,
+    `CorruptRecordsError` or `InvalidTimestampError`, each naming the batch's byte `position`.
+    """
+    count = header.records_count
+    where = f"record batch at byte {position}"
+    _check_header(header, where, position)
     start = position + BATCH_HEADER_SIZE
     end = position + header.batch_length + 12
     cid = header.attributes & COMPRESSION_MASK
@@ -409,7 +481,7 @@ def validate_produced_batch(
             f"{where} declares {count} records in {end - start} bytes of records", position
         )
     try:
-        max_zz = walk_records(data, start, count, compacted)
+        max_zz, negative = walk_records(data, start, count, compacted)
     except _BadRecord as bad:
         if bad.reason != _NO_KEY:
             raise InvalidRecordError(f"{where}: {bad.reason}", position, ((bad.index, bad.reason),)) from None
@@ -421,22 +493,10 @@ def validate_produced_batch(
         timestamp_before_max_ms != UNBOUNDED_MS or timestamp_after_max_ms != UNBOUNDED_MS
     ):
         lo = now_ms - timestamp_before_max_ms
-        hi = now_ms + timestamp_after_max_ms
-        errors = tuple(
-            (
-                i,
-                f"Timestamp {base + delta} of message with offset {i} is out of range. The timestamp"
-                f" should be within [{lo}, {hi}]",
-            )
-            for i, delta in enumerate(_timestamp_deltas(data, start, count))
-            if base + delta != NO_TIMESTAMP and not lo <= base + delta <= hi
+        _check_timestamp_range(
+            data, start, count, base, (lo, now_ms + timestamp_after_max_ms), where, position
         )
-        if errors:  # Kafka's message, with the first record's detail
-            raise InvalidTimestampError(
-                f"One or more records have been rejected due to invalid timestamp ({where}: {errors[0][1]})",
-                position,
-                errors,
-            )
-    if max_zz & 1:  # a negative delta: compare them all as numbers
-        return base + max(_timestamp_deltas(data, start, count))
-    return base + (max_zz >> 1)
+    if negative:  # a negative delta: compare them all as numbers
+        deltas = list(_timestamp_deltas(data, start, count))
+        return base + min(deltas), base + max(deltas)
+    return base, base + (max_zz >> 1)

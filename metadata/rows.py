@@ -70,6 +70,7 @@ LOC_COLS = (
     chunks.c.max_timestamp,
     chunks.c.offsets_absolute,
     chunks.c.present_offsets,
+    chunks.c.min_timestamp,
 )
 
 
@@ -85,6 +86,7 @@ def location_of(r: Any) -> ChunkLocation:
         max_timestamp=r.max_timestamp,
         offsets_absolute=bool(r.offsets_absolute),
         present_offsets=bytes(r.present_offsets) if r.present_offsets is not None else None,
+        min_timestamp=r.min_timestamp,
     )
 
 

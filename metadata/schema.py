@@ -103,6 +103,9 @@ chunks = Table(
     Column("offsets_absolute", Boolean, nullable=False),
     # Serialized pyroaring BitMap of (offset - base_offset) present; NULL: all present.
     Column("present_offsets", LargeBinary, nullable=True),
+    # ms, a lower bound of the chunk's record timestamps (Spark prunes upper time bounds with
+    # it); NULL: unknown (rows from before migration 0014), never pruned.
+    Column("min_timestamp", BigInteger, nullable=True),
     CheckConstraint("last_offset >= base_offset", name="offsets"),
     # find_chunks: the first chunk with last_offset >= x, then onwards, LIMIT-ed. Chunks of
     # a partition never overlap, so last_offset is unique within a partition.

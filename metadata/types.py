@@ -96,6 +96,9 @@ class BatchSpec:
     # the batch only if that id's transaction is ongoing, with this producer id and epoch,
     # and holds the partition (metadata.transactions.state.check_produce); None on every other batch.
     transactional_id: KafkaId | None = None
+    # ms: the smallest record timestamp (a lower bound is enough), None when unknown (older
+    # agents): the chunk row's min_timestamp, which lets Spark skip chunks after a time bound.
+    min_timestamp: Int64 | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,7 @@ class OutputChunk:
     batch_count: NonNegInt32
     max_timestamp: Int64
     present_offsets: bytes | None = None  # serialized pyroaring BitMap, relative to base_offset
+    min_timestamp: Int64 | None = None  # ms, a lower bound of its records'; None: unknown
 
 
 @dataclass(frozen=True)

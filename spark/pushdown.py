@@ -7,11 +7,13 @@ when `spark.sql.python.filterPushdown.enabled` is true) as the AND of `EqualTo`,
 
 - `partition`: the set of partitions a row can be in (EqualTo, In, comparisons);
 - `offset`: an inclusive offset interval, which clamps each partition's offset range;
-- `timestamp`: an inclusive lower bound in microseconds (Spark's precision). Chunk
-  metadata carries each chunk's *max* timestamp only (no min), so a chunk whose max
-  timestamp is below the bound holds no matching row and is left out of the plan; an
-  upper bound on `timestamp` cannot prune (a chunk's first record may be older than its
-  neighbours': Kafka timestamps are not monotonic) and is not used.
+- `timestamp`: an inclusive interval in microseconds (Spark's precision). Chunk metadata
+  carries each chunk's max timestamp and a lower bound of its timestamps (`min_timestamp`,
+  the smallest record timestamp the produce path's validator walked; Kafka timestamps are
+  not monotonic, so it is not the first record's). A chunk whose max is below the lower
+  bound, or whose min is above the upper bound, holds no matching row and is left out of
+  the plan. A chunk with no min (NULL: written before metadata kept it, or by the
+  compactor) is never left out by an upper bound.
 
 Pruning is per chunk, not per row: a kept chunk still yields rows outside the bounds.
 So every filter is handed back to Spark as one it still has to evaluate, and the
@@ -44,6 +46,7 @@ class ScanBounds:
     offset_min: int | None = None
     offset_max: int | None = None
     timestamp_min_us: int | None = None
+    timestamp_max_us: int | None = None
 
     @property
     def pruning(self) -> bool:
@@ -97,8 +100,12 @@ def bounds_of(filters: Iterable[Any]) -> ScanBounds:
             continue  # Not(...), nested fields: no pruning
         name, kind, value = column[0], type(f).__name__, getattr(f, "value", None)
         if name == "timestamp":
-            lo, _, _ = _interval(kind, value, _micros)
-            bounds = replace(bounds, timestamp_min_us=_tighter(bounds.timestamp_min_us, lo, max))
+            lo, hi, _ = _interval(kind, value, _micros)
+            bounds = replace(
+                bounds,
+                timestamp_min_us=_tighter(bounds.timestamp_min_us, lo, max),
+                timestamp_max_us=_tighter(bounds.timestamp_max_us, hi, min),
+            )
         elif name == "offset":
             lo, hi, _ = _interval(kind, value, _integer)
             bounds = replace(
@@ -144,7 +151,9 @@ def clamp_range(r: OffsetRange, bounds: ScanBounds) -> OffsetRange | None:
 
 
 def chunk_may_match(chunk: ChunkLocation, bounds: ScanBounds) -> bool:
-    """False when no record of `chunk` can be at or after the timestamp bound."""
-    if bounds.timestamp_min_us is None:
-        return True
-    return chunk.max_timestamp * 1000 >= bounds.timestamp_min_us
+    """False when no record of `chunk` can be within the timestamp bounds (ms -> us: a record
+    at t ms reads as t * 1000 us)."""
+    if bounds.timestamp_min_us is not None and chunk.max_timestamp * 1000 < bounds.timestamp_min_us:
+        return False
+    hi = bounds.timestamp_max_us
+    return hi is None or chunk.min_timestamp is None or chunk.min_timestamp * 1000 <= hi

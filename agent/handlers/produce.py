@@ -101,7 +101,7 @@ from skiff.fileformat.log_validator import (
     InvalidTimestampError,
     RecordErrors,
     timestamp_bounds_ms,
-    validate_produced_batch,
+    validated_timestamps,
 )
 from skiff.metadata.configs import config_int, config_value, is_compacted
 from skiff.metadata.types import BatchResult, Topic
@@ -156,7 +156,7 @@ def validate_batches(
     except RecordBatchError as exc:
         raise BatchRejected(ErrorCode.corrupt_message, str(exc)) from None
     try:
-        max_ts = validate_produced_batch(
+        min_ts, max_ts = validated_timestamps(
             records,
             pos,
             header,
@@ -176,7 +176,7 @@ def validate_batches(
     data = records
     if log_append_time_ms is not None:
         data = with_max_timestamp(records, pos, log_append_time_ms, log_append_time=True, header=header)
-        max_ts = log_append_time_ms
+        min_ts = max_ts = log_append_time_ms
         ts_type = 1
     elif max_ts != header.max_timestamp:
         data = with_max_timestamp(records, pos, max_ts, header=header)
@@ -186,7 +186,7 @@ def validate_batches(
             data=data if (pos == 0 and size == len(data)) else bytes(data[pos : pos + size]),
             offset_count=header.last_offset_delta + 1,
             record_count=header.records_count,
-            min_timestamp=header.base_timestamp if log_append_time_ms is None else log_append_time_ms,
+            min_timestamp=min_ts,
             max_timestamp=max_ts,
             producer_id=header.producer_id,
             producer_epoch=header.producer_epoch,

@@ -123,6 +123,7 @@ def marker_file(record: TxnRecord, *, timestamp_ms: int) -> tuple[bytes, list[Ch
                     offset_count=1,
                     record_count=1,
                     max_timestamp=timestamp_ms,
+                    min_timestamp=timestamp_ms,
                     producer_id=record.producer_id,
                     producer_epoch=record.producer_epoch,
                     base_sequence=-1,

@@ -69,6 +69,7 @@ class Run:
     batch_count: int
     max_timestamp: int
     spec_index: int = 0  # which chunk spec of the file (and so which ChunkResult) it belongs to
+    min_timestamp: int | None = None  # None once any of its batches' is unknown
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,9 @@ def plan_commit(
                 changed[pkey] = None
             batch_results.append(BatchResult(NONE, base, append_time, log_start))
             max_ts = now if prow.log_append_time else b.max_timestamp
+            # not `now` on LogAppendTime topics: readers see the time the agent wrote into the
+            # batch (its header's max, which the agent also sends as the min), a little earlier
+            min_ts = b.min_timestamp
             if run is not None and run_end == b.byte_offset:
                 run.byte_length += b.byte_length
                 run.last_offset = last
@@ -244,6 +248,7 @@ def plan_commit(
                 run.batch_count += 1
                 if max_ts > run.max_timestamp:
                     run.max_timestamp = max_ts
+                run.min_timestamp = _lower(run.min_timestamp, min_ts)
             else:
                 run = Run(
                     key[0],
@@ -256,6 +261,7 @@ def plan_commit(
                     1,
                     max_ts,
                     spec_index,
+                    min_ts,
                 )
                 runs.append(run)
             run_end = b.byte_offset + b.byte_length
@@ -265,6 +271,11 @@ def plan_commit(
     for k, n in hwms.items():
         assert n > locked[k].high_watermark, "the high watermark only grows"
     return CommitPlan(results, runs, hwms, list(changed), txn_events)
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    """The smaller of two lower bounds of a run's timestamps; None (unknown) if either is."""
+    return None if a is None or b is None else min(a, b)
 
 
 def with_locations(plan: CommitPlan, object_key: str, chunk_ids: Sequence[int]) -> list[ChunkResult]:
@@ -284,6 +295,7 @@ def with_locations(plan: CommitPlan, object_key: str, chunk_ids: Sequence[int]) 
                 last_offset=run.last_offset,
                 record_count=run.record_count,
                 max_timestamp=run.max_timestamp,
+                min_timestamp=run.min_timestamp,
             )
         )
     return [

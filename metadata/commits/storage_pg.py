@@ -70,12 +70,12 @@ _PG_WRITE_COMMIT = text(
     "deleting_since_ms) SELECT key, size, level, state, writer, :now, :now, "
     "CASE WHEN state = 'deleting' THEN CAST(:now AS bigint) END FROM fk RETURNING id, object_key), "
     "c AS (INSERT INTO chunks (file_id, topic_id, partition, byte_position, byte_length, base_offset, last_offset, "
-    "record_count, batch_count, max_timestamp, offsets_absolute, present_offsets) "
-    "SELECT f.id, k.t, k.p, k.pos, k.len, k.base, k.last, k.records, k.batches, k.maxts, false, NULL "
+    "record_count, batch_count, max_timestamp, min_timestamp, offsets_absolute, present_offsets) "
+    "SELECT f.id, k.t, k.p, k.pos, k.len, k.base, k.last, k.records, k.batches, k.maxts, k.mints, false, NULL "
     "FROM unnest(CAST(:c_file AS int[]), CAST(:c_tids AS uuid[]), CAST(:c_parts AS int[]), "
     "CAST(:c_pos AS bigint[]), CAST(:c_len AS bigint[]), CAST(:c_base AS bigint[]), CAST(:c_last AS bigint[]), "
-    "CAST(:c_records AS bigint[]), CAST(:c_batches AS int[]), CAST(:c_maxts AS bigint[])) "
-    "AS k(fi, t, p, pos, len, base, last, records, batches, maxts) "
+    "CAST(:c_records AS bigint[]), CAST(:c_batches AS int[]), CAST(:c_maxts AS bigint[]), "
+    "CAST(:c_mints AS bigint[])) AS k(fi, t, p, pos, len, base, last, records, batches, maxts, mints) "
     "JOIN fk ON fk.i = k.fi JOIN f ON f.object_key = fk.key RETURNING id, file_id, byte_position), "
     "h AS (UPDATE partitions AS p SET high_watermark = v.hwm "
     "FROM unnest(CAST(:h_tids AS uuid[]), CAST(:h_parts AS int[]), CAST(:h_hwms AS bigint[])) "
@@ -231,6 +231,7 @@ class PgDialect:
                 "c_records": _arr(r.record_count for r in runs),
                 "c_batches": _arr(r.batch_count for r in runs),
                 "c_maxts": _arr(r.max_timestamp for r in runs),
+                "c_mints": _arr("NULL" if r.min_timestamp is None else r.min_timestamp for r in runs),
                 "h_tids": "{" + ",".join(text_[k[0]] for k in hwms) + "}",
                 "h_parts": _arr(k[1] for k in hwms),
                 "h_hwms": _arr(hwms.values()),

@@ -46,8 +46,8 @@ _SQ_READ_PRODUCERS = (
 )
 _SQ_INSERT_CHUNKS = (
     "INSERT INTO chunks (file_id, topic_id, partition, byte_position, byte_length, base_offset, last_offset, "
-    "record_count, batch_count, max_timestamp, offsets_absolute, present_offsets) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)"
+    "record_count, batch_count, max_timestamp, min_timestamp, offsets_absolute, present_offsets) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)"
 )
 _SQ_CHUNK_IDS = "SELECT byte_position, id FROM chunks WHERE file_id = ?"
 _SQ_SET_HWM = "UPDATE partitions SET high_watermark = ? WHERE topic_id = ? AND partition = ?"
@@ -179,6 +179,7 @@ class SqliteDialect:
                     r.record_count,
                     r.batch_count,
                     r.max_timestamp,
+                    r.min_timestamp,
                 )
                 for r in runs
             ],

@@ -107,6 +107,9 @@ def check_commit(file: FileSpec, chunk_specs: Sequence[ChunkSpec]) -> None:
                 )
             if not -I64 <= b.max_timestamp < I64 or not -I64 <= b.producer_id < I64:
                 raise bad(f"{where}: batch timestamp or producer id out of range")
+            if b.min_timestamp is not None and not -I64 <= b.min_timestamp <= b.max_timestamp:
+                # a min above the max would let a time-bounded scan skip the batch's records
+                raise bad(f"{where}: batch min_timestamp {b.min_timestamp} above its max_timestamp")
             if not -I32 <= b.producer_epoch < I32 or not -I32 <= b.base_sequence < I32:
                 raise bad(f"{where}: batch producer epoch or sequence out of range")
             spans.append((b.byte_offset, b.byte_offset + b.byte_length))
@@ -122,6 +125,8 @@ def check_output_chunk(file: FileSpec, o: OutputChunk) -> str | None:
         return f"output chunk bytes outside the file: {o}"
     if o.last_offset < o.base_offset or o.base_offset < 0 or o.record_count < 0 or o.batch_count < 0:
         return f"bad output chunk offsets/counts: {o}"
+    if o.min_timestamp is not None and o.min_timestamp > o.max_timestamp:
+        return f"output chunk min_timestamp {o.min_timestamp} above its max_timestamp {o.max_timestamp}"
     if o.batch_count < 1 or o.batch_count * MIN_BATCH_BYTES > o.byte_length:
         return (
             f"output chunk {o.topic_id}/{o.partition}: {o.batch_count} batch(es) cannot fit in "

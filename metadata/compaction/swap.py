@@ -224,6 +224,7 @@ def _insert_output_file(conn: Connection, file: FileSpec, outputs: Sequence[Outp
                 "record_count": o.record_count,
                 "batch_count": o.batch_count,
                 "max_timestamp": o.max_timestamp,
+                "min_timestamp": o.min_timestamp,
                 "offsets_absolute": True,
                 "present_offsets": o.present_offsets,
             }

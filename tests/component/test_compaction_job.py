@@ -131,6 +131,13 @@ async def test_compaction_of_agent_files_keeps_latest_values_with_two_gets_per_f
     ]
     plan = _plan(service, sizes, parts, now_ms=1_000)
     assert len(plan.files) >= 3
+    # the agent's chunks know their oldest record (Spark's upper time bounds prune with it)
+    input_mins: dict[tuple[uuid.UUID, int], set[int]] = {}
+    for f in plan.files:
+        for c in f.chunks:
+            low = c.location.min_timestamp
+            assert low is not None and 0 < low <= c.location.max_timestamp
+            input_mins.setdefault((c.topic_id, c.partition), set()).add(low)
     checkpoints: list[Checkpoint] = []
 
     def swap(
@@ -170,6 +177,16 @@ async def test_compaction_of_agent_files_keeps_latest_values_with_two_gets_per_f
     assert sorted((c.partition, c.first_dirty_offset) for c in checkpoints) == sorted(
         (p, service.find_chunks([FetchQuery(compacted.topic_id, p, 0, 1)])[0].high_watermark) for p in (0, 1)
     )
+
+    # the outputs keep a lower bound of their records' timestamps: the smallest min of the
+    # inputs their surviving batches came from (all of them where nothing was dropped)
+    for topic_id, _, partition, compact in parts:
+        (info,) = service.find_chunks([FetchQuery(topic_id, partition, 0, 1 << 40)])
+        assert info.chunks and all(c.offsets_absolute for c in info.chunks)
+        mins = input_mins[(topic_id, partition)]
+        assert all(c.min_timestamp in mins for c in info.chunks)
+        if not compact:
+            assert min(c.min_timestamp for c in info.chunks if c.min_timestamp is not None) == min(mins)
 
     for partition in (0, 1):
         hw = service.find_chunks([FetchQuery(compacted.topic_id, partition, 0, 1)])[0].high_watermark

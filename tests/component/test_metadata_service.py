@@ -9,6 +9,7 @@ test_metadata_concurrency.py.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Sequence
@@ -60,6 +61,7 @@ class B:
     seq: int = 0
     size: int = 70  # a RecordBatch is at least 61 bytes
     ts: int = 1000
+    min_ts: int | None = None  # the batch's smallest record timestamp; None: unknown
 
 
 def layout(
@@ -78,6 +80,7 @@ def layout(
                     offset_count=b.n,
                     record_count=b.n,
                     max_timestamp=b.ts,
+                    min_timestamp=b.min_ts,
                     producer_id=b.pid,
                     producer_epoch=b.epoch if b.pid >= 0 else -1,
                     base_sequence=b.seq if b.pid >= 0 else -1,
@@ -331,6 +334,28 @@ async def test_commit_answer_carries_the_locations_find_chunks_returns(
     assert [r.locations for r in again] == [r.locations for r in results]
 
 
+async def test_chunk_min_timestamp_is_the_smallest_of_its_batches_or_unknown(md: LocalMetadataClient) -> None:
+    """A chunk row's min_timestamp (Spark's upper time bound prunes with it) is its batches'
+    smallest; one batch without a min (an older agent) makes it unknown, never a guess."""
+    t = await md.create_topic("mins", 3, {})
+    f, specs = layout(
+        [
+            (t.topic_id, 0, [B(2, ts=50, min_ts=40), B(1, ts=30, min_ts=-20), B(3, ts=90, min_ts=60)]),
+            (t.topic_id, 1, [B(1, ts=50, min_ts=40), B(1, ts=60)]),
+            (t.topic_id, 2, [B(1, ts=50)]),
+        ]
+    )
+    results = await md.commit_file(f, specs)
+    assert [[c.min_timestamp for c in r.locations] for r in results] == [[-20], [None], [None]]
+    for part, r in enumerate(results):
+        (info,) = await md.find_chunks([FetchQuery(t.topic_id, part, 0, 10**6)])
+        assert info.chunks == r.locations  # the row holds it, on both databases
+    # a min above the batch's max would hide its records from a time-bounded scan: refused
+    f, specs = layout([(t.topic_id, 0, [B(1, ts=50, min_ts=51)])])
+    with pytest.raises(MetadataError, match="min_timestamp 51 above its max_timestamp"):
+        await md.commit_file(f, specs)
+
+
 async def test_recommit_of_same_object_answers_the_same(
     md: LocalMetadataClient, metadata_service: MetadataService
 ) -> None:
@@ -567,6 +592,7 @@ async def test_replace_chunks(md: LocalMetadataClient, metadata_service: Metadat
         batch_count=2,
         max_timestamp=20,
         present_offsets=bitmaps.from_absolute(0, present),
+        min_timestamp=3,
     )
     new = FileSpec("compacted/1", 200, 1, "compactor")
     await md.replace_chunks(inputs, new, [out])
@@ -594,6 +620,7 @@ async def test_replace_chunks(md: LocalMetadataClient, metadata_service: Metadat
         True,
     )
     assert c.present_offsets is not None and list(BitMap.deserialize(c.present_offsets)) == present
+    assert (c.min_timestamp, c.max_timestamp) == (3, 20)  # the compactor's lower bound, kept
     assert bitmaps.next_present_in_chunk(c, 2) == 3 and bitmaps.count_in_chunk(c, 0, 8) == 4
     assert r[1].chunks[0].chunk_id == c.chunk_id
     assert [x.base_offset for x in r[2].chunks] == [8]
@@ -615,6 +642,7 @@ async def test_replace_chunks(md: LocalMetadataClient, metadata_service: Metadat
     assert [x.base_offset for x in r4.chunks] == [8]
     (r2,) = await md.find_chunks([FetchQuery(tid, 0, 2, 1)])
     assert [x.base_offset for x in r2.chunks] == [0]
+    assert r2.chunks[0].min_timestamp is None  # an output without one: unknown
     lo = await md.list_offsets([OffsetQuery(tid, 0, MAX_TIMESTAMP), OffsetQuery(tid, 0, 15)])
     assert [(a.offset, a.timestamp) for a in lo] == [(9, 30), (1, 20)]
 
@@ -645,6 +673,7 @@ async def test_replace_chunks_refuses_bad_outputs(
         ([a.chunk_id], [out(0, 3, n=1, bm=bitmaps.serialize([4]))]),  # bitmap past last_offset
         ([a.chunk_id], [out(0, 3, n=1, bm=b"garbage")]),
         ([], [out(0, 3)]),
+        ([a.chunk_id], [dataclasses.replace(out(0, 3), min_timestamp=1)]),  # min above max (0)
     ]
     before = count_rows(metadata_service.engine)
     for ids, outs in bad:

@@ -174,6 +174,19 @@ def test_a_header_max_timestamp_that_lies_is_corrected_with_a_valid_crc():
     assert pending.data is honest
 
 
+def test_a_batch_min_timestamp_is_its_oldest_record_not_its_first():
+    """The chunk's min timestamp (Spark prunes upper time bounds with it) must bound every
+    record: a record older than the batch's first one (a negative delta) sets it."""
+    batch = build_batch(
+        [Record(0, NOW, b"k", b"a"), Record(1, NOW - 5_000, b"k", b"b"), Record(2, NOW + 7, b"k", b"c")]
+    )
+    (pending,) = validate_batches(batch, max_message_bytes=1 << 20, log_append_time_ms=None, now_ms=NOW)
+    assert (pending.min_timestamp, pending.max_timestamp) == (NOW - 5_000, NOW + 7)
+    # LogAppendTime: every record reads as the append time
+    (pending,) = validate_batches(batch, max_message_bytes=1 << 20, log_append_time_ms=NOW + 60, now_ms=NOW)
+    assert (pending.min_timestamp, pending.max_timestamp) == (NOW + 60, NOW + 60)
+
+
 # --- which record: Produce v8+ record_errors (KIP-467) --------------------------------------------
 
 

@@ -21,8 +21,9 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
     Not,
 )
+from skiff.fileformat.chunk_reader import ChunkLocation
 from skiff.spark.options import parse_options
-from skiff.spark.pushdown import ScanBounds, bounds_of
+from skiff.spark.pushdown import ScanBounds, bounds_of, chunk_may_match
 from skiff.spark.source import SkiffBatchReader, SkiffDataSource, SkiffInputPartition, SkiffPushdownReader
 
 from tests.spark.conftest import T0, Cluster
@@ -44,6 +45,8 @@ def test_bounds_of_the_filters_spark_pushes() -> None:
             GreaterThan(("offset",), 11),
             GreaterThan(("timestamp",), at_ms(T0)),
             GreaterThanOrEqual(("timestamp",), at_ms(T0 - 5)),
+            LessThan(("timestamp",), at_ms(T0 + 9)),
+            LessThanOrEqual(("timestamp",), at_ms(T0 + 7)),
             EqualTo(("key",), b"k"),  # another column: ignored
             Not(EqualTo(("partition",), 0)),  # a negation: ignored (Spark applies it)
             EqualTo(("timestamp",), datetime.datetime(2024, 1, 1)),  # naive: ignored
@@ -56,8 +59,37 @@ def test_bounds_of_the_filters_spark_pushes() -> None:
         offset_min=12,
         offset_max=40,
         timestamp_min_us=T0 * 1000 + 1,
+        timestamp_max_us=(T0 + 7) * 1000,
     )
     assert bounds_of([EqualTo(("value",), b"x")]) == ScanBounds()
+    assert bounds_of([EqualTo(("timestamp",), at_ms(T0))]) == ScanBounds(
+        timestamp_min_us=T0 * 1000, timestamp_max_us=T0 * 1000
+    )
+
+
+def chunk(min_ms: int | None, max_ms: int) -> ChunkLocation:
+    return ChunkLocation(1, "f", 0, 100, 0, 9, 10, max_ms, min_timestamp=min_ms)
+
+
+def test_a_chunk_is_left_out_only_when_its_time_range_misses_the_bounds() -> None:
+    """A record at t ms reads as t * 1000 us; a chunk with no min (NULL: written before
+    metadata kept it) is never left out by an upper bound."""
+    upto = ScanBounds(timestamp_max_us=(T0 + 10) * 1000)
+    assert chunk_may_match(chunk(T0 + 10, T0 + 50), upto)  # its oldest record is at the bound
+    assert not chunk_may_match(chunk(T0 + 11, T0 + 50), upto)
+    assert chunk_may_match(chunk(None, T0 + 50), upto)
+    assert chunk_may_match(chunk(None, T0 + 50), ScanBounds(timestamp_max_us=0))
+    since = ScanBounds(timestamp_min_us=(T0 + 50) * 1000)
+    assert chunk_may_match(chunk(None, T0 + 50), since)
+    assert not chunk_may_match(chunk(T0, T0 + 49), since)
+    # an interval: both ends count
+    window = ScanBounds(timestamp_min_us=(T0 + 20) * 1000, timestamp_max_us=(T0 + 30) * 1000)
+    assert chunk_may_match(chunk(T0 + 30, T0 + 40), window)
+    assert chunk_may_match(chunk(T0, T0 + 20), window)
+    assert not chunk_may_match(chunk(T0 + 31, T0 + 40), window)
+    assert not chunk_may_match(chunk(T0, T0 + 19), window)
+    # a sub-millisecond bound: a record at T0 + 30 ms is after T0 + 29.999 ms
+    assert not chunk_may_match(chunk(T0 + 30, T0 + 40), ScanBounds(timestamp_max_us=(T0 + 30) * 1000 - 1))
 
 
 def frame(spark, cluster: Cluster, push: bool, topic: str = "wide"):  # type: ignore[no-untyped-def]
@@ -98,6 +130,20 @@ def test_timestamp_lower_bound_reads_fewer_chunks(cluster: Cluster) -> None:
     assert planned_bytes(cluster, [GreaterThan(("timestamp",), at_ms(T0 + 1000 * 300))]) == (0, 0)
 
 
+def test_timestamp_upper_bound_reads_fewer_chunks(cluster: Cluster) -> None:
+    full = planned_bytes(cluster, [])
+    # the first flush's chunks only (records T0 .. T0 + 74 s)
+    early = planned_bytes(cluster, [LessThan(("timestamp",), at_ms(T0 + 1000 * 20))])
+    assert 0 < early[0] < full[0] and early[1] < full[1] / 2
+    assert planned_bytes(cluster, [LessThan(("timestamp",), at_ms(T0))]) == (0, 0)
+    assert planned_bytes(cluster, [LessThanOrEqual(("timestamp",), at_ms(T0))])[0] > 0
+    window = [
+        GreaterThanOrEqual(("timestamp",), at_ms(T0 + 1000 * 150)),
+        LessThanOrEqual(("timestamp",), at_ms(T0 + 1000 * 160)),
+    ]
+    assert 0 < planned_bytes(cluster, window)[1] < full[1] / 2
+
+
 def test_partition_and_offset_bounds_prune_tasks(cluster: Cluster) -> None:
     full = planned_bytes(cluster, [])
     one = planned_bytes(cluster, [EqualTo(("partition",), 1)])
@@ -113,6 +159,8 @@ FILTERS = [
     "offset > 90 or partition = 0",
     f"timestamp >= timestamp_millis({T0 + 1000 * 280})",
     f"timestamp > timestamp_millis({T0 + 1000 * 150}) and timestamp < timestamp_millis({T0 + 1000 * 200})",
+    f"timestamp <= timestamp_millis({T0 + 1000 * 74})",
+    f"timestamp < timestamp_millis({T0 + 1000 * 75}) or partition = 2",
     f"partition = 2 and timestamp >= timestamp_millis({T0 + 1000 * 100}) and offset < 60",
     "offset = 1000",
     "key = cast('k7' as binary) and partition = 1",
@@ -165,6 +213,13 @@ def test_executors_get_fewer_bytes_and_every_matching_row(cluster: Cluster) -> N
     wanted = sorted(r for r in full_rows if r[2] >= bound_ms)
     assert len(wanted) == 20
     assert sorted(r for r in rows if r[2] >= bound_ms) == wanted
+    # and an upper bound: every row at or before it, from fewer bytes
+    upto_ms = T0 + 1000 * 19
+    requests, got_bytes, rows = executor_read(cluster, [LessThanOrEqual(("timestamp",), at_ms(upto_ms))])
+    assert got_bytes < full_bytes / 2
+    wanted = sorted(r for r in full_rows if r[2] <= upto_ms)
+    assert len(wanted) == 20
+    assert sorted(r for r in rows if r[2] <= upto_ms) == wanted
 
 
 def test_session_setting_and_reads_without_it(spark, cluster: Cluster) -> None:  # type: ignore[no-untyped-def]

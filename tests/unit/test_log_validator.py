@@ -20,6 +20,7 @@ from skiff.fileformat.log_validator import (
     InvalidTimestampError,
     timestamp_bounds_ms,
     validate_produced_batch,
+    validated_timestamps,
 )
 from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import Record, validate_batch
@@ -75,6 +76,29 @@ def good(n: int = 3, codec: Compression = Compression.NONE, **kw) -> bytes:
 def test_well_formed_batches_pass_and_report_their_max_timestamp(codec):
     assert check(good(5, codec)) == NOW + 4
     assert check(good(1, codec)) == NOW
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
+@pytest.mark.parametrize(
+    "deltas",
+    [[0, 1, 2], [5, 3, 9], [0, -7, 4], [-2, -9, -1], [3, -1, 0], [0], [0, -300, 2**40]],
+    ids=lambda d: ",".join(map(str, d)),
+)
+def test_the_smallest_timestamp_is_exact_even_when_records_go_back_in_time(codec, deltas):
+    """The base timestamp is the first record's, not the smallest: a negative delta makes an
+    older record, and the min (which lets Spark skip chunks) must never be above it."""
+    payload = encoded(*[(i, d, b"k", b"v") for i, d in enumerate(deltas)])
+    if codec is Compression.NONE:
+        batch = raw_batch(payload, len(deltas))
+    else:
+        batch = raw_batch(codecs.compress(codec, payload), len(deltas), attributes=codec)
+    got = validated_timestamps(batch, 0, parse_header(batch), now_ms=NOW)
+    # the base when no delta is negative (exact when the first delta is 0, as producers write)
+    assert got == (NOW + min(0, *deltas), NOW + max(deltas))
+    assert check(batch) == got[1]
+    smallest = min(r.timestamp for r in record_decode.decode_records(batch))
+    assert got[0] <= smallest
+    assert got[0] == smallest or deltas[0] != 0
 
 
 def test_snappy_raw_block_as_librdkafka_sends_it_passes():

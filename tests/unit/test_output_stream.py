@@ -203,3 +203,41 @@ def test_run_job_failing_midway_aborts_the_open_upload(
         assert bucket.client().list_multipart_uploads(Bucket=bucket.name).get("Uploads", []) == []
     else:
         assert [p.name for p in (tmp_path / "bucket").rglob(".*")] == []
+
+
+def test_output_chunks_carry_the_smallest_input_min_timestamp_or_unknown(tmp_path: Path) -> None:
+    """A compactor only drops records, so the smallest min_timestamp of the inputs a chunk's
+    batches came from bounds its records (Spark prunes upper time bounds with it); one input
+    without a min (NULL) makes the output's unknown, and each rolled file has its own."""
+    store = open_store(f"file://{tmp_path}/bucket", fsync=False)
+    swaps = Swaps()
+    out = OutputFiles(store, swaps, key_prefix="mins", writer_id="t", roll_bytes=1 << 20)
+    batches = _batches(0, 40, 30_000)  # ~6 MiB: several files
+    mins = [500 - i for i in range(40)]  # input i (4 batches each) has min 500 - 4i
+    out.begin_partition(TOPIC, 0)
+    for i, b in enumerate(batches):
+        out.add(b, mins[i - i % 4])
+        if i % 4 == 3:
+            out.end_input(i // 4)
+    out.end_partition(None)
+    out.begin_partition(TOPIC, 1)
+    out.add(batches[0], 7)
+    out.add(batches[1], None)  # an input written before metadata kept mins
+    out.end_input(10)
+    out.end_partition(None)
+    out.finish()
+    store.close()
+    chunks = [c for call in swaps.calls for c in call[2]]
+    first_files = [c for c in chunks if c.partition == 0]
+    assert len(first_files) >= 2
+    for c in first_files:
+        inputs = [i for i, b in enumerate(batches) if c.base_offset <= b.base_offset <= c.last_offset]
+        assert c.min_timestamp == min(mins[i - i % 4] for i in inputs)
+    assert [c.min_timestamp for c in chunks if c.partition == 1] == [None]
+    # the files' footers say the same (-1: unknown)
+    store = open_store(f"file://{tmp_path}/bucket", fsync=False)
+    footer_mins = [
+        e.min_timestamp for key in out.object_keys for e in read_footer_from_bytes(store.get(key))[1]
+    ]
+    store.close()
+    assert footer_mins == [-1 if c.min_timestamp is None else c.min_timestamp for c in chunks]

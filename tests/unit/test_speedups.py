@@ -29,7 +29,7 @@ from skiff.fileformat.varint import encode_uvarint
 from tests.unit.test_log_validator import NOW, encoded, fix_crc, raw_batch
 
 
-def python_walk(data: bytes, pos: int, count: int, keys_required: bool) -> int | None:
+def python_walk(data: bytes, pos: int, count: int, keys_required: bool) -> tuple[int, bool] | None:
     """`_walk`'s result, or None where it raises (the records are refused)."""
     try:
         return log_validator._walk(data, pos, count, keys_required)
@@ -44,7 +44,7 @@ def assert_twins(data: bytes, pos: int, count: int) -> None:
         fast = compiled_walk(data, pos, count, keys_required)
         slow = python_walk(data, pos, count, keys_required)
         where = (data[pos:].hex(), count, keys_required)
-        assert fast == (None if slow is not None and slow >= 2**64 else slow), where
+        assert fast == (None if slow is not None and slow[0] >= 2**64 else slow), where
         try:
             combined: object = log_validator.walk_records(data, pos, count, keys_required)
         except ValueError as exc:
@@ -89,7 +89,10 @@ WELL_FORMED = [
 @pytest.mark.parametrize("records", WELL_FORMED, ids=lambda r: f"{len(r)} records")
 def test_well_formed_records_give_the_same_max_timestamp_delta(records):
     data, count = records_of(build_batch(records, base_timestamp=NOW))
-    assert compiled_walk(data, 0, count, False) == log_validator._walk(data, 0, count, False)
+    walked = log_validator._walk(data, 0, count, False)
+    assert compiled_walk(data, 0, count, False) == walked
+    # the second answer: whether a record is older than the batch's base timestamp
+    assert walked[1] == any(r.timestamp < NOW for r in records)
     assert_twins(data, 0, count)
     # the walk also starts anywhere in a buffer (the request's bytes)
     assert_twins(b"\xff" * 9 + data, 9, count)
@@ -137,7 +140,11 @@ def test_malformed_and_edge_records_get_the_same_answer(payload, count):
 def test_a_timestamp_delta_past_64_bits_is_left_to_the_python_walk():
     data = rec(ts=b"\x80" * 9 + b"\x02")  # zigzag 2^64: Python's ints hold it, C's do not
     assert compiled_walk(data, 0, 1, False) is None
-    assert log_validator.walk_records(data, 0, 1, False) == log_validator._walk(data, 0, 1, False) == 2**64
+    assert (
+        log_validator.walk_records(data, 0, 1, False)
+        == log_validator._walk(data, 0, 1, False)
+        == (2**64, False)
+    )
     assert_twins(data, 0, 1)
 
 
@@ -198,9 +205,10 @@ def test_large_batches_walk_without_the_gil_and_agree():
     records = [Record(i, NOW + i, None, b"v" * 1000, ()) for i in range(1000)]
     data, count = records_of(build_batch(records, base_timestamp=NOW))
     assert len(data) > 256 * 1024
-    assert compiled_walk(data, 0, count, False) == log_validator._walk(data, 0, count, False) == 2 * 999
-    assert compiled_walk(bytearray(data), 0, count, False) == 2 * 999
-    assert compiled_walk(memoryview(data), 0, count, False) == 2 * 999
+    walked = (2 * 999, False)
+    assert compiled_walk(data, 0, count, False) == log_validator._walk(data, 0, count, False) == walked
+    assert compiled_walk(bytearray(data), 0, count, False) == walked
+    assert compiled_walk(memoryview(data), 0, count, False) == walked
 
 
 def test_record_build_encodes_what_both_walk():
