@@ -116,7 +116,12 @@ def test_profile_env_and_flag_precedence(pg: Playground) -> None:
 
 def test_reset_to_datetime_is_exact_to_the_record(pg: Playground) -> None:
     topic = f"ts-{uuid.uuid4().hex[:6]}"
-    pg.ok("topics", "create", topic, "--partitions", "1", "--metadata", pg.metadata_url)
+    # the records are from 2023: without retention.ms=-1 the playground's retention (7 days by
+    # default) deletes them at its next pass, as Kafka would, and every lookup answers the log end
+    pg.ok(
+        "topics", "create", topic, "--partitions", "1", "--config", "retention.ms=-1",
+        "--metadata", pg.metadata_url,
+    )  # fmt: skip
     base_ms = 1_700_000_000_000
     p = Producer({"bootstrap.servers": pg.bootstrap, "linger.ms": 500})  # one batch: one chunk
     for i in range(3):
