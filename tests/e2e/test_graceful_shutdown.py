@@ -178,6 +178,9 @@ def test_sigterm_mid_produce_acks_or_fails_retriably_and_loses_nothing(
     a = spawn_agent(spawn_skiff, moto_s3, md_url, "gs-a", env={"SKIFF_FLUSH_INTERVAL_MS": "3000"})
     b = spawn_agent(spawn_skiff, moto_s3, md_url, "gs-b")
     wait_for_brokers(a.proc.bootstrap, 2)
+    # an agent that is not ready (its first probe can time out on a loaded machine) leads no
+    # partition, and the producer would then send nothing to a for its metadata's lifetime
+    wait_until(lambda: a.http("/readyz")[0] == b.http("/readyz")[0] == 200, "both agents ready")
     topic = f"sigterm-{uuid.uuid4().hex[:6]}"
     create_topic(b.proc.bootstrap, topic, partitions=4)
     producer = SteadyProducer(a.proc.bootstrap, topic, 4, **{"message.timeout.ms": 60000})
