@@ -118,16 +118,22 @@ def is_postgresql(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
 
 
-_SQLITE_WRITE_LOCKS: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
+_SQLITE_WRITE_LOCKS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
 
 
-def _sqlite_write_lock(engine: Engine) -> threading.Lock:
+def _sqlite_write_lock(engine: Engine) -> threading.RLock:
+    # Re-entrant: a transaction opened inside another on the same thread then fails in the
+    # database (an error) rather than waiting on this lock for ever (a hang).
     with _LOCKS_GUARD:
         lock = _SQLITE_WRITE_LOCKS.get(engine)
         if lock is None:
-            lock = _SQLITE_WRITE_LOCKS[engine] = threading.Lock()
+            lock = _SQLITE_WRITE_LOCKS[engine] = threading.RLock()
         return lock
+
+
+def _is_sqlite_memory(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:")
 
 
 TxObserver = Callable[[str, float], None]
@@ -202,8 +208,17 @@ def read_tx(engine: Engine) -> Iterator[Connection]:
     - SQLite: a deferred BEGIN. In WAL mode a read transaction keeps the snapshot its first
       statement saw (its WAL read mark) until it ends, whatever writers commit meanwhile:
       already one snapshot, nothing to set. (An in-memory database is not in WAL mode; it
-      has a single connection, shared by every transaction, and serves tests.)
+      has a single connection, shared by every transaction, so its reads take the write
+      lock too; it serves tests and the playground's throwaway runs.)
     """
+    if _is_sqlite_memory(engine):
+        # One connection shared by every thread: a read beginning while another thread's
+        # transaction is open on it would fail ("cannot start a transaction within a
+        # transaction"), so reads queue with the writers.
+        with _sqlite_write_lock(engine), _timed(engine, "read"), engine.connect() as conn, conn.begin() as tx:
+            yield conn
+            tx.rollback()
+        return
     with _timed(engine, "read"), engine.connect() as conn:
         if engine.dialect.name == "postgresql":
             conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)

@@ -36,7 +36,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from skiff.metadata.db import is_db_unavailable
+from skiff.metadata.db import is_db_unavailable, read_tx
 from skiff.metadata.errors import (
     INVALID_REQUEST,
     UNKNOWN_SERVER_ERROR,
@@ -255,7 +255,7 @@ def health_router(svc: MetadataService, ready_timeout_ms: int) -> APIRouter:
     router = APIRouter(dependencies=[public()])
 
     def select_one() -> None:
-        with svc.engine.connect() as conn:
+        with read_tx(svc.engine) as conn:
             conn.execute(text("SELECT 1"))
 
     probe = ReadinessProbe(select_one, ready_timeout_ms / 1000.0)

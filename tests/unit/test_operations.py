@@ -118,8 +118,8 @@ def test_requests_round_trip_and_are_validated() -> None:
 def test_sync_and_async_http_clients_forward_every_operation() -> None:
     svc = MetadataService.from_url("sqlite://", bucket_url="memory://b", verify_objects=False)
     served = Served(create_app(svc))
+    sync = SyncHttpMetadataClient(served.url())
     try:
-        sync = SyncHttpMetadataClient(served.url())
         topic = sync.create_topic("t", 2, {"cleanup.policy": "compact"})
         assert sync.describe_topics(["t", "nope"]) == {"t": topic}
         assert sync.bucket_url() == "memory://b"
@@ -128,7 +128,6 @@ def test_sync_and_async_http_clients_forward_every_operation() -> None:
         assert e.value.error_code == 36  # TOPIC_ALREADY_EXISTS, as from the service
         with pytest.raises(AttributeError):
             sync.no_such_operation()  # noqa: B018
-        sync.close()
 
         async def go() -> None:
             client = HttpMetadataClient(served.url())
@@ -136,6 +135,7 @@ def test_sync_and_async_http_clients_forward_every_operation() -> None:
             await client.close()
 
         asyncio.run(go())
-    finally:
+    finally:  # closed whatever failed: a leaked socket's warning would fail a later test
+        sync.close()
         served.close()
         svc.close()
