@@ -342,6 +342,20 @@ class AgentConfig:
         default=None, metadata={"help": "private key (PEM) of metadata_client_cert"}
     )
 
+    # --- processes ------------------------------------------------------------------
+    workers: int = field(
+        default=1,
+        metadata={
+            "help": "worker processes of this agent (one per core): each serves Kafka as its own "
+            "broker on every listener's port + its index (metrics on metrics_port + 1 + index), "
+            "and one writer process seals, PUTs and commits one file per flush for all of them"
+        },
+    )
+    pod_writer_socket: str = field(
+        default="",
+        metadata={"help": "set by `skiff agent --workers N` for its workers: the writer's Unix socket"},
+    )
+
     # --- operations -----------------------------------------------------------------
     metrics_port: int = field(
         default=9100,

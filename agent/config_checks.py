@@ -44,6 +44,8 @@ def _check_identity(config: AgentConfig) -> None:
         raise ValueError("agent_id must not be empty")
     if config.metadata_token and config.metadata_token_file:
         raise ValueError("set one of metadata_token and metadata_token_file, not both")
+    if not 1 <= config.workers <= 256:
+        raise ValueError(f"workers must be between 1 and 256, got {config.workers}")
     for name in ("port",):
         _non_negative(config, name)
         if getattr(config, name) > 65535:

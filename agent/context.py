@@ -24,7 +24,10 @@ Per-connection state (a connection's produce ordering) lives on the connection
 
 from __future__ import annotations
 
+import asyncio
 import time
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -35,14 +38,14 @@ from skiff.agent.quota_cache import QuotaCache
 from skiff.agent.quotas import WindowConfig
 from skiff.agent.schema_cache import SchemaIdCache
 from skiff.agent.topic_cache import TopicCache
-from skiff.metadata.types import AgentInfo
+from skiff.metadata.types import AgentInfo, BatchResult
 from skiff.metadata.wire.operations import AgentClient
 
 if TYPE_CHECKING:
     from skiff.agent.chunk_cache import ChunkLocationCache
     from skiff.agent.commit_watch import CommitWatch
     from skiff.agent.groups.coordinator import GroupCoordinator
-    from skiff.agent.produce_buffer import ProduceBuffer
+    from skiff.agent.produce_buffer import PendingBatch
     from skiff.agent.transactions.coordinator import TxnCoordinator
     from skiff.fileformat.objectstore.range_cache import RangeCache
 
@@ -60,6 +63,35 @@ class SystemClock:
         return time.monotonic()
 
 
+class ProduceSink(Protocol):
+    """What the Produce handler, the runtime and the metrics need of a produce buffer: the
+    agent's own `ProduceBuffer`, or a pod worker's client of the pod's writer
+    (agent.workers.writer_client.PodWriterClient)."""
+
+    files_flushed: int
+    bytes_flushed: int
+    flush_failures: int
+    commit_retries: int
+    stage_seconds: dict[str, float]
+    stage_max_seconds: dict[str, float]
+
+    @property
+    def buffered_bytes(self) -> int: ...
+    @property
+    def post_seal_estimate_s(self) -> float: ...
+    def has_room(self, size: int) -> bool: ...
+    def is_committing(self, key: tuple[uuid.UUID, int]) -> bool: ...
+    def append_now(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
+    ) -> list[asyncio.Future[BatchResult]]: ...
+    async def append_nowait(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
+    ) -> list[asyncio.Future[BatchResult]]: ...
+    async def flush(self) -> None: ...
+    async def drain(self) -> None: ...
+    async def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class AgentParts:
     """The agent's data-path components, each built once at start-up."""
@@ -67,7 +99,7 @@ class AgentParts:
     # The bucket as the agent sees it: the range cache over the object store (reads cached,
     # single-flight and coalesced; files this agent PUTs kept whole for tail consumers).
     bucket: RangeCache
-    produce_buffer: ProduceBuffer  # batches -> one file per flush -> PUT -> commit -> acks
+    produce_buffer: ProduceSink  # batches -> one file per flush -> PUT -> commit -> acks
     chunk_locations: ChunkLocationCache  # where partitions' offsets live, learnt from metadata
     commit_watch: CommitWatch  # parked fetches, woken by commits through any agent
     groups: GroupCoordinator  # the consumer groups this agent coordinates

@@ -41,7 +41,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from skiff.fileformat.objectstore import AsyncObjectStore
 from skiff.metadata.wire.operations import AgentClient
@@ -230,6 +230,12 @@ class ReadinessMonitor:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class ReadinessCheck(Protocol):
+    """What /readyz asks: an agent's `Readiness`, or a pod writer's view of its workers."""
+
+    def check(self) -> Verdict: ...
 
 
 class Readiness:

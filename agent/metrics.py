@@ -111,7 +111,8 @@ from skiff.fileformat.objectstore.pricing import Prices
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-    from skiff.agent.health import Readiness
+    from skiff.agent.context import ProduceSink
+    from skiff.agent.health import Readiness, ReadinessCheck
     from skiff.agent.network.server import AgentServer
     from skiff.agent.runtime import RunningAgent
 
@@ -219,13 +220,13 @@ class AgentCollector(Collector):
         a = self._agent
         yield from object_store_families(store_snapshots(a), self._costs)
         yield from background_families(a)
-        yield from _produce_buffer_metrics(a)
+        yield from _produce_buffer_metrics(a.buffer)
         yield from _fetch_cache_metrics(a)
         yield from _request_metrics(a)
         yield from zone_traffic_families(s.zone_traffic for s in a.servers or [a.server])
         placement = a.context.parts.groups.placement
         yield from placement_families([placement] if placement is not None else [])
-        yield from _produce_stage_metrics(a)
+        yield from _produce_stage_metrics(a.buffer)
         yield from _response_encoding_metrics(a)
         yield from _connection_limit_metrics(a)
         yield from _watch_and_group_metrics(a)
@@ -250,21 +251,27 @@ def background_families(a: RunningAgent) -> Iterator[Metric]:
             yield from families()
 
 
-def _produce_buffer_metrics(a: RunningAgent) -> Iterator[Metric]:
+def produce_buffer_families(buffer: ProduceSink) -> Iterator[Metric]:
+    """A produce buffer's families: files, bytes held, stages (a pod writer's /metrics too)."""
+    yield from _produce_buffer_metrics(buffer)
+    yield from _produce_stage_metrics(buffer)
+
+
+def _produce_buffer_metrics(buffer: ProduceSink) -> Iterator[Metric]:
     """The produce buffer's files and the bytes it holds."""
     yield CounterMetricFamily(
-        "skiff_produce_files", "Segment files written and committed", value=a.buffer.files_flushed
+        "skiff_produce_files", "Segment files written and committed", value=buffer.files_flushed
     )
     yield CounterMetricFamily(
-        "skiff_produce_file_bytes", "Bytes of committed segment files", value=a.buffer.bytes_flushed
+        "skiff_produce_file_bytes", "Bytes of committed segment files", value=buffer.bytes_flushed
     )
     yield CounterMetricFamily(
         "skiff_produce_flush_failures",
         "Flushes that failed (PUT or commit)",
-        value=a.buffer.flush_failures,
+        value=buffer.flush_failures,
     )
     yield GaugeMetricFamily(
-        "skiff_produce_buffered_bytes", "Produce bytes held in memory", value=a.buffer.buffered_bytes
+        "skiff_produce_buffered_bytes", "Produce bytes held in memory", value=buffer.buffered_bytes
     )
 
 
@@ -303,7 +310,7 @@ def _request_metrics(a: RunningAgent) -> Iterator[Metric]:
     yield served
 
 
-def _produce_stage_metrics(a: RunningAgent) -> Iterator[Metric]:
+def _produce_stage_metrics(buffer: ProduceSink) -> Iterator[Metric]:
     """Where the produce buffer's files spend their time, and the learned seal lead."""
     stages = CounterMetricFamily(
         "skiff_produce_stage_seconds",
@@ -313,16 +320,16 @@ def _produce_stage_metrics(a: RunningAgent) -> Iterator[Metric]:
     longest = GaugeMetricFamily(
         "skiff_produce_stage_max_seconds", "The longest one file spent in each stage", labels=["stage"]
     )
-    for stage, seconds in a.buffer.stage_seconds.items():
+    for stage, seconds in buffer.stage_seconds.items():
         stages.add_metric([stage], seconds)
-        longest.add_metric([stage], a.buffer.stage_max_seconds[stage])
+        longest.add_metric([stage], buffer.stage_max_seconds[stage])
     yield stages
     yield longest
     yield GaugeMetricFamily(
         "skiff_produce_post_seal_estimate_seconds",
         "p95 of recent files' seal-to-commit time: files are sealed this much (plus the "
         "clients' linger, up to flush_seal_lead_max_ms) before flush_interval_ms",
-        value=a.buffer.post_seal_estimate_s,
+        value=buffer.post_seal_estimate_s,
     )
 
 
@@ -568,7 +575,7 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def health_app(metrics: WSGIApplication, readiness: Readiness | None) -> WSGIApplication:
+def health_app(metrics: WSGIApplication, readiness: ReadinessCheck | None) -> WSGIApplication:
     """/healthz and /readyz, /metrics from the Prometheus app, 404 for anything else."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -628,6 +635,14 @@ def serve_metrics(
     the default port would otherwise refuse to start."""
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent))
+    return serve_collector(registry, host, port, readiness)
+
+
+def serve_collector(
+    registry: CollectorRegistry, host: str, port: int, readiness: ReadinessCheck | None
+) -> HttpEndpoint | None:
+    """/metrics of `registry`, /healthz and /readyz (`readiness.check()`) on host:port, in
+    daemon threads; a port already taken is logged (see serve_metrics)."""
     try:
         server = make_server(
             host,

@@ -56,7 +56,7 @@ from skiff.agent.runtime import (
     start_agent,
 )
 from skiff.agent.usage_reporting import UsageReporting
-from skiff.fileformat.objectstore import open_async_store
+from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
 from skiff.metadata.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     SASL_AUTHENTICATION_FAILED,
@@ -108,34 +108,11 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
     """`skiff agent`: serve (and run the background roles) until SIGINT/SIGTERM, then shut
     down gracefully; 0 if that finished within `shutdown_timeout_ms`, else 1."""
     from skiff.agent.kube_zone import with_node_zone
-    from skiff.metadata.wire.connect import open_metadata_client
-    from skiff.metadata.wire.credentials import CredentialsError
 
     config = with_node_zone(config)  # SKIFF_ZONE_FROM_NODE: the Kubernetes node's zone label
 
     async def main() -> bool:
-        try:
-            metadata = open_metadata_client(
-                config.metadata_url,
-                timeout_s=config.metadata_timeout_ms / 1000,
-                token=config.metadata_token,
-                token_file=config.metadata_token_file,
-                ca_file=config.metadata_ca_file,
-                cert_file=config.metadata_client_cert,
-                key_file=config.metadata_client_key,
-            )
-        except CredentialsError as e:
-            raise SystemExit(f"skiff agent: cannot start: {e}") from None
-        refused = await _credentials_refused(metadata)
-        if refused is not None:
-            await metadata.close()
-            raise SystemExit(f"skiff agent: cannot start: the metadata service refused: {refused}")
-        bucket_url = absolute_bucket_url(config.bucket_url)
-        other_bucket = await claim_bucket_at_start(metadata, bucket_url)
-        if other_bucket is not None:
-            await metadata.close()
-            raise SystemExit(f"skiff agent: cannot start: {other_bucket}")
-        store = open_agent_store(config)
+        metadata, store, bucket_url = await connect_agent_dependencies(config, "skiff agent")
         try:
             agent = await start_agent(config, metadata, store)
         except AgentIdInUse as e:
@@ -159,6 +136,39 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
         return await agent.shutdown()
 
     return 0 if run_until_exit(main()) else 1
+
+
+async def connect_agent_dependencies(
+    config: AgentConfig, who: str
+) -> tuple[MetadataClient, AsyncObjectStore, str]:
+    """The metadata client (its token accepted), the bucket claimed for this cluster, and the
+    object store: what an agent (or a pod's writer) needs before it starts. A refusal is a
+    one-line SystemExit naming `who`."""
+    from skiff.metadata.wire.connect import open_metadata_client
+    from skiff.metadata.wire.credentials import CredentialsError
+
+    try:
+        metadata = open_metadata_client(
+            config.metadata_url,
+            timeout_s=config.metadata_timeout_ms / 1000,
+            token=config.metadata_token,
+            token_file=config.metadata_token_file,
+            ca_file=config.metadata_ca_file,
+            cert_file=config.metadata_client_cert,
+            key_file=config.metadata_client_key,
+        )
+    except CredentialsError as e:
+        raise SystemExit(f"{who}: cannot start: {e}") from None
+    refused = await _credentials_refused(metadata)
+    if refused is not None:
+        await metadata.close()
+        raise SystemExit(f"{who}: cannot start: the metadata service refused: {refused}")
+    bucket_url = absolute_bucket_url(config.bucket_url)
+    other_bucket = await claim_bucket_at_start(metadata, bucket_url)
+    if other_bucket is not None:
+        await metadata.close()
+        raise SystemExit(f"{who}: cannot start: {other_bucket}")
+    return metadata, open_agent_store(config), bucket_url
 
 
 async def _credentials_refused(metadata: MetadataClient) -> str | None:

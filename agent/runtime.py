@@ -32,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,7 @@ from skiff.agent.context import (
     AgentContext,
     AgentParts,
     Clock,
+    ProduceSink,
     SystemClock,
     acl_cache,
     live_agents_view,
@@ -60,6 +63,9 @@ from skiff.agent.network.server import AgentServer
 from skiff.agent.produce_buffer import CommittedFile, ProduceBuffer
 from skiff.agent.schema_cache import SchemaIdCache
 from skiff.agent.transactions.coordinator import TxnCoordinator
+from skiff.agent.workers.wire import FileChunk
+from skiff.agent.workers.writer_client import PodWriterClient
+from skiff.agent.workers.writer_server import file_chunks
 from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
 from skiff.fileformat.objectstore.keys import readiness_key
 from skiff.fileformat.objectstore.range_cache import RangeCache
@@ -109,7 +115,7 @@ class RunningAgent:
         return self.context.parts.bucket
 
     @property
-    def buffer(self) -> ProduceBuffer:
+    def buffer(self) -> ProduceSink:
         return self.context.parts.produce_buffer
 
     @property
@@ -225,32 +231,44 @@ def build_agent_context(
         monotonic_s=clock.monotonic,
     )
 
-    def on_committed(committed: CommittedFile) -> None:
+    def learn(chunk: FileChunk) -> None:
         # Long polls on its partitions are answered now rather than at the next poll (the
-        # range cache kept the file at its PUT, so tail consumers need no GET).
-        for spec, result in zip(committed.chunks, committed.results, strict=True):
-            runs = result.locations  # the chunk rows metadata recorded, as find_chunks returns them
-            if runs:
-                key = (spec.topic_id, spec.partition)
-                plain = not any(b.is_transactional or b.control_type >= 0 for b in spec.batches)
-                markers = any(b.control_type >= 0 for b in spec.batches)
-                locations.add_committed(key, runs, runs[-1].last_offset + 1, plain=plain, markers=markers)
-                watch.committed(key, runs[-1].last_offset + 1)
+        # range cache holds the file's bytes, so tail consumers need no GET).
+        runs = chunk.locations  # the chunk rows metadata recorded, as find_chunks returns them
+        if runs:
+            key = (chunk.topic_id, chunk.partition)
+            end = runs[-1].last_offset + 1
+            locations.add_committed(key, runs, end, plain=chunk.plain, markers=chunk.markers)
+            watch.committed(key, end)
 
-    buffer = ProduceBuffer(
-        store=bucket,
-        metadata=metadata,
-        agent_id=config.agent_id,
-        flush_interval_ms=config.flush_interval_ms,
-        seal_lead_max_ms=config.flush_seal_lead_max_ms,
-        flush_max_bytes=config.flush_max_bytes,
-        flush_max_batches=config.flush_max_batches,
-        max_inflight_flushes=config.max_inflight_flushes,
-        max_buffered_bytes=config.max_buffered_bytes,
-        commit_retry_ms=config.commit_retry_ms,
-        wall_clock_ms=clock.wall_ms,
-        on_committed=on_committed,
-    )
+    def on_committed(committed: CommittedFile) -> None:
+        for chunk in file_chunks(committed, placed=False):
+            learn(chunk)
+
+    buffer: ProduceSink
+    if config.pod_writer_socket:  # a worker of `skiff agent --workers N`: the pod's writer seals
+        buffer = PodWriterClient(
+            config.pod_writer_socket,
+            learn=learn,
+            keep=bucket.keep,
+            max_buffered_bytes=config.max_buffered_bytes,
+            on_lost=lambda: os.kill(os.getpid(), signal.SIGTERM),  # a graceful stop
+        )
+    else:
+        buffer = ProduceBuffer(
+            store=bucket,
+            metadata=metadata,
+            agent_id=config.agent_id,
+            flush_interval_ms=config.flush_interval_ms,
+            seal_lead_max_ms=config.flush_seal_lead_max_ms,
+            flush_max_bytes=config.flush_max_bytes,
+            flush_max_batches=config.flush_max_batches,
+            max_inflight_flushes=config.max_inflight_flushes,
+            max_buffered_bytes=config.max_buffered_bytes,
+            commit_retry_ms=config.commit_retry_ms,
+            wall_clock_ms=clock.wall_ms,
+            on_committed=on_committed,
+        )
     watch.local_commit_pending = buffer.is_committing
     groups = GroupCoordinator.fenced(config, metadata, agents, clock)
     transactions = TxnCoordinator(
@@ -310,6 +328,8 @@ async def start_agent(
     store = TimedStore(store)  # request latency by operation (agent.metrics)
     instrument_metadata_client(metadata)
     ctx = build_agent_context(config, metadata, store, clock=clock)
+    if isinstance(ctx.parts.produce_buffer, PodWriterClient):
+        await ctx.parts.produce_buffer.start()  # a worker serves nothing before it has its writer
     registry = AgentRegistry(metadata, ctx.agents, interval_ms=config.heartbeat_interval_ms)
     readiness = agent_readiness(config, metadata, store, ctx, registry)
     # Probed before serving: the first Metadata answers and the first heartbeat tell the truth.

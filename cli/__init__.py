@@ -404,6 +404,16 @@ def _run_agent(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         if "compaction" in roles and args.compaction_interval_ms > 0
         else []
     )
+    if cfg.workers > 1:
+        from skiff.agent.workers.supervisor import check_worker_ports, run_pod
+
+        try:
+            check_worker_ports(cfg)
+        except ValueError as exc:
+            parser.error(str(exc))
+        ports = [(f"Kafka port of worker {i}", cfg.port + i) for i in range(cfg.workers) if cfg.port]
+        check_ports_free(cfg.host, ports)
+        return run_pod(cfg, background)
     check_ports_free(cfg.host, [("Kafka port", cfg.port)])  # the metrics endpoint binds on its own
     return run_agent(cfg, background)
 

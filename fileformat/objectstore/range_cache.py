@@ -511,6 +511,11 @@ class RangeCache(AsyncObjectStore):
 
     # ------------------------------------------------------------------ writes and the rest
 
+    def keep(self, key: str, start: int, data: bytes) -> None:
+        """Hold bytes known to be `key`'s at `start` (an object another process PUT: a pod
+        worker's own batches in the file the pod's writer stored), as a read would."""
+        self._insert(key, start, data)
+
     async def put(self, key: str, data: BytesLike) -> None:
         await self.inner.put(key, data)
         # A replaced object (only ever in tests: files are immutable) must not be served stale.

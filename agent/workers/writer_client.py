@@ -1,0 +1,329 @@
+"""A worker's produce buffer: the pod writer's client (agent.workers).
+
+It has the produce buffer's interface (`agent.context.ProduceSink`: `has_room`, `append_now`,
+`append_nowait`, `flush`, `drain`, `close`, `is_committing` and the counters the metrics
+read), so the Produce handler cannot tell it from a `ProduceBuffer`. An append:
+
+1. gets an id and a future per batch, and joins the outbox; all the appends of one event-loop
+   turn leave in one APPEND frame (agent.workers.wire), in the order they were made, so a
+   connection's batches reach the writer in request order;
+2. the writer answers with FILE frames (every committed file's chunk rows and the file
+   positions of its stored batches) and RESULTS frames (each append's outcomes). A FILE
+   frame comes before the outcomes of the appends it holds: `learn` (agent.runtime's
+   `learn_commit`) tells the chunk-location cache and the commit watch, and the batches'
+   own bytes go into the range cache at their positions in the file (`keep`), so a fetch
+   after the ack finds the chunks and a tail consumer needs no GET, as with one process.
+
+Memory: the bytes of appends not yet answered are bounded by `max_buffered_bytes` (an
+append waits for room as on the buffer itself); the writer bounds its own buffer the same
+way. The file positions learnt and not yet claimed by an outcome are kept for the last
+`_PLACED_FILES` files only.
+
+Losing the writer (its socket closed: the pod is stopping or the writer died) answers every
+pending append with KAFKA_STORAGE_ERROR (retriable: producers go to another agent) and
+calls `on_lost`, which stops the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+
+from skiff.agent.produce_buffer import PendingBatch
+from skiff.agent.workers.wire import (
+    FILE,
+    FLUSH,
+    FLUSHED,
+    FRAME_HEAD_BYTES,
+    RESULTS,
+    CommittedFileNews,
+    FileChunk,
+    WireError,
+    decode_file,
+    decode_id,
+    decode_results,
+    encode_appends,
+    encode_id,
+    frame_header,
+)
+from skiff.metadata.errors import KAFKA_STORAGE_ERROR
+from skiff.metadata.types import BatchResult
+
+log = logging.getLogger(__name__)
+
+Key = tuple[uuid.UUID, int]
+Learn = Callable[[FileChunk], None]
+Keep = Callable[[str, int, bytes], None]
+
+_PLACED_FILES = 16  # files whose batch positions are kept for outcomes still to come
+_STREAM_LIMIT = 1024 * 1024
+
+
+class _Pending:
+    __slots__ = ("batches", "futures", "key", "size")
+
+    def __init__(
+        self, key: Key, batches: Sequence[PendingBatch], futures: list[asyncio.Future[BatchResult]], size: int
+    ):
+        self.key = key
+        self.batches = batches
+        self.futures = futures
+        self.size = size
+
+
+class PodWriterClient:
+    def __init__(
+        self,
+        path: str,
+        *,
+        learn: Learn,
+        keep: Keep,
+        max_buffered_bytes: int,
+        on_lost: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._path = path
+        self._learn = learn
+        self._keep = keep
+        self._max_buffered_bytes = max_buffered_bytes
+        self._on_lost = on_lost
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._next_id = 0
+        self._pending: dict[int, _Pending] = {}
+        self._per_key: collections.Counter[Key] = collections.Counter()
+        self._outbox: list[tuple[int, uuid.UUID, int, Sequence[PendingBatch]]] = []
+        self._send_scheduled = False
+        self._flushes: dict[int, asyncio.Future[None]] = {}
+        self._placed: collections.deque[dict[tuple[uuid.UUID, int, int], tuple[str, int, int]]] = (
+            collections.deque(maxlen=_PLACED_FILES)
+        )
+        self._buffered_bytes = 0
+        self._space = asyncio.Condition()
+        self._space_waiters = 0
+        self._closed = False
+        self._draining = False
+        self._lost = False
+        self._wake: asyncio.Task[None] | None = None
+        # The counters agent.metrics reads from a produce buffer. The stages and commit
+        # retries are the writer's (its own /metrics): none here.
+        self.files_flushed = 0  # files this worker heard committed
+        self.bytes_flushed = 0  # this worker's batch bytes answered as stored
+        self.flush_failures = 0  # appends answered with an error
+        self.commit_retries = 0
+        self.stage_seconds: dict[str, float] = {}
+        self.stage_max_seconds: dict[str, float] = {}
+        self.post_seal_estimate_s = 0.0
+
+    async def start(self) -> None:
+        self._reader, self._writer = await asyncio.open_unix_connection(self._path, limit=_STREAM_LIMIT)
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop(), name="pod-writer-client")
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._buffered_bytes
+
+    def is_committing(self, key: Key) -> bool:
+        """True while an append to `key` awaits its outcome (sent, or committing)."""
+        return key in self._per_key
+
+    def has_room(self, size: int) -> bool:
+        return not self._closed and not self._lost and not self._space_waiters and self._fits(size)
+
+    def _fits(self, size: int) -> bool:
+        return self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
+
+    async def append(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
+    ) -> list[BatchResult]:
+        futures = await self.append_nowait(topic_id, partition, batches)
+        return list(await asyncio.gather(*futures))
+
+    async def append_nowait(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
+    ) -> list[asyncio.Future[BatchResult]]:
+        if self._closed:
+            raise RuntimeError("produce buffer is closed")
+        size = sum(len(b.data) for b in batches)
+        if self._space_waiters or not self._fits(size):
+            self._space_waiters += 1
+            try:
+                async with self._space:
+                    await self._space.wait_for(lambda: self._lost or self._fits(size))
+            finally:
+                self._space_waiters -= 1
+        return self._add(topic_id, partition, batches, size)
+
+    def append_now(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
+    ) -> list[asyncio.Future[BatchResult]]:
+        return self._add(topic_id, partition, batches, sum(len(b.data) for b in batches))
+
+    def _add(
+        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch], size: int
+    ) -> list[asyncio.Future[BatchResult]]:
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[BatchResult]] = [loop.create_future() for _ in batches]
+        if self._lost:
+            for fut in futures:
+                fut.set_result(_lost_result())
+            return futures
+        append_id = self._next_id
+        self._next_id += 1
+        key = (topic_id, partition)
+        self._pending[append_id] = _Pending(key, batches, futures, size)
+        self._per_key[key] += 1
+        self._buffered_bytes += size
+        self._outbox.append((append_id, topic_id, partition, batches))
+        if not self._send_scheduled:
+            self._send_scheduled = True
+            loop.call_soon(self._send_outbox)
+        return futures
+
+    def _send_outbox(self) -> None:
+        self._send_scheduled = False
+        outbox, self._outbox = self._outbox, []
+        if not outbox or self._writer is None or self._lost:
+            return
+        self._writer.writelines(encode_appends(outbox))
+        if self._draining:  # shutting down: no batching wait at the writer
+            self._send_flush()
+
+    def _send_flush(self) -> asyncio.Future[None]:
+        flush_id = self._next_id
+        self._next_id += 1
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._flushes[flush_id] = fut
+        if self._writer is None or self._lost:
+            fut.set_result(None)
+        else:
+            self._writer.write(encode_id(FLUSH, flush_id))
+        return fut
+
+    async def flush(self) -> None:
+        """Ask the writer to seal now; resolves once everything appended before is answered."""
+        self._send_outbox()
+        waiting = [f for p in self._pending.values() for f in p.futures]
+        await self._send_flush()
+        if waiting:
+            await asyncio.wait(waiting)
+
+    async def drain(self) -> None:
+        """Graceful shutdown: every later append is sealed at once; what is sent is flushed."""
+        self._draining = True
+        await self.flush()
+
+    async def close(self) -> None:
+        self._closed = True
+        if not self._lost:
+            await self.flush()
+        if self._read_task is not None:
+            self._read_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._read_task
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                length, kind = frame_header(await self._reader.readexactly(FRAME_HEAD_BYTES))
+                payload = memoryview(await self._reader.readexactly(length))
+                if kind == FILE:
+                    self._on_file(decode_file(payload))
+                elif kind == RESULTS:
+                    await self._on_results(decode_results(payload))
+                elif kind == FLUSHED:
+                    fut = self._flushes.pop(decode_id(payload), None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(None)
+                else:
+                    raise WireError(f"unknown frame kind {kind} from the pod writer")
+        except (asyncio.IncompleteReadError, ConnectionError, WireError) as e:
+            if not self._closed:
+                log.error(
+                    "lost the pod writer (%s): answering %d appends and stopping", e, len(self._pending)
+                )
+            self._lose()
+
+    def _on_file(self, news: CommittedFileNews) -> None:
+        self.files_flushed += 1
+        self.post_seal_estimate_s = news.post_seal_estimate_s
+        placed: dict[tuple[uuid.UUID, int, int], tuple[str, int, int]] = {}
+        for chunk in news.chunks:
+            self._learn(chunk)
+            for p in chunk.placed:
+                placed[(chunk.topic_id, chunk.partition, p.base_offset)] = (
+                    news.object_key,
+                    p.byte_position,
+                    p.byte_length,
+                )
+        self._placed.append(placed)
+
+    def _where(self, key: Key, base_offset: int) -> tuple[str, int, int] | None:
+        for placed in reversed(self._placed):
+            where = placed.pop((key[0], key[1], base_offset), None)
+            if where is not None:
+                return where
+        return None
+
+    async def _on_results(self, results: list[tuple[int, list[BatchResult]]]) -> None:
+        for append_id, outcomes in results:
+            pending = self._pending.pop(append_id, None)
+            if pending is None or len(outcomes) != len(pending.futures):
+                raise WireError(f"outcome for unknown append {append_id}")
+            for batch, fut, outcome in zip(pending.batches, pending.futures, outcomes, strict=True):
+                if outcome.error_code:
+                    self.flush_failures += 1
+                elif not outcome.duplicate:
+                    self.bytes_flushed += len(batch.data)
+                    where = self._where(pending.key, outcome.base_offset)
+                    if where is not None and where[2] == len(batch.data):
+                        self._keep(where[0], where[1], batch.data)
+                if not fut.done():
+                    fut.set_result(outcome)
+            self._settle(pending)
+        async with self._space:
+            self._space.notify_all()
+
+    def _settle(self, pending: _Pending) -> None:
+        self._buffered_bytes -= pending.size
+        left = self._per_key[pending.key] - 1
+        if left:
+            self._per_key[pending.key] = left
+        else:
+            del self._per_key[pending.key]
+
+    def _lose(self) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        for pending in self._pending.values():
+            for fut in pending.futures:
+                if not fut.done():
+                    fut.set_result(_lost_result())
+            self._settle(pending)
+        self._pending.clear()
+        for flushed in self._flushes.values():
+            if not flushed.done():
+                flushed.set_result(None)
+        self._flushes.clear()
+        # Appends waiting for room are woken: they now fail at once (see _add).
+        self._wake = asyncio.get_running_loop().create_task(self._wake_space_waiters())
+        if not self._closed:
+            self._on_lost()
+
+    async def _wake_space_waiters(self) -> None:
+        async with self._space:
+            self._space.notify_all()
+
+
+def _lost_result() -> BatchResult:
+    return BatchResult(error_code=KAFKA_STORAGE_ERROR, error_message="the pod's writer is gone")

@@ -1,0 +1,138 @@
+"""The pod writer's wire format (agent.workers.wire) and the workers' configuration."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from skiff.agent.config import AgentConfig
+from skiff.agent.produce_buffer import PendingBatch
+from skiff.agent.workers.supervisor import check_worker_ports, worker_config
+from skiff.agent.workers.wire import (
+    APPEND,
+    FILE,
+    FLUSH,
+    RESULTS,
+    CommittedFileNews,
+    FileChunk,
+    PlacedBatch,
+    WireError,
+    decode_appends,
+    decode_file,
+    decode_id,
+    decode_results,
+    encode_appends,
+    encode_file,
+    encode_id,
+    encode_results,
+    frame_header,
+)
+from skiff.fileformat.chunk_reader import ChunkLocation
+from skiff.metadata.types import BatchResult
+
+T = uuid.UUID(int=7)
+
+
+def split(frame: bytes) -> tuple[int, memoryview]:
+    length, kind = frame_header(frame[:5])
+    assert len(frame) == 5 + length
+    return kind, memoryview(frame[5:])
+
+
+def test_appends_round_trip_every_field() -> None:
+    plain = PendingBatch(b"a" * 70, 3, 3, 10, 20)
+    txn = PendingBatch(b"b" * 61, 1, 1, -1, 5, 42, 7, 9, 1, True, "tx-é")
+    no_id = PendingBatch(b"c" * 64, 2, 2, 0, 0, 1, 0, 0, 0, True, None)
+    kind, payload = split(b"".join(encode_appends([(5, T, 3, [plain, txn]), (6, T, 0, [no_id])])))
+    assert kind == APPEND
+    a, b = decode_appends(payload)
+    assert (a.append_id, a.topic_id, a.partition) == (5, T, 3)
+    assert [(bytes(x.data), *x[1:]) for x in a.batches] == [(bytes(p.data), *p[1:]) for p in (plain, txn)]
+    assert (b.append_id, b.partition, b.batches[0].transactional_id) == (6, 0, None)
+
+
+def test_file_news_round_trip() -> None:
+    loc = ChunkLocation(9, "segments/f.seg", 64, 200, 10, 12, 3, 99, min_timestamp=None)
+    loc2 = ChunkLocation(10, "segments/f.seg", 300, 70, 13, 13, 1, 100, min_timestamp=50)
+    news = CommittedFileNews(
+        "segments/f.seg",
+        0.125,
+        (
+            FileChunk(T, 1, True, False, (loc, loc2), (PlacedBatch(10, 64, 120), PlacedBatch(13, 300, 70))),
+            FileChunk(T, 2, False, True, (), ()),
+        ),
+    )
+    kind, payload = split(encode_file(news))
+    assert kind == FILE
+    assert decode_file(payload) == news
+
+
+def test_file_news_refuses_rows_of_another_file() -> None:
+    loc = ChunkLocation(9, "segments/other.seg", 64, 200, 10, 12, 3, 99)
+    with pytest.raises(ValueError, match="plain rows of that file"):
+        encode_file(CommittedFileNews("segments/f.seg", 0.0, (FileChunk(T, 1, True, False, (loc,), ()),)))
+
+
+def test_results_and_ids_round_trip() -> None:
+    ok = BatchResult(0, 10, -1, 0)
+    dup = BatchResult(0, 4, 1234, 0, None, True)
+    bad = BatchResult(56, error_message="too old ü")
+    kind, payload = split(encode_results([(1, [ok, dup]), (2, [bad])]))
+    assert kind == RESULTS
+    assert decode_results(payload) == [(1, [ok, dup]), (2, [bad])]
+    kind, payload = split(encode_id(FLUSH, 2**63))
+    assert (kind, decode_id(payload)) == (FLUSH, 2**63)
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20, 60])
+def test_truncated_or_padded_frames_raise_wire_error(cut: int) -> None:
+    _, payload = split(b"".join(encode_appends([(1, T, 0, [PendingBatch(b"x" * 70, 1, 1, 0, 0)])])))
+    with pytest.raises(WireError):
+        decode_appends(payload[:-cut])
+    with pytest.raises(WireError):
+        decode_appends(memoryview(bytes(payload) + b"\0"))
+    _, results = split(encode_results([(1, [BatchResult(0, 1)])]))
+    with pytest.raises(WireError):
+        decode_results(results[: len(results) - min(cut, len(results) - 1)])
+
+
+def test_frame_length_is_bounded() -> None:
+    with pytest.raises(WireError, match="at most"):
+        frame_header(b"\xff\xff\xff\xff\x01")
+    with pytest.raises(WireError):
+        frame_header(b"\x00\x00\x00\x00\x01")
+
+
+def test_worker_config_moves_every_port_and_names_the_worker() -> None:
+    base = AgentConfig(
+        agent_id="pod-3",
+        port=9092,
+        listeners="PLAINTEXT://0.0.0.0:9092,SASL_PLAINTEXT://0.0.0.0:9192",
+        advertised_listeners="PLAINTEXT://pod-3.skiff:9092,SASL_PLAINTEXT://pod-3.skiff:9192",
+        metrics_port=9100,
+        workers=4,
+    )
+    w2 = worker_config(base, 2, "/tmp/x/writer.sock")
+    assert w2.agent_id == "pod-3-w2"
+    assert (w2.port, w2.metrics_port, w2.workers, w2.pod_writer_socket) == (
+        9094,
+        9103,
+        1,
+        "/tmp/x/writer.sock",
+    )
+    assert w2.listeners == "PLAINTEXT://0.0.0.0:9094,SASL_PLAINTEXT://0.0.0.0:9194"
+    assert w2.advertised_listeners == "PLAINTEXT://pod-3.skiff:9094,SASL_PLAINTEXT://pod-3.skiff:9194"
+    any_port = worker_config(
+        base.replace(port=0, listeners=None, advertised_listeners=None, metrics_port=0), 1, "s"
+    )
+    assert (any_port.port, any_port.metrics_port) == (0, 0)
+
+
+def test_ports_that_two_workers_would_share_are_refused() -> None:
+    check_worker_ports(AgentConfig(port=9092, metrics_port=9100, workers=4))  # 9092-9095, 9100-9104
+    with pytest.raises(ValueError, match="port 9100 is taken by the writer's metrics and worker"):
+        check_worker_ports(AgentConfig(port=9092, metrics_port=9100, workers=9))
+    with pytest.raises(ValueError, match="port 9094 is taken by worker 0 and worker 2"):
+        check_worker_ports(
+            AgentConfig(listeners="PLAINTEXT://:9092,SASL_PLAINTEXT://:9094", metrics_port=0, workers=3)
+        )
