@@ -41,6 +41,7 @@ import logging
 import multiprocessing
 import os
 import re
+import select
 import signal
 import tempfile
 import urllib.error
@@ -64,6 +65,7 @@ _WORKER_SUFFIX = "-w"
 # Loggers the command line quiets (skiff.cli): the workers quiet them too.
 _QUIET_LOGGERS = {"httpx": logging.WARNING, "httpcore": logging.WARNING, "alembic": logging.WARNING}
 READY_ASK_TIMEOUT_S = 1.0
+REAP_TIMEOUT_S = 5.0
 
 
 def worker_agent_id(agent_id: str, index: int) -> str:
@@ -321,9 +323,12 @@ async def _wait_for_stop_or_exit(workers: list[Any]) -> bool:
             loop.remove_reader(fd)
     if stop.is_set():
         return False
-    for w in workers:
-        if not w.is_alive():
-            log.error("worker %s exited (code %s): stopping the pod", w.name, w.exitcode)
+    # A sentinel is readable a moment before the process can be reaped: join the ones that are.
+    ready, _, _ = select.select(list(sentinels), [], [], 0)
+    for fd in ready:
+        w = sentinels[fd]
+        await asyncio.to_thread(w.join, REAP_TIMEOUT_S)
+        log.error("worker %s exited (code %s): stopping the pod", w.name, w.exitcode)
     return True
 
 

@@ -14,8 +14,16 @@ Worker -> writer:
     batch   := offset_count:i32 record_count:i32 min_timestamp:i64 max_timestamp:i64
                producer_id:i64 producer_epoch:i16 base_sequence:i32 timestamp_type:u8
                is_transactional:u8 txn_id_length:i16 (-1: none) data_length:u32
-               txn_id:txn_id_length data:data_length
+               ring_position:i64 txn_id:txn_id_length data
+    data    := nothing when ring_position >= 0 (the bytes are in the worker's ring, at that
+               position), else data_length bytes
     FLUSH   := flush_id:u64                          (kind 2; seal now, answer FLUSHED)
+
+The ring: at connection the worker sends one byte and, with it (SCM_RIGHTS), the file
+descriptor of a memory file (memfd) of `max_buffered_bytes`, which both processes map. A
+batch's bytes are copied into the ring once by the worker and read from it by the writer
+(into the file it builds), so they cross no socket; the worker reuses a region once the
+batch's outcome is back (agent.workers.ring). A batch that does not fit travels inline.
 
 Writer -> worker:
 
@@ -62,7 +70,7 @@ _FRAME = struct.Struct(">IB")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _APPEND_HEAD = struct.Struct(">Q16siI")
-_BATCH = struct.Struct(">iiqqqhiBBhI")
+_BATCH = struct.Struct(">iiqqqhiBBhIq")
 _FILE_HEAD = struct.Struct(">H")
 _F64_U32 = struct.Struct(">dI")
 _CHUNK_HEAD = struct.Struct(">16siBI")
@@ -111,6 +119,20 @@ class CommittedFileNews:
     chunks: tuple[FileChunk, ...]
 
 
+HELLO_BYTES = 9  # b"R" and the ring's size (u64), sent with the ring's descriptor
+
+
+def hello(ring_bytes: int) -> bytes:
+    return b"R" + _U64.pack(ring_bytes)
+
+
+def parse_hello(data: bytes) -> int:
+    """The ring's size from a worker's hello."""
+    if len(data) != HELLO_BYTES or data[:1] != b"R":
+        raise WireError("a worker's first bytes are not its hello")
+    return int(_U64.unpack_from(data, 1)[0])
+
+
 def frame(kind: int, payload: bytes | bytearray) -> bytes:
     return _FRAME.pack(len(payload) + 1, kind) + payload
 
@@ -118,18 +140,22 @@ def frame(kind: int, payload: bytes | bytearray) -> bytes:
 # --------------------------------------------------------------------------- worker -> writer
 
 
-def encode_appends(appends: Iterable[tuple[int, uuid.UUID, int, Sequence[PendingBatch]]]) -> list[bytes]:
-    """The pieces of one APPEND frame (written with `writelines`: the batches' bytes are not
-    copied into a new buffer here)."""
+AppendOut = tuple[int, uuid.UUID, int, Sequence[PendingBatch], Sequence[int] | None]
+
+
+def encode_appends(appends: Iterable[AppendOut]) -> list[bytes]:
+    """The pieces of one APPEND frame. Each append: (id, topic, partition, batches, each
+    batch's ring position or None for all inline)."""
     parts: list[bytes] = [b""]
     count = 0
     size = 4
-    for append_id, topic_id, partition, batches in appends:
+    for append_id, topic_id, partition, batches, positions in appends:
         count += 1
         head = _APPEND_HEAD.pack(append_id, topic_id.bytes, partition, len(batches))
         parts.append(head)
         size += len(head)
-        for b in batches:
+        for i, b in enumerate(batches):
+            ring_position = -1 if positions is None else positions[i]
             txn = b.transactional_id.encode() if b.transactional_id is not None else b""
             fixed = _BATCH.pack(
                 b.offset_count,
@@ -143,15 +169,19 @@ def encode_appends(appends: Iterable[tuple[int, uuid.UUID, int, Sequence[Pending
                 b.is_transactional,
                 len(txn) if b.transactional_id is not None else -1,
                 len(b.data),
+                ring_position,
             )
             parts.append(fixed + txn)
-            parts.append(b.data)
-            size += len(fixed) + len(txn) + len(b.data)
+            size += len(fixed) + len(txn)
+            if ring_position < 0:
+                parts.append(b.data)
+                size += len(b.data)
     parts[0] = _FRAME.pack(size + 1, APPEND) + _U32.pack(count)
     return parts
 
 
-def decode_appends(payload: memoryview) -> list[Append]:
+def decode_appends(payload: memoryview, ring: memoryview | None = None) -> list[Append]:
+    """The appends of an APPEND frame; a batch in the ring is a view of `ring` (no copy)."""
     try:
         (count,) = _U32.unpack_from(payload, 0)
         pos = 4
@@ -161,7 +191,7 @@ def decode_appends(payload: memoryview) -> list[Append]:
             pos += _APPEND_HEAD.size
             batches = []
             for _ in range(n):
-                (oc, rc, mn, mx, pid, epoch, seq, tst, txn, txn_len, data_len) = _BATCH.unpack_from(
+                (oc, rc, mn, mx, pid, epoch, seq, tst, txn, txn_len, data_len, ring_pos) = _BATCH.unpack_from(
                     payload, pos
                 )
                 pos += _BATCH.size
@@ -169,11 +199,16 @@ def decode_appends(payload: memoryview) -> list[Append]:
                 if txn_len >= 0:
                     txn_id = bytes(payload[pos : pos + txn_len]).decode()
                     pos += txn_len
-                # A view of the frame, not a copy: the file is built from these (one join).
-                data = payload[pos : pos + data_len]
-                if len(data) != data_len:
-                    raise WireError("append frame shorter than its batches")
-                pos += data_len
+                # Views, not copies: the file is built from these (one join).
+                if ring_pos >= 0:
+                    if ring is None or ring_pos + data_len > len(ring):
+                        raise WireError("a batch outside the worker's ring")
+                    data = ring[ring_pos : ring_pos + data_len]
+                else:
+                    data = payload[pos : pos + data_len]
+                    if len(data) != data_len:
+                        raise WireError("append frame shorter than its batches")
+                    pos += data_len
                 batch = PendingBatch(data, oc, rc, mn, mx, pid, epoch, seq, tst, bool(txn), txn_id)  # type: ignore[arg-type]
                 batches.append(batch)
             out.append(Append(append_id, uuid.UUID(bytes=topic), partition, tuple(batches)))

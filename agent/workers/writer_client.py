@@ -30,16 +30,19 @@ import asyncio
 import collections
 import contextlib
 import logging
+import socket
 import uuid
 from collections.abc import Callable, Sequence
 
 from skiff.agent.produce_buffer import PendingBatch
+from skiff.agent.workers.ring import Region, Ring
 from skiff.agent.workers.wire import (
     FILE,
     FLUSH,
     FLUSHED,
     FRAME_HEAD_BYTES,
     RESULTS,
+    AppendOut,
     CommittedFileNews,
     FileChunk,
     WireError,
@@ -49,6 +52,7 @@ from skiff.agent.workers.wire import (
     encode_appends,
     encode_id,
     frame_header,
+    hello,
 )
 from skiff.metadata.errors import KAFKA_STORAGE_ERROR
 from skiff.metadata.types import BatchResult
@@ -64,15 +68,21 @@ _STREAM_LIMIT = 1024 * 1024
 
 
 class _Pending:
-    __slots__ = ("batches", "futures", "key", "size")
+    __slots__ = ("batches", "futures", "key", "regions", "size")
 
     def __init__(
-        self, key: Key, batches: Sequence[PendingBatch], futures: list[asyncio.Future[BatchResult]], size: int
+        self,
+        key: Key,
+        batches: Sequence[PendingBatch],
+        futures: list[asyncio.Future[BatchResult]],
+        size: int,
+        regions: list[Region | None],
     ):
         self.key = key
         self.batches = batches
         self.futures = futures
         self.size = size
+        self.regions = regions  # where each batch lies in the ring (None: sent inline)
 
 
 class PodWriterClient:
@@ -96,7 +106,8 @@ class PodWriterClient:
         self._next_id = 0
         self._pending: dict[int, _Pending] = {}
         self._per_key: collections.Counter[Key] = collections.Counter()
-        self._outbox: list[tuple[int, uuid.UUID, int, Sequence[PendingBatch]]] = []
+        self._outbox: list[AppendOut] = []
+        self._ring: Ring | None = None
         self._send_scheduled = False
         self._flushes: dict[int, asyncio.Future[None]] = {}
         self._placed: collections.deque[dict[tuple[uuid.UUID, int, int], tuple[str, int, int]]] = (
@@ -120,7 +131,17 @@ class PodWriterClient:
         self.post_seal_estimate_s = 0.0
 
     async def start(self) -> None:
-        self._reader, self._writer = await asyncio.open_unix_connection(self._path, limit=_STREAM_LIMIT)
+        """Connect to the writer and hand it the ring (its descriptor travels with the hello)."""
+        self._ring = Ring(self._max_buffered_bytes)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, sock.connect, self._path)
+            socket.send_fds(sock, [hello(self._ring.size_bytes)], [self._ring.fd])
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self._reader, self._writer = await asyncio.open_unix_connection(sock=sock, limit=_STREAM_LIMIT)
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop(), name="pod-writer-client")
 
     @property
@@ -175,10 +196,13 @@ class PodWriterClient:
         append_id = self._next_id
         self._next_id += 1
         key = (topic_id, partition)
-        self._pending[append_id] = _Pending(key, batches, futures, size)
+        ring = self._ring
+        regions: list[Region | None] = [ring.put(b.data) if ring is not None else None for b in batches]
+        self._pending[append_id] = _Pending(key, batches, futures, size, regions)
         self._per_key[key] += 1
         self._buffered_bytes += size
-        self._outbox.append((append_id, topic_id, partition, batches))
+        positions = [-1 if r is None else r.start for r in regions]
+        self._outbox.append((append_id, topic_id, partition, batches, positions))
         if not self._send_scheduled:
             self._send_scheduled = True
             loop.call_soon(self._send_outbox)
@@ -229,6 +253,9 @@ class PodWriterClient:
             self._writer.close()
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()
+        if self._ring is not None:
+            self._ring.close()  # the writer's own mapping stays valid for what it still holds
+            self._ring = None
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
@@ -294,6 +321,10 @@ class PodWriterClient:
             self._space.notify_all()
 
     def _settle(self, pending: _Pending) -> None:
+        if self._ring is not None:
+            for region in pending.regions:
+                if region is not None:
+                    self._ring.free(region)
         self._buffered_bytes -= pending.size
         left = self._per_key[pending.key] - 1
         if left:

@@ -24,14 +24,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import Sequence
 
 from skiff.agent.produce_buffer import CommittedFile, ProduceBuffer
+from skiff.agent.workers.ring import map_ring
 from skiff.agent.workers.wire import (
     APPEND,
     FLUSH,
     FLUSHED,
     FRAME_HEAD_BYTES,
+    HELLO_BYTES,
     CommittedFileNews,
     FileChunk,
     PlacedBatch,
@@ -42,6 +45,7 @@ from skiff.agent.workers.wire import (
     encode_id,
     encode_results,
     frame_header,
+    parse_hello,
 )
 from skiff.metadata.types import BatchResult
 
@@ -49,6 +53,7 @@ log = logging.getLogger(__name__)
 
 MAX_UNREAD_BYTES = 64 * 1024 * 1024  # a worker further behind than this is cut off
 _STREAM_LIMIT = 1024 * 1024
+HELLO_TIMEOUT_S = 10.0  # for a connected worker to send its hello and ring
 CLOSE_TIMEOUT_S = 5.0  # for the workers' connections to end once the buffer is closed
 
 
@@ -85,8 +90,9 @@ def commit_news(committed: CommittedFile, post_seal_estimate_s: float) -> Commit
 class _WorkerLink:
     """One worker's connection: its appends in, its outcomes and the files' news out."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, ring: memoryview) -> None:
         self.writer = writer
+        self.ring = ring  # the worker's batches, mapped (agent.workers.ring)
         self._ready: list[tuple[int, Sequence[BatchResult]]] = []
         self._scheduled = False
 
@@ -123,7 +129,8 @@ class PodWriter:
     def __init__(self, buffer: ProduceBuffer) -> None:
         self.buffer = buffer
         self._links: set[_WorkerLink] = set()
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.appends = 0  # appends taken (metrics, tests)
         self.workers_connected = 0
@@ -134,13 +141,48 @@ class PodWriter:
             link.send(data)
 
     async def start(self, path: str) -> None:
-        self._server = await asyncio.start_unix_server(self._serve, path=path, limit=_STREAM_LIMIT)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
         os.chmod(path, 0o600)  # the pod's own processes only
+        sock.listen(64)
+        sock.setblocking(False)
+        self._listener = sock
+        self._accepting = asyncio.get_running_loop().create_task(self._accept(sock), name="pod-writer-accept")
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(listener)
+            task = loop.create_task(self._welcome(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _welcome(self, conn: socket.socket) -> None:
+        """Take a worker's hello and its ring's descriptor, then serve it."""
+        try:
+            conn.setblocking(True)
+            conn.settimeout(HELLO_TIMEOUT_S)
+            data, fds, _, _ = await asyncio.to_thread(socket.recv_fds, conn, HELLO_BYTES, 1)
+            ring_bytes = parse_hello(data)
+            if len(fds) != 1:
+                raise WireError("a worker's hello came without its ring")
+            ring = map_ring(fds[0], ring_bytes)
+        except (OSError, WireError) as e:
+            log.error("pod writer: a worker's hello failed (%s); disconnecting it", e)
+            conn.close()
+            return
+        conn.setblocking(False)
+        reader, writer = await asyncio.open_unix_connection(sock=conn, limit=_STREAM_LIMIT)
+        await self._serve(reader, writer, ring)
 
     async def close(self) -> None:
         """Stop taking workers, seal and commit what is buffered, answer it, disconnect."""
-        if self._server is not None:
-            self._server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
+        if self._listener is not None:
+            self._listener.close()
         await self.buffer.close()
         await asyncio.sleep(0)  # the last outcomes leave (they are sent at the end of a loop turn)
         for link in list(self._links):
@@ -148,11 +190,10 @@ class PodWriter:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=CLOSE_TIMEOUT_S)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        link = _WorkerLink(writer)
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ring: memoryview
+    ) -> None:
+        link = _WorkerLink(writer, ring)
         self._links.add(link)
         self.workers_connected += 1
         try:
@@ -167,15 +208,13 @@ class PodWriter:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
-            if task is not None:
-                self._tasks.discard(task)
 
     async def _read(self, reader: asyncio.StreamReader, link: _WorkerLink) -> None:
         while True:
             length, kind = frame_header(await reader.readexactly(FRAME_HEAD_BYTES))
             payload = memoryview(await reader.readexactly(length))
             if kind == APPEND:
-                for a in decode_appends(payload):
+                for a in decode_appends(payload, link.ring):
                     futures = await self.buffer.append_nowait(a.topic_id, a.partition, a.batches)
                     self.appends += 1
                     _when_all_done(futures, a.append_id, link)

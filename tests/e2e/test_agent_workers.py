@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient
 from skiff.fileformat.segment import read_footer_from_bytes
 
 from tests.e2e.test_clients_roundtrip import consume_all_confluent, create_topic
+from tests.e2e.test_cluster import wait_for_brokers
 from tests.e2e.test_graceful_shutdown import AGENT_ENV, wait_until
 from tests.support.agents import SkiffProcess, agent_args
 from tests.support.s3servers import S3Bucket, _port_is_free
@@ -122,6 +123,7 @@ def test_two_workers_are_two_brokers_writing_one_file_per_flush(
     spawn_skiff: Callable[..., SkiffProcess], moto_s3: S3Bucket, md_url: str
 ) -> None:
     pod = PodUnderTest(spawn_skiff, moto_s3, md_url, {"SKIFF_FLUSH_INTERVAL_MS": "1000"})
+    wait_for_brokers(pod.bootstrap, 2)  # each worker hears of the other by its heartbeat
     admin = AdminClient({"bootstrap.servers": pod.bootstrap})
     brokers = admin.list_topics(timeout=10).brokers
     assert sorted(b.port for b in brokers.values()) == [pod.port, pod.port + 1]
@@ -167,7 +169,8 @@ def test_two_workers_are_two_brokers_writing_one_file_per_flush(
     pod.proc.proc.send_signal(signal.SIGTERM)
     assert pod.proc.proc.wait(timeout=90) == 0
     log = pod.proc.log.read_text()
-    assert log.count("stopped cleanly") == 2 and "stopped (cleanly)" in log, log[-3000:]
+    assert log.count("stopped cleanly") == 2, log[-3000:]
+    assert "stopped (cleanly)" in log, log[-3000:]
     wait_until(lambda: all(gone(w) for w in workers), "the workers to exit")
 
 

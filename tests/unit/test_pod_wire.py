@@ -7,6 +7,7 @@ import uuid
 import pytest
 from skiff.agent.config import AgentConfig
 from skiff.agent.produce_buffer import PendingBatch
+from skiff.agent.workers.ring import Ring
 from skiff.agent.workers.supervisor import check_worker_ports, worker_config
 from skiff.agent.workers.wire import (
     APPEND,
@@ -43,12 +44,61 @@ def test_appends_round_trip_every_field() -> None:
     plain = PendingBatch(b"a" * 70, 3, 3, 10, 20)
     txn = PendingBatch(b"b" * 61, 1, 1, -1, 5, 42, 7, 9, 1, True, "tx-é")
     no_id = PendingBatch(b"c" * 64, 2, 2, 0, 0, 1, 0, 0, 0, True, None)
-    kind, payload = split(b"".join(encode_appends([(5, T, 3, [plain, txn]), (6, T, 0, [no_id])])))
+    kind, payload = split(b"".join(encode_appends([(5, T, 3, [plain, txn], None), (6, T, 0, [no_id], None)])))
     assert kind == APPEND
     a, b = decode_appends(payload)
     assert (a.append_id, a.topic_id, a.partition) == (5, T, 3)
     assert [(bytes(x.data), *x[1:]) for x in a.batches] == [(bytes(p.data), *p[1:]) for p in (plain, txn)]
     assert (b.append_id, b.partition, b.batches[0].transactional_id) == (6, 0, None)
+
+
+def test_batches_in_the_ring_travel_as_positions_and_come_back_as_views_of_it() -> None:
+    ring = Ring(4096)
+    try:
+        a, b = PendingBatch(b"a" * 100, 1, 1, 0, 0), PendingBatch(b"b" * 5000, 1, 1, 0, 0)
+        ra = ring.put(a.data)
+        assert ra is not None and ring.put(b.data) is None  # larger than the ring: inline
+        frame = b"".join(encode_appends([(1, T, 0, [a, b], [ra.start, -1])]))
+        assert len(frame) < 5000 + 200  # a's bytes are not in the frame, b's are
+        view = memoryview(ring._map)
+        (got,) = decode_appends(split(frame)[1], view)
+        assert bytes(got.batches[0].data) == a.data and bytes(got.batches[1].data) == b.data
+        with pytest.raises(WireError, match="ring"):
+            decode_appends(split(frame)[1], None)
+        far = b"".join(encode_appends([(1, T, 0, [a], [4090])]))
+        with pytest.raises(WireError, match="outside"):
+            decode_appends(split(far)[1], view)
+        del got  # its views of the ring
+        view.release()
+    finally:
+        ring.close()
+
+
+def test_the_ring_reuses_regions_once_freed_in_any_order() -> None:
+    ring = Ring(1000)
+    try:
+        r1, r2, r3 = ring.put(b"1" * 400), ring.put(b"2" * 400), ring.put(b"3" * 150)
+        assert r1 is not None and r2 is not None and r3 is not None
+        assert (r1.start, r2.start, r3.start) == (0, 400, 800)
+        assert ring.put(b"4" * 100) is None  # 50 left at the end, nothing free before the head
+        ring.free(r2)  # behind a live head: not reclaimed yet
+        assert ring.used_bytes == 950 and ring.put(b"4" * 100) is None
+        ring.free(r1)  # the head moves past r1 and r2
+        assert ring.used_bytes == 150
+        r4 = ring.put(b"4" * 700)  # wraps to the start: [0, 700) before the head at 800
+        assert r4 is not None and r4.start == 0
+        assert ring.put(b"5" * 101) is None  # [700, 800) holds 100
+        r5 = ring.put(b"5" * 100)
+        assert r5 is not None and r5.start == 700
+        assert ring.put(b"6") is None  # full: tail met the head
+        for r in (r3, r4, r5):
+            ring.free(r)
+        assert ring.used_bytes == 0
+        again = ring.put(b"7" * 1000)
+        assert again is not None and again.start == 0
+        assert bytes(ring._map[:3]) == b"777"
+    finally:
+        ring.close()
 
 
 def test_file_news_round_trip() -> None:
@@ -86,7 +136,7 @@ def test_results_and_ids_round_trip() -> None:
 
 @pytest.mark.parametrize("cut", [1, 5, 20, 60])
 def test_truncated_or_padded_frames_raise_wire_error(cut: int) -> None:
-    _, payload = split(b"".join(encode_appends([(1, T, 0, [PendingBatch(b"x" * 70, 1, 1, 0, 0)])])))
+    _, payload = split(b"".join(encode_appends([(1, T, 0, [PendingBatch(b"x" * 70, 1, 1, 0, 0)], None)])))
     with pytest.raises(WireError):
         decode_appends(payload[:-cut])
     with pytest.raises(WireError):
