@@ -2,7 +2,7 @@
 
     python bench/agent_workers.py [--store file|moto] [--workers 1,2] [--mib 256]
                                   [--partitions 100] [--record-bytes 1024] [--producers 2]
-                                  [--keyed] [--rounds 2]
+                                  [--keyed] [--rounds 2] [--rate-mib R]
 
 One store and one SQLite metadata file for the whole run. For each round and each worker
 count in turn (alternating, so machine load moves all alike), a fresh `skiff agent --workers
@@ -13,6 +13,9 @@ the first record to the last ack), the pod's CPU seconds per GiB (the agent proc
 children, from /proc), segment files written (the PUTs of produce: objects under
 `segments/` counted in the store), PUTs per second and per GiB, and the ratio of MiB/s to
 the first worker count's in the same round.
+
+`--rate-mib R` paces the producers at R MiB/s in all instead (the PUT budget: one file per
+flush interval whatever the worker count, about 4 PUTs/s at the default 250 ms).
 
 The producers, the store (moto: an S3 server in Python) and the pod share the machine's
 cores: on a 2-core machine the pod never has two cores to itself, so the ratio is a lower
@@ -129,9 +132,9 @@ class Pod:
         self.proc.wait(120)
 
 
-def _produce_part(args: tuple[str, str, int, int, bool]) -> dict:
-    bootstrap, topic, total_bytes, record_bytes, keyed = args
-    return produce(bootstrap, topic, total_bytes, record_bytes, None, keyed=keyed)
+def _produce_part(args: tuple[str, str, int, int, bool, float | None]) -> dict:
+    bootstrap, topic, total_bytes, record_bytes, keyed, rate_mib_s = args
+    return produce(bootstrap, topic, total_bytes, record_bytes, rate_mib_s, keyed=keyed)
 
 
 def segment_count(store: str, work: Path, env: dict[str, str]) -> int:
@@ -156,7 +159,10 @@ def run(pod: Pod, args: argparse.Namespace, topic: str, count_segments: callable
     files0 = count_segments()
     cpu0 = tree_cpu_s(pod.proc.pid)
     t0 = time.perf_counter()
-    parts = [(pod.bootstrap, topic, total // args.producers, args.record_bytes, args.keyed)] * args.producers
+    rate = args.rate_mib / args.producers if args.rate_mib else None
+    parts = [
+        (pod.bootstrap, topic, total // args.producers, args.record_bytes, args.keyed, rate)
+    ] * args.producers
     with multiprocessing.get_context("spawn").Pool(args.producers) as pool:
         results = pool.map(_produce_part, parts)
     seconds = time.perf_counter() - t0
@@ -169,6 +175,7 @@ def run(pod: Pod, args: argparse.Namespace, topic: str, count_segments: callable
         "puts_per_s": files / seconds,
         "puts_per_gib": files / (total / GiB),
         "errors": sum(r["errors"] for r in results),
+        "p99_ms": max(r["p99_ms"] for r in results),
     }
 
 
@@ -182,6 +189,9 @@ def main() -> None:
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--keyed", action="store_true")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--rate-mib", type=float, default=None, help="pace the producers at this many MiB/s in all"
+    )
     args = ap.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
     work = Path(tempfile.mkdtemp(prefix="skiff-workers-"))
@@ -192,10 +202,13 @@ def main() -> None:
         f"# agent workers, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores,"
         f" {args.store}, {args.mib} MiB per run, {args.partitions} partitions, {args.record_bytes} B records,"
         f" {'keyed' if args.keyed else 'sticky'}, {args.producers} producer processes,"
+        f" {f'paced at {args.rate_mib} MiB/s' if args.rate_mib else 'full speed'},"
         f" load average {os.getloadavg()[0]:.1f}"
     )
-    print("| round | workers | MiB/s | ratio | pod CPU s/GiB | files (PUTs) | PUTs/s | PUTs/GiB | errors |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| round | workers | MiB/s | ratio | pod CPU s/GiB | files (PUTs) | PUTs/s | PUTs/GiB | ack p99 ms | errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     try:
         for rnd in range(args.rounds):
             first = None
@@ -208,7 +221,8 @@ def main() -> None:
                 first = first or r["mib_s"]
                 print(
                     f"| {rnd + 1} | {w} | {r['mib_s']:.1f} | {r['mib_s'] / first:.2f}x | {r['cpu_per_gib']:.2f} |"
-                    f" {r['files']:.0f} | {r['puts_per_s']:.2f} | {r['puts_per_gib']:.0f} | {r['errors']:.0f} |",
+                    f" {r['files']:.0f} | {r['puts_per_s']:.2f} | {r['puts_per_gib']:.0f} | {r['p99_ms']:.0f} |"
+                    f" {r['errors']:.0f} |",
                     flush=True,
                 )
     finally:

@@ -2,8 +2,8 @@
 
 Processes:
 
-- the **writer** (this process): the pod's one `ProduceBuffer`, served to the workers on a
-  Unix socket in a private directory (agent.workers.writer_server). It seals one file per
+- the **writer** (this process): the pod's one `ProduceBuffer`, served to the workers on an
+  abstract Unix socket that only their pids may use (agent.workers.writer_server). It seals one file per
   flush interval for the whole pod, PUTs it and commits it, so the pod's PUT rate is that of
   one agent however many workers feed it. It also runs the pod's background roles (the
   compaction loop the command line passes), reports its own object-store usage, and serves
@@ -41,12 +41,12 @@ import logging
 import multiprocessing
 import os
 import re
+import secrets
 import select
 import signal
-import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
@@ -205,7 +205,9 @@ def _worker_metrics_urls(config: AgentConfig) -> list[str]:
     return [f"http://{host}:{config.metrics_port + 1 + i}" for i in range(config.workers)]
 
 
-def build_pod_buffer(config: AgentConfig, metadata: Any, store: Any) -> tuple[ProduceBuffer, PodWriter]:
+def build_pod_buffer(
+    config: AgentConfig, metadata: Any, store: Any, allowed_pids: Callable[[], Collection[int]]
+) -> tuple[ProduceBuffer, PodWriter]:
     """The pod's produce buffer (as one agent's, under the pod's agent id) and its writer."""
     writer: PodWriter | None = None
 
@@ -226,7 +228,7 @@ def build_pod_buffer(config: AgentConfig, metadata: Any, store: Any) -> tuple[Pr
         commit_retry_ms=config.commit_retry_ms,
         on_committed=on_committed,
     )
-    writer = PodWriter(buffer)
+    writer = PodWriter(buffer, allowed_pids)
     return buffer, writer
 
 
@@ -240,21 +242,20 @@ def run_pod(config: AgentConfig, background: Sequence[BackgroundRole] = ()) -> i
     async def main() -> bool:
         metadata, raw_store, bucket_url = await connect_agent_dependencies(config, "skiff agent")
         store = TimedStore(raw_store)  # PUT latency by operation, as an agent's
-        with tempfile.TemporaryDirectory(prefix="skiff-pod-") as directory:
-            os.chmod(directory, 0o700)
-            socket_path = os.path.join(directory, "writer.sock")
-            buffer, writer = build_pod_buffer(config, metadata, store)
-            await writer.start(socket_path)
-            pod = Pod(
-                config, metadata, store, buffer, writer, worker_metrics_urls=_worker_metrics_urls(config)
-            )
-            return await _serve_pod(pod, socket_path, bucket_url, background)
+        # An abstract socket (no file: the root filesystem may be read-only); the writer
+        # takes connections from its workers' pids only.
+        socket_path = f"\0skiff-pod-{os.getpid()}-{secrets.token_hex(8)}"
+        pids: set[int] = set()
+        buffer, writer = build_pod_buffer(config, metadata, store, lambda: pids)
+        await writer.start(socket_path)
+        pod = Pod(config, metadata, store, buffer, writer, worker_metrics_urls=_worker_metrics_urls(config))
+        return await _serve_pod(pod, socket_path, bucket_url, background, pids)
 
     return 0 if run_until_exit(main()) else 1
 
 
 async def _serve_pod(
-    pod: Pod, socket_path: str, bucket_url: str, background: Sequence[BackgroundRole]
+    pod: Pod, socket_path: str, bucket_url: str, background: Sequence[BackgroundRole], pids: set[int]
 ) -> bool:
     from skiff.agent.metrics import serve_collector
     from skiff.agent.usage_reporting import UsageReporting
@@ -271,6 +272,8 @@ async def _serve_pod(
     ]
     for w in workers:
         w.start()
+        assert w.pid is not None
+        pids.add(w.pid)
     for role in background:
         task = role(pod.metadata, bucket_url)
         task.start()
@@ -285,7 +288,7 @@ async def _serve_pod(
         if config.metrics_port
         else None
     )
-    print(f"skiff agent {config.agent_id}: {config.workers} workers, writer on {socket_path}", flush=True)
+    print(f"skiff agent {config.agent_id}: {config.workers} workers and their writer", flush=True)
     crashed = await _wait_for_stop_or_exit(workers)
     pod.stopping = True
     clean = await _stop_workers(workers, config.shutdown_timeout_ms) and not crashed

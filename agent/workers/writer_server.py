@@ -25,7 +25,8 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Collection, Sequence
 
 from skiff.agent.produce_buffer import CommittedFile, ProduceBuffer
 from skiff.agent.workers.ring import map_ring
@@ -126,8 +127,11 @@ class PodWriter:
     The buffer must be built with `on_committed=writer.on_committed` (the news reaches the
     workers before the acks): `PodWriter.attach` does that wiring."""
 
-    def __init__(self, buffer: ProduceBuffer) -> None:
+    def __init__(self, buffer: ProduceBuffer, allowed_pids: Callable[[], Collection[int]]) -> None:
         self.buffer = buffer
+        # The processes that may connect (the pod's workers): checked by the peer's
+        # credentials, since an abstract socket has no file permissions.
+        self._allowed_pids = allowed_pids
         self._links: set[_WorkerLink] = set()
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
@@ -141,9 +145,12 @@ class PodWriter:
             link.send(data)
 
     async def start(self, path: str) -> None:
+        """Listen on `path`: a Unix socket path, or an abstract name (a leading NUL: no file,
+        so a read-only root filesystem is fine)."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(path)
-        os.chmod(path, 0o600)  # the pod's own processes only
+        if not path.startswith("\0"):
+            os.chmod(path, 0o600)
         sock.listen(64)
         sock.setblocking(False)
         self._listener = sock
@@ -160,6 +167,9 @@ class PodWriter:
     async def _welcome(self, conn: socket.socket) -> None:
         """Take a worker's hello and its ring's descriptor, then serve it."""
         try:
+            pid, _uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            if pid not in self._allowed_pids():
+                raise WireError(f"process {pid} is not one of this pod's workers")
             conn.setblocking(True)
             conn.settimeout(HELLO_TIMEOUT_S)
             data, fds, _, _ = await asyncio.to_thread(socket.recv_fds, conn, HELLO_BYTES, 1)

@@ -11,6 +11,7 @@ worker; a worker that sends garbage is cut off without harm to the others.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -102,7 +103,7 @@ async def pod(tmp_path: Path) -> AsyncIterator[Pod]:
         flush_interval_ms=60_000,  # sealed by the tests' flushes only
         on_committed=lambda c: writer.on_committed(c) if writer is not None else None,
     )
-    writer = PodWriter(buffer)
+    writer = PodWriter(buffer, lambda: {os.getpid()})
     path = str(tmp_path / "writer.sock")
     await writer.start(path)
     p = Pod(writer, buffer, store, service, path, [], topic.topic_id)
@@ -198,3 +199,24 @@ async def test_a_worker_sending_garbage_is_cut_off_and_the_others_go_on(pod: Pod
     futures = good.client.append_now(pod.topic_id, 0, [batch(b"fine")])
     await good.client.flush()
     assert (await futures[0]).error_code == 0
+
+
+async def test_only_the_pods_workers_may_connect(pod: Pod) -> None:
+    own = ProduceBuffer(store=pod.store, metadata=pod.buffer._metadata, agent_id="strict")  # type: ignore[arg-type]
+    strict = PodWriter(own, lambda: {os.getpid() + 1})  # not this process
+    path = "\0skiff-test-" + uuid.uuid4().hex
+    await strict.start(path)
+    lost = asyncio.Event()
+    client = PodWriterClient(
+        path, learn=lambda c: None, keep=lambda k, s, d: None, max_buffered_bytes=1 << 20, on_lost=lost.set
+    )
+    try:
+        try:
+            await client.start()
+        except OSError:  # refused before the hello left
+            lost.set()
+        await asyncio.wait_for(lost.wait(), 30)  # or refused after it: the writer closed the connection
+        assert strict.workers_connected == 0
+    finally:
+        await client.close()
+        await strict.close()
