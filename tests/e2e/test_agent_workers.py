@@ -123,7 +123,8 @@ def test_two_workers_are_two_brokers_writing_one_file_per_flush(
     spawn_skiff: Callable[..., SkiffProcess], moto_s3: S3Bucket, md_url: str
 ) -> None:
     pod = PodUnderTest(spawn_skiff, moto_s3, md_url, {"SKIFF_FLUSH_INTERVAL_MS": "1000"})
-    wait_for_brokers(pod.bootstrap, 2)  # each worker hears of the other by its heartbeat
+    for port in (pod.port, pod.port + 1):  # each worker hears of the other by its heartbeat
+        wait_for_brokers(f"127.0.0.1:{port}", 2)
     admin = AdminClient({"bootstrap.servers": pod.bootstrap})
     brokers = admin.list_topics(timeout=10).brokers
     assert sorted(b.port for b in brokers.values()) == [pod.port, pod.port + 1]
