@@ -91,6 +91,13 @@ AGENT_METRIC_DOCS: tuple[MetricDoc, ...] = (
         "flushes whose PUT or commit failed (producers got retriable errors)",
     ),
     MetricDoc(
+        ("skiff_pod_workers_connected",),
+        "gauge",
+        "",
+        "worker processes connected to the pod's writer (`skiff agent --workers N`: N while all run)",
+        "agent with `--workers` (the writer, on `metrics_port`)",
+    ),
+    MetricDoc(
         ("skiff_produce_buffered_bytes",),
         "gauge",
         "",

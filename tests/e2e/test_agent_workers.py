@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
+from skiff.agent.metric_docs import METRIC_DOCS
 from skiff.fileformat.segment import read_footer_from_bytes
 
 from tests.e2e.test_clients_roundtrip import consume_all_confluent, create_topic
@@ -162,8 +164,30 @@ def test_two_workers_are_two_brokers_writing_one_file_per_flush(
     assert mixed >= 1, "no file holds both workers' chunks"
     assert len(keys) < 2000 / 8, "files per request, not per flush"
 
+    # The writer's /metrics: every family documented (docs/operations.md's table).
+    documented = {name for doc in METRIC_DOCS for name in doc.names}
+    text = http(pod.metrics_port, "/metrics")[1]
+    families = {
+        f.name + ("_total" if f.type == "counter" else "") for f in text_string_to_metric_families(text)
+    }
+    assert "skiff_pod_workers_connected" in families and families <= documented, families - documented
+    assert metric(pod.metrics_port, "skiff_pod_workers_connected") == 2
+
     got = consume_all_confluent(pod.bootstrap, topic, 2000, partitions=8)
     assert {g.key: (g.partition, g.offset) for g in got} == acked
+
+    # A transaction over partitions of both workers: its batches go through the writer, its
+    # markers are the coordinating worker's; read_committed sees all of it, once committed.
+    txn_topic = f"workers-txn-{uuid.uuid4().hex[:6]}"
+    create_topic(pod.bootstrap, txn_topic, partitions=8)
+    tx = Producer({"bootstrap.servers": pod.bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    for i in range(16):
+        tx.produce(txn_topic, key=f"t{i}".encode(), value=b"x", partition=i % 8)
+    tx.commit_transaction(30)
+    read = consume_all_confluent(pod.bootstrap, txn_topic, 16, partitions=8)  # librdkafka: read_committed
+    assert sorted(g.key for g in read) == sorted(f"t{i}".encode() for i in range(16))
 
     workers = pod.workers()
     assert len(workers) == 2
