@@ -57,17 +57,18 @@ def free_run(count: int, start: int = 30000) -> int:
     raise RuntimeError("no run of free ports")
 
 
-def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of `pid` and its live children (the pod's workers)."""
-    total = 0.0
-    for p in [pid, *children(pid)]:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks = os.sysconf("SC_CLK_TCK")
-        total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds of `pid` (the agent, or the pod's writer) and of its children (the workers)."""
+    return cpu_s(pid), sum(cpu_s(c) for c in children(pid))
 
 
 def children(pid: int) -> list[int]:
@@ -198,7 +199,7 @@ def run(pod: Pod, args: argparse.Namespace, topic: str, count_segments: callable
         fut.result(30)
     total = args.mib * MiB
     files0 = count_segments()
-    cpu0 = tree_cpu_s(pod.proc.pid)
+    top0, kids0 = tree_cpu_s(pod.proc.pid)
     t0 = time.perf_counter()
     if args.producer == "kcat":
         results = _produce_kcat(pod.bootstrap, topic, total, args)
@@ -208,11 +209,14 @@ def run(pod: Pod, args: argparse.Namespace, topic: str, count_segments: callable
         with multiprocessing.get_context("spawn").Pool(args.producers) as pool:
             results = pool.map(_produce_part, parts * args.producers)
     seconds = time.perf_counter() - t0
-    cpu = tree_cpu_s(pod.proc.pid) - cpu0
+    top1, kids1 = tree_cpu_s(pod.proc.pid)
+    cpu = top1 - top0 + kids1 - kids0
     files = count_segments() - files0
     return {
         "mib_s": total / MiB / seconds,
         "cpu_per_gib": cpu / (total / GiB),
+        # with workers: the writer's own share (the one process every byte goes through)
+        "writer_per_gib": (top1 - top0) / (total / GiB) if pod.workers > 1 else float("nan"),
         "files": files,
         "puts_per_s": files / seconds,
         "puts_per_gib": files / (total / GiB),
@@ -249,9 +253,10 @@ def main() -> None:
         f" load average {os.getloadavg()[0]:.1f}"
     )
     print(
-        "| round | workers | MiB/s | ratio | pod CPU s/GiB | files (PUTs) | PUTs/s | PUTs/GiB | ack p99 ms | errors |"
+        "| round | workers | MiB/s | ratio | pod CPU s/GiB | writer CPU s/GiB | files (PUTs) | PUTs/s | PUTs/GiB"
+        " | ack p99 ms | errors |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     try:
         for rnd in range(args.rounds):
             first = None
@@ -263,7 +268,7 @@ def main() -> None:
                     pod.stop()
                 first = first or r["mib_s"]
                 print(
-                    f"| {rnd + 1} | {w} | {r['mib_s']:.1f} | {r['mib_s'] / first:.2f}x | {r['cpu_per_gib']:.2f} |"
+                    f"| {rnd + 1} | {w} | {r['mib_s']:.1f} | {r['mib_s'] / first:.2f}x | {r['cpu_per_gib']:.2f} | {r['writer_per_gib']:.2f} |"
                     f" {r['files']:.0f} | {r['puts_per_s']:.2f} | {r['puts_per_gib']:.0f} | {r['p99_ms']:.0f} |"
                     f" {r['errors']:.0f} |",
                     flush=True,
