@@ -212,6 +212,8 @@ class PodWriter:
             pass  # the worker went away; what it appended is still committed
         except WireError as e:
             log.error("pod writer: a worker sent a bad frame (%s); disconnecting it", e)
+        except Exception:  # boundary: the worker answers its pending appends once disconnected
+            log.exception("pod writer: serving a worker failed; disconnecting it")
         finally:
             self._links.discard(link)
             self.workers_connected -= 1
