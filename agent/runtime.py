@@ -60,7 +60,7 @@ from skiff.agent.health import Readiness, ReadinessMonitor, dependency_probe
 from skiff.agent.metrics import TimedStore, instrument_metadata_client
 from skiff.agent.network.listener_servers import start_listener_servers
 from skiff.agent.network.server import AgentServer
-from skiff.agent.produce_buffer import CommittedFile, ProduceBuffer
+from skiff.agent.produce_buffer import CommittedFile, ObjectPutter, ProduceBuffer
 from skiff.agent.schema_cache import SchemaIdCache
 from skiff.agent.transactions.coordinator import TxnCoordinator
 from skiff.agent.workers.wire import FileChunk
@@ -69,7 +69,7 @@ from skiff.agent.workers.writer_server import file_chunks
 from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
 from skiff.fileformat.objectstore.keys import readiness_key
 from skiff.fileformat.objectstore.range_cache import RangeCache
-from skiff.metadata.wire.operations import MetadataClient
+from skiff.metadata.wire.operations import AgentClient, MetadataClient
 
 if TYPE_CHECKING:
     from skiff.agent.metrics import HttpEndpoint
@@ -255,20 +255,7 @@ def build_agent_context(
             on_lost=lambda: os.kill(os.getpid(), signal.SIGTERM),  # a graceful stop
         )
     else:
-        buffer = ProduceBuffer(
-            store=bucket,
-            metadata=metadata,
-            agent_id=config.agent_id,
-            flush_interval_ms=config.flush_interval_ms,
-            seal_lead_max_ms=config.flush_seal_lead_max_ms,
-            flush_max_bytes=config.flush_max_bytes,
-            flush_max_batches=config.flush_max_batches,
-            max_inflight_flushes=config.max_inflight_flushes,
-            max_buffered_bytes=config.max_buffered_bytes,
-            commit_retry_ms=config.commit_retry_ms,
-            wall_clock_ms=clock.wall_ms,
-            on_committed=on_committed,
-        )
+        buffer = configured_produce_buffer(config, bucket, metadata, on_committed, clock.wall_ms)
     watch.local_commit_pending = buffer.is_committing
     groups = GroupCoordinator.fenced(config, metadata, agents, clock)
     transactions = TxnCoordinator(
@@ -299,6 +286,30 @@ def build_agent_context(
         schemas=SchemaIdCache(metadata, monotonic=clock.monotonic),
         acls=acl_cache(config, metadata),
         quotas=quota_cache(config, metadata, clock),
+    )
+
+
+def configured_produce_buffer(
+    config: AgentConfig,
+    store: ObjectPutter,
+    metadata: AgentClient,
+    on_committed: Callable[[CommittedFile], None],
+    wall_clock_ms: Callable[[], int],
+) -> ProduceBuffer:
+    """The produce buffer as `config` sets it: an agent's, or a pod writer's (agent.workers)."""
+    return ProduceBuffer(
+        store=store,
+        metadata=metadata,
+        agent_id=config.agent_id,
+        flush_interval_ms=config.flush_interval_ms,
+        seal_lead_max_ms=config.flush_seal_lead_max_ms,
+        flush_max_bytes=config.flush_max_bytes,
+        flush_max_batches=config.flush_max_batches,
+        max_inflight_flushes=config.max_inflight_flushes,
+        max_buffered_bytes=config.max_buffered_bytes,
+        commit_retry_ms=config.commit_retry_ms,
+        wall_clock_ms=wall_clock_ms,
+        on_committed=on_committed,
     )
 
 

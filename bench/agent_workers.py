@@ -16,7 +16,8 @@ the first worker count's in the same round.
 
 `--producer kcat` sends with kcat processes instead (librdkafka from C, reading the records
 from a file: a producer that costs far less CPU per record than a Python loop, so the pod,
-not the producers, is what the cores are short of); not with `--rate-mib` or `--keyed`.
+not the producers, is what the cores are short of); with `--keyed`, each record has its own
+key; not with `--rate-mib`.
 
 `--rate-mib R` paces the producers at R MiB/s in all instead (the PUT budget: one file per
 flush interval whatever the worker count, about 4 PUTs/s at the default 250 ms).
@@ -44,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.produce_consume import MiB, _start_store, produce  # noqa: E402
-from tests.support.agents import skiff_command  # noqa: E402
+from tests.support.agents import child_pids, skiff_command  # noqa: E402
 from tests.support.s3servers import _port_is_free  # noqa: E402
 
 GiB = 1 << 30
@@ -68,20 +69,7 @@ def cpu_s(pid: int) -> float:
 
 def tree_cpu_s(pid: int) -> tuple[float, float]:
     """CPU seconds of `pid` (the agent, or the pod's writer) and of its children (the workers)."""
-    return cpu_s(pid), sum(cpu_s(c) for c in children(pid))
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry))
-    return out
+    return cpu_s(pid), sum(cpu_s(c) for c in child_pids(pid))
 
 
 class Pod:
@@ -145,10 +133,14 @@ def _produce_part(args: tuple[str, str, int, int, bool, float | None]) -> dict:
 def _produce_kcat(bootstrap: str, topic: str, total_bytes: int, args: argparse.Namespace) -> list[dict]:
     """`--producers` kcat processes, each sending its share of the records from one file."""
     records = total_bytes // args.record_bytes // args.producers
-    line = (os.urandom(args.record_bytes).hex()[: args.record_bytes - 1] + "\n").encode()
-    path = Path(tempfile.gettempdir()) / f"skiff-bench-records-{args.record_bytes}-{records}.txt"
-    if not path.exists() or path.stat().st_size != records * len(line):
-        path.write_bytes(line * records)
+    value = os.urandom(args.record_bytes).hex()[: args.record_bytes - 1]
+    layout = "keyed" if args.keyed else "sticky"
+    path = Path(tempfile.gettempdir()) / f"skiff-bench-records-{layout}-{args.record_bytes}-{records}.txt"
+    if not path.exists():
+        if args.keyed:  # `key:value` lines (kcat -K:), a key per record: librdkafka hashes them
+            path.write_bytes("".join(f"{i}:{value}\n" for i in range(records)).encode())
+        else:
+            path.write_bytes(f"{value}\n".encode() * records)
     procs = [
         subprocess.Popen(
             [
@@ -160,6 +152,7 @@ def _produce_kcat(bootstrap: str, topic: str, total_bytes: int, args: argparse.N
                 topic,
                 "-l",
                 str(path),
+                *(["-K", ":"] if args.keyed else []),
                 "-X",
                 "linger.ms=5",
                 "-X",

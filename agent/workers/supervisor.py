@@ -53,9 +53,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from skiff.agent.config import AgentConfig
+from skiff.agent.context import SystemClock
 from skiff.agent.health import Verdict
 from skiff.agent.produce_buffer import ProduceBuffer
-from skiff.agent.runtime import BackgroundRole, BackgroundTask
+from skiff.agent.runtime import BackgroundRole, BackgroundTask, configured_produce_buffer
 from skiff.agent.store_metrics import TimedStore
 from skiff.agent.workers.writer_server import PodWriter
 
@@ -215,19 +216,7 @@ def build_pod_buffer(
         assert writer is not None
         writer.on_committed(committed)
 
-    buffer = ProduceBuffer(
-        store=store,
-        metadata=metadata,
-        agent_id=config.agent_id,
-        flush_interval_ms=config.flush_interval_ms,
-        seal_lead_max_ms=config.flush_seal_lead_max_ms,
-        flush_max_bytes=config.flush_max_bytes,
-        flush_max_batches=config.flush_max_batches,
-        max_inflight_flushes=config.max_inflight_flushes,
-        max_buffered_bytes=config.max_buffered_bytes,
-        commit_retry_ms=config.commit_retry_ms,
-        on_committed=on_committed,
-    )
+    buffer = configured_produce_buffer(config, store, metadata, on_committed, SystemClock().wall_ms)
     writer = PodWriter(buffer, allowed_pids)
     return buffer, writer
 

@@ -31,7 +31,7 @@ from skiff.fileformat.segment import read_footer_from_bytes
 from tests.e2e.test_clients_roundtrip import consume_all_confluent, create_topic
 from tests.e2e.test_cluster import wait_for_brokers
 from tests.e2e.test_graceful_shutdown import AGENT_ENV, wait_until
-from tests.support.agents import SkiffProcess, agent_args
+from tests.support.agents import SkiffProcess, agent_args, child_pids
 from tests.support.s3servers import S3Bucket, _port_is_free
 
 
@@ -59,21 +59,6 @@ def metric(port: int, name: str) -> float:
     m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     assert m, f"{name} not in /metrics of :{port}"
     return float(m.group(1))
-
-
-def children(pid: int) -> list[int]:
-    """The live processes whose parent is `pid` (from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.append(int(entry))
-    return out
 
 
 def gone(pid: int) -> bool:
@@ -110,7 +95,7 @@ class PodUnderTest:
     def workers(self) -> list[int]:
         return [
             p
-            for p in children(self.proc.proc.pid)
+            for p in child_pids(self.proc.proc.pid)
             if "resource_tracker" not in Path(f"/proc/{p}/cmdline").read_text()
         ]
 

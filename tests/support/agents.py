@@ -51,6 +51,21 @@ def skiff_command() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "skiff.cli"]
 
 
+def child_pids(pid: int) -> list[int]:
+    """The live (not zombie) processes whose parent is `pid`, from /proc: a pod's workers."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
 def agent_args(bucket_url: str, metadata_url: str, *extra: str) -> list[str]:
     """`skiff agent` on `bucket_url` and `metadata_url`, listening on 127.0.0.1 at the port
     `spawn_skiff` substitutes for `{port}`; `extra` arguments follow."""
