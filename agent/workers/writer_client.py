@@ -11,8 +11,8 @@ read), so the Produce handler cannot tell it from a `ProduceBuffer`. An append:
    positions of its stored batches) and RESULTS frames (each append's outcomes). A FILE
    frame comes before the outcomes of the appends it holds: `learn` (agent.runtime's
    `learn_commit`) tells the chunk-location cache and the commit watch, and the batches'
-   own bytes go into the range cache at their positions in the file (`keep`), so a fetch
-   after the ack finds the chunks and a tail consumer needs no GET, as with one process.
+   own bytes go into the range cache, a span per chunk row (agent.workers.kept_runs), so a
+   fetch after the ack finds the chunks and a tail consumer needs no GET, as with one process.
 
 Memory: the bytes of appends not yet answered are bounded by `max_buffered_bytes` (an
 append waits for room as on the buffer itself); the writer bounds its own buffer the same
@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from skiff.agent.produce_buffer import PendingBatch
+from skiff.agent.workers.kept_runs import Keep, KeptRuns
 from skiff.agent.workers.ring import Region, Ring
 from skiff.agent.workers.wire import (
     FILE,
@@ -61,7 +62,6 @@ log = logging.getLogger(__name__)
 
 Key = tuple[uuid.UUID, int]
 Learn = Callable[[FileChunk], None]
-Keep = Callable[[str, int, bytes], None]
 
 _PLACED_FILES = 16  # files whose batch positions are kept for outcomes still to come
 _STREAM_LIMIT = 1024 * 1024
@@ -97,7 +97,6 @@ class PodWriterClient:
     ) -> None:
         self._path = path
         self._learn = learn
-        self._keep = keep
         self._max_buffered_bytes = max_buffered_bytes
         self._on_lost = on_lost
         self._reader: asyncio.StreamReader | None = None
@@ -110,9 +109,7 @@ class PodWriterClient:
         self._ring: Ring | None = None
         self._send_scheduled = False
         self._flushes: dict[int, asyncio.Future[None]] = {}
-        self._placed: collections.deque[dict[tuple[uuid.UUID, int, int], tuple[str, int, int]]] = (
-            collections.deque(maxlen=_PLACED_FILES)
-        )
+        self._kept = KeptRuns(keep, _PLACED_FILES)
         self._buffered_bytes = 0
         self._space = asyncio.Condition()
         self._space_waiters = 0
@@ -283,23 +280,9 @@ class PodWriterClient:
     def _on_file(self, news: CommittedFileNews) -> None:
         self.files_flushed += 1
         self.post_seal_estimate_s = news.post_seal_estimate_s
-        placed: dict[tuple[uuid.UUID, int, int], tuple[str, int, int]] = {}
         for chunk in news.chunks:
             self._learn(chunk)
-            for p in chunk.placed:
-                placed[(chunk.topic_id, chunk.partition, p.base_offset)] = (
-                    news.object_key,
-                    p.byte_position,
-                    p.byte_length,
-                )
-        self._placed.append(placed)
-
-    def _where(self, key: Key, base_offset: int) -> tuple[str, int, int] | None:
-        for placed in reversed(self._placed):
-            where = placed.pop((key[0], key[1], base_offset), None)
-            if where is not None:
-                return where
-        return None
+        self._kept.learn(news)
 
     async def _on_results(self, results: list[tuple[int, list[BatchResult]]]) -> None:
         for append_id, outcomes in results:
@@ -311,9 +294,7 @@ class PodWriterClient:
                     self.flush_failures += 1
                 elif not outcome.duplicate:
                     self.bytes_flushed += len(batch.data)
-                    where = self._where(pending.key, outcome.base_offset)
-                    if where is not None and where[2] == len(batch.data):
-                        self._keep(where[0], where[1], batch.data)
+                    self._kept.stored(pending.key[0], pending.key[1], outcome.base_offset, batch.data)
                 if not fut.done():
                     fut.set_result(outcome)
             self._settle(pending)

@@ -151,13 +151,18 @@ async def test_workers_learn_the_file_before_its_acks_and_keep_their_own_bytes(p
             (2, 0, 1),
             (3, 0, 0),
         }
-    # a kept exactly its own batches, at their places in the stored file
+    # each worker kept its own chunk rows whole (one span each: a fetch reads a row whole),
+    # exactly the stored file's bytes there
     (key,) = {loc.object_key for c in a.learnt for loc in c.locations}
     stored = await pod.store.get(key)  # type: ignore[attr-defined]
-    assert sorted(a.kept.values()) == sorted([batch(b"first").data, batch(b"second").data])
-    for (k, start), data in a.kept.items():
-        assert k == key and stored[start : start + len(data)] == data
-    assert list(b.kept.values()) == [batch(b"other").data]
+    rows = {c.partition: c.locations[0] for c in a.learnt}
+    assert a.kept == {
+        (key, rows[2].byte_position): stored[
+            rows[2].byte_position : rows[2].byte_position + rows[2].byte_length
+        ]
+    }
+    assert a.kept[(key, rows[2].byte_position)] == batch(b"first").data + batch(b"second").data
+    assert b.kept == {(key, rows[3].byte_position): batch(b"other").data}
 
 
 async def test_back_pressure_parks_appends_until_answers_free_room(pod: Pod) -> None:

@@ -160,6 +160,14 @@ def test_two_workers_are_two_brokers_writing_one_file_per_flush(
 
     got = consume_all_confluent(pod.bootstrap, topic, 2000, partitions=8)
     assert {g.key: (g.partition, g.offset) for g in got} == acked
+    # Read from the workers' own memory: each kept its chunk rows whole from what it sent.
+    for i in range(2):
+        ranged = re.search(
+            r'^skiff_object_store_requests_total\{kind="get_range",role="agent"\} (\S+)$',
+            http(pod.metrics_port + 1 + i, "/metrics")[1],
+            re.M,
+        )
+        assert ranged is None or float(ranged.group(1)) == 0, f"worker {i} read data from the bucket"
 
     # A transaction over partitions of both workers: its batches go through the writer, its
     # markers are the coordinating worker's; read_committed sees all of it, once committed.

@@ -7,6 +7,7 @@ import uuid
 import pytest
 from skiff.agent.config import AgentConfig
 from skiff.agent.produce_buffer import PendingBatch
+from skiff.agent.workers.kept_runs import KeptRuns
 from skiff.agent.workers.ring import Ring
 from skiff.agent.workers.supervisor import check_worker_ports, worker_config
 from skiff.agent.workers.wire import (
@@ -186,3 +187,40 @@ def test_ports_that_two_workers_would_share_are_refused() -> None:
         check_worker_ports(
             AgentConfig(listeners="PLAINTEXT://:9092,SASL_PLAINTEXT://:9094", metrics_port=0, workers=3)
         )
+
+
+def test_kept_runs_hand_the_cache_each_chunk_row_whole_once_every_batch_of_it_is_back() -> None:
+    kept: dict[tuple[str, int], bytes] = {}
+    runs = KeptRuns(lambda key, start, data: kept.__setitem__((key, start), data), max_files=2)
+    row = ChunkLocation(1, "f1", 100, 30, 0, 2, 3, 9)  # offsets 0-2 at bytes 100-129
+    other = ChunkLocation(2, "f1", 130, 20, 0, 1, 2, 9)  # partition 2: another worker's batch in it
+    placed = (PlacedBatch(0, 100, 10), PlacedBatch(1, 110, 5), PlacedBatch(2, 115, 15))
+    runs.learn(
+        CommittedFileNews(
+            "f1",
+            0.0,
+            (
+                FileChunk(T, 1, True, False, (row,), placed),
+                FileChunk(T, 2, True, False, (other,), (PlacedBatch(0, 130, 10), PlacedBatch(1, 140, 10))),
+            ),
+        )
+    )
+    runs.stored(T, 1, 2, b"c" * 15)  # out of order
+    runs.stored(T, 1, 0, b"a" * 10)
+    assert kept == {}
+    runs.stored(T, 1, 1, b"bad")  # not the 5 bytes stored there: ignored
+    runs.stored(T, 2, 0, b"x" * 10)  # the other half of partition 2's row never comes
+    assert kept == {}
+    runs.learn(CommittedFileNews("f2", 0.0, (FileChunk(T, 1, True, False, (), ()),)))
+    runs.stored(T, 1, 1, b"b" * 5)  # place already claimed by the bad one: nothing
+    assert kept == {}
+
+    fresh = KeptRuns(lambda key, start, data: kept.__setitem__((key, start), data), max_files=1)
+    fresh.learn(CommittedFileNews("f1", 0.0, (FileChunk(T, 1, True, False, (row,), placed),)))
+    for base, data in ((1, b"b" * 5), (0, b"a" * 10), (2, b"c" * 15)):
+        fresh.stored(T, 1, base, data)
+    assert kept == {("f1", 100): b"a" * 10 + b"b" * 5 + b"c" * 15} and fresh.runs_kept == 1
+    fresh.learn(CommittedFileNews("f3", 0.0, ()))  # f1 forgotten (max_files 1)
+    fresh.learn(CommittedFileNews("f1", 0.0, ()))
+    fresh.stored(T, 1, 0, b"a" * 10)
+    assert fresh.runs_kept == 1
