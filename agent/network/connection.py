@@ -271,7 +271,7 @@ class Connection:
         try:
             frame = self.frames.read_body(size)
             if not isinstance(frame, (bytes, bytearray)):  # not all here yet: with its deadline
-                frame = await self._within(frame, self.config.request_read_timeout_ms / 1000.0)
+                frame = await self.deadline.within(frame, self.config.request_read_timeout_ms / 1000.0)
             read = True
             return frame, charge
         except TimeoutError:
@@ -310,7 +310,7 @@ class Connection:
         while True:
             # Cancelling a wait loses nothing: bytes are taken only by take_size.
             try:
-                await self._within(frames.wait_more(), idle_s or _NO_IDLE_TIMEOUT_S)
+                await self.deadline.within(frames.wait_more(), idle_s or _NO_IDLE_TIMEOUT_S)
             except TimeoutError:
                 if not idle_s:
                     raise
@@ -320,21 +320,6 @@ class Connection:
             size = frames.take_size()
             if size is not None:
                 return size
-
-    async def _within(self, awaitable: Awaitable[Any], timeout_s: float) -> Any:
-        """`awaitable`'s result, or TimeoutError after `timeout_s`. This runs up to twice per
-        request: a lazily re-armed deadline, not a task or an asyncio.timeout() per read (see
-        agent.network.read_deadline)."""
-        deadline = self.deadline
-        deadline.arm(timeout_s)
-        try:
-            return await awaitable
-        except asyncio.CancelledError:
-            if deadline.disarm():
-                raise TimeoutError from None
-            raise
-        finally:
-            deadline.disarm()
 
     def _protocol_error(self, reason: str) -> None:
         self.server.protocol_errors += 1
