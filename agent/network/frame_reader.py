@@ -39,6 +39,7 @@ use the same path (tests/component/test_frame_reader.py runs both).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -49,6 +50,20 @@ AHEAD_BYTES = 64 * 1024
 DIRECT_MIN_BYTES = 8 * 1024
 _MIN_FREE_BYTES = 4 * 1024  # compact the read-ahead when its free tail is shorter
 _I32 = struct.Struct(">i")
+# Read-aheads of connections gone idle, for the next connection that receives (no malloc,
+# no zeroing of 64 KiB per request of a client that sends one request at a time); bounded.
+_POOL_BUFFERS = 64
+_POOL: list[tuple[bytearray, memoryview]] = []
+_EMPTY = bytearray()
+_NO_BUFFER = (_EMPTY, memoryview(_EMPTY))
+
+
+def _take_pooled(size: int) -> tuple[bytearray, memoryview]:
+    if _POOL and len(_POOL[-1][0]) == size:
+        with contextlib.suppress(IndexError):  # another thread's loop took it meanwhile
+            return _POOL.pop()
+    buf = bytearray(size)
+    return buf, memoryview(buf)
 
 
 class FrameReader:
@@ -68,8 +83,9 @@ class FrameReader:
         self._loop = loop
         self._pause = pause
         self._resume = resume
-        self._buf = bytearray(ahead_bytes)
-        self._view = memoryview(self._buf)
+        self._ahead_bytes = ahead_bytes
+        # No read-ahead while nothing is unread (`_release`): an idle connection holds none.
+        self._buf, self._view = _NO_BUFFER
         self._start = 0  # first unread byte of the read-ahead
         self._end = 0  # end of the received bytes
         self._direct_min_bytes = direct_min_bytes
@@ -87,6 +103,8 @@ class FrameReader:
         frame = self._frame
         if frame is not None:
             return memoryview(frame)[self._frame_pos :]
+        if not self._buf:
+            self._buf, self._view = _take_pooled(self._ahead_bytes)
         if len(self._buf) - self._end < _MIN_FREE_BYTES:
             self._compact()
             if self._end == len(self._buf):
@@ -122,6 +140,11 @@ class FrameReader:
         """Bytes read ahead and not yet taken."""
         return self._end - self._start
 
+    @property
+    def read_ahead_bytes(self) -> int:
+        """The read-ahead's size: 0 while the connection waits with nothing unread."""
+        return len(self._buf)
+
     def take_size(self) -> int | None:
         """The next int32 (a size prefix) if it has been read ahead, else None."""
         start = self._start
@@ -146,6 +169,8 @@ class FrameReader:
     async def wait_more(self) -> None:
         """Until more bytes have been read ahead; IncompleteReadError at end of stream."""
         have = self._end - self._start
+        if not have:
+            self._release()  # the connection waits for its next request: hold no buffer meanwhile
         while self._end - self._start == have:
             self._raise_if_ended(self._view[self._start : self._end].tobytes())
             await self._wait()
@@ -220,10 +245,20 @@ class FrameReader:
         grown[: self._end] = self._view[: self._end]
         self._buf, self._view = grown, memoryview(grown)
 
+    def _release(self) -> None:
+        buf, view = self._buf, self._view
+        if buf:
+            self._buf, self._view = _NO_BUFFER
+            self._start = self._end = 0
+            if len(buf) == self._ahead_bytes and len(_POOL) < _POOL_BUFFERS:
+                _POOL.append((buf, view))
+
     def _consumed(self) -> None:
         if self._start == self._end:
             self._start = self._end = 0  # empty: receive from the front again, no move
-        if self._paused and self._end - self._start < len(self._buf):
+        # Resumed only once half of the read-ahead is free: resuming at the first byte taken
+        # would have the next receive take a few hundred bytes, then pause again.
+        if self._paused and 2 * (self._end - self._start) <= len(self._buf):
             self._paused = False
             self._resume()
 

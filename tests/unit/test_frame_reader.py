@@ -154,11 +154,16 @@ async def test_a_full_read_ahead_pauses_the_transport_until_bytes_are_taken() ->
     stream = b"".join(frames)
     taken = deliver(reader, stream, t)
     assert taken == 16 * 1024 and t.paused and t.pauses == 1  # nothing more is received
-    assert reader.take_size() == 96 and reader.read_body(96) == bytes([0]) * 96
-    assert not t.paused and t.resumes == 1  # room again: reading resumes
+    first = [reader.read_body(reader.take_size() or 0) for _ in range(80)]  # 8,000 bytes
+    assert first == [bytes([i]) * 96 for i in range(80)] and t.paused
+    assert reader.take_size() == 96 and reader.read_body(96) == bytes([80]) * 96
+    assert t.paused and t.resumes == 0
+    for _ in range(2):  # once half of the read-ahead is free, reading resumes
+        assert reader.take_size() == 96 and reader.read_body(96)
+    assert not t.paused and t.resumes == 1
     taken += deliver(reader, stream[taken:], t)
-    assert t.paused and taken == 16 * 1024 + 100
-    out = [bytes([0]) * 96]
+    assert t.paused and t.pauses == 2
+    out = [f[4:] for f in frames[:83]]
     while len(out) < len(frames):
         if (size := reader.take_size()) is None:
             taken += deliver(reader, stream[taken:], t)
@@ -243,3 +248,17 @@ async def test_asked_for_room_when_full_it_grows_rather_than_hand_out_nothing() 
     assert deliver(reader, stream[16 * 1024 :]) == len(stream) - 16 * 1024  # ignoring the pause
     assert [await read_frame(reader) for _ in frames] == [f[4:] for f in frames]
     assert not t.paused
+
+
+async def test_a_connection_waiting_for_its_next_request_holds_no_read_ahead() -> None:
+    t = Transport()
+    reader = _reader(t)
+    assert reader.read_ahead_bytes == 0  # none before the first receive
+    deliver(reader, _frame(b"one"))
+    assert reader.read_ahead_bytes == 64 * 1024
+    assert await read_frame(reader) == b"one"
+    waiting = asyncio.ensure_future(read_frame(reader))
+    await asyncio.sleep(0)
+    assert reader.read_ahead_bytes == 0  # given back (to a bounded pool) while it waits
+    deliver(reader, _frame(b"two"))
+    assert await waiting == b"two"
