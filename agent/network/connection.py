@@ -4,7 +4,7 @@ pipelining, muting and response writing.
 Per connection there are two tasks:
 
 - the *reader* reads frames (`int32 size` + payload) from the connection's `FrameReader`
-  (`agent.network.frame_reader`: the socket receives into a 64 KiB read-ahead, or a large
+  (`agent.network.frame_reader`: the socket receives into a 256 KiB read-ahead, or a large
   body straight into its own buffer); size prefixes and whole small requests are cut
   from the read-ahead without an await each; only the rest of a body that is not there
   yet is awaited (with its deadline). A negative size, or one above

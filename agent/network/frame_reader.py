@@ -8,7 +8,7 @@ parsed from.
 
 Algorithm. The reader has two places to receive into:
 
-- the *read-ahead*: one fixed `ahead_bytes` buffer (64 KiB) holding bytes received and not
+- the *read-ahead*: one fixed `ahead_bytes` buffer (256 KiB) holding bytes received and not
   yet taken, between `_start` and `_end`. Size prefixes and whole small requests are taken
   from it without an await (`take_size`, `take`: a copy of just those bytes, made while it
   is still in the cache). When its free tail is short, the unread bytes are moved to its
@@ -17,7 +17,7 @@ Algorithm. The reader has two places to receive into:
   as soon as the consumer takes some: a muted connection (one whose reader waits for room
   in a byte budget, `agent.network.connection`) thus holds at most `ahead_bytes` here.
 - a *frame buffer*: `read_body(n)` for a body the read-ahead does not hold whole and which
-  is larger than `direct_min_bytes` allocates the body's own `bytearray(n)`, copies the
+  is at least `direct_min_bytes` (128 KiB) allocates the body's own `bytearray(n)`, copies the
   part already read ahead into it, and points `get_buffer` at the rest of it until it is
   full; the body is received in place and handed to the parser as it is (no copy). Only
   the consumer decides to read a body (after its size has been checked against every
@@ -44,15 +44,21 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-AHEAD_BYTES = 64 * 1024
-# A body missing more than this is received straight into its own buffer; smaller ones
-# wait in the read-ahead (their copy out is small, and many arrive in one receive).
-DIRECT_MIN_BYTES = 8 * 1024
+# asyncio's StreamReader received up to 256 KiB per call: so does the read-ahead. Smaller
+# receives cost more system calls and, over loopback, more window-update ACKs sent from
+# the agent's recv (measured with 64 KiB and 8 KiB below: 2.8x the recv calls of
+# StreamReader and 17x the epoll_ctl calls at keyed 1 KiB records, docs/benchmarks.md).
+AHEAD_BYTES = 256 * 1024
+# A body of this size or more that the read-ahead does not hold whole is received straight
+# into its own buffer; smaller ones wait in the read-ahead (a copy out, but many of them
+# arrive in one receive).
+DIRECT_MIN_BYTES = 128 * 1024
 _MIN_FREE_BYTES = 4 * 1024  # compact the read-ahead when its free tail is shorter
+_BYTEARRAY_MIN_BYTES = 4 * 1024  # bodies taken from the read-ahead as a bytearray from this size
 _I32 = struct.Struct(">i")
 # Read-aheads of connections gone idle, for the next connection that receives (no malloc,
-# no zeroing of 64 KiB per request of a client that sends one request at a time); bounded.
-_POOL_BUFFERS = 64
+# no zeroing of 256 KiB per request of a client that sends one request at a time); bounded.
+_POOL_BUFFERS = 32
 _POOL: list[tuple[bytearray, memoryview]] = []
 _EMPTY = bytearray()
 _NO_BUFFER = (_EMPTY, memoryview(_EMPTY))
@@ -155,14 +161,18 @@ class FrameReader:
         self._consumed()
         return size
 
-    def take(self, n: int) -> bytes | None:
-        """The next `n` bytes if they have been read ahead (no await), else None."""
+    def take(self, n: int) -> bytes | bytearray | None:
+        """The next `n` bytes if they have been read ahead (no await), else None: bytes, or
+        from `_BYTEARRAY_MIN_BYTES` a bytearray, which the connection parses through a view
+        so that produce records are slices of it rather than copies."""
         start = self._start
         end = start + n
         if end > self._end:
             return None
         self._start = end
-        data = self._view[start:end].tobytes()
+        data = (
+            self._view[start:end].tobytes() if n < _BYTEARRAY_MIN_BYTES else bytearray(self._view[start:end])
+        )
         self._consumed()
         return data
 
@@ -186,7 +196,7 @@ class FrameReader:
             return self._read_ahead_body(n)
         return self._read_in_place(n)
 
-    async def _read_ahead_body(self, n: int) -> bytes:
+    async def _read_ahead_body(self, n: int) -> bytes | bytearray:
         if self._start + n > len(self._buf):
             self._compact()
         while (data := self.take(n)) is None:

@@ -70,7 +70,7 @@ async def _round_trip(server_tls: ssl.SSLContext | None, client_tls: ssl.SSLCont
     assert [bytes(b) for b in got] == payloads
     assert digests == b"".join(hashlib.sha256(p).digest() for p in payloads)
     # bodies larger than the read-ahead can only have been received in their own buffers
-    assert all(isinstance(b, bytearray) for b, p in zip(got, payloads, strict=True) if len(p) > 65_536)
+    assert all(isinstance(b, bytearray) for b, p in zip(got, payloads, strict=True) if len(p) > 262_144)
 
 
 async def test_plaintext_socket_frames_of_every_size() -> None:
