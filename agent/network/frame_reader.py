@@ -184,7 +184,8 @@ class FrameReader:
         if not have:
             self._release()  # the connection waits for its next request: hold no buffer meanwhile
         while self._end - self._start == have:
-            self._raise_if_ended(self._view[self._start : self._end].tobytes())
+            if self._eof:
+                self._raise_ended(self._view[self._start : self._end].tobytes())
             await self._wait()
 
     def read_body(self, n: int) -> bytes | bytearray | Awaitable[bytes | bytearray]:
@@ -202,7 +203,8 @@ class FrameReader:
         if self._start + n > len(self._buf):
             self._compact()
         while (data := self.take(n)) is None:
-            self._raise_if_ended(self._view[self._start : self._end].tobytes())
+            if self._eof:
+                self._raise_ended(self._view[self._start : self._end].tobytes())
             await self._wait()
         return data
 
@@ -215,7 +217,8 @@ class FrameReader:
         self._consumed()
         try:
             while self._frame is frame:  # buffer_updated lets go of it once it is whole
-                self._raise_if_ended(bytes(frame[: self._frame_pos]))
+                if self._eof:
+                    self._raise_ended(bytes(frame[: self._frame_pos]))
                 await self._wait()
         finally:
             self._frame = None
@@ -223,11 +226,12 @@ class FrameReader:
 
     # --- internals ----------------------------------------------------------------------
 
-    def _raise_if_ended(self, partial: bytes) -> None:
+    def _raise_ended(self, partial: bytes) -> None:
+        """The stream has ended: the connection's error, or IncompleteReadError with the
+        bytes of the partial request (copied only now: a wait checks the flag alone)."""
         if self._exc is not None:
             raise self._exc
-        if self._eof:
-            raise asyncio.IncompleteReadError(partial, None)
+        raise asyncio.IncompleteReadError(partial, None)
 
     async def _wait(self) -> None:
         waiter = self._loop.create_future()
