@@ -65,7 +65,7 @@ from skiff.metadata.errors import (
     MetadataError,
     MetadataUnavailable,
 )
-from skiff.metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec, FileSpec
+from skiff.metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec, produced_batch_spec
 from skiff.metadata.wire.operations import AgentClient
 
 log = logging.getLogger(__name__)
@@ -425,18 +425,17 @@ class ProduceBuffer:
         keys = sorted(open_file.entries, key=lambda k: (k[0].bytes, k[1]))
         inputs = []
         for topic_id, partition in keys:
-            batches = [b for b, _ in open_file.entries[(topic_id, partition)]]
-            inputs.append(
-                ChunkInput(
-                    topic_id=topic_id,
-                    partition=partition,
-                    batches=[b.data for b in batches],
-                    batch_count=len(batches),
-                    record_count=sum(b.record_count for b in batches),
-                    min_timestamp=min(b.min_timestamp for b in batches),
-                    max_timestamp=max(b.max_timestamp for b in batches),
-                )
-            )
+            entry = open_file.entries[(topic_id, partition)]
+            if len(entry) == 1:  # keyed produce: most partitions get one batch per file
+                b = entry[0][0]
+                parts, records, min_ts, max_ts = [b.data], b.record_count, b.min_timestamp, b.max_timestamp
+            else:
+                batches = [b for b, _ in entry]
+                parts = [b.data for b in batches]
+                records = sum(b.record_count for b in batches)
+                min_ts = min(b.min_timestamp for b in batches)
+                max_ts = max(b.max_timestamp for b in batches)
+            inputs.append(ChunkInput(topic_id, partition, parts, len(entry), records, min_ts, max_ts))
         data, placements = build_segment(inputs)
         key = self._object_key()
         t0 = self._now_s()
@@ -453,27 +452,29 @@ class ProduceBuffer:
             return
         chunk_specs = []
         for (topic_id, partition), placement in zip(keys, placements, strict=True):
-            batches = [b for b, _ in open_file.entries[(topic_id, partition)]]
+            entry = open_file.entries[(topic_id, partition)]
             chunk_specs.append(
                 ChunkSpec(
                     topic_id=topic_id,
                     partition=partition,
                     batches=tuple(
-                        BatchSpec(
-                            byte_offset=pos,
-                            byte_length=len(b.data),
-                            offset_count=b.offset_count,
-                            record_count=b.record_count,
-                            max_timestamp=b.max_timestamp,
-                            producer_id=b.producer_id,
-                            producer_epoch=b.producer_epoch,
-                            base_sequence=b.base_sequence,
-                            timestamp_type=b.timestamp_type,
-                            is_transactional=b.is_transactional,
-                            transactional_id=b.transactional_id,
-                            min_timestamp=b.min_timestamp,
-                        )
-                        for b, pos in zip(batches, placement.batch_positions, strict=True)
+                        [
+                            produced_batch_spec(
+                                pos,
+                                len(b.data),
+                                b.offset_count,
+                                b.record_count,
+                                b.max_timestamp,
+                                b.producer_id,
+                                b.producer_epoch,
+                                b.base_sequence,
+                                b.timestamp_type,
+                                b.is_transactional,
+                                b.transactional_id,
+                                b.min_timestamp,
+                            )
+                            for (b, _), pos in zip(entry, placement.batch_positions, strict=True)
+                        ]
                     ),
                 )
             )

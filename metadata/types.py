@@ -101,6 +101,47 @@ class BatchSpec:
     min_timestamp: Int64 | None = None
 
 
+def produced_batch_spec(
+    byte_offset: int,
+    byte_length: int,
+    offset_count: int,
+    record_count: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    timestamp_type: int,
+    is_transactional: bool,
+    transactional_id: str | None,
+    min_timestamp: int | None,
+) -> BatchSpec:
+    """`BatchSpec(...)` of a produced data batch (`control_type` -1), equal to the one the
+    constructor builds, built without the frozen dataclass's `__init__` (an
+    `object.__setattr__` per field: 1.3 us, against 0.5 us here). The agent builds one per
+    produced batch at every commit. tests/unit/test_produce_buffer.py checks that it sets
+    every field of BatchSpec."""
+    spec: BatchSpec = _new_object(BatchSpec)
+    spec.__dict__.update(
+        byte_offset=byte_offset,
+        byte_length=byte_length,
+        offset_count=offset_count,
+        record_count=record_count,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        timestamp_type=timestamp_type,
+        is_transactional=is_transactional,
+        control_type=-1,
+        transactional_id=transactional_id,
+        min_timestamp=min_timestamp,
+    )
+    return spec
+
+
+_new_object = object.__new__
+
+
 @dataclass(frozen=True)
 class ChunkSpec:
     """One partition's batches inside one file, contiguous in the file and in order."""

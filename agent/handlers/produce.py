@@ -460,19 +460,14 @@ def start_inline(
         observe_produce_ack(0, time.perf_counter() - started_s)
         return done
     ack = _InlineAck(request, answers, pending, done, outcome, failed, started_s)
-    if ack.remaining == 0:
-        ack.finish()
-    else:
-        for _, futures, _ in pending:
-            for fut in futures:
-                fut.add_done_callback(ack.one_done)
+    ack.watch()
     return done
 
 
 class _InlineAck:
     """The answer of a `start_inline` request, encoded once its last batch is resolved."""
 
-    __slots__ = ("request", "answers", "pending", "done", "outcome", "failed", "remaining", "started_s")
+    __slots__ = ("request", "answers", "pending", "done", "outcome", "failed", "started_s")
 
     def __init__(
         self,
@@ -491,12 +486,22 @@ class _InlineAck:
         self.done = done
         self.outcome = outcome
         self.failed = failed
-        self.remaining = len(pending[0][1]) if len(pending) == 1 else sum(len(p[1]) for p in pending)
 
-    def one_done(self, _: asyncio.Future[BatchResult]) -> None:
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.finish()
+    def watch(self) -> None:
+        """Finish once every batch is resolved. The buffer resolves a file's batches in
+        arrival order, and a request's batches are appended together, so a callback on the
+        last one alone usually sees them all done (one callback per request, not one per
+        batch: keyed requests carry a hundred); if some are not (a file sealed between two of
+        them, a failure), it watches the next undone one."""
+        for _, futures, _ in reversed(self.pending):
+            for fut in reversed(futures):
+                if not fut.done():
+                    fut.add_done_callback(self._one_done)
+                    return
+        self.finish()
+
+    def _one_done(self, _: asyncio.Future[BatchResult]) -> None:
+        self.watch()
 
     def finish(self) -> None:
         if self.done.done():  # cancelled: the connection is gone

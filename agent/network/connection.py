@@ -3,10 +3,11 @@ pipelining, muting and response writing.
 
 Per connection there are two tasks:
 
-- the *reader* reads frames (`int32 size` + payload). It takes what the stream holds (up
-  to 64 KiB, `_READ_AHEAD_BYTES`) when it needs more bytes, and cuts size prefixes and
-  whole requests from that read-ahead without an await each; only the rest of a body
-  that is not there yet is awaited (with its deadline). A negative size, or one above
+- the *reader* reads frames (`int32 size` + payload) from the connection's `FrameReader`
+  (`agent.network.frame_reader`: the socket receives into a 256 KiB read-ahead, or a large
+  body straight into its own buffer); size prefixes and whole small requests are cut
+  from the read-ahead without an await each; only the rest of a body that is not there
+  yet is awaited (with its deadline). A negative size, or one above
   `max_request_bytes`, closes the connection at once without reading the body (so a
   bogus size costs no memory). Before reading a body it waits for room for it in the
   connection's byte budget and in the agent's (see `agent.network.limits`: requests
@@ -76,6 +77,7 @@ from skiff.agent.handlers import (
     refusal_response,
 )
 from skiff.agent.handlers.api_versions import unsupported_version_response
+from skiff.agent.network.frame_reader import FrameReader
 from skiff.agent.network.limits import (
     REQUEST_OVERHEAD_BYTES,
     ByteBudget,
@@ -115,9 +117,7 @@ FETCH_KEY = 1
 
 _COALESCE_BYTES = 64 * 1024  # ready responses written in one call, up to about this much
 _READ_BURST_REQUESTS = 32  # requests one reader dispatches before it yields to the loop
-# One read from the stream takes at most this much ahead of the request being read: the
-# bytes were already in the StreamReader's buffer (a muted connection reads no further).
-_READ_AHEAD_BYTES = 64 * 1024
+_NO_IDLE_TIMEOUT_S = 365 * 86_400.0  # still a deadline, so that stop_reading can end the wait
 
 
 class Connection:
@@ -127,14 +127,14 @@ class Connection:
         self,
         server: AgentServer,
         info: ConnectionInfo,
-        reader: asyncio.StreamReader,
+        frames: FrameReader,
         writer: asyncio.StreamWriter,
     ) -> None:
         self.server = server
         self.ctx = server.context
         self.config = server.context.config
         self.info = info
-        self.reader = reader
+        self.frames = frames
         self.writer = writer
         self.queue: asyncio.Queue[_Slot | None] = asyncio.Queue()
         self.permits = asyncio.Semaphore(self.config.max_inflight_requests)
@@ -147,10 +147,6 @@ class Connection:
         self.barrier: asyncio.Task[_Outcome] | None = None  # the running exclusive request
         self.closing = False
         self.deadline = ReadDeadline(self.loop)  # the reader's read deadlines
-        # Bytes taken off the stream and not yet consumed (`_take`): size prefixes and whole
-        # small requests are cut from it without an await per read.
-        self._ahead = b""
-        self._ahead_pos = 0
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
@@ -238,15 +234,14 @@ class Connection:
         finally:
             self.muted = False
 
-    async def _read_frame(self) -> tuple[bytes, int] | None:
+    async def _read_frame(self) -> tuple[bytes | bytearray, int] | None:
         """The next request's bytes and the bytes charged for them, or None when the
         connection should end. The charge is taken from both budgets."""
         try:
-            head = await self._read_size_prefix()
-            if head is None:
+            size = await self._read_size_prefix()
+            if size is None:
                 log.info("closing idle connection %s (%s)", self.info.connection_id, self.info.peer)
                 return None
-            size = int.from_bytes(head, "big", signed=True)
             if size < 0:
                 self._protocol_error(f"negative request size {size}")
                 return None
@@ -274,12 +269,9 @@ class Connection:
         self.server.request_budget.take(size)
         read = False
         try:
-            frame = self._take(size)
-            if frame is None:  # the rest of the body is not here yet: read it (with its deadline)
-                have = self._ahead[self._ahead_pos :]
-                self._ahead, self._ahead_pos = b"", 0
-                timeout_s = self.config.request_read_timeout_ms / 1000.0
-                frame = have + await self._read_within(size - len(have), timeout_s)
+            frame = self.frames.read_body(size)
+            if not isinstance(frame, (bytes, bytearray)):  # not all here yet: with its deadline
+                frame = await self.deadline.within(frame, self.config.request_read_timeout_ms / 1000.0)
             read = True
             return frame, charge
         except TimeoutError:
@@ -302,76 +294,32 @@ class Connection:
                 self.server.request_budget.give(size)
         return None
 
-    async def _read_size_prefix(self) -> bytes | None:
-        """The next 4 bytes, or None once the connection has been idle too long.
+    async def _read_size_prefix(self) -> int | None:
+        """The next request's size, or None once the connection has been idle too long.
 
         Idle means: nothing read and nothing in flight for `connections_max_idle_ms`.
         """
         if self.closing:
             return None
-        head = self._take(4)
-        if head is not None:  # the common case under load: already read ahead
-            return head
+        frames = self.frames
+        size = frames.take_size()
+        if size is not None:  # the common case under load: already read ahead
+            return size
         idle_s = self.config.connections_max_idle_ms / 1000.0
-        if not idle_s:  # no idle timeout; still a deadline, so that stop_reading can end the wait
-            while head is None:
-                await self._read_ahead(365 * 86_400.0)
-                head = self._take(4)
-            return head
         loop = self.loop
         while True:
-            # Cancelling a read loses nothing: it takes bytes off the stream only when it returns.
+            # Cancelling a wait loses nothing: bytes are taken only by take_size.
             try:
-                await self._read_ahead(idle_s)
+                await self.deadline.within(frames.wait_more(), idle_s or _NO_IDLE_TIMEOUT_S)
             except TimeoutError:
+                if not idle_s:
+                    raise
                 if self.closing or not self.slots and loop.time() - self.last_activity >= idle_s:
                     return None
                 continue
-            head = self._take(4)
-            if head is not None:
-                return head
-
-    def _take(self, n: int) -> bytes | None:
-        """The next `n` bytes if the read-ahead holds them (no await), else None."""
-        pos = self._ahead_pos
-        end = pos + n
-        if end > len(self._ahead):
-            return None
-        self._ahead_pos = end
-        return self._ahead[pos:end]
-
-    async def _read_ahead(self, timeout_s: float) -> None:
-        """Add what the stream holds (at least one byte, at most `_READ_AHEAD_BYTES`) to the
-        read-ahead, or TimeoutError after `timeout_s`; IncompleteReadError at end of stream."""
-        deadline = self.deadline
-        deadline.arm(timeout_s)
-        try:
-            data = await self.reader.read(_READ_AHEAD_BYTES)
-        except asyncio.CancelledError:
-            if deadline.disarm():
-                raise TimeoutError from None
-            raise
-        finally:
-            deadline.disarm()
-        left = self._ahead[self._ahead_pos :]
-        if not data:
-            raise asyncio.IncompleteReadError(left, None)
-        self._ahead, self._ahead_pos = left + data, 0
-
-    async def _read_within(self, n: int, timeout_s: float) -> bytes:
-        """`readexactly(n)`, or TimeoutError after `timeout_s`. This runs twice per request:
-        a lazily re-armed deadline, not a task or an asyncio.timeout() per read (see
-        agent.network.read_deadline)."""
-        deadline = self.deadline
-        deadline.arm(timeout_s)
-        try:
-            return await self.reader.readexactly(n)
-        except asyncio.CancelledError:
-            if deadline.disarm():
-                raise TimeoutError from None
-            raise
-        finally:
-            deadline.disarm()
+            size = frames.take_size()
+            if size is not None:
+                return size
 
     def _protocol_error(self, reason: str) -> None:
         self.server.protocol_errors += 1
@@ -385,7 +333,7 @@ class Connection:
         fut.set_result(outcome)
         return fut
 
-    def _prepare(self, frame: bytes) -> asyncio.Future[_Outcome] | tuple[HandlerSpec, Request]:
+    def _prepare(self, frame: bytes | bytearray) -> asyncio.Future[_Outcome] | tuple[HandlerSpec, Request]:
         """Parse the request: its handler and the request, or its outcome when it is answered
         (or the connection closed) without a handler."""
         try:
@@ -401,11 +349,14 @@ class Connection:
         if not spec.supports(api_version):
             return self._done(self._unsupported_version(spec, api_version, corr))
         try:
-            header, offset = parse_request_header(frame)
+            # A body received in place (a bytearray) is read through a read-only view (what
+            # kio's reader accepts): produce records are then slices of it, not copies.
+            view = frame if isinstance(frame, bytes) else memoryview(frame).toreadonly()
+            header, offset = parse_request_header(view)
             if spec.handler is produce.handle:  # the hot path: one walk, no kio entities
-                body = decode_produce_request(frame, offset, api_version)
+                body = decode_produce_request(view, offset, api_version)
             else:
-                body = decode_request_body(header, frame, offset)
+                body = decode_request_body(header, view, offset)
         except MalformedRequest as e:
             self._protocol_error(f"malformed {spec.name} v{api_version} request (correlation id {corr}): {e}")
             return self._done(_CLOSE)

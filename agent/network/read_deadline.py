@@ -13,12 +13,17 @@ disarmed, it stops; not yet due, it re-arms itself at the deadline (so a busy co
 costs about one timer per timeout period, not one per read); due, it cancels the armed
 task. `disarm()` clears the record and reports whether this deadline cancelled the task,
 undoing that cancellation (`Task.uncancel`) as `asyncio.timeout` does, so that a
-cancellation from elsewhere is never mistaken for a timeout.
+cancellation from elsewhere is never mistaken for a timeout. `within(awaitable, timeout_s)`
+wraps one await in arm/disarm and turns the deadline's cancellation into TimeoutError.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class ReadDeadline:
@@ -54,6 +59,18 @@ class ReadDeadline:
         self._fired = False
         assert task is not None
         return task.uncancel() <= self._cancelling
+
+    async def within(self, awaitable: Awaitable[T], timeout_s: float) -> T:
+        """`awaitable`'s result, or TimeoutError after `timeout_s` (or `expire_now`)."""
+        self.arm(timeout_s)
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self.disarm():
+                raise TimeoutError from None
+            raise
+        finally:
+            self.disarm()
 
     def expire_now(self) -> None:
         """End the armed await now, as its deadline passing would (no-op while disarmed):

@@ -7,7 +7,8 @@ sockets get Kafka's buffer sizes (`socket_receive_buffer_bytes`, `socket_send_bu
 librdkafka merges them into bigger batches) rather than in megabytes of kernel buffers.
 
 Each accepted connection is served by `agent.connection.Connection` (framing, dispatch,
-ordered pipelining, muting, response writing: see there).
+ordered pipelining, muting, response writing: see there), which reads its requests from the
+connection's `agent.network.frame_reader.FrameProtocol` (received in place, one copy).
 
 Listeners (`agent.listeners`): a server is one listener. On TLS listeners the handshake
 is done first (`agent.network.tls`); SASL is the connection's (`agent.connection`).
@@ -26,13 +27,12 @@ from typing import Any
 from skiff.agent.context import AgentContext
 from skiff.agent.handlers import ConnectionInfo, HandlerRegistry, default_registry
 from skiff.agent.network.connection import Connection
+from skiff.agent.network.frame_reader import FrameProtocol
 from skiff.agent.network.limits import ByteBudget, ConnectionLimiter
 from skiff.agent.network.tls import ListenerSecurity
 from skiff.agent.zones import ZoneTraffic
 
 log = logging.getLogger(__name__)
-
-_STREAM_LIMIT = 256 * 1024  # StreamReader pauses the socket beyond twice this
 
 
 class AgentServer:
@@ -73,8 +73,12 @@ class AgentServer:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._on_connection, self._host, self._requested_port, limit=_STREAM_LIMIT, reuse_address=True
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: FrameProtocol(self._on_connection, loop),
+            self._host,
+            self._requested_port,
+            reuse_address=True,
         )
 
     @property
@@ -161,7 +165,9 @@ class AgentServer:
         self._connections[conn_id] = task
         self.connections_total += 1
         info = ConnectionInfo(conn_id, f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
-        conn = Connection(self, info, reader, writer)
+        protocol = writer.transport.get_protocol()
+        assert isinstance(protocol, FrameProtocol)
+        conn = Connection(self, info, protocol.frames, writer)
         self._open[conn_id] = conn
         try:
             if self.security is None or await self.security.secure(writer, info):

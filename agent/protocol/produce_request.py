@@ -39,6 +39,10 @@ from skiff.agent.protocol.schema_walk import MalformedRequest, read_uvarint
 MIN_VERSION = 3
 MAX_VERSION = 9
 
+# A whole request frame: bytes, or a view of the buffer it was received into (the records
+# are then views too: no copy of the batches; agent.network.frame_reader).
+Buffer = bytes | memoryview
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I32_PAIR = struct.Struct(">ii")
@@ -48,7 +52,7 @@ _ACKS_TIMEOUT = struct.Struct(">hi")
 class PartitionData:
     __slots__ = ("index", "records")
 
-    def __init__(self, index: int, records: bytes | None) -> None:
+    def __init__(self, index: int, records: Buffer | None) -> None:
         self.index = index
         self.records = records
 
@@ -86,7 +90,7 @@ class ProduceRequestData:
         return datetime.timedelta(milliseconds=self.timeout_ms)
 
 
-def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def _uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
     if pos < end:
         b = buf[pos]
         if b < 0x80:  # nearly every length in a produce request
@@ -98,16 +102,16 @@ def _null(name: str) -> MalformedRequest:
     return MalformedRequest(f"non-nullable field {name} was serialized as null")
 
 
-def _text(buf: bytes, pos: int, n: int, end: int) -> str:
+def _text(buf: Buffer, pos: int, n: int, end: int) -> str:
     if pos + n > end:
         raise MalformedRequest(f"string of {n} bytes exceeds the {end - pos} bytes left")
     try:
-        return buf[pos : pos + n].decode("utf-8")
+        return str(buf[pos : pos + n], "utf-8")
     except UnicodeDecodeError as e:
         raise MalformedRequest(f"cannot decode ProduceRequest: {e}") from None
 
 
-def _skip_tagged(buf: bytes, pos: int, end: int) -> int:
+def _skip_tagged(buf: Buffer, pos: int, end: int) -> int:
     """A struct's tagged-field section, which must be empty: Produce defines no tagged
     fields up to v9, and kio refuses unknown ones (so the generic path does)."""
     count, pos = _uvarint(buf, pos, end)
@@ -119,7 +123,7 @@ def _skip_tagged(buf: bytes, pos: int, end: int) -> int:
     return pos
 
 
-def _count(buf: bytes, pos: int, end: int, flexible: bool, name: str, item_min: int) -> tuple[int, int]:
+def _count(buf: Buffer, pos: int, end: int, flexible: bool, name: str, item_min: int) -> tuple[int, int]:
     """An array's item count (refusing null, negative and impossible counts) and the position after it."""
     if flexible:
         v = buf[pos] if pos < end else 0x80  # 0x80: the slow form raises "truncated varint"
@@ -144,7 +148,7 @@ def _count(buf: bytes, pos: int, end: int, flexible: bool, name: str, item_min: 
     return count, pos
 
 
-def decode_produce_request(buf: bytes, pos: int, version: int) -> ProduceRequestData:
+def decode_produce_request(buf: Buffer, pos: int, version: int) -> ProduceRequestData:
     """The Produce request body at `pos` of `buf` (a whole request frame, without its size prefix)."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise MalformedRequest(f"Produce v{version} is not decoded here")
@@ -156,7 +160,7 @@ def decode_produce_request(buf: bytes, pos: int, version: int) -> ProduceRequest
         raise MalformedRequest("truncated ProduceRequest") from None
 
 
-def _decode_classic(buf: bytes, pos: int, version: int) -> ProduceRequestData:
+def _decode_classic(buf: Buffer, pos: int, version: int) -> ProduceRequestData:
     """v3-v8: int16 string lengths, int32 byte and array lengths, -1 for null."""
     end = len(buf)
     txn: str | None = None
@@ -184,7 +188,7 @@ def _decode_classic(buf: bytes, pos: int, version: int) -> ProduceRequestData:
         for _ in range(part_count):
             index, n = _I32_PAIR.unpack_from(buf, pos)
             pos += 8
-            records: bytes | None = None
+            records: Buffer | None = None
             if n >= 0:
                 if pos + n > end:
                     raise MalformedRequest(f"records of {n} bytes exceed the {end - pos} bytes left")
@@ -197,7 +201,7 @@ def _decode_classic(buf: bytes, pos: int, version: int) -> ProduceRequestData:
     return ProduceRequestData(version, txn, acks, timeout_ms, tuple(topics))
 
 
-def _decode_flexible(buf: bytes, pos: int, version: int) -> ProduceRequestData:
+def _decode_flexible(buf: Buffer, pos: int, version: int) -> ProduceRequestData:
     """v9: compact lengths (unsigned varint + 1, 0 for null) and empty tagged-field sections.
     Varints are read inline in their one-byte form (every length below 127)."""
     end = len(buf)
@@ -235,7 +239,7 @@ def _decode_flexible(buf: bytes, pos: int, version: int) -> ProduceRequestData:
                 pos += 1
             else:
                 n, pos = _uvarint(buf, pos, end)
-            records: bytes | None = None
+            records: Buffer | None = None
             if n:
                 n -= 1
                 if pos + n > end:

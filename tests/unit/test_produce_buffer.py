@@ -9,6 +9,7 @@ parked for space).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Sequence
 
@@ -16,7 +17,7 @@ import pytest
 from skiff.agent.produce_buffer import PendingBatch, ProduceBuffer
 from skiff.fileformat.segment import read_footer_from_bytes
 from skiff.metadata.errors import KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT, MetadataUnavailable
-from skiff.metadata.types import BatchResult, ChunkResult, ChunkSpec, FileSpec
+from skiff.metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec, FileSpec, produced_batch_spec
 
 T1 = uuid.UUID(int=1)
 
@@ -435,3 +436,13 @@ async def test_under_steady_load_the_lead_costs_no_extra_puts() -> None:
     await buf.append_nowait(T1, 0, [stamped(wall.now_ms - 20)])
     assert open_deadline(buf) == pytest.approx(0.245, abs=1e-6)
     await buf.close()
+
+
+def test_produced_batch_spec_equals_the_constructors_and_sets_every_field() -> None:
+    args = (40, 120, 5, 4, 1_700_000_000_123, 77, 3, 9, 1, True, "txn-a", 1_700_000_000_001)
+    fast = produced_batch_spec(*args)
+    slow = BatchSpec(*args[:10], -1, *args[10:])
+    assert fast == slow and hash(fast) == hash(slow) and type(fast) is BatchSpec
+    assert set(vars(fast)) == {f.name for f in dataclasses.fields(BatchSpec)}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.byte_offset = 0  # type: ignore[misc]
