@@ -9,8 +9,8 @@ read), so the Produce handler cannot tell it from a `ProduceBuffer`. An append:
    connection's batches reach the writer in request order;
 2. the writer answers with FILE frames (every committed file's chunk rows and the file
    positions of its stored batches) and RESULTS frames (each append's outcomes). A FILE
-   frame comes before the outcomes of the appends it holds: `learn` (agent.runtime's
-   `learn_commit`) tells the chunk-location cache and the commit watch, and the batches'
+   frame comes before the outcomes of the appends it holds: `learn` (wired by
+   agent.runtime.build_agent_context) tells the chunk-location cache and the commit watch, and the batches'
    own bytes go into the range cache, a span per chunk row (agent.workers.kept_runs), so a
    fetch after the ack finds the chunks and a tail consumer needs no GET, as with one process.
 

@@ -6,8 +6,9 @@ them, to the pod's one `ProduceBuffer`, which seals one file per flush interval 
 number of workers, PUTs it and commits it: the pod's PUT rate is one worker's. Then:
 
 1. every worker gets a FILE frame (the file's chunk rows and where each stored batch lies),
-   so it can answer fetches of those partitions at once, from memory (agent.runtime's
-   `learn_commit`, and the range cache fed with the worker's own bytes);
+   so it can answer fetches of those partitions at once, from memory (the chunk-location
+   cache and commit watch, as agent.runtime wires them, and the range cache fed with the
+   worker's own bytes: agent.workers.kept_runs);
 2. each append's outcome (offsets or error) goes back to the worker that sent it, in a
    RESULTS frame per loop turn (appends resolved together travel together).
 
