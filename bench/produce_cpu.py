@@ -24,7 +24,7 @@ time.
 `--rate-mib R` paces the producer at R MiB/s instead and adds PUTs per second and
 librdkafka's ack latency p50/p99 (the PUT budget of issue 24 item 5).
 
-`--py-spy DIR` samples each agent with py-spy (`record --format raw --nonblocking`,
+`--py-spy DIR` samples each agent with py-spy (installed by `pip install -e ".[bench]"`; `record --format raw --nonblocking`,
 `--py-spy-rate` Hz) while it produces, keeps the raw profile in DIR, and prints the top frames by share
 of the samples: by own time (the leaf function) and by inclusive time (a function anywhere
 on the stack, counted once per sample). py-spy samples every thread that is not idle, so a
