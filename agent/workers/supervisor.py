@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import multiprocessing
 import os
@@ -247,6 +248,7 @@ async def _serve_pod(
     pod: Pod, socket_path: str, bucket_url: str, background: Sequence[BackgroundRole], pids: set[int]
 ) -> bool:
     from skiff.agent.metrics import serve_collector
+    from skiff.agent.process import GC_THRESHOLDS
     from skiff.agent.usage_reporting import UsageReporting
 
     config = pod.config
@@ -270,6 +272,8 @@ async def _serve_pod(
     usage = UsageReporting(pod)  # type: ignore[arg-type]  # a pod offers what it reads
     usage.start()
     pod.background.append(usage)
+    gc.freeze()  # as an agent's (agent.process.GC_THRESHOLDS): the writer holds every in-flight batch
+    gc.set_threshold(*GC_THRESHOLDS)
     registry = CollectorRegistry()
     registry.register(_PodCollector(pod))
     http = (
