@@ -78,7 +78,10 @@ class KeptRuns:
             run.have_bytes += length
             if run.have_bytes == run.length:
                 pieces = run.pieces
-                whole = pieces[run.start] if len(pieces) == 1 else b"".join(pieces[p] for p in sorted(pieces))
+                if len(pieces) > 1:
+                    whole = b"".join(pieces[p] for p in sorted(pieces))
+                else:  # bytes of its own (bytes of bytes is no copy): a view would keep its
+                    whole = bytes(pieces[run.start])  # request's whole body alive in the cache
                 run.pieces = {}
                 self._keep(f.key, run.start, whole)
                 self.runs_kept += 1
