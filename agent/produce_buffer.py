@@ -55,6 +55,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from skiff.agent.byte_budget import ByteBudget
 from skiff.agent.metrics import observe_append, observe_file
 from skiff.agent.seal_deadline import SealDeadline, waited_s
 from skiff.fileformat.segment import ChunkInput, ChunkPlacement, build_segment
@@ -167,7 +168,6 @@ class ProduceBuffer:
         self._deadline = SealDeadline(flush_interval_ms=flush_interval_ms, seal_lead_max_ms=seal_lead_max_ms)
         self._flush_max_bytes = flush_max_bytes
         self._flush_max_batches = flush_max_batches
-        self._max_buffered_bytes = max_buffered_bytes
         self._commit_retry_s = max(commit_retry_ms, 0) / 1000.0
         self._key_prefix = key_prefix
         self._wall_clock_ms = wall_clock_ms
@@ -178,9 +178,7 @@ class ProduceBuffer:
         self._open: _OpenFile | None = None
         self._last_seal_s: float | None = None  # clock time of the previous seal (see _add)
         self._next_seq = 0
-        self._buffered_bytes = 0
-        self._space = asyncio.Condition()
-        self._space_waiters = 0  # appends waiting for room (they go first: FIFO)
+        self._budget = ByteBudget(max_buffered_bytes)  # open and in-flight files' bytes
         self._last_commit_done: asyncio.Future[None] | None = None  # the last sealed file's commit
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -199,7 +197,7 @@ class ProduceBuffer:
 
     @property
     def buffered_bytes(self) -> int:
-        return self._buffered_bytes
+        return self._budget.held_bytes
 
     @property
     def post_seal_estimate_s(self) -> float:
@@ -224,24 +222,13 @@ class ProduceBuffer:
         if self._closed:
             raise RuntimeError("produce buffer is closed")
         size = sum(len(b.data) for b in batches)
-        # Fast path (nearly every append): room now and nobody queued ahead, so the
-        # condition's lock is not needed (no await between the check and the take).
-        if self._space_waiters or not self._fits(size):
-            self._space_waiters += 1
-            try:
-                async with self._space:
-                    await self._space.wait_for(lambda: self._fits(size))
-                    self._buffered_bytes += size
-            finally:
-                self._space_waiters -= 1
-        else:
-            self._buffered_bytes += size
+        await self._budget.take(size)
         return self._add(topic_id, partition, batches, size)
 
     def has_room(self, size: int) -> bool:
         """True when `size` more bytes can be appended now without waiting (and the buffer
         is open): the Produce handler's synchronous path then calls `append_now`."""
-        return not self._closed and not self._space_waiters and self._fits(size)
+        return not self._closed and self._budget.has_room(size)
 
     def append_now(
         self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
@@ -249,7 +236,7 @@ class ProduceBuffer:
         """`append_nowait` without the wait: the caller has checked `has_room` for these
         batches (and, in the same synchronous step, for everything it appends with them)."""
         size = sum(len(b.data) for b in batches)
-        self._buffered_bytes += size
+        self._budget.take_now(size)
         return self._add(topic_id, partition, batches, size)
 
     def _add(
@@ -317,9 +304,6 @@ class ProduceBuffer:
         if not open_file.anchor_ms or anchor_ms < open_file.anchor_ms:
             open_file.anchor_ms = anchor_ms
         return waited
-
-    def _fits(self, size: int) -> bool:
-        return self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
 
     def _now_s(self) -> float:
         """Now by the buffer's clock: the injected one, or the running loop's."""
@@ -413,9 +397,7 @@ class ProduceBuffer:
         finally:
             if not done.done():
                 done.set_result(None)
-            async with self._space:
-                self._buffered_bytes -= open_file.size_bytes
-                self._space.notify_all()
+            await self._budget.release(open_file.size_bytes)
 
     async def _put_and_commit(
         self, open_file: _OpenFile, previous: asyncio.Future[None] | None, commit_done: asyncio.Future[None]

@@ -34,6 +34,7 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 
+from skiff.agent.byte_budget import ByteBudget
 from skiff.agent.produce_buffer import PendingBatch
 from skiff.agent.workers.kept_runs import Keep, KeptRuns
 from skiff.agent.workers.ring import Region, Ring
@@ -97,7 +98,6 @@ class PodWriterClient:
     ) -> None:
         self._path = path
         self._learn = learn
-        self._max_buffered_bytes = max_buffered_bytes
         self._on_lost = on_lost
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -110,9 +110,7 @@ class PodWriterClient:
         self._send_scheduled = False
         self._flushes: dict[int, asyncio.Future[None]] = {}
         self._kept = KeptRuns(keep, _PLACED_FILES)
-        self._buffered_bytes = 0
-        self._space = asyncio.Condition()
-        self._space_waiters = 0
+        self._budget = ByteBudget(max_buffered_bytes)  # bytes of appends not yet answered
         self._closed = False
         self._draining = False
         self._lost = False
@@ -129,7 +127,7 @@ class PodWriterClient:
 
     async def start(self) -> None:
         """Connect to the writer and hand it the ring (its descriptor travels with the hello)."""
-        self._ring = Ring(self._max_buffered_bytes)
+        self._ring = Ring(self._budget.max_bytes)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             await asyncio.get_running_loop().run_in_executor(None, sock.connect, self._path)
@@ -143,17 +141,14 @@ class PodWriterClient:
 
     @property
     def buffered_bytes(self) -> int:
-        return self._buffered_bytes
+        return self._budget.held_bytes
 
     def is_committing(self, key: Key) -> bool:
         """True while an append to `key` awaits its outcome (sent, or committing)."""
         return key in self._per_key
 
     def has_room(self, size: int) -> bool:
-        return not self._closed and not self._lost and not self._space_waiters and self._fits(size)
-
-    def _fits(self, size: int) -> bool:
-        return self._buffered_bytes == 0 or self._buffered_bytes + size <= self._max_buffered_bytes
+        return not self._closed and not self._lost and self._budget.has_room(size)
 
     async def append(
         self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
@@ -167,29 +162,25 @@ class PodWriterClient:
         if self._closed:
             raise RuntimeError("produce buffer is closed")
         size = sum(len(b.data) for b in batches)
-        if self._space_waiters or not self._fits(size):
-            self._space_waiters += 1
-            try:
-                async with self._space:
-                    await self._space.wait_for(lambda: self._lost or self._fits(size))
-            finally:
-                self._space_waiters -= 1
+        if self._lost or not await self._budget.take(size, give_up=lambda: self._lost):
+            return _failed(len(batches))
         return self._add(topic_id, partition, batches, size)
 
     def append_now(
         self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
     ) -> list[asyncio.Future[BatchResult]]:
-        return self._add(topic_id, partition, batches, sum(len(b.data) for b in batches))
+        if self._lost:
+            return _failed(len(batches))
+        size = sum(len(b.data) for b in batches)
+        self._budget.take_now(size)
+        return self._add(topic_id, partition, batches, size)
 
     def _add(
         self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch], size: int
     ) -> list[asyncio.Future[BatchResult]]:
+        """Send batches whose bytes are already taken from the budget."""
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[BatchResult]] = [loop.create_future() for _ in batches]
-        if self._lost:
-            for fut in futures:
-                fut.set_result(_lost_result())
-            return futures
         append_id = self._next_id
         self._next_id += 1
         key = (topic_id, partition)
@@ -197,7 +188,6 @@ class PodWriterClient:
         regions: list[Region | None] = [ring.put(b.data) if ring is not None else None for b in batches]
         self._pending[append_id] = _Pending(key, batches, futures, size, regions)
         self._per_key[key] += 1
-        self._buffered_bytes += size
         positions = [-1 if r is None else r.start for r in regions]
         self._outbox.append((append_id, topic_id, partition, batches, positions))
         if not self._send_scheduled:
@@ -298,15 +288,14 @@ class PodWriterClient:
                 if not fut.done():
                     fut.set_result(outcome)
             self._settle(pending)
-        async with self._space:
-            self._space.notify_all()
+        await self._budget.wake()
 
     def _settle(self, pending: _Pending) -> None:
         if self._ring is not None:
             for region in pending.regions:
                 if region is not None:
                     self._ring.free(region)
-        self._buffered_bytes -= pending.size
+        self._budget.release_now(pending.size)
         left = self._per_key[pending.key] - 1
         if left:
             self._per_key[pending.key] = left
@@ -328,13 +317,18 @@ class PodWriterClient:
                 flushed.set_result(None)
         self._flushes.clear()
         # Appends waiting for room are woken: they now fail at once (see _add).
-        self._wake = asyncio.get_running_loop().create_task(self._wake_space_waiters())
+        self._wake = asyncio.get_running_loop().create_task(self._budget.wake())
         if not self._closed:
             self._on_lost()
 
-    async def _wake_space_waiters(self) -> None:
-        async with self._space:
-            self._space.notify_all()
+
+def _failed(count: int) -> list[asyncio.Future[BatchResult]]:
+    """Outcomes for appends made once the writer is gone: a retriable error each."""
+    loop = asyncio.get_running_loop()
+    futures: list[asyncio.Future[BatchResult]] = [loop.create_future() for _ in range(count)]
+    for fut in futures:
+        fut.set_result(_lost_result())
+    return futures
 
 
 def _lost_result() -> BatchResult:

@@ -168,7 +168,7 @@ async def test_workers_learn_the_file_before_its_acks_and_keep_their_own_bytes(p
 async def test_back_pressure_parks_appends_until_answers_free_room(pod: Pod) -> None:
     w = await pod.worker()
     one = len(batch(b"x").data)
-    w.client._max_buffered_bytes = one + 1  # the bound is by bytes of unanswered appends
+    w.client._budget.max_bytes = one + 1  # the bound is by bytes of unanswered appends
     first = w.client.append_now(pod.topic_id, 0, [batch(b"x")])
     assert not w.client.has_room(one)
     parked = asyncio.ensure_future(w.client.append_nowait(pod.topic_id, 0, [batch(b"y")]))

@@ -205,7 +205,7 @@ async def test_back_pressure_bounds_buffered_bytes() -> None:
     first_acks = [f for fs in await asyncio.gather(*first) for f in fs]
     assert buf.buffered_bytes == 2000
     third = asyncio.create_task(buf.append(T1, 0, [batch(1000)]))
-    while not buf._space_waiters:  # the third parks, waiting for space
+    while not buf._budget.waiting:  # the third parks, waiting for space
         await asyncio.sleep(0)
     assert buf.buffered_bytes == 2000  # ... and is not buffered
     md.gate.set()
