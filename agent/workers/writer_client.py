@@ -150,12 +150,6 @@ class PodWriterClient:
     def has_room(self, size: int) -> bool:
         return not self._closed and not self._lost and self._budget.has_room(size)
 
-    async def append(
-        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
-    ) -> list[BatchResult]:
-        futures = await self.append_nowait(topic_id, partition, batches)
-        return list(await asyncio.gather(*futures))
-
     async def append_nowait(
         self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
     ) -> list[asyncio.Future[BatchResult]]:
