@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from skiff.agent.chunk_cache import ChunkLocationCache
     from skiff.agent.commit_watch import CommitWatch
     from skiff.agent.groups.coordinator import GroupCoordinator
-    from skiff.agent.produce_buffer import PendingBatch
+    from skiff.agent.produce_buffer import BatchWaiter, PendingBatch
     from skiff.agent.transactions.coordinator import TxnCoordinator
     from skiff.fileformat.objectstore.range_cache import RangeCache
 
@@ -82,8 +82,12 @@ class ProduceSink(Protocol):
     def has_room(self, size: int) -> bool: ...
     def is_committing(self, key: tuple[uuid.UUID, int]) -> bool: ...
     def append_now(
-        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
-    ) -> list[asyncio.Future[BatchResult]]: ...
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        batches: Sequence[PendingBatch],
+        waiters: Sequence[BatchWaiter] | None = None,
+    ) -> Sequence[BatchWaiter]: ...
     async def append_nowait(
         self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
     ) -> list[asyncio.Future[BatchResult]]: ...

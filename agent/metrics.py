@@ -93,6 +93,7 @@ from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from skiff.agent.groups.placement import placement_families
+from skiff.agent.loop_histogram import LoopHistogram
 
 # The documentation of every family (agent.metric_docs), re-exported for the command below.
 from skiff.agent.metric_docs import METRIC_DOCS, _main, render_metrics_table, replace_metrics_table
@@ -124,18 +125,16 @@ FILE_RECORDS_BUCKETS = tuple(float(10**i) for i in range(8))  # 1 .. 10^7
 
 # Not in prometheus-client's default registry: each agent's collector yields them (see
 # the module docstring), so a process may serve several agents' endpoints.
-PRODUCE_ACK_LATENCY = Histogram(
+PRODUCE_ACK_LATENCY = LoopHistogram(
     "skiff_produce_ack_latency_seconds",
     "Produce requests: from the handler receiving the request to its response being ready",
     ["acks"],
     buckets=LATENCY_BUCKETS_S,
-    registry=None,
 )
-FETCH_LATENCY = Histogram(
+FETCH_LATENCY = LoopHistogram(
     "skiff_fetch_latency_seconds",
     "Fetch requests: from the handler receiving the request to its response (long-poll wait included)",
     buckets=FETCH_BUCKETS_S,
-    registry=None,
 )
 METADATA_CALL_LATENCY = Histogram(
     "skiff_metadata_call_duration_seconds",
@@ -157,11 +156,10 @@ PRODUCE_FILE_RECORDS = Histogram(
     registry=None,
 )
 APPEND_LATENCY_BUCKETS_S = (*FETCH_BUCKETS_S, 60.0, 300.0)
-PRODUCE_APPEND_LATENCY = Histogram(
+PRODUCE_APPEND_LATENCY = LoopHistogram(
     "skiff_produce_append_latency_seconds",
     "CreateTime batches: from the oldest record's timestamp to the commit of the file holding it",
     buckets=APPEND_LATENCY_BUCKETS_S,
-    registry=None,
 )
 HISTOGRAMS = (
     PRODUCE_ACK_LATENCY,
@@ -199,8 +197,7 @@ def observe_append(now_ms: int, oldest_timestamps_ms: Iterable[int]) -> None:
     """CreateTime batches just committed: end-to-end append latency, each batch's oldest record's
     timestamp (the producer's clock) to `now_ms` (the agent's); a client clock ahead of the
     agent's counts as 0, not as a negative latency."""
-    for ts in oldest_timestamps_ms:
-        PRODUCE_APPEND_LATENCY.observe(max(0, now_ms - ts) / 1000.0)
+    PRODUCE_APPEND_LATENCY.observe_many([max(0, now_ms - ts) / 1000.0 for ts in oldest_timestamps_ms])
 
 
 def instrument_metadata_client(metadata: object) -> None:

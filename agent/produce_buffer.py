@@ -96,6 +96,16 @@ class PendingBatch(NamedTuple):
     transactional_id: str | None = None
 
 
+class BatchWaiter(Protocol):
+    """Where one appended batch's outcome goes: an `asyncio.Future`, or an object of the
+    caller's that acts on the outcome at once when it is set (the Produce handler's
+    synchronous path: no future, done callback and loop turn per batch). `set_result`
+    is called once, from the event loop, and must not raise."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: BatchResult, /) -> None: ...
+
+
 @dataclass(frozen=True)
 class CommittedFile:
     """What observers (fetch cache, long-poll waiters, metrics) learn after a commit."""
@@ -110,11 +120,9 @@ class CommittedFile:
 @dataclass
 class _OpenFile:
     seq: int
-    entries: dict[tuple[uuid.UUID, int], list[tuple[PendingBatch, asyncio.Future[BatchResult]]]] = field(
-        default_factory=dict
-    )
-    # every append's futures in arrival order: acks go out oldest first (see _resolve)
-    arrivals: list[asyncio.Future[BatchResult]] = field(default_factory=list)
+    entries: dict[tuple[uuid.UUID, int], list[tuple[PendingBatch, BatchWaiter]]] = field(default_factory=dict)
+    # every append's waiters in arrival order: acks go out oldest first (see _resolve)
+    arrivals: list[BatchWaiter] = field(default_factory=list)
     size_bytes: int = 0
     timer: asyncio.TimerHandle | None = None  # the loop's wakeup for `deadline_s`
     opened_s: float = 0.0  # clock time of the first append
@@ -231,19 +239,38 @@ class ProduceBuffer:
         return not self._closed and self._budget.has_room(size)
 
     def append_now(
-        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
-    ) -> list[asyncio.Future[BatchResult]]:
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        batches: Sequence[PendingBatch],
+        waiters: Sequence[BatchWaiter] | None = None,
+    ) -> Sequence[BatchWaiter]:
         """`append_nowait` without the wait: the caller has checked `has_room` for these
-        batches (and, in the same synchronous step, for everything it appends with them)."""
+        batches (and, in the same synchronous step, for everything it appends with them).
+        `waiters` (one per batch) receive the outcomes instead of new futures."""
         size = sum(len(b.data) for b in batches)
         self._budget.take_now(size)
-        return self._add(topic_id, partition, batches, size)
+        if waiters is None:
+            return self._add(topic_id, partition, batches, size)
+        return self._add_waiters(topic_id, partition, batches, size, waiters)
 
     def _add(
         self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch], size: int
     ) -> list[asyncio.Future[BatchResult]]:
         """Put batches (their bytes already counted as buffered) into the open file."""
         loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[BatchResult]] = [loop.create_future() for _ in batches]
+        self._add_waiters(topic_id, partition, batches, size, futures)
+        return futures
+
+    def _add_waiters(
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        batches: Sequence[PendingBatch],
+        size: int,
+        waiters: Sequence[BatchWaiter],
+    ) -> Sequence[BatchWaiter]:
         open_file = self._open
         if open_file is None:
             now_s = self._now_s()
@@ -277,20 +304,19 @@ class ProduceBuffer:
                 deadline_s = max(deadline_s, open_file.floor_s)
                 if deadline_s < open_file.deadline_s - 0.001:  # re-arm only for a real move
                     self._arm(open_file, deadline_s, now_s)
-        futures: list[asyncio.Future[BatchResult]] = []
         entry = open_file.entries.setdefault((topic_id, partition), [])
-        for b in batches:
-            fut: asyncio.Future[BatchResult] = loop.create_future()
-            entry.append((b, fut))
-            futures.append(fut)
-        open_file.arrivals += futures
+        if len(batches) == 1:
+            entry.append((batches[0], waiters[0]))
+        else:
+            entry += zip(batches, waiters, strict=True)
+        open_file.arrivals += waiters
         open_file.size_bytes += size
         if (
             open_file.size_bytes >= self._flush_max_bytes
             or len(open_file.arrivals) >= self._flush_max_batches
         ):
             self._seal()
-        return futures
+        return waiters
 
     def _waited_s(self, open_file: _OpenFile, first_ms: int) -> float:
         """How long before now a batch whose oldest record is stamped `first_ms` was created,
@@ -497,7 +523,7 @@ class ProduceBuffer:
         self.files_flushed += 1
         self.bytes_flushed += len(data)
         observe_file(len(data), sum(i.record_count for i in inputs))
-        outcomes: dict[asyncio.Future[BatchResult], BatchResult] = {}
+        outcomes: dict[BatchWaiter, BatchResult] = {}
         append_ms: list[int] = []  # CreateTime batches committed: their oldest timestamps
         for (topic_id, partition), result in zip(keys, results, strict=True):
             pending = open_file.entries[(topic_id, partition)]
@@ -526,8 +552,8 @@ class ProduceBuffer:
 
     async def _resolve(
         self,
-        arrivals: list[asyncio.Future[BatchResult]],
-        outcomes: dict[asyncio.Future[BatchResult], BatchResult],
+        arrivals: list[BatchWaiter],
+        outcomes: dict[BatchWaiter, BatchResult],
     ) -> None:
         """Resolve a committed file's appends oldest first, `_RESOLVE_CHUNK` per loop iteration.
 

@@ -451,29 +451,53 @@ def start_inline(
     except Exception:  # boundary: the awaiting path answers (and logs) whatever went wrong
         return None  # the awaiting path answers (and logs) whatever went wrong
     done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    pending = [
-        (key, buffer.append_now(topic.topic_id, partition, batches), append_time)
-        for key, topic, partition, batches, append_time in validated
-    ]
+    ack = _InlineAck(request, answers, done, outcome, failed, started_s)
+    count = 0
+    for v in validated:
+        count += len(v[3])
+    ack.remaining = count
+    if count == 1:  # the usual request: one batch, the ack is its waiter
+        key, topic, partition, batches, append_time = validated[0]
+        buffer.append_now(topic.topic_id, partition, batches, (ack,))
+        ack.pending.append((key, ack.results, append_time))
+    else:
+        for key, topic, partition, batches, append_time in validated:
+            results: list[BatchResult | None] = [None] * len(batches)
+            parts = [_BatchPart(ack, results, i) for i in range(len(batches))]
+            buffer.append_now(topic.topic_id, partition, batches, parts)
+            ack.pending.append((key, results, append_time))
     if int(body.acks) == 0:
-        done.set_result(outcome(None))
+        done.set_result(outcome(None))  # the ack's finish then does nothing
         observe_produce_ack(0, time.perf_counter() - started_s)
-        return done
-    ack = _InlineAck(request, answers, pending, done, outcome, failed, started_s)
-    ack.watch()
+    elif not count:  # every partition refused: answered now
+        ack.finish()
     return done
 
 
 class _InlineAck:
-    """The answer of a `start_inline` request, encoded once its last batch is resolved."""
+    """The answer of a `start_inline` request, encoded once its last batch is resolved.
 
-    __slots__ = ("request", "answers", "pending", "done", "outcome", "failed", "started_s")
+    The buffer hands each batch's outcome to a waiter (agent.produce_buffer.BatchWaiter)
+    that acts at once: this object itself for a one-batch request, else a `_BatchPart` per
+    batch. No future, done callback or loop turn per batch; `finish` runs when the last
+    outcome is in (the buffer resolves a file's batches in arrival order, chunk by chunk)."""
+
+    __slots__ = (
+        "request",
+        "answers",
+        "pending",
+        "answered",
+        "outcome",
+        "failed",
+        "started_s",
+        "remaining",
+        "results",
+    )
 
     def __init__(
         self,
         request: Request,
         answers: dict[tuple[int, int], Answer],
-        pending: list[tuple[tuple[int, int], list[asyncio.Future[BatchResult]], int | None]],
         done: asyncio.Future[Any],
         outcome: Callable[[bytearray | None], Any],
         failed: Any,
@@ -482,39 +506,36 @@ class _InlineAck:
         self.started_s = started_s
         self.request = request
         self.answers = answers
-        self.pending = pending
-        self.done = done
+        # (partition key, its batches' outcomes, its LogAppendTime or None) per appended partition
+        self.pending: list[tuple[tuple[int, int], list[BatchResult | None], int | None]] = []
+        self.answered = done
         self.outcome = outcome
         self.failed = failed
+        self.remaining = 0  # outcomes still to come
+        self.results: list[BatchResult | None] = [None]  # a one-batch request's outcome
 
-    def watch(self) -> None:
-        """Finish once every batch is resolved. The buffer resolves a file's batches in
-        arrival order, and a request's batches are appended together, so a callback on the
-        last one alone usually sees them all done (one callback per request, not one per
-        batch: keyed requests carry a hundred); if some are not (a file sealed between two of
-        them, a failure), it watches the next undone one."""
-        for _, futures, _ in reversed(self.pending):
-            for fut in reversed(futures):
-                if not fut.done():
-                    fut.add_done_callback(self._one_done)
-                    return
+    # BatchWaiter, for a one-batch request
+    def done(self) -> bool:
+        return self.remaining == 0
+
+    def set_result(self, result: BatchResult, /) -> None:
+        self.results[0] = result
+        self.remaining = 0
         self.finish()
 
-    def _one_done(self, _: asyncio.Future[BatchResult]) -> None:
-        self.watch()
-
     def finish(self) -> None:
-        if self.done.done():  # cancelled: the connection is gone
+        """Encode the response and hand it to the connection. Never raises: it runs inside
+        the buffer's resolution of a whole file."""
+        if self.answered.done():  # acks=0, or cancelled: the connection is gone
             return
         request = self.request
         body = request.body
         answers = self.answers
         try:
             topic_data = body.topic_data
-            for key, futures, append_time in self.pending:
+            for key, results, append_time in self.pending:
                 index = topic_data[key[0]].partition_data[key[1]].index
-                results = [futures[0].result()] if len(futures) == 1 else [f.result() for f in futures]
-                answers[key] = _combine(index, results, append_time)
+                answers[key] = _combine(index, results, append_time)  # type: ignore[arg-type]
             if len(topic_data) == 1 and len(topic_data[0].partition_data) == 1:  # the usual request
                 topics = [(topic_data[0].name, [answers[(0, 0)]])]
             else:
@@ -529,10 +550,32 @@ class _InlineAck:
                 request.api_version,
                 request.correlation_id,
             )
-            self.done.set_result(self.failed)
+            self.answered.set_result(self.failed)
             return
-        self.done.set_result(self.outcome(frame))
+        self.answered.set_result(self.outcome(frame))
         observe_produce_ack(int(body.acks), time.perf_counter() - self.started_s)
+
+
+class _BatchPart:
+    """One batch's waiter in a request of several: its outcome into its partition's list;
+    the last outcome of the request finishes it."""
+
+    __slots__ = ("ack", "results", "index")
+
+    def __init__(self, ack: _InlineAck, results: list[BatchResult | None], index: int) -> None:
+        self.ack = ack
+        self.results = results
+        self.index = index
+
+    def done(self) -> bool:
+        return self.results[self.index] is not None
+
+    def set_result(self, result: BatchResult, /) -> None:
+        self.results[self.index] = result
+        ack = self.ack
+        ack.remaining -= 1
+        if not ack.remaining:
+            ack.finish()
 
 
 # --- the awaiting path ------------------------------------------------------------------

@@ -33,9 +33,10 @@ import logging
 import socket
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from skiff.agent.byte_budget import ByteBudget
-from skiff.agent.produce_buffer import PendingBatch
+from skiff.agent.produce_buffer import BatchWaiter, PendingBatch
 from skiff.agent.workers.kept_runs import Keep, KeptRuns
 from skiff.agent.workers.ring import Region, Ring
 from skiff.agent.workers.wire import (
@@ -161,13 +162,24 @@ class PodWriterClient:
         return self._add(topic_id, partition, batches, size)
 
     def append_now(
-        self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch]
-    ) -> list[asyncio.Future[BatchResult]]:
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        batches: Sequence[PendingBatch],
+        waiters: Sequence[BatchWaiter] | None = None,
+    ) -> Sequence[BatchWaiter]:
         if self._lost:
-            return _failed(len(batches))
-        size = sum(len(b.data) for b in batches)
-        self._budget.take_now(size)
-        return self._add(topic_id, partition, batches, size)
+            futures = _failed(len(batches))
+        else:
+            size = sum(len(b.data) for b in batches)
+            self._budget.take_now(size)
+            futures = self._add(topic_id, partition, batches, size)
+        if waiters is None:
+            return futures
+        # The caller's waiters get the outcomes through the futures, which flush() waits on.
+        for fut, waiter in zip(futures, waiters, strict=True):
+            fut.add_done_callback(partial(_forward, waiter))
+        return waiters
 
     def _add(
         self, topic_id: uuid.UUID, partition: int, batches: Sequence[PendingBatch], size: int
@@ -314,6 +326,10 @@ class PodWriterClient:
         self._wake = asyncio.get_running_loop().create_task(self._budget.wake())
         if not self._closed:
             self._on_lost()
+
+
+def _forward(waiter: BatchWaiter, fut: asyncio.Future[BatchResult]) -> None:
+    waiter.set_result(fut.result())
 
 
 def _failed(count: int) -> list[asyncio.Future[BatchResult]]:
