@@ -163,6 +163,22 @@ class BatchResult:
     duplicate: bool = False
 
 
+def stored_batch_result(base_offset: int, log_append_time_ms: int, log_start_offset: int) -> BatchResult:
+    """`BatchResult(0, base_offset, log_append_time_ms, log_start_offset)`, a stored batch's
+    answer (one per produced batch at every commit), built without the frozen dataclass's
+    `__init__`, as `produced_batch_spec` is (tests/unit/test_produce_buffer.py checks it)."""
+    result: BatchResult = _new_object(BatchResult)
+    result.__dict__.update(
+        error_code=0,
+        base_offset=base_offset,
+        log_append_time_ms=log_append_time_ms,
+        log_start_offset=log_start_offset,
+        error_message=None,
+        duplicate=False,
+    )
+    return result
+
+
 @dataclass(frozen=True)
 class ChunkResult:
     error_code: int  # set when the whole chunk failed (e.g. unknown partition)

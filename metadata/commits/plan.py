@@ -24,7 +24,14 @@ from skiff.metadata import configs, errors
 from skiff.metadata.commits import idempotence
 from skiff.metadata.errors import MESSAGE_TOO_LARGE, NONE, UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION
 from skiff.metadata.transactions import state as txn_state
-from skiff.metadata.types import BatchResult, BatchSpec, ChunkLocation, ChunkResult, ChunkSpec
+from skiff.metadata.types import (
+    BatchResult,
+    BatchSpec,
+    ChunkLocation,
+    ChunkResult,
+    ChunkSpec,
+    stored_batch_result,
+)
 
 TKey = tuple[int, int]  # (topic index, partition)
 PKey = tuple[int, int, int]  # (topic index, partition, producer id)
@@ -236,7 +243,7 @@ def plan_commit(
                     idempotence.CachedBatch(b.base_sequence, last_seq(b), base, last, append_time),
                 )
                 changed[pkey] = None
-            batch_results.append(BatchResult(NONE, base, append_time, log_start))
+            batch_results.append(stored_batch_result(base, append_time, log_start))
             max_ts = now if prow.log_append_time else b.max_timestamp
             # not `now` on LogAppendTime topics: readers see the time the agent wrote into the
             # batch (its header's max, which the agent also sends as the min), a little earlier
@@ -340,7 +347,7 @@ def answer_recommit(
             if r is not None:
                 cur, cur_next = r, r.base_offset
             if cur is not None and cur.byte_position <= b.byte_offset < cur.byte_position + cur.byte_length:
-                out.append(BatchResult(NONE, cur_next, -1, prow.log_start_offset))
+                out.append(stored_batch_result(cur_next, -1, prow.log_start_offset))
                 cur_next += b.offset_count
                 continue
             cur = None

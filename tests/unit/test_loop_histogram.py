@@ -8,7 +8,6 @@ import random
 import pytest
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
-
 from skiff.agent.loop_histogram import LoopHistogram
 
 BUCKETS = (0.001, 0.005, 0.25, 1.0, 10.0)

@@ -17,7 +17,15 @@ import pytest
 from skiff.agent.produce_buffer import PendingBatch, ProduceBuffer
 from skiff.fileformat.segment import read_footer_from_bytes
 from skiff.metadata.errors import KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT, MetadataUnavailable
-from skiff.metadata.types import BatchResult, BatchSpec, ChunkResult, ChunkSpec, FileSpec, produced_batch_spec
+from skiff.metadata.types import (
+    BatchResult,
+    BatchSpec,
+    ChunkResult,
+    ChunkSpec,
+    FileSpec,
+    produced_batch_spec,
+    stored_batch_result,
+)
 
 T1 = uuid.UUID(int=1)
 
@@ -446,3 +454,12 @@ def test_produced_batch_spec_equals_the_constructors_and_sets_every_field() -> N
     assert set(vars(fast)) == {f.name for f in dataclasses.fields(BatchSpec)}
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.byte_offset = 0  # type: ignore[misc]
+
+
+def test_stored_batch_result_equals_the_constructors_and_sets_every_field() -> None:
+    fast = stored_batch_result(42, 1_700_000_000_123, 7)
+    slow = BatchResult(0, 42, 1_700_000_000_123, 7)
+    assert fast == slow and hash(fast) == hash(slow) and type(fast) is BatchResult
+    assert set(vars(fast)) == {f.name for f in dataclasses.fields(BatchResult)}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.base_offset = 0  # type: ignore[misc]

@@ -14,8 +14,12 @@ from kio.schema.produce.v9.response import (
 )
 from kio.static.primitive import i32, i32Timedelta, i64
 from skiff.agent.handlers.produce import _partition_response
-from skiff.agent.protocol import convert, encode_response, response_schema
-from skiff.agent.protocol.produce_response import encode_produce_response
+from skiff.agent.protocol import convert, encode_response, produce_response, response_schema
+from skiff.agent.protocol.produce_response import (
+    encode_any_answers,
+    encode_produce_answers,
+    encode_produce_response,
+)
 
 
 def _responses() -> list[ProduceResponse]:
@@ -52,6 +56,14 @@ def _responses() -> list[ProduceResponse]:
             throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
         ),
         ProduceResponse(responses=(), throttle_time=throttle),
+        # one partition of one topic: the encoder's shortcut (a cached prefix and a struct)
+        ProduceResponse(
+            responses=(TopicProduceResponse(name="é" * 70, partition_responses=(appended,)),),
+            throttle_time=throttle,
+        ),
+        ProduceResponse(
+            responses=(TopicProduceResponse(name="t", partition_responses=(failed,)),), throttle_time=throttle
+        ),
     ]
 
 
@@ -67,3 +79,26 @@ def test_the_bytes_are_kios_at_every_version(version: int) -> None:
 def test_versions_outside_the_range_are_refused() -> None:
     with pytest.raises(ValueError):
         encode_produce_response(1, 2, _responses()[0])
+
+
+@pytest.mark.parametrize("version", range(3, 10))
+def test_the_one_partition_shortcut_writes_the_general_bytes(version: int) -> None:
+    answers = [
+        (0, 0, 0, -1, 0, None, ()),
+        (2**31 - 1, 0, 2**63 - 1, 1_795_505_728_233, 2**62, None, ()),
+        (5, 6, -1, -1, -1, None, ()),  # an error code without a message
+        (1, 87, -1, -1, -1, "x", ((0, "bad"),)),  # a message and record errors: not the shortcut
+    ]
+    for name in ("t", "a" * 127, "b" * 128, "ü" * 300):
+        for answer in answers:
+            for throttle_ms in (0, 250):
+                topics = [(name, [answer])]
+                assert encode_produce_answers(7, version, topics, throttle_ms) == encode_any_answers(
+                    7, version, topics, throttle_ms
+                )
+
+
+def test_the_shortcuts_prefix_cache_is_bounded() -> None:
+    for i in range(produce_response._ONE_PREFIXES_MAX + 10):
+        encode_produce_answers(1, 9, [(f"topic-{i}", [(0, 0, 0, -1, 0, None, ())])])
+    assert 0 < len(produce_response._ONE_PREFIXES) <= produce_response._ONE_PREFIXES_MAX
