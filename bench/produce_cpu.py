@@ -6,7 +6,7 @@
                                 [--py-spy DIR] [--py-spy-rate 500] [--py-spy-gil] [--top 12]
                                 [--rate-mib 16]
 
-One store (moto's S3 server by default, or `file`) and one SQLite metadata file for the
+One store (moto's S3 server by default, or `file`) and one SQLite metadata file per code version for the
 whole run. For each cell (layout:record bytes), each round, and each code version in turn
 (this checkout first, as `this`, then each `--compare-env`, e.g. `PYTHONPATH=<dir>` where
 <dir> holds `skiff/<package>` symlinks to another checkout's top-level folders), a fresh
@@ -246,7 +246,8 @@ def main() -> None:
         for ci, (layout, record_bytes) in enumerate(cells):
             for rnd in range(args.rounds):
                 for vi, (name, venv) in enumerate(versions):
-                    agent = Agent(url, f"sqlite:///{work / 'metadata.db'}", {**env, **venv}, work)
+                    # a metadata file per version: an older checkout may not know a newer schema
+                    agent = Agent(url, f"sqlite:///{work / f'metadata-{vi}.db'}", {**env, **venv}, work)
                     agent.start()
                     try:
                         topic = f"cpu-{ci}-{layout}-{record_bytes}-{rnd}-{vi}"
