@@ -334,7 +334,7 @@ def _response_encoding_metrics(a: RunningAgent) -> Iterator[Metric]:
     """Produce requests handled inline, and large responses encoded in slices."""
     yield CounterMetricFamily(
         "skiff_produce_requests_inline",
-        "Produce requests handled without a task (agent.handlers.produce.start_inline)",
+        "Produce requests handled without a task (agent.handlers.produce_inline.start_inline)",
         value=a.server.produce_inline,
     )
     yield CounterMetricFamily(

@@ -74,6 +74,7 @@ from skiff.agent.handlers import (
     Request,
     error_of,
     produce,
+    produce_inline,
     refusal_response,
 )
 from skiff.agent.handlers.api_versions import unsupported_version_response
@@ -414,7 +415,7 @@ class Connection:
         """Run the handler: a task (the barrier if `alone`), or produce's synchronous path."""
         if spec.handler is produce.handle:
             # The hot path: most produce requests are handled without a task (see there).
-            inline = produce.start_inline(self.ctx, request, _Outcome, _CLOSE)
+            inline = produce_inline.start_inline(self.ctx, request, _Outcome, _CLOSE)
             if inline is not None:
                 self.server.produce_inline += 1
                 return inline

@@ -1,4 +1,4 @@
-"""Produce's synchronous path (agent.handlers.produce.start_inline) over real TCP: it is the
+"""Produce's synchronous path (agent.handlers.produce_inline.start_inline) over real TCP: it is the
 path ordinary requests take, it answers as the awaiting path does, and a request on it never
 overtakes an earlier request of its connection that is still on the awaiting path."""
 
