@@ -52,6 +52,7 @@ from skiff.fileformat.record_build import build_batch
 from skiff.fileformat.record_decode import Record
 
 from tests.e2e.test_cluster import Cluster, start_cluster, wait_for_brokers
+from tests.kafka_python_suite.keep_finished_join import keep_finished_join
 from tests.support.agents import SkiffProcess, _spawn
 from tests.support.java_client import JavaClient, JavaGroupMember
 from tests.support.kafka_wire import fetch_request, produce_request, send_request
@@ -422,18 +423,10 @@ class KafkaPythonMember(Member):
         return KTP(self.topic, p)
 
     def _keep_finished_join(self) -> None:
-        # Work around a kafka-python 3.0.12 bug (client side, not the broker's): a JoinGroup +
-        # SyncGroup round trip that outlasts one poll() goes on in the background, and when it
-        # finishes before the next poll(), that poll sees a finished task (`join_group_async`:
-        # `if self._join_task is None or self._join_task.is_done`) and sends a new JoinGroup
-        # instead of taking the result. A group leader's JoinGroup waits for the other members, so
-        # it outlasts short polls; its new JoinGroup starts another rebalance (a leader's join
-        # rebalances a Stable group, in Kafka as here), and so on for good. Handing the client
-        # the finished result as a task still pending lets its own code take it.
-        coordinator = self.c._coordinator
-        task = coordinator._join_task
-        if task is not None and task.succeeded():
-            coordinator._join_task = _pending_join_task(task.value)
+        # A kafka-python 3.0.12 bug (client side, not the broker's): a JoinGroup + SyncGroup
+        # round trip that finishes between two polls is thrown away and joined again; see
+        # tests/kafka_python_suite/keep_finished_join.py.
+        keep_finished_join(self.c._coordinator)
 
     def assignment(self) -> set[int]:
         return {tp.partition for tp in self.c.assignment()}
@@ -484,18 +477,6 @@ class KafkaPythonMember(Member):
 
     def close(self) -> None:
         self.c.close()
-
-
-def _pending_join_task(value: Any) -> Any:
-    """A kafka-python Future that looks pending but hands `value` to whoever waits on it."""
-    from kafka.future import Future as KafkaFuture
-
-    class PendingJoinTask(KafkaFuture):  # type: ignore[misc]
-        def add_callback(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-            f(*args, value, **kwargs)
-            return self
-
-    return PendingJoinTask()
 
 
 class AiokafkaMember(Member):
