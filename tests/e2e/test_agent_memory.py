@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.agents import agent_args, free_port
+from tests.support.agents import agent_args
 from tests.support.kafka_wire import encode_request, fetch_request
 
 MiB = 1 << 20
@@ -76,16 +76,17 @@ def _consume_all(bootstrap: str, topic: str) -> int:
 def test_a_client_that_never_reads_its_fetches_is_muted_and_memory_stays_bounded(
     spawn_skiff: Any, tmp_path: Path
 ) -> None:
-    metrics_port = free_port()
     agent = spawn_skiff(
         *agent_args(f"file://{tmp_path / 'bucket'}", f"sqlite:///{tmp_path / 'metadata.db'}"),
         "--metrics-port",
-        str(metrics_port),
+        "{metrics_port}",
         "--agent-id",
         "memory",
         "--connection-max-inflight-bytes",
         "16MiB",
     )
+    metrics_port = agent.metrics_port
+    assert metrics_port is not None
     (tmp_path / "bucket").mkdir(exist_ok=True)
     topic = "held"
     admin = AdminClient({"bootstrap.servers": agent.bootstrap})

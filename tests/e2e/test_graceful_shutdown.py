@@ -75,20 +75,19 @@ def spawn_agent(
     agent_id: str,
     *,
     port: int | None = None,
-    http_port: int | None = None,
     env: dict[str, str] | None = None,
 ) -> Agent:
-    http_port = http_port or free_port()
     proc = spawn_skiff(
         *agent_args(bucket.url("data"), metadata_url),
         "--agent-id",
         agent_id,
         "--metrics-port",
-        str(http_port),
+        "{metrics_port}",
         env={**bucket.env, **AGENT_ENV, **(env or {})},
         port=port,
     )
-    agent = Agent(proc, agent_id, proc.port, http_port)
+    assert proc.metrics_port is not None
+    agent = Agent(proc, agent_id, proc.port, proc.metrics_port)
     wait_until(lambda: agent.http("/readyz")[0] == 200, "the agent to become ready")
     return agent
 

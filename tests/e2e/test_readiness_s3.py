@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.e2e.test_graceful_shutdown import Agent, wait_until
 from tests.support.agents import SkiffProcess, agent_args
-from tests.support.s3servers import S3Bucket, free_port
+from tests.support.s3servers import S3Bucket
 
 
 def _agents(metadata_port: int) -> dict[str, bool]:
@@ -26,16 +26,16 @@ def test_an_agent_whose_bucket_does_not_exist_is_not_ready_until_it_does(
 ) -> None:
     md = spawn_skiff("metadata", "--db", f"sqlite:///{tmp_path / 'm.db'}", "--port", "{port}")
     missing = f"skiff-missing-{uuid.uuid4().hex[:12]}"
-    http_port = free_port()
     proc = spawn_skiff(
         *agent_args(f"s3://{missing}/data", f"http://127.0.0.1:{md.port}"),
         "--agent-id",
         "nobucket",
         "--metrics-port",
-        str(http_port),
+        "{metrics_port}",
         env={**moto_s3.env, "SKIFF_READINESS_PROBE_INTERVAL_MS": "200", "SKIFF_HEARTBEAT_INTERVAL_MS": "500"},
     )
-    agent = Agent(proc, "nobucket", proc.port, http_port)
+    assert proc.metrics_port is not None
+    agent = Agent(proc, "nobucket", proc.port, proc.metrics_port)
     try:
         wait_until(lambda: agent.http("/readyz")[0] == 503, "/readyz to answer 503")
 

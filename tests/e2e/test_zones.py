@@ -40,7 +40,7 @@ from tests.e2e.test_clients_roundtrip import create_topic
 from tests.e2e.test_cluster import wait_for_brokers
 from tests.support.agents import SkiffProcess, agent_args
 from tests.support.java_client import JavaClient
-from tests.support.s3servers import S3Bucket, free_port
+from tests.support.s3servers import S3Bucket
 
 pytestmark = pytest.mark.slow
 
@@ -86,10 +86,12 @@ def _start(spawn_skiff: Callable[..., SkiffProcess], bucket: S3Bucket, pg_url: s
     }
     agents = {}
     for agent_id, zone in ZONES.items():
-        mport = free_port()
-        args = agent_args(bucket.url("data"), f"http://127.0.0.1:{md.port}", "--metrics-port", str(mport))
+        args = agent_args(
+            bucket.url("data"), f"http://127.0.0.1:{md.port}", "--metrics-port", "{metrics_port}"
+        )
         p = spawn_skiff(*args, "--agent-id", agent_id, "--zone", zone, env=env)
-        agents[agent_id] = ZonedAgent(p, mport, zone)
+        assert p.metrics_port is not None
+        agents[agent_id] = ZonedAgent(p, p.metrics_port, zone)
     for a in agents.values():
         wait_for_brokers(a.bootstrap, 3)
     return agents

@@ -31,16 +31,23 @@ from tests.support.s3servers import free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 30.0) -> None:
+def wait_for_port(
+    port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 30.0, *, unless: str | None = None
+) -> bool:
+    """Until something listens on `port` (True); False as soon as `log` holds `unless` (the
+    process said it could not take the port); a failed test if the process exits or time
+    runs out first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if unless is not None and unless in log.read_text(errors="replace"):
+            return False
         if proc.poll() is not None:
             pytest.fail(
                 f"process exited with {proc.returncode} before listening on {port}:\n{log.read_text()}"
             )
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
+                return True
         except OSError:
             time.sleep(0.1)
     pytest.fail(f"nothing listened on port {port} within {timeout_s}s:\n{log.read_text()}")
@@ -90,6 +97,7 @@ class SkiffProcess:
     log: Path
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    metrics_port: int | None = None  # /metrics, /healthz and /readyz, when `{metrics_port}` chose it
 
     @property
     def bootstrap(self) -> str:
@@ -108,34 +116,68 @@ class SkiffProcess:
         return self.proc.poll() is None
 
 
-def _spawn(args: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> SkiffProcess:
+# What a skiff process logs when a port chosen for it was taken in the meantime: free_port()
+# closes its probe socket before the process binds, and another process (a client's outgoing
+# connection, another test's server) may take the port in between. The Kafka listener's clash
+# stops the process with a one-line error; the /metrics endpoint's is logged and the process
+# runs without it (agent.metrics.serve_metrics), which a test would only notice much later
+# as "connection refused".
+KAFKA_PORT_TAKEN = "already in use"
+METRICS_PORT_TAKEN = "cannot serve /metrics"
+SPAWN_ATTEMPTS = 3
+
+
+def _spawn(
+    args: list[str], port: int, log: Path, env: dict[str, str] | None = None, metrics_port: int | None = None
+) -> SkiffProcess:
     full_env = {**os.environ, **(env or {})}
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     with log.open("ab") as out:
         proc = subprocess.Popen(
             skiff_command() + args, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=str(REPO)
         )
-    p = SkiffProcess(proc, port, log, args, env or {})
+    p = SkiffProcess(proc, port, log, args, env or {}, metrics_port)
     try:
         wait_for_port(port, proc, log)
+        if metrics_port is not None and not wait_for_port(metrics_port, proc, log, unless=METRICS_PORT_TAKEN):
+            pytest.fail(f"{METRICS_PORT_TAKEN} on {metrics_port}:\n{log.read_text()}")
     except BaseException:  # pytest.fail is one: the process must not outlive the failed set-up
         p.kill()
         raise
     return p
 
 
+def _port_taken(log: Path) -> bool:
+    text = log.read_text(errors="replace")
+    return KAFKA_PORT_TAKEN in text or METRICS_PORT_TAKEN in text
+
+
 @pytest.fixture
 def spawn_skiff(tmp_path: Path) -> Iterator[Callable[..., SkiffProcess]]:
-    """Start `skiff <args>` with `{port}` substituted by a free port; killed at teardown."""
+    """Start `skiff <args>` with `{port}` (and `{metrics_port}`, when an argument holds it)
+    substituted by free ports, each answering before this returns; killed at teardown. A
+    chosen port taken before the process bound it is chosen again (SPAWN_ATTEMPTS times):
+    the race free_port() cannot close is the harness's, not the product's."""
     started: list[SkiffProcess] = []
 
     def spawn(*args: str, env: dict[str, str] | None = None, port: int | None = None) -> SkiffProcess:
-        port = port or free_port()
-        argv = [a.replace("{port}", str(port)) for a in args]
-        log = tmp_path / f"skiff-{len(started)}-{argv[0]}.log"
-        p = _spawn(argv, port, log, env)
-        started.append(p)
-        return p
+        wants_metrics = any("{metrics_port}" in a for a in args)
+        for attempt in range(1, SPAWN_ATTEMPTS + 1):
+            chosen = port or free_port()
+            metrics_port = free_port() if wants_metrics else None
+            argv = [
+                a.replace("{port}", str(chosen)).replace("{metrics_port}", str(metrics_port)) for a in args
+            ]
+            log = tmp_path / f"skiff-{len(started)}-{argv[0]}-{attempt}.log"
+            try:
+                p = _spawn(argv, chosen, log, env, metrics_port)
+            except pytest.fail.Exception:
+                if port is not None or attempt == SPAWN_ATTEMPTS or not _port_taken(log):
+                    raise
+                continue
+            started.append(p)
+            return p
+        raise AssertionError("unreachable")
 
     yield spawn
     for p in started:
