@@ -372,6 +372,13 @@ class AgentConfig:
             "the bucket, a metadata read); not ready, it leads no partitions and coordinates nothing"
         },
     )
+    readiness_failure_threshold: int = field(
+        default=3,
+        metadata={
+            "help": "failed readiness probes in a row that turn a ready agent not ready (one slow "
+            "PUT does not move its partitions); while failing, it probes every fifth of the interval"
+        },
+    )
     shutdown_timeout_ms: int = field(
         default=25_000,
         metadata={

@@ -79,6 +79,7 @@ def _check_sizes_and_timeouts(config: AgentConfig) -> None:
         "metadata_timeout_ms",
         "readiness_timeout_ms",
         "readiness_probe_interval_ms",
+        "readiness_failure_threshold",
         "shutdown_timeout_ms",
         "fetch_max_bytes",
         "max_partition_fetch_bytes",

@@ -21,6 +21,15 @@ or not anyone asks /readyz: one probe at a time (a caller that asks while one ru
 its result). Cost: one PUT and one GET per interval per agent (17,280 of each a day at
 the default 5 s), plus one metadata read. The clock is injected (`monotonic_s`).
 
+A ready agent turns not ready only after `failure_threshold` probes in a row failed (as a
+Kubernetes probe's failureThreshold): one slow PUT in an object store's latency tail must not
+move every partition this agent leads to others and back. While such a run of failures is
+open the next probe comes after a fifth of the interval, so a lasting failure is still seen
+within about 2/5 of an interval plus the probes' time (default: 3 probes, 5 s interval,
+about 2-4 s). The probe before the first success counts at once: an agent starts not ready
+until a probe passes. A tolerated failure keeps /readyz at 200 with the failure in its
+reason, and counts in `failures`.
+
 On each change between ready and not ready it calls `on_change(ready)` (the runtime tells
 the routing view and heartbeats at once: an agent that is not ready leads no partition and
 coordinates nothing) and logs one line: ERROR with the cause when the agent turns not
@@ -141,12 +150,17 @@ class ReadinessMonitor:
         *,
         agent_id: str,
         interval_ms: int,
+        failure_threshold: int = 1,
         on_change: Callable[[bool], None] | None = None,
         monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
+        if failure_threshold < 1:
+            raise ValueError(f"failure_threshold must be at least 1, got {failure_threshold}")
         self._probe = probe
         self.agent_id = agent_id
         self.interval_ms = interval_ms
+        self.failure_threshold = failure_threshold
+        self.failed_in_a_row = 0  # probes since the last one that passed
         self._on_change = on_change
         self._now = monotonic_s
         self._ready: bool | None = None  # None: not probed yet
@@ -187,8 +201,23 @@ class ReadinessMonitor:
             "; ".join(f.message for f in failures) or "ok",
             tuple(f.dependency for f in failures),
         )
+        self.failed_in_a_row = self.failed_in_a_row + 1 if failures else 0
+        if failures and self._ready and self.failed_in_a_row < self.failure_threshold:
+            verdict = Verdict(
+                True,
+                f"ok, but {self.failed_in_a_row} of {self.failure_threshold} probes in a row "
+                f"failed: {verdict.reason}",
+                verdict.failed,
+            )
         self._record(verdict)
         return verdict
+
+    def next_probe_in_s(self) -> float:
+        """The wait before the next periodic probe: the interval, or a fifth of it while a
+        ready agent's failures are not yet enough to turn it not ready."""
+        if self._ready and self.failed_in_a_row:
+            return self.interval_ms / 5000.0
+        return self.interval_ms / 1000.0
 
     def _record(self, verdict: Verdict) -> None:
         now = self._now()
@@ -215,7 +244,7 @@ class ReadinessMonitor:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_ms / 1000.0)
+            await asyncio.sleep(self.next_probe_in_s())
             try:
                 await self.probe()
             except asyncio.CancelledError:

@@ -404,6 +404,7 @@ def agent_readiness(
         probe,
         agent_id=config.agent_id,
         interval_ms=config.readiness_probe_interval_ms,
+        failure_threshold=config.readiness_failure_threshold,
         on_change=on_change,
         monotonic_s=ctx.clock.monotonic,
     )

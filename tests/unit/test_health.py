@@ -1,7 +1,7 @@
 """agent.health: the readiness probe writes and reads the bucket (a store that cannot PUT,
 cannot GET or returns other bytes is not ready, and the cause is named), the monitor's
 state machine logs one ERROR per turn to not ready and one INFO per turn back (nothing per
-probe), runs one probe at a time, and /readyz's view (`Readiness`) answers from the last
+probe), tolerates fewer failures in a row than its threshold, runs one probe at a time, and /readyz's view (`Readiness`) answers from the last
 probe, draining first, a stale probe as not ready (injected clock)."""
 
 from __future__ import annotations
@@ -152,6 +152,65 @@ def test_one_error_per_turn_to_not_ready_and_one_info_per_turn_back(caplog: pyte
     assert logged[2][1].startswith("agent a1 not ready: metadata: ConnectionRefusedError")
     assert changes == [True, False, True, False]
     assert m.failures == {"bucket": 4, "metadata": 2}
+
+
+def test_a_ready_agent_tolerates_fewer_failures_in_a_row_than_the_threshold(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One slow or failed probe in an object store's latency tail does not move the agent's
+    partitions: with a threshold of 3, the third failure in a row turns it not ready, a pass
+    in between starts the count again, and the failures are counted and shown meanwhile."""
+    store = BrokenStore("health-threshold")
+    clock = Clock()
+    changes: list[bool] = []
+    probe = dependency_probe(_Metadata(), store, 1000, key=KEY, agent_id="a1")  # type: ignore[arg-type]
+    m = ReadinessMonitor(
+        probe,
+        agent_id="a1",
+        interval_ms=5000,
+        failure_threshold=3,
+        on_change=changes.append,
+        monotonic_s=clock,
+    )
+    r = Readiness(m, timeout_ms=1000, monotonic_s=clock)
+    caplog.set_level(logging.INFO, logger="skiff.agent.health")
+
+    async def main() -> None:
+        assert (await m.probe()).ready and m.next_probe_in_s() == 5.0
+        store.fail_put = "SlowDown: reduce your request rate"
+        for n in (1, 2):
+            v = await m.probe()
+            assert v.ready and v.failed == ("bucket",), v
+            assert v.reason.startswith(f"ok, but {n} of 3 probes in a row failed: bucket memory://")
+            assert "SlowDown" in v.reason and r.check() == v
+            assert m.next_probe_in_s() == 1.0  # a fifth of the interval while failing
+        store.fail_put = None
+        assert (await m.probe()).reason == "ok" and m.failed_in_a_row == 0
+        assert m.next_probe_in_s() == 5.0
+        store.fail_put = "NoSuchBucket: gone"
+        assert [(await m.probe()).ready for _ in range(3)] == [True, True, False]
+        assert not r.check().ready and r.check().reason.startswith("bucket memory://")
+        assert m.next_probe_in_s() == 5.0  # not ready: the normal interval again
+        store.fail_put = None
+        assert (await m.probe()).ready  # one pass turns it ready again
+
+    asyncio.run(main())
+    assert changes == [True, False, True]
+    assert m.failures == {"bucket": 5, "metadata": 0}
+    assert [level for level, _ in _records(caplog)] == [logging.ERROR, logging.INFO]
+
+
+def test_an_agent_starts_not_ready_whatever_the_threshold() -> None:
+    store = BrokenStore("health-start")
+    store.fail_put = "NoSuchBucket: the bucket does not exist"
+    changes: list[bool] = []
+    probe = dependency_probe(_Metadata(), store, 1000, key=KEY, agent_id="a1")  # type: ignore[arg-type]
+    m = ReadinessMonitor(
+        probe, agent_id="a1", interval_ms=5000, failure_threshold=3, on_change=changes.append
+    )
+    assert not asyncio.run(m.probe()).ready and changes == [False]
+    with pytest.raises(ValueError, match="failure_threshold must be at least 1"):
+        ReadinessMonitor(probe, agent_id="a1", interval_ms=5000, failure_threshold=0)
 
 
 def test_one_probe_at_a_time() -> None:
