@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING
 from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from skiff.fileformat.objectstore import AsyncObjectStore, AsyncObjectStream, ObjectInfo, StatsSnapshot
-from skiff.fileformat.objectstore.base import DEFAULT_CHUNK_SIZE, BytesLike
+from skiff.fileformat.objectstore.base import (
+    DEFAULT_CHUNK_SIZE,
+    BytesLike,
+)
 from skiff.fileformat.objectstore.pricing import GIB, CostRate, Prices
 
 if TYPE_CHECKING:

@@ -38,7 +38,9 @@ from skiff.compactor.output import DEFAULT_ROLL_BYTES, Checkpoint, OutputFiles, 
 from skiff.compactor.plan import InputChunk, InputFile, JobPlan, JobStats, PartitionWork
 from skiff.fileformat.chunk_reader import iter_chunk_batches
 from skiff.fileformat.objectstore import ObjectStore
-from skiff.fileformat.objectstore.base import ObjectStream
+from skiff.fileformat.objectstore.streams import (
+    ObjectStream,
+)
 from skiff.fileformat.segment import ChunkHeader, iter_chunks_stream
 
 PartKey = tuple[bytes, int]

@@ -7,7 +7,7 @@
 `open_store(url)` returns an `ObjectStore` (CLI tools, compactor, Spark executors);
 `open_async_store(url)` an `AsyncObjectStore` (the asyncio agent), to use as
 `async with open_async_store(url) as store:` or to close with `await store.close()`.
-The contract (operations, key rules, errors, request accounting) is in `base`; the
+The contract (operations, key rules) is in `base`, request accounting in `stats`; the
 errors in `errors`; the caching, coalescing wrapper the agent reads through in
 `range_cache` (`RangeCache`); S3 client settings in `s3` and docs/object-store.md.
 
@@ -24,17 +24,11 @@ from .base import (
     DEFAULT_PART_BYTES,
     DELETE_BATCH,
     LIST_PAGE,
-    REQUEST_KINDS,
     AsyncObjectStore,
-    AsyncObjectStream,
     BytesLike,
     ObjectInfo,
     ObjectStore,
-    ObjectStream,
     ObjectWriter,
-    RequestKind,
-    StatsSnapshot,
-    StoreStats,
     validate_key,
 )
 from .errors import (
@@ -48,6 +42,16 @@ from .errors import (
 from .file import AsyncFileStore, FileStore
 from .memory import AsyncMemoryStore, MemoryStore, drop_memory_bucket
 from .range_cache import RangeCache
+from .stats import (
+    REQUEST_KINDS,
+    RequestKind,
+    StatsSnapshot,
+    StoreStats,
+)
+from .streams import (
+    AsyncObjectStream,
+    ObjectStream,
+)
 
 if TYPE_CHECKING:
     from .s3 import S3Options

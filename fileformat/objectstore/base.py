@@ -44,11 +44,9 @@ most 255 bytes per segment. The same rules apply to every backend, so a key that
 on `memory://` works on `file://` and S3 alike. A bad key raises `InvalidKey` before any
 request is made.
 
-Request accounting: every store has `stats` (`StoreStats`), counting requests by kind
-and the bytes that crossed the boundary. The counts model S3 requests for every
-backend: one per put/get/get_range/stream_get/head/create_if_absent call, one `delete`
-per batch of up to 1000 keys, one `list` per page of up to 1000 keys. A request is
-counted whether it succeeds or fails (a failed GET still costs a GET).
+Request accounting (`StoreStats`, what a request is) is in `stats`; the streams `stream_get`
+returns are in `streams`; `SyncBackedAsyncStore` (the async view of a sync store) in
+`sync_backed`.
 """
 
 from __future__ import annotations
@@ -57,17 +55,17 @@ import asyncio
 import builtins
 import contextlib
 import itertools
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Literal, NamedTuple, Self, TypeAlias, TypeVar
+from typing import Literal, NamedTuple, Self, TypeAlias
 
 from skiff.fileformat.chunk_reader import Span, coalesce_ranges
 
 from .errors import InvalidKey
+from .stats import StoreStats
+from .streams import AsyncObjectStream, ObjectStream
 
 # --------------------------------------------------------------------------- constants
 
@@ -90,35 +88,6 @@ DEFAULT_PART_BYTES = 8 << 20
 
 MIN_PART_BYTES = 5 << 20
 """S3's smallest part (all but the last)."""
-
-RequestKind = Literal[
-    "put",
-    "get",
-    "get_range",
-    "stream_get",
-    "delete",
-    "list",
-    "head",
-    "create_if_absent",
-    "create_multipart_upload",
-    "upload_part",
-    "complete_multipart_upload",
-    "abort_multipart_upload",
-]
-REQUEST_KINDS: tuple[RequestKind, ...] = (
-    "put",
-    "get",
-    "get_range",
-    "stream_get",
-    "delete",
-    "list",
-    "head",
-    "create_if_absent",
-    "create_multipart_upload",
-    "upload_part",
-    "complete_multipart_upload",
-    "abort_multipart_upload",
-)
 
 
 class ObjectInfo(NamedTuple):
@@ -244,237 +213,6 @@ def _slice_spans(
     for span in coalesce_ranges(ranges, gap_bytes):
         _scatter(span, get_range(span.start, span.length), ranges, out)
     return out
-
-
-# --------------------------------------------------------------------------- stats
-
-
-@dataclass(frozen=True)
-class StatsSnapshot:
-    """An immutable copy of a store's counters.
-
-    `requests` and `errors` hold only non-zero kinds, so a test can write
-    `assert snap.requests == {"put": 1, "get_range": 2}`. `bytes_out` counts payload bytes
-    sent to the store (put, create_if_absent), `bytes_in` payload bytes received from it
-    (get, get_range, stream_get as consumed). `retries` counts extra HTTP attempts made by
-    the S3 client's retry policy (always 0 for memory:// and file://).
-    Subtracting two snapshots gives the counts in between.
-    """
-
-    requests: Mapping[str, int] = field(default_factory=dict)
-    errors: Mapping[str, int] = field(default_factory=dict)
-    bytes_in: int = 0
-    bytes_out: int = 0
-    retries: int = 0
-
-    @property
-    def total_requests(self) -> int:
-        return sum(self.requests.values())
-
-    def __sub__(self, other: StatsSnapshot) -> StatsSnapshot:
-        def diff(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
-            out = {k: a.get(k, 0) - b.get(k, 0) for k in set(a) | set(b)}
-            return {k: v for k, v in sorted(out.items()) if v}
-
-        return StatsSnapshot(
-            requests=diff(self.requests, other.requests),
-            errors=diff(self.errors, other.errors),
-            bytes_in=self.bytes_in - other.bytes_in,
-            bytes_out=self.bytes_out - other.bytes_out,
-            retries=self.retries - other.retries,
-        )
-
-
-class StoreStats:
-    """Thread-safe request and byte counters of one store (see `StatsSnapshot`)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._requests: dict[str, int] = {}
-        self._errors: dict[str, int] = {}
-        self._bytes_in = 0
-        self._bytes_out = 0
-        self._retries = 0
-
-    def request(self, kind: RequestKind, *, bytes_out: int = 0) -> None:
-        with self._lock:
-            self._requests[kind] = self._requests.get(kind, 0) + 1
-            self._bytes_out += bytes_out
-
-    def error(self, kind: RequestKind) -> None:
-        with self._lock:
-            self._errors[kind] = self._errors.get(kind, 0) + 1
-
-    def received(self, nbytes: int) -> None:
-        if nbytes:
-            with self._lock:
-                self._bytes_in += nbytes
-
-    def retried(self, attempts: int) -> None:
-        if attempts:
-            with self._lock:
-                self._retries += attempts
-
-    def snapshot(self) -> StatsSnapshot:
-        with self._lock:
-            return StatsSnapshot(
-                requests={k: v for k, v in sorted(self._requests.items()) if v},
-                errors={k: v for k, v in sorted(self._errors.items()) if v},
-                bytes_in=self._bytes_in,
-                bytes_out=self._bytes_out,
-                retries=self._retries,
-            )
-
-    def reset(self) -> StatsSnapshot:
-        """Zero every counter; return the values they had."""
-        with self._lock:
-            snap = StatsSnapshot(
-                requests={k: v for k, v in sorted(self._requests.items()) if v},
-                errors={k: v for k, v in sorted(self._errors.items()) if v},
-                bytes_in=self._bytes_in,
-                bytes_out=self._bytes_out,
-                retries=self._retries,
-            )
-            self._requests.clear()
-            self._errors.clear()
-            self._bytes_in = self._bytes_out = self._retries = 0
-            return snap
-
-    def __repr__(self) -> str:
-        return f"StoreStats({self.snapshot()!r})"
-
-
-# --------------------------------------------------------------------------- streams
-
-
-class ObjectStream(Iterator[bytes]):
-    """The body of a `stream_get`: an iterator of chunks, with `read(n)` for parsers.
-
-    Close it (or use `with`) when not reading to the end; the last chunk closes it.
-    """
-
-    def __init__(self, chunks: Iterator[bytes], close: Callable[[], None], stats: StoreStats) -> None:
-        self._chunks = chunks
-        self._close = close
-        self._stats = stats
-        self._pending = b""
-        self._closed = False
-
-    def __iter__(self) -> Self:
-        return self
-
-    def __next__(self) -> bytes:
-        if self._pending:
-            chunk, self._pending = self._pending, b""
-            return chunk
-        if self._closed:
-            raise StopIteration
-        try:
-            chunk = next(self._chunks)
-        except StopIteration:
-            self.close()
-            raise
-        except BaseException:
-            self.close()
-            raise
-        self._stats.received(len(chunk))
-        return chunk
-
-    def read(self, n: int = -1) -> bytes:
-        """Read `n` bytes (fewer only at the end of the object); all remaining if n < 0."""
-        if n < 0:
-            return b"".join(self)
-        parts: builtins.list[bytes] = []
-        have = 0
-        while have < n:
-            try:
-                chunk = next(self)
-            except StopIteration:
-                break
-            if have + len(chunk) > n:
-                cut = n - have
-                chunk, self._pending = chunk[:cut], chunk[cut:]
-            parts.append(chunk)
-            have += len(chunk)
-        return b"".join(parts)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-class AsyncObjectStream(AsyncIterator[bytes]):
-    """The async body of a `stream_get`: `async for chunk in stream`, or `await stream.read(n)`.
-
-    Close it (`await stream.aclose()` or `async with`) when not reading to the end.
-    """
-
-    def __init__(
-        self, chunks: AsyncIterator[bytes], aclose: Callable[[], Awaitable[None]], stats: StoreStats
-    ) -> None:
-        self._chunks = chunks
-        self._aclose = aclose
-        self._stats = stats
-        self._pending = b""
-        self._closed = False
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> bytes:
-        if self._pending:
-            chunk, self._pending = self._pending, b""
-            return chunk
-        if self._closed:
-            raise StopAsyncIteration
-        try:
-            chunk = await anext(self._chunks)
-        except StopAsyncIteration:
-            await self.aclose()
-            raise
-        except BaseException:
-            await self.aclose()
-            raise
-        self._stats.received(len(chunk))
-        return chunk
-
-    async def read(self, n: int = -1) -> bytes:
-        """Read `n` bytes (fewer only at the end of the object); all remaining if n < 0."""
-        parts: builtins.list[bytes] = []
-        have = 0
-        while n < 0 or have < n:
-            try:
-                chunk = await self.__anext__()
-            except StopAsyncIteration:
-                break
-            if n >= 0 and have + len(chunk) > n:
-                cut = n - have
-                chunk, self._pending = chunk[:cut], chunk[cut:]
-            parts.append(chunk)
-            have += len(chunk)
-        return b"".join(parts)
-
-    async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self._aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 # --------------------------------------------------------------------------- writers
@@ -714,82 +452,3 @@ class AsyncObjectStore(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
-
-
-# --------------------------------------------------------------------------- sync -> async
-
-
-_END = object()
-_T = TypeVar("_T")
-
-
-class SyncBackedAsyncStore(AsyncObjectStore):
-    """An AsyncObjectStore over a sync ObjectStore (memory:// and file://).
-
-    With `offload=True` every blocking call runs in `asyncio.to_thread` (file I/O);
-    with `offload=False` calls run inline (memory, where they never block). The stats
-    object is the sync store's, so both views count into the same counters.
-    """
-
-    def __init__(self, sync: ObjectStore, *, offload: bool) -> None:
-        self._sync = sync
-        self._offload = offload
-        self.url = sync.url
-        self.stats = sync.stats
-
-    async def _call(self, fn: Callable[..., _T], *args: object) -> _T:
-        if self._offload:
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
-
-    async def put(self, key: str, data: BytesLike) -> None:
-        await self._call(self._sync.put, key, data)
-
-    async def get(self, key: str) -> bytes:
-        return await self._call(self._sync.get, key)
-
-    async def get_range(self, key: str, start: int, length: int) -> bytes:
-        return await self._call(self._sync.get_range, key, start, length)
-
-    async def stream_get(
-        self, key: str, start: int = 0, *, chunk_size: int = DEFAULT_CHUNK_SIZE
-    ) -> AsyncObjectStream:
-        # The inner stream must not count bytes twice: give it a throwaway stats object
-        # by reading its raw chunk iterator through our own AsyncObjectStream.
-        inner = await self._call(lambda: self._sync.stream_get(key, start, chunk_size=chunk_size))
-        raw = inner._chunks  # the raw chunks: our own stream below counts the bytes
-
-        async def chunks() -> AsyncIterator[bytes]:
-            while True:
-                chunk = await self._call(next, raw, _END)
-                if chunk is _END:
-                    return
-                assert isinstance(chunk, bytes)
-                yield chunk
-
-        async def aclose() -> None:
-            await self._call(inner.close)
-
-        return AsyncObjectStream(chunks(), aclose, self.stats)
-
-    async def delete_many(self, keys: Iterable[str]) -> None:
-        keys = builtins.list(keys)
-        await self._call(self._sync.delete_many, keys)
-
-    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
-        it = await self._call(lambda: iter(self._sync.list(prefix)))
-        while True:
-            page = await self._call(lambda: builtins.list(itertools.islice(it, LIST_PAGE)))
-            if not page:
-                return
-            for info in page:
-                yield info
-
-    async def create_if_absent(self, key: str, data: BytesLike) -> bool:
-        return await self._call(self._sync.create_if_absent, key, data)
-
-    async def head(self, key: str) -> ObjectInfo:
-        return await self._call(self._sync.head, key)
-
-    async def close(self) -> None:
-        await self._call(self._sync.close)

@@ -43,11 +43,7 @@ from .base import (
     BytesLike,
     ObjectInfo,
     ObjectStore,
-    ObjectStream,
     ObjectWriter,
-    RequestKind,
-    StoreStats,
-    SyncBackedAsyncStore,
     as_bytes,
     batched,
     check_part_bytes,
@@ -57,6 +53,16 @@ from .base import (
     validate_prefix,
 )
 from .errors import InvalidRange, ObjectNotFound, StorageError, StorageUnavailable
+from .stats import (
+    RequestKind,
+    StoreStats,
+)
+from .streams import (
+    ObjectStream,
+)
+from .sync_backed import (
+    SyncBackedAsyncStore,
+)
 
 _RETRIABLE_ERRNOS = {
     errno.ENOSPC,

@@ -20,9 +20,6 @@ from .base import (
     BytesLike,
     ObjectInfo,
     ObjectStore,
-    ObjectStream,
-    StoreStats,
-    SyncBackedAsyncStore,
     as_bytes,
     batched,
     check_range,
@@ -32,6 +29,15 @@ from .base import (
     validate_prefix,
 )
 from .errors import InvalidRange, ObjectNotFound
+from .stats import (
+    StoreStats,
+)
+from .streams import (
+    ObjectStream,
+)
+from .sync_backed import (
+    SyncBackedAsyncStore,
+)
 
 
 class _Bucket:

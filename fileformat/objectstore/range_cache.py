@@ -65,7 +65,16 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 
 from skiff.fileformat.chunk_reader import coalesce_ranges
 
-from .base import DEFAULT_CHUNK_SIZE, AsyncObjectStore, AsyncObjectStream, BytesLike, ObjectInfo, as_bytes
+from .base import (
+    DEFAULT_CHUNK_SIZE,
+    AsyncObjectStore,
+    BytesLike,
+    ObjectInfo,
+    as_bytes,
+)
+from .streams import (
+    AsyncObjectStream,
+)
 
 MiB = 1 << 20
 DEFAULT_COALESCE_GAP_BYTES = MiB

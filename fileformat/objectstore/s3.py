@@ -44,10 +44,7 @@ from .base import (
     BytesLike,
     ObjectInfo,
     ObjectStore,
-    ObjectStream,
     ObjectWriter,
-    RequestKind,
-    StoreStats,
     as_bytes,
     batched,
     check_part_bytes,
@@ -63,6 +60,13 @@ from .errors import (
     PreconditionFailed,
     StorageError,
     StorageUnavailable,
+)
+from .stats import (
+    RequestKind,
+    StoreStats,
+)
+from .streams import (
+    ObjectStream,
 )
 
 if TYPE_CHECKING:

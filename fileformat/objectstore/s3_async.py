@@ -21,11 +21,8 @@ import aiohttp.payload
 from .base import (
     DEFAULT_CHUNK_SIZE,
     AsyncObjectStore,
-    AsyncObjectStream,
     BytesLike,
     ObjectInfo,
-    RequestKind,
-    StoreStats,
     as_bytes,
     batched,
     check_range,
@@ -43,6 +40,13 @@ from .s3 import (
     translate_error,
     utc,
     was_retried,
+)
+from .stats import (
+    RequestKind,
+    StoreStats,
+)
+from .streams import (
+    AsyncObjectStream,
 )
 
 

@@ -19,8 +19,10 @@ from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 from skiff.fileformat.objectstore import AsyncMemoryStore, StorageUnavailable, drop_memory_bucket
-from skiff.fileformat.objectstore.base import AsyncObjectStream
 from skiff.fileformat.objectstore.range_cache import RangeCache
+from skiff.fileformat.objectstore.streams import (
+    AsyncObjectStream,
+)
 
 BLOB = bytes(range(251)) * 400  # ~100 KB, offsets distinguishable (251 is prime)
 READERS = 20
