@@ -1,9 +1,9 @@
 """Prometheus metrics and health of one agent, served over HTTP (`--metrics-port`, default
 9100, 0 = off): `GET /metrics`, `GET /healthz` (200 while the process runs) and
 `GET /readyz` (200 `ready`, or 503 with the reason: draining, or which of metadata and the
-bucket failed and how; `agent.health`, whose probe runs on the agent's own schedule). A WSGI
-app on a threading server in daemon threads, so probes and scrapes never wait for the
-agent's event loop.
+bucket failed and how; `agent.health`, whose probe runs on the agent's own schedule), from
+`agent.http_endpoint` in daemon threads, so probes and scrapes never wait for the agent's
+event loop.
 
 A custom collector reads the live components at scrape time, so the hot paths keep
 plain integer counters and pay nothing per request for metrics:
@@ -83,16 +83,14 @@ running agent exports is in METRIC_DOCS with its type and labels.
 from __future__ import annotations
 
 import logging
-import socketserver
-import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from skiff.agent.groups.placement import placement_families
+from skiff.agent.http_endpoint import HttpEndpoint, serve_collector
 from skiff.agent.loop_histogram import LoopHistogram
 
 # The documentation of every family (agent.metric_docs), re-exported for the command below.
@@ -110,10 +108,8 @@ from skiff.agent.zones import zone_traffic_families
 from skiff.fileformat.objectstore.pricing import Prices
 
 if TYPE_CHECKING:
-    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
-
     from skiff.agent.context import ProduceSink
-    from skiff.agent.health import Readiness, ReadinessCheck
+    from skiff.agent.health import Readiness
     from skiff.agent.network.server import AgentServer
     from skiff.agent.runtime import RunningAgent
 
@@ -531,101 +527,6 @@ def security_metrics(servers: Iterable[AgentServer]) -> Iterator[Metric]:
     yield succeeded
 
 
-MAX_HTTP_THREADS = 16  # probes and scrapes at once; more connections are closed at accept
-HTTP_SOCKET_TIMEOUT_S = 10.0  # a client that sends its request slower than this is dropped
-
-
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    """A thread per request, at most MAX_HTTP_THREADS of them (a flood of connections to
-    the port cannot make the agent start threads without bound)."""
-
-    daemon_threads = True  # a stuck probe never keeps the process alive
-    allow_reuse_address = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._slots = threading.BoundedSemaphore(MAX_HTTP_THREADS)
-        self.refused = 0
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.refused += 1
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
-class _QuietHandler(WSGIRequestHandler):
-    timeout = HTTP_SOCKET_TIMEOUT_S
-
-    def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: no access log
-        pass
-
-
-def health_app(metrics: WSGIApplication, readiness: ReadinessCheck | None) -> WSGIApplication:
-    """/healthz and /readyz, /metrics from the Prometheus app, 404 for anything else."""
-
-    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        if path in ("/healthz", "/readyz"):
-            if path == "/healthz":
-                status, body = "200 OK", "ok\n"
-            elif readiness is None:
-                status, body = "503 Service Unavailable", "no readiness check\n"
-            else:
-                verdict = readiness.check()
-                status = "200 OK" if verdict.ready else "503 Service Unavailable"
-                if not verdict.ready:
-                    body = f"not ready: {verdict.reason}\n"
-                else:  # a tolerated probe failure shows (agent.health)
-                    body = "ready\n" if verdict.reason == "ok" else f"ready: {verdict.reason}\n"
-            data = body.encode()
-            start_response(
-                status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))]
-            )
-            return [data]
-        if path == "/metrics":
-            return metrics(environ, start_response)
-        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"not found: /metrics, /healthz and /readyz are served here\n"]
-
-    return app
-
-
-class HttpEndpoint:
-    """The running /metrics + /healthz + /readyz server; `close()` stops it."""
-
-    # serve_forever() checks for shutdown() every poll interval, and close() (called on the
-    # agent's event loop during a SIGTERM drain) waits for that check: at http.server's
-    # default 0.5 s it added half a second to every drain (bench/shutdown_drain.py).
-    POLL_INTERVAL_S = 0.05
-
-    def __init__(self, server: WSGIServer) -> None:
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, args=(self.POLL_INTERVAL_S,), name="skiff-http", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 def serve_metrics(
     agent: RunningAgent, host: str, port: int, readiness: Readiness | None = None
 ) -> HttpEndpoint | None:
@@ -636,25 +537,6 @@ def serve_metrics(
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent))
     return serve_collector(registry, host, port, readiness)
-
-
-def serve_collector(
-    registry: CollectorRegistry, host: str, port: int, readiness: ReadinessCheck | None
-) -> HttpEndpoint | None:
-    """/metrics of `registry`, /healthz and /readyz (`readiness.check()`) on host:port, in
-    daemon threads; a port already taken is logged (see serve_metrics)."""
-    try:
-        server = make_server(
-            host,
-            port,
-            health_app(make_wsgi_app(registry), readiness),
-            server_class=_ThreadingWSGIServer,
-            handler_class=_QuietHandler,
-        )
-    except OSError as e:
-        log.error("cannot serve /metrics, /healthz and /readyz on %s:%d: %s", host, port, e)
-        return None
-    return HttpEndpoint(server)
 
 
 __all__ = ["METRIC_DOCS", "TimedStore", "render_metrics_table", "replace_metrics_table"]

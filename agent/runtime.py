@@ -72,7 +72,7 @@ from skiff.fileformat.objectstore.range_cache import RangeCache
 from skiff.metadata.wire.operations import AgentClient, MetadataClient
 
 if TYPE_CHECKING:
-    from skiff.agent.metrics import HttpEndpoint
+    from skiff.agent.http_endpoint import HttpEndpoint
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Function-length budget: no function or method in the product packages over 70 lines.
+"""Length budgets: no function or method in the product packages over 70 lines, and no
+module over 600.
 
 A function's length is the count of source lines from its `def` (decorators not counted)
 to its last line, as `ast` reports them (`end_lineno - lineno + 1`), so a docstring and
@@ -12,8 +13,15 @@ where qualname is the dotted chain of enclosing classes and functions, e.g.
 `agent/metrics.py:Metrics.collect`. The list may only shrink: an entry that is now within
 the limit, or names no function, is an error as well, so the line must be deleted.
 
+A module's length is its count of lines. The modules over 600 lines when that budget came
+in are listed in `scripts/module_lengths_allowed.txt`, one `path ceiling` a line: such a
+module may not grow past its ceiling, and an entry whose module is now within 600 lines, or
+is gone, is an error (delete the line). Split a module by job, not by line count.
+
 Usage: python scripts/function_lengths.py [--root DIR] [--allowlist FILE] [--max-lines N]
-Exit status 0 when every function is within budget, 1 otherwise (one line per problem).
+    [--module-allowlist FILE] [--max-module-lines N]
+Exit status 0 when every function and module is within budget, 1 otherwise (one line per
+problem).
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from pathlib import Path
 PACKAGES = ("agent", "metadata", "compactor", "fileformat", "spark", "cli")
 MAX_LINES = 70
 ALLOWLIST = Path("scripts") / "function_lengths_allowed.txt"
+MAX_MODULE_LINES = 600
+MODULE_ALLOWLIST = Path("scripts") / "module_lengths_allowed.txt"
 
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -90,21 +100,72 @@ def problems(root: Path, allowlist: list[str], max_lines: int = MAX_LINES) -> li
     return found
 
 
+def module_lengths(root: Path) -> dict[str, int]:
+    """path -> lines for every module in the product packages."""
+    return {
+        path.relative_to(root).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for package in PACKAGES
+        for path in sorted((root / package).rglob("*.py"))
+    }
+
+
+def read_module_allowlist(path: Path) -> dict[str, int]:
+    """`path ceiling` lines -> {path: ceiling}; a line without a whole-number ceiling is an error."""
+    ceilings = {}
+    for entry in read_allowlist(path):
+        name, _, ceiling = entry.partition(" ")
+        if not ceiling.strip().isdigit():
+            raise SystemExit(f"{path}: {entry!r}: expected 'path ceiling', e.g. 'agent/config.py 726'")
+        ceilings[name] = int(ceiling)
+    return ceilings
+
+
+def module_problems(root: Path, ceilings: dict[str, int], max_lines: int = MAX_MODULE_LINES) -> list[str]:
+    """One message per module over budget or its ceiling, and per allowlist entry that must go."""
+    lengths = module_lengths(root)
+    found = []
+    for name, length in sorted(lengths.items()):
+        ceiling = ceilings.get(name)
+        if length > max_lines and ceiling is None:
+            found.append(f"{name}: {length} lines, over the module limit of {max_lines}: split it by job")
+        elif ceiling is not None and length > max(ceiling, max_lines):
+            found.append(
+                f"{name}: {length} lines, over its allowlisted ceiling of {ceiling}: split it by job "
+                "(the ceilings only come down)"
+            )
+    for name in sorted(ceilings):
+        if name not in lengths:
+            found.append(f"{name}: allowlisted but no such module: delete its line from the module allowlist")
+        elif lengths[name] <= max_lines:
+            found.append(
+                f"{name}: allowlisted but now {lengths[name]} lines, within the module limit of "
+                f"{max_lines}: delete its line from the module allowlist"
+            )
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_root = Path(__file__).resolve().parent.parent
     parser.add_argument("--root", type=Path, default=default_root, help="the repository's top folder")
     parser.add_argument("--allowlist", type=Path, help=f"default: ROOT/{ALLOWLIST.as_posix()}")
     parser.add_argument("--max-lines", type=int, default=MAX_LINES)
+    parser.add_argument("--module-allowlist", type=Path, help=f"default: ROOT/{MODULE_ALLOWLIST.as_posix()}")
+    parser.add_argument("--max-module-lines", type=int, default=MAX_MODULE_LINES)
     args = parser.parse_args(argv)
     allowlist_path = args.allowlist if args.allowlist is not None else args.root / ALLOWLIST
+    module_path = args.module_allowlist if args.module_allowlist is not None else args.root / MODULE_ALLOWLIST
     found = problems(args.root, read_allowlist(allowlist_path), args.max_lines)
-    for line in found:
+    found_modules = module_problems(args.root, read_module_allowlist(module_path), args.max_module_lines)
+    for line in found + found_modules:
         print(line)
     if found:
         print(f"{len(found)} function-length problem(s); the allowlist is {allowlist_path}", file=sys.stderr)
-        return 1
-    return 0
+    if found_modules:
+        print(
+            f"{len(found_modules)} module-length problem(s); the allowlist is {module_path}", file=sys.stderr
+        )
+    return 1 if found or found_modules else 0
 
 
 if __name__ == "__main__":

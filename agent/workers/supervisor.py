@@ -247,7 +247,7 @@ def run_pod(config: AgentConfig, background: Sequence[BackgroundRole] = ()) -> i
 async def _serve_pod(
     pod: Pod, socket_path: str, bucket_url: str, background: Sequence[BackgroundRole], pids: set[int]
 ) -> bool:
-    from skiff.agent.metrics import serve_collector
+    from skiff.agent.http_endpoint import serve_collector
     from skiff.agent.process import GC_THRESHOLDS
     from skiff.agent.usage_reporting import UsageReporting
 

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 from skiff.agent.config import AgentConfig
-from skiff.agent.metrics import MAX_HTTP_THREADS
+from skiff.agent.http_endpoint import MAX_HTTP_THREADS
 from skiff.agent.runtime import start_agent
 from skiff.fileformat.objectstore import open_async_store
 from skiff.metadata.server.local_client import LocalMetadataClient

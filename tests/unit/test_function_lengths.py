@@ -1,4 +1,5 @@
-"""scripts/function_lengths.py: the 70-line budget per function and its shrinking allowlist."""
+"""scripts/function_lengths.py: the 70-line budget per function, the 600-line budget per module,
+and their shrinking allowlists."""
 
 from __future__ import annotations
 
@@ -117,3 +118,53 @@ def test_the_allowlist_only_shrinks(tree: Path) -> None:
 
 def test_the_repository_keeps_its_budget() -> None:
     assert fl.problems(REPO, fl.read_allowlist(REPO / fl.ALLOWLIST)) == []
+
+
+def _module(root: Path, rel: str, lines: int) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"x{i} = {i}\n" for i in range(lines)))
+
+
+def test_modules_over_600_lines_fail_unless_allowlisted_under_their_ceiling(tmp_path: Path) -> None:
+    _module(tmp_path, "agent/fine.py", 600)
+    _module(tmp_path, "agent/big.py", 601)
+    _module(tmp_path, "cli/listed.py", 650)
+    _module(tmp_path, "cli/grown.py", 700)
+    _module(tmp_path, "tests/huge.py", 5000)  # not a product package
+    assert fl.module_lengths(tmp_path) == {
+        "agent/big.py": 601,
+        "agent/fine.py": 600,
+        "cli/grown.py": 700,
+        "cli/listed.py": 650,
+    }
+    found = fl.module_problems(tmp_path, {"cli/listed.py": 650, "cli/grown.py": 690})
+    assert found == [
+        "agent/big.py: 601 lines, over the module limit of 600: split it by job",
+        "cli/grown.py: 700 lines, over its allowlisted ceiling of 690: split it by job (the ceilings only come down)",
+    ]
+
+
+def test_the_module_allowlist_only_shrinks(tmp_path: Path) -> None:
+    _module(tmp_path, "agent/split.py", 400)
+    path = tmp_path / "scripts" / "module_lengths_allowed.txt"
+    path.parent.mkdir()
+    path.write_text("# offenders\nagent/split.py 640\nagent/gone.py 700  # deleted\n")
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--root", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        "agent/gone.py: allowlisted but no such module: delete its line from the module allowlist",
+        "agent/split.py: allowlisted but now 400 lines, within the module limit of 600: "
+        "delete its line from the module allowlist",
+    ]
+    path.write_text("agent/split.py\n")
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--root", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1 and "expected 'path ceiling'" in done.stderr
+
+
+def test_the_repository_keeps_its_module_budget() -> None:
+    assert fl.module_problems(REPO, fl.read_module_allowlist(REPO / fl.MODULE_ALLOWLIST)) == []
