@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 RequestKind = Literal[
     "put",
@@ -28,20 +28,7 @@ RequestKind = Literal[
     "complete_multipart_upload",
     "abort_multipart_upload",
 ]
-REQUEST_KINDS: tuple[RequestKind, ...] = (
-    "put",
-    "get",
-    "get_range",
-    "stream_get",
-    "delete",
-    "list",
-    "head",
-    "create_if_absent",
-    "create_multipart_upload",
-    "upload_part",
-    "complete_multipart_upload",
-    "abort_multipart_upload",
-)
+REQUEST_KINDS: tuple[RequestKind, ...] = get_args(RequestKind)
 
 
 @dataclass(frozen=True)

@@ -52,15 +52,6 @@ def _one_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) 
     return lines[0]
 
 
-@pytest.fixture
-def held_port() -> Iterator[int]:
-    """A port with a listener on 127.0.0.1 (taken)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        yield sock.getsockname()[1]
-
-
 def _closed_port() -> int:
     """A port nothing listens on (bound and released: the kernel does not reuse it at once)."""
     with socket.socket() as sock:

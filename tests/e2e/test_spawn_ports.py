@@ -8,21 +8,13 @@ from __future__ import annotations
 
 import socket
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.support import agents
 from tests.support.agents import METRICS_PORT_TAKEN, SkiffProcess, agent_args
-
-
-@pytest.fixture
-def held_port() -> Iterator[int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        yield sock.getsockname()[1]
 
 
 def _choices(monkeypatch: pytest.MonkeyPatch, first: list[int]) -> None:

@@ -184,6 +184,15 @@ def spawn_skiff(tmp_path: Path) -> Iterator[Callable[..., SkiffProcess]]:
         p.kill(signal.SIGTERM)
 
 
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A port with a listener on 127.0.0.1 (taken) for the test's duration."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        yield sock.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def playground(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("playground")

@@ -6,20 +6,10 @@ error into its one line: tests/e2e/test_cli_errors.py)."""
 from __future__ import annotations
 
 import errno
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from skiff.agent.process import run_playground
-
-
-@pytest.fixture
-def held_port() -> Iterator[int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        yield sock.getsockname()[1]
 
 
 @pytest.mark.parametrize("taken", ["metadata", "kafka"])
