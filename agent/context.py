@@ -38,6 +38,7 @@ from skiff.agent.quota_cache import QuotaCache
 from skiff.agent.quotas import WindowConfig
 from skiff.agent.schema_cache import SchemaIdCache
 from skiff.agent.topic_cache import TopicCache
+from skiff.metadata.build_info import SKIFF_VERSION
 from skiff.metadata.types import AgentInfo, BatchResult
 from skiff.metadata.wire.operations import AgentClient
 
@@ -133,6 +134,7 @@ def live_agents_view(config: AgentConfig, clock: Clock, bound_port: int | None =
         host=config.resolved_advertised_host(),
         port=config.resolved_advertised_port(bound_port),
         zone=config.zone,
+        version=SKIFF_VERSION,
     )
     return LiveAgents(me, ttl_ms=config.agent_ttl_ms, wall_ms=clock.wall_ms)
 

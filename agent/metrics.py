@@ -106,6 +106,7 @@ from skiff.agent.store_metrics import (
 )
 from skiff.agent.zones import zone_traffic_families
 from skiff.fileformat.objectstore.pricing import Prices
+from skiff.metadata.build_info import build_info_family
 
 if TYPE_CHECKING:
     from skiff.agent.context import ProduceSink
@@ -224,6 +225,7 @@ class AgentCollector(Collector):
         yield from _connection_limit_metrics(a)
         yield from _watch_and_group_metrics(a)
         yield from readiness_metrics(a.readiness)
+        yield build_info_family()
         yield from security_metrics(a.servers or [a.server])
         yield from _authorization_metrics(a)
         yield from _schema_validation_metrics(a)

@@ -10,6 +10,8 @@
     skiff schemas {list,get,register,check,delete,config,mode} --metadata URL ...
     skiff topics list|describe|create|alter|delete ... [--metadata URL] [--json]
     skiff groups list|describe|reset-offsets|delete ... [--metadata URL] [--json]
+    skiff agents list [--metadata URL] [--json]
+    skiff --version
 
 Agent settings come from flags and `SKIFF_*` environment variables (see
 `agent.config` and docs/configuration.md).
@@ -34,8 +36,10 @@ if TYPE_CHECKING:
 
 def _build_parser() -> argparse.ArgumentParser:
     from skiff.agent import config
+    from skiff.metadata.build_info import SKIFF_VERSION
 
     parser = argparse.ArgumentParser(prog="skiff", description="A diskless, Kafka-compatible broker.")
+    parser.add_argument("--version", action="version", version=f"skiff {SKIFF_VERSION}")
     parser.add_argument(
         "--log-level",
         default=os.environ.get("SKIFF_LOG_LEVEL", "INFO"),
@@ -196,10 +200,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_schemas_parser(sub)  # `skiff schemas` (the schema registry); dispatched through args.run
 
-    from skiff.cli import groups, topics
+    from skiff.cli import agents, groups, topics
 
     topics.add_parser(sub)
     groups.add_parser(sub)
+    agents.add_parser(sub)  # `skiff agents`; dispatched through args.run
     _add_debug_everywhere(sub)
     for long_running in (pg, ag, md, cp):  # what log shippers collect from
         long_running.add_argument(
@@ -245,7 +250,7 @@ def _table_catalog(metadata_url: str) -> str | None:
     return metadata_url
 
 
-_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "users", "schemas"})
+_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "agents", "users", "schemas"})
 
 
 class JsonLogFormatter(logging.Formatter):

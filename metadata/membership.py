@@ -93,6 +93,7 @@ class Membership:
                 r.last_heartbeat_ms,
                 _listeners(r.listeners),
                 bool(r.ready),
+                r.version or "",
             )
             for r in rows
             if r.last_heartbeat_ms >= cutoff

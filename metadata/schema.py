@@ -166,6 +166,8 @@ agents = Table(
     # The agent's own readiness (agent.health) at its last heartbeat: a live agent that is
     # not ready is routed no partitions and no coordinators.
     Column("ready", Boolean, nullable=False, server_default=true()),
+    # The Skiff version the agent runs (metadata.build_info); NULL from agents before versions.
+    Column("version", String(64), nullable=True),
 )
 
 # Per partition, what the compactor keeps (rows are created on first use, no foreign key:

@@ -311,6 +311,9 @@ class AgentInfo:
     # answering (agent.health). Agents that are not ready stay registered (their address and
     # node id keep) but lead no partition and coordinate nothing (agent.agent_registry).
     ready: bool = True
+    # The Skiff version the agent runs (metadata.build_info.SKIFF_VERSION); "" when not told
+    # (an agent from before versions).
+    version: Annotated[str, MaxLen(64)] = ""
 
 
 @dataclass(frozen=True)

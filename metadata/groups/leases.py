@@ -186,6 +186,7 @@ def heartbeat_agent(conn: Connection, agent: AgentInfo, now_ms: int, ttl_ms: int
         last_heartbeat_ms=now_ms,
         listeners=listeners,
         ready=agent.ready,
+        version=agent.version or None,
     )
     stmt = ins.on_conflict_do_update(
         index_elements=[a.agent_id],
@@ -196,6 +197,7 @@ def heartbeat_agent(conn: Connection, agent: AgentInfo, now_ms: int, ttl_ms: int
             "last_heartbeat_ms": now_ms,
             "listeners": listeners,
             "ready": agent.ready,
+            "version": agent.version or None,
         },
         where=((a.host == agent.host) & (a.port == agent.port)) | (a.last_heartbeat_ms < now_ms - ttl_ms),
     ).returning(a.agent_id)

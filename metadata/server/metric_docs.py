@@ -24,6 +24,14 @@ class MetricDoc(NamedTuple):
 
 METADATA_METRIC_DOCS: tuple[MetricDoc, ...] = (
     MetricDoc(
+        ("skiff_build_info",),
+        "gauge",
+        "version",
+        "1, labelled with the Skiff version the process runs (`skiff --version`); during a rolling "
+        "upgrade `count by (version) (skiff_build_info)` shows how far it got",
+        "agent, metadata",
+    ),
+    MetricDoc(
         ("skiff_metadata_http_requests_total",),
         "counter",
         "route,role,status",

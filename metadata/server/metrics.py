@@ -43,6 +43,7 @@ from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from skiff.metadata.build_info import build_info_family
 from skiff.metadata.db import observe_transactions
 from skiff.metadata.server import metrics_queries
 from skiff.metadata.server.auth import MetadataAuth, allow, iter_routes
@@ -247,6 +248,7 @@ class _Collector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         m = self._m
+        yield build_info_family()
         yield from _http_families(m)
         yield from _commit_families(m.commits)
         yield from _pool_families(m.svc)

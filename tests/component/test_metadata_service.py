@@ -750,6 +750,15 @@ async def test_agents_heartbeat_and_ttl(md: LocalMetadataClient, clock: FakeCloc
     ]
 
 
+async def test_agents_report_their_version_and_an_upgrade_replaces_it(md: LocalMetadataClient) -> None:
+    await md.heartbeat_agent(AgentInfo("a1", "h1", 9092, version="0.1.0"))
+    await md.heartbeat_agent(AgentInfo("old", "h2", 9093))  # an agent from before versions
+    assert [(a.agent_id, a.version) for a in await md.live_agents()] == [("a1", "0.1.0"), ("old", "")]
+    await md.heartbeat_agent(AgentInfo("a1", "h1", 9092, version="0.2.0"))  # restarted, upgraded
+    await md.heartbeat_agent(AgentInfo("old", "h2", 9093, version="0.2.0"))
+    assert [(a.agent_id, a.version) for a in await md.live_agents()] == [("a1", "0.2.0"), ("old", "0.2.0")]
+
+
 # ------------------------------------------------------------------ schema
 
 

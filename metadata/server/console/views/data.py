@@ -75,7 +75,8 @@ class AgentRow:
 
 
 def agent_rows(agents: Sequence[AgentInfo], now_ms: int) -> list[AgentRow]:
-    """Rack and version are not reported by agents' heartbeats: shown as '-'."""
+    """Rack is not reported by agents' heartbeats, nor the version by agents from before
+    versions (metadata.build_info): shown as '-'."""
     return [
         AgentRow(
             agent_id=a.agent_id,
@@ -84,7 +85,7 @@ def agent_rows(agents: Sequence[AgentInfo], now_ms: int) -> list[AgentRow]:
             address=f"{a.host}:{a.port}",
             listeners=", ".join(f"{n} {h}:{p}" for n, h, p in a.listeners) or "-",
             ready=a.ready,
-            version="-",
+            version=a.version or "-",
             heartbeat_age_ms=max(0, now_ms - a.last_heartbeat_ms),
         )
         for a in agents
