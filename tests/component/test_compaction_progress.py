@@ -1,4 +1,4 @@
-"""`skiff compact`'s progress bars (skiff.cli.compact.RichProgress) within a job: per
+"""`skiff compact`'s progress bars (skiff.cli.compact_output.RichProgress) within a job: per
 stream, the bytes consumed out of the most it can read (`planned_bytes_per_stream`: A over
 the files holding compacted data, B over all input files), and input chunks swapped."""
 
@@ -8,7 +8,7 @@ import io
 import uuid
 
 from rich.console import Console
-from skiff.cli.compact import RichProgress
+from skiff.cli.compact_output import RichProgress
 from skiff.compactor.job import planned_bytes_per_stream, planned_stream_bytes
 from skiff.compactor.plan import InputChunk, InputFile, JobPlan, JobStats, PartitionWork
 from skiff.fileformat.chunk_reader import ChunkLocation

@@ -7,7 +7,7 @@ import io
 import json
 
 from rich.console import Console
-from skiff.cli.compact import print_summary
+from skiff.cli.compact_output import print_summary
 from skiff.compactor.keymap import SLOT_BYTES, KeyMap, key_hash
 from skiff.compactor.pass_summary import PassSummary
 from skiff.compactor.plan import JobPlan, JobStats

@@ -1,4 +1,4 @@
-"""`skiff compact`'s summary table (skiff.cli.compact.print_summary) shows the transaction
+"""`skiff compact`'s summary table (skiff.cli.compact_output.print_summary) shows the transaction
 counts its `--json` summary has: aborted transactions' batches and markers dropped, added
 up over jobs and passes, the same numbers in both forms."""
 
@@ -8,7 +8,7 @@ import io
 import json
 
 from rich.console import Console
-from skiff.cli.compact import print_summary
+from skiff.cli.compact_output import print_summary
 from skiff.compactor.pass_summary import PassSummary
 from skiff.compactor.plan import JobPlan, JobStats
 
