@@ -4,6 +4,8 @@
 group in anyone's Metadata/FindCoordinator answers (its own included: it points clients at
 the healthy agent); when the bucket recovers it is ready again and leads its share. Alone
 and not ready, partitions have no leader (LEADER_NOT_AVAILABLE) and groups no coordinator.
+A ready agent whose probe fails once (fewer times in a row than readiness_failure_threshold)
+stays ready and keeps its partitions.
 
 The probes and heartbeats are driven by the test (`monitor.probe()`, `registry.beat_once()`);
 the agents' own loops run every minute, so they never race the assertions.
@@ -194,3 +196,39 @@ async def test_a_file_bucket_that_cannot_be_written_is_not_ready(
         assert [a.ready for a in await md.live_agents()] == [False]
     finally:
         await agent.close()
+
+
+async def test_one_failed_probe_moves_no_partition_three_in_a_row_do(md: LocalMetadataClient) -> None:
+    """readiness_failure_threshold (3 by default): a probe failing once, as a PUT in a store's
+    latency tail does, leaves the agent ready, heartbeating ready and leading its share; three
+    in a row turn it not ready, and its partitions go to the other agent."""
+    good = await start_agent(_config("steady"), md, open_async_store(f"memory://steady-{uuid.uuid4().hex}"))
+    store = UnwritableStore(f"blip-{uuid.uuid4().hex}")
+    store.broken = False
+    blip = await start_agent(_config("blip"), md, store)
+    try:
+        assert blip.readiness is not None and blip.readiness.monitor.failure_threshold == 3
+        await good.registry.beat_once()
+        topic = await md.create_topic(f"t-{uuid.uuid4().hex[:8]}", PARTITIONS, {})
+        shared = await _leaders(good, topic.name)
+        blip_id = blip.context.agents.self_node_id
+        assert (0, blip_id) in shared  # it leads its share
+
+        store.broken = True
+        for n in (1, 2):
+            verdict = await blip.readiness.monitor.probe()
+            assert verdict.ready and f"{n} of 3 probes in a row failed" in verdict.reason, verdict
+            await blip.registry.beat_once()
+            await good.registry.beat_once()
+            assert {a.agent_id: a.ready for a in await md.live_agents()} == {"steady": True, "blip": True}
+            assert await _leaders(good, topic.name) == shared
+            assert await _leaders(blip, topic.name) == shared
+        assert not (await blip.readiness.monitor.probe()).ready  # the third in a row
+        await blip.registry.beat_once()
+        await good.registry.beat_once()
+        assert {a.agent_id: a.ready for a in await md.live_agents()} == {"steady": True, "blip": False}
+        good_id = good.context.agents.self_node_id
+        assert await _leaders(good, topic.name) == [(0, good_id)] * PARTITIONS
+    finally:
+        await blip.close()
+        await good.close()
