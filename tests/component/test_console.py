@@ -94,7 +94,7 @@ def _env(tmp_path: Path, db_url: str, tokens: TokenTable | None) -> Iterator[Env
     values = [json.dumps({"n": i}).encode() for i in range(RECORDS)]
     produce(svc, bucket, topic, 0, values)
     svc.commit_offsets("g1", [GroupOffset("demo", 0, 2)])
-    svc.heartbeat_agent(AgentInfo("agent-1", "127.0.0.1", 9092, zone="zone-a"))
+    svc.heartbeat_agent(AgentInfo("agent-1", "127.0.0.1", 9092, zone="zone-a", version="9.8.7"))
     served = Served(create_app(svc, tokens=tokens))
     try:
         yield Env(svc, served, topic)
@@ -187,6 +187,7 @@ def test_reader_sees_every_page_with_the_services_numbers(env: Env) -> None:
     with signed_in(env, READER_TOKEN) as http:
         overview = http.get("/console").text
         assert "agent-1" in overview and "zone-a" in overview and "127.0.0.1:9092" in overview
+        assert "<td>9.8.7</td>" in overview  # the version the agent reported in its heartbeat
         assert cell(overview, "gets", 'data-role="reader"') == "2.00"  # per second over the hour
         assert cell(overview, "puts", 'data-role="agent"') == "0.10"
         assert cell(overview, "usd", 'data-role="reader"') == "$0.00288"  # 7,200 GETs at $0.0004 / 1,000
