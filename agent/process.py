@@ -57,6 +57,7 @@ from skiff.agent.runtime import (
 )
 from skiff.agent.usage_reporting import UsageReporting
 from skiff.fileformat.objectstore import AsyncObjectStore, open_async_store
+from skiff.metadata.build_info import SKIFF_VERSION
 from skiff.metadata.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     SASL_AUTHENTICATION_FAILED,
@@ -131,7 +132,7 @@ def run_agent(config: AgentConfig, background: Sequence[BackgroundRole] = ()) ->
         if config.metrics_port:
             agent.serve_health(config.host, config.metrics_port)
         where = ", ".join(f"{s.host or '*'}:{s.port}" for s in agent.servers)
-        print(f"skiff agent {config.agent_id} listening on {where}", flush=True)
+        print(f"skiff agent {config.agent_id} listening on {where} (skiff {SKIFF_VERSION})", flush=True)
         await _wait_for_stop_signal()
         return await agent.shutdown()
 

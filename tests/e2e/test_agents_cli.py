@@ -49,6 +49,10 @@ def test_agents_list_shows_what_clients_are_told_with_zone_readiness_and_version
     a = spawn_agent(spawn_skiff, moto_s3, url, "cli-a")
     b = spawn_agent(spawn_skiff, moto_s3, url, "cli-b", env={"SKIFF_ZONE": "zone-b"})
     wait_until(lambda: len(_listed(url)) == 2, "both agents to be listed")
+    assert (
+        f"skiff agent cli-a listening on 127.0.0.1:{a.proc.port} (skiff {SKIFF_VERSION})"
+        in a.proc.log.read_text()
+    )
 
     rows = _listed(url)
     assert [r["agent_id"] for r in rows] == ["cli-a", "cli-b"]

@@ -20,7 +20,7 @@ from skiff.metadata.wire.http_client import SyncHttpMetadataClient
 from tests.support.agents import SkiffProcess, agent_args
 
 BEATS = 10
-BANNER = re.compile(r"skiff agent \S+ listening on \S+")
+BANNER = re.compile(r"skiff agent \S+ listening on \S+ \(skiff \S+\)")
 FAST = {
     "SKIFF_HEARTBEAT_INTERVAL_MS": "20",
     "SKIFF_TRANSACTION_SCAN_INTERVAL_MS": "20",
