@@ -11,6 +11,7 @@
     skiff topics list|describe|create|alter|delete ... [--metadata URL] [--json]
     skiff groups list|describe|reset-offsets|delete ... [--metadata URL] [--json]
     skiff agents list [--metadata URL] [--json]
+    skiff acls list|add|remove [--topic T | --group G | --transactional-id X | --cluster] ...
     skiff --version
 
 Agent settings come from flags and `SKIFF_*` environment variables (see
@@ -200,11 +201,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_schemas_parser(sub)  # `skiff schemas` (the schema registry); dispatched through args.run
 
-    from skiff.cli import agents, groups, topics
+    from skiff.cli import acls, agents, groups, topics
 
     topics.add_parser(sub)
     groups.add_parser(sub)
     agents.add_parser(sub)  # `skiff agents`; dispatched through args.run
+    acls.add_parser(sub)  # `skiff acls`; dispatched through args.run
     _add_debug_everywhere(sub)
     for long_running in (pg, ag, md, cp):  # what log shippers collect from
         long_running.add_argument(
@@ -250,7 +252,7 @@ def _table_catalog(metadata_url: str) -> str | None:
     return metadata_url
 
 
-_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "agents", "users", "schemas"})
+_ONE_SHOT = frozenset({"inspect", "compact", "topics", "groups", "agents", "acls", "users", "schemas"})
 
 
 class JsonLogFormatter(logging.Formatter):

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CommandError",
     "add_connection_arguments",
+    "agents_bootstrap",
     "connect",
     "print_json",
     "print_table",
@@ -126,6 +127,18 @@ def run_command(name: str, args: argparse.Namespace, body: Callable[[MetadataCli
             await client.close()
 
     return asyncio.run(main())
+
+
+MAX_BOOTSTRAP_AGENTS = 3  # librdkafka needs one; a few survive one being down
+
+
+async def agents_bootstrap(md: MetadataClient, why: str) -> str:
+    """`bootstrap.servers` for a command that must ask an agent (`why`) but was given only
+    the metadata service: a few of the live ready agents metadata lists."""
+    agents = [a for a in await md.live_agents() if a.ready]
+    if not agents:
+        raise CommandError(f"{why}, and no agent is live and ready")
+    return ",".join(f"{a.host}:{a.port}" for a in agents[:MAX_BOOTSTRAP_AGENTS])
 
 
 def print_json(value: Any) -> None:

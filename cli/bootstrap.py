@@ -28,7 +28,7 @@ from skiff.cli.errors import CommandError
 METADATA_URL_CONFIG = "skiff.metadata.url"
 
 
-def _admin(bootstrap: str, kafka_config: dict[str, str], timeout_ms: int) -> Any:
+def kafka_admin(bootstrap: str, kafka_config: dict[str, str], timeout_ms: int) -> Any:
     from confluent_kafka.admin import AdminClient
 
     conf: dict[str, Any] = {
@@ -40,7 +40,7 @@ def _admin(bootstrap: str, kafka_config: dict[str, str], timeout_ms: int) -> Any
     return AdminClient(conf)
 
 
-def _unreachable(bootstrap: str, exc: BaseException) -> CommandError:
+def unreachable(bootstrap: str, exc: BaseException) -> CommandError:
     error = exc.args[0] if exc.args else exc
     text = error.str() if hasattr(error, "str") else str(error)  # a KafkaError's own message
     return CommandError(f"cannot reach an agent at {bootstrap}: {text}")
@@ -51,7 +51,7 @@ def metadata_url_from_agent(bootstrap: str, kafka_config: dict[str, str], timeou
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]  # re-exported without __all__
 
-    admin = _admin(bootstrap, kafka_config, timeout_ms)
+    admin = kafka_admin(bootstrap, kafka_config, timeout_ms)
     timeout_s = timeout_ms / 1000
     try:
         brokers = admin.list_topics(timeout=timeout_s).brokers
@@ -62,7 +62,7 @@ def metadata_url_from_agent(bootstrap: str, kafka_config: dict[str, str], timeou
         future = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
         entries = future.result(timeout=timeout_s)
     except KafkaException as e:
-        raise _unreachable(bootstrap, e) from None
+        raise unreachable(bootstrap, e) from None
     entry = entries.get(METADATA_URL_CONFIG)
     if entry is None:
         raise CommandError(f"the agent at {bootstrap} does not say where metadata is ({METADATA_URL_CONFIG})")
@@ -87,10 +87,10 @@ def offsets_for_times(
 
     if not queries:
         return {}
-    admin = _admin(bootstrap, kafka_config, timeout_ms)
+    admin = kafka_admin(bootstrap, kafka_config, timeout_ms)
     wanted = {TopicPartition(t, p): OffsetSpec.for_timestamp(ts) for t, p, ts in queries}
     try:
         futures = admin.list_offsets(wanted, request_timeout=timeout_ms / 1000)
         return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
     except KafkaException as e:
-        raise _unreachable(bootstrap, e) from None
+        raise unreachable(bootstrap, e) from None

@@ -38,6 +38,7 @@ from typing import Any
 from skiff.cli.admin_common import (
     CommandError,
     add_connection_arguments,
+    agents_bootstrap,
     print_json,
     print_table,
     run_command,
@@ -47,8 +48,6 @@ from skiff.cli.profile import DEFAULT_TIMEOUT_MS, Connection
 from skiff.metadata.errors import NON_EMPTY_GROUP, MetadataError
 from skiff.metadata.types import GroupOffset, PartitionKey, StoredGroup, Topic
 from skiff.metadata.wire.operations import MetadataClient
-
-MAX_BOOTSTRAP_AGENTS = 3  # librdkafka needs one; a few survive one being down
 
 
 def add_parser(sub: Any) -> None:
@@ -413,10 +412,7 @@ async def offsets_at_time(
     conn: Connection | None = getattr(args, "connection", None)
     bootstrap = conn.bootstrap_server if conn is not None else None
     if not bootstrap:
-        agents = [a for a in await md.live_agents() if a.ready]
-        if not agents:
-            raise CommandError("--to-datetime asks an agent (ListOffsets by timestamp), and no agent is live")
-        bootstrap = ",".join(f"{a.host}:{a.port}" for a in agents[:MAX_BOOTSTRAP_AGENTS])
+        bootstrap = await agents_bootstrap(md, "--to-datetime asks an agent (ListOffsets by timestamp)")
     queries = [(t.name, p, ts_ms) for t, p in keys]
     kafka_config = conn.kafka_config if conn is not None else {}
     timeout_ms = conn.timeout_ms if conn is not None else DEFAULT_TIMEOUT_MS

@@ -7,6 +7,7 @@ anonymous PLAINTEXT clients are refused."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -174,3 +175,116 @@ def test_sasl_principals_are_what_acls_name(cluster: Cluster) -> None:
     )
     principals = {b.principal for b in admin.describe_acls(everything).result(timeout=30)}
     assert principals == {"User:alice", "User:bob"}
+
+
+def _acls(cluster: Cluster, user: str, tmp: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """`skiff acls ...` through the SASL_SSL listener as `user` (a kafka-acls.sh style
+    --command-config file)."""
+    props = tmp / f"{user}.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        f"sasl.username={user}\nsasl.password={USERS[user]}\nssl.ca.location={cluster.pki.ca}\n"
+    )
+    bootstrap = ["--bootstrap-server", f"127.0.0.1:{cluster.sasl}", "--command-config", str(props)]
+    return subprocess.run(
+        [*skiff_command(), "acls", *args, *bootstrap], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_skiff_acls_adds_lists_and_removes_as_kafka_acls_does(cluster: Cluster, tmp_path: Any) -> None:
+    """`skiff acls` (CreateAcls, DescribeAcls, DeleteAcls through an agent): what it adds is
+    what confluent-kafka's admin API then describes, the filters are Kafka's (match finds a
+    prefixed binding that applies), a user without Alter on the cluster is refused with
+    Kafka's code, and usage errors are one line."""
+    topic = f"cli-{uuid.uuid4().hex[:6]}"
+    added = _acls(
+        cluster, "admin", tmp_path, "add", "--allow-principal", "User:carol",
+        "--operation", "Read", "--operation", "describe", "--topic", topic,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith("Added 2 ACL(s).\n")
+    listed = _acls(cluster, "admin", tmp_path, "list", "--topic", topic, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    literal = {"host": "*", "permission": "ALLOW", "resource_type": "TOPIC", "resource": topic}
+    assert rows == [
+        {"principal": "User:carol", **literal, "operation": op, "pattern_type": "LITERAL"}
+        for op in ("Describe", "Read")
+    ]
+    admin = AdminClient(cluster.conf("admin"))
+    from confluent_kafka.admin import AclBindingFilter
+
+    on_topic = AclBindingFilter(
+        ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+        None, None, AclOperation.ANY, AclPermissionType.ANY,  # type: ignore[arg-type]
+    )  # fmt: skip
+    described = admin.describe_acls(on_topic).result(timeout=30)
+    assert sorted((b.principal, b.operation.name) for b in described) == [
+        ("User:carol", "DESCRIBE"),
+        ("User:carol", "READ"),
+    ]
+
+    prefix = topic[:5]
+    denied = _acls(
+        cluster, "admin", tmp_path, "add", "--deny-principal", "User:carol", "--deny-host", "127.0.0.9",
+        "--operation", "Write", "--topic", prefix, "--resource-pattern-type", "prefixed",
+    )  # fmt: skip
+    assert denied.returncode == 0, denied.stderr
+    matching = _acls(
+        cluster, "admin", tmp_path, "list", "--topic", topic, "--resource-pattern-type", "match", "--json"
+    )
+    assert {(r["operation"], r["permission"], r["pattern_type"]) for r in json.loads(matching.stdout)} == {
+        ("Read", "ALLOW", "LITERAL"),
+        ("Describe", "ALLOW", "LITERAL"),
+        ("Write", "DENY", "PREFIXED"),
+    }
+    table = _acls(
+        cluster, "admin", tmp_path, "list", "--topic", prefix, "--resource-pattern-type", "prefixed"
+    ).stdout
+    assert ["User:carol", "127.0.0.9", "Write", "DENY", "TOPIC", prefix, "PREFIXED"] in [
+        line.split() for line in table.splitlines()
+    ]
+
+    refused = _acls(cluster, "alice", tmp_path, "add", "--allow-principal", "User:alice", "--cluster")
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr, (
+        refused.stderr
+    )
+
+    removed = _acls(
+        cluster,
+        "admin",
+        tmp_path,
+        "remove",
+        "--allow-principal",
+        "User:carol",
+        "--operation",
+        "Read",
+        "--topic",
+        topic,
+    )
+    assert removed.returncode == 0 and removed.stdout.startswith("Removed 1 ACL(s).\n"), removed.stdout
+    left = json.loads(_acls(cluster, "admin", tmp_path, "list", "--topic", topic, "--json").stdout)
+    assert [r["operation"] for r in left] == ["Describe"]
+    # no principal: every ACL of the resource, as kafka-acls.sh --remove does
+    for args in (["--topic", topic], ["--topic", prefix, "--resource-pattern-type", "prefixed"]):
+        assert _acls(cluster, "admin", tmp_path, "remove", *args).returncode == 0
+    assert json.loads(_acls(cluster, "admin", tmp_path, "list", "--topic", topic, "--json").stdout) == []
+
+    for args, message in (
+        (["add", "--topic", topic], "name a principal"),
+        (["remove", "--allow-principal", "User:x"], "name a resource"),
+        (
+            ["add", "--allow-principal", "User:x", "--operation", "Fly", "--topic", topic],
+            "unknown --operation 'Fly'",
+        ),
+        (
+            ["add", "--allow-principal", "User:x", "--topic", topic, "--resource-pattern-type", "match"],
+            "only filters",
+        ),
+    ):
+        bad = _acls(cluster, "admin", tmp_path, *args)
+        assert bad.returncode in (1, 2) and bad.stderr.count("\n") == 1 and message in bad.stderr, (
+            args,
+            bad.stderr,
+        )
