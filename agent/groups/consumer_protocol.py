@@ -4,7 +4,7 @@ of OffsetCommit / OffsetFetch, over the model of `agent.groups.consumer_model`.
 
 One heartbeat, in order (Kafka's GroupMetadataManager.consumerGroupHeartbeat):
 
-1. Validate the request (`validate`): group id, member id, epochs, the fields a joining
+1. Validate the request (`consumer_requests.validate`): group id, member id, epochs, the fields a joining
    member must send, the assignor (`uniform`, `range`: UNSUPPORTED_ASSIGNOR), the regex
    (INVALID_REGULAR_EXPRESSION).
 2. Find the member: epoch 0 joins (or rejoins: a known member id sending 0 gets its whole
@@ -44,26 +44,24 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from skiff.agent.groups.assignors import ASSIGNORS, Assignment
+from skiff.agent.groups.assignors import Assignment
 from skiff.agent.groups.consumer_model import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
     ConsumerGroup,
     ConsumerMember,
-    InvalidRegex,
     MemberState,
     TopicView,
     apply,
-    compile_regex,
     reconcile,
     with_authorized_regex_topics,
 )
 from skiff.agent.groups.consumer_offsets import validate_commit, validate_fetch
 from skiff.agent.groups.consumer_persistence import decode_consumer_group, encode_consumer_group
+from skiff.agent.groups.consumer_requests import HeartbeatResult, MemberRequest
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
@@ -77,90 +75,11 @@ MAX_GROUP_SIZE = 10_000  # members per group (GROUP_MAX_SIZE_REACHED beyond)
 TIMER_KINDS = ("consumer-session", "consumer-revoke", "consumer-join")  # purgatory keys per member
 
 
-@dataclass(frozen=True)
-class MemberRequest:
-    """A ConsumerGroupHeartbeat, as the coordinator reads it (None: unchanged since the last one)."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Assignment | None = None
-    client_id: str = ""
-    client_host: str = ""
-    # Whether the member's principal may DESCRIBE a topic (the handler's authorizer): topics
-    # matching its regex that it may not are never assigned to it. None: every topic.
-    describable: Callable[[str], bool] | None = field(default=None, compare=False)
-
-    @property
-    def is_full(self) -> bool:
-        """Kafka's full request (sent on joining and after errors): the answer carries the assignment."""
-        has_subscription = self.subscribed_topic_names is not None or self.subscribed_topic_regex is not None
-        return self.rebalance_timeout_ms != -1 and has_subscription and self.owned is not None
-
-
-@dataclass(frozen=True)
-class HeartbeatResult:
-    error: ErrorCode
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = -1
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
-    group: ConsumerGroup | None = field(default=None, compare=False)  # to store before answering
-
-
 class _Refused(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def _invalid(req: MemberRequest) -> str | None:
-    """Why the request is malformed (INVALID_REQUEST), as Kafka words it; None if it is not."""
-    joining = req.member_epoch == 0
-    checks = (
-        (not req.group_id, "GroupId can't be empty."),
-        (req.instance_id is not None and not req.instance_id, "InstanceId can't be empty."),
-        (req.member_epoch < STATIC_LEAVE_EPOCH, f"MemberEpoch {req.member_epoch} is invalid."),
-        (not joining and not req.member_id, "MemberId can't be empty."),
-        (
-            req.member_epoch == STATIC_LEAVE_EPOCH and req.instance_id is None,
-            "InstanceId can't be null when leaving with epoch -2.",
-        ),
-        (joining and req.rebalance_timeout_ms == -1, "RebalanceTimeoutMs must be provided in first request."),
-        (
-            joining and (req.owned is None or any(req.owned.values())),
-            "TopicPartitions must be empty when (re-)joining.",
-        ),
-        (
-            joining and req.subscribed_topic_names is None and req.subscribed_topic_regex is None,
-            "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
-        ),
-    )
-    return next((message for failed, message in checks if failed), None)
-
-
-def validate(req: MemberRequest) -> HeartbeatResult | None:
-    """Kafka's request checks; None when the request may proceed."""
-    message = _invalid(req)
-    if message is not None:
-        return HeartbeatResult(ErrorCode.invalid_request, message, req.member_id or None)
-    if req.server_assignor is not None and req.server_assignor not in ASSIGNORS:
-        message = f"Unsupported assignor {req.server_assignor!r}."
-        return HeartbeatResult(ErrorCode.unsupported_assignor, message, req.member_id or None)
-    if req.subscribed_topic_regex:
-        try:
-            compile_regex(req.subscribed_topic_regex)
-        except InvalidRegex as e:
-            return HeartbeatResult(ErrorCode.invalid_regular_expression, str(e), req.member_id or None)
-    return None
 
 
 class _MemberTimer(DelayedOperation):

@@ -32,7 +32,7 @@ from kio.static.primitive import i8, i32
 from skiff.agent.context import AgentContext
 from skiff.agent.groups.assignors import Assignment as PartitionsByTopic
 from skiff.agent.groups.consumer_model import ConsumerGroup, ConsumerMember
-from skiff.agent.groups.coordinator import coordinator, owns_group
+from skiff.agent.groups.ownership import coordinator, owns_group
 from skiff.agent.handlers import (
     NO_THROTTLE,
     HandlerSpec,

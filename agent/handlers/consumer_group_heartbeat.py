@@ -39,8 +39,8 @@ from kio.static.primitive import i32, i32Timedelta
 from skiff.agent.context import AgentContext
 from skiff.agent.groups.assignors import Assignment as PartitionsByTopic
 from skiff.agent.groups.consumer_model import TopicView
-from skiff.agent.groups.consumer_protocol import HeartbeatResult, MemberRequest, validate
-from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.consumer_requests import HeartbeatResult, MemberRequest, validate
+from skiff.agent.groups.ownership import coordinator, ensure_coordinator
 from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, TOPIC_DENIED, filtered, on, request, requires
 from skiff.agent.protocol import convert

@@ -15,7 +15,7 @@ from typing import Any
 from kio.schema.delete_groups.v2.response import DeletableGroupResult, DeleteGroupsResponse
 from kio.schema.errors import ErrorCode
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.ownership import coordinator, ensure_coordinator
 from skiff.agent.handlers import (
     METADATA_ERRORS,
     NO_THROTTLE,

@@ -28,8 +28,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import GroupId
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import coordinator, owns_group
 from skiff.agent.groups.model import GroupDescription, GroupState
+from skiff.agent.groups.ownership import coordinator, owns_group
 from skiff.agent.handlers import (
     METADATA_ERRORS,
     NO_THROTTLE,

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.heartbeat.v4.response import HeartbeatResponse
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.ownership import coordinator, ensure_coordinator
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 from skiff.agent.protocol import convert

@@ -21,9 +21,9 @@ from kio.schema.join_group.v9.request import JoinGroupRequest
 from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
 from skiff.agent.groups.embedded_protocol import decode_subscription
 from skiff.agent.groups.model import JoinResult
+from skiff.agent.groups.ownership import coordinator, ensure_coordinator
 from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 from skiff.agent.handlers.consumer_group_heartbeat import topic_view

@@ -22,8 +22,8 @@ from kio.schema.list_groups.v5.response import ListedGroup, ListGroupsResponse
 from kio.schema.types import GroupId
 from skiff.agent.context import AgentContext
 from skiff.agent.groups.consumer_model import ConsumerGroup
-from skiff.agent.groups.coordinator import coordinator, owned_groups
 from skiff.agent.groups.model import GroupState
+from skiff.agent.groups.ownership import coordinator, owned_groups
 from skiff.agent.handlers import (
     METADATA_ERRORS,
     NO_THROTTLE,

@@ -37,7 +37,7 @@ from kio.schema.offset_commit.v9.response import (
 )
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.ownership import coordinator, ensure_coordinator
 from skiff.agent.handlers import (
     METADATA_ERRORS,
     NO_THROTTLE,

@@ -26,8 +26,8 @@ from kio.schema.offset_delete.v0.response import (
     OffsetDeleteResponseTopic,
 )
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
 from skiff.agent.groups.model import CONSUMER_PROTOCOL_TYPE
+from skiff.agent.groups.ownership import coordinator, ensure_coordinator
 from skiff.agent.handlers import (
     METADATA_ERRORS,
     NO_THROTTLE,

@@ -52,7 +52,7 @@ from kio.schema.offset_fetch.v9.response import (
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import coordinator, owns_group
+from skiff.agent.groups.ownership import coordinator, owns_group
 from skiff.agent.handlers import (
     METADATA_ERRORS,
     NO_THROTTLE,

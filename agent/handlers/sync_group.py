@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.sync_group.v5.request import SyncGroupRequest
 from kio.schema.sync_group.v5.response import SyncGroupResponse
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
 from skiff.agent.groups.model import SyncResult
+from skiff.agent.groups.ownership import coordinator, ensure_coordinator
 from skiff.agent.handlers import NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import GROUP_DENIED, RT, on, request, requires
 from skiff.agent.protocol import convert

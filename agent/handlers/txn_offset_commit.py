@@ -31,7 +31,7 @@ from kio.schema.txn_offset_commit.v3.response import (
 )
 from kio.static.primitive import i32
 from skiff.agent.context import AgentContext
-from skiff.agent.groups.coordinator import coordinator, ensure_coordinator
+from skiff.agent.groups.ownership import coordinator, ensure_coordinator
 from skiff.agent.handlers import METADATA_ERRORS, NO_THROTTLE, HandlerSpec, Op, Request, Resource, authorized
 from skiff.agent.handlers._access import (
     GROUP_DENIED,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 from skiff.agent.groups.consumer_model import TopicView
-from skiff.agent.groups.consumer_protocol import MemberRequest
+from skiff.agent.groups.consumer_requests import MemberRequest
 from skiff.agent.groups.coordinator import GroupCoordinator
 from skiff.agent.groups.embedded_protocol import decode_assignment, encode_assignment, encode_subscription
 from skiff.agent.groups.fencing import GroupFence

@@ -23,7 +23,8 @@ from skiff.agent.groups.consumer_persistence import (
     encode_consumer_group,
     is_consumer_state,
 )
-from skiff.agent.groups.consumer_protocol import ConsumerGroups, HeartbeatResult, MemberRequest, validate
+from skiff.agent.groups.consumer_protocol import ConsumerGroups
+from skiff.agent.groups.consumer_requests import HeartbeatResult, MemberRequest, validate
 from skiff.agent.purgatory import DelayedOperation, DelayedOperationPurgatory
 from skiff.agent.timing_wheel import SystemTimer
 

@@ -17,7 +17,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from skiff.agent.groups.consumer_model import ClassicMeta, ConsumerGroup, TopicView
 from skiff.agent.groups.consumer_persistence import decode_consumer_group, encode_consumer_group
-from skiff.agent.groups.consumer_protocol import MemberRequest
+from skiff.agent.groups.consumer_requests import MemberRequest
 from skiff.agent.groups.coordinator import GroupCoordinator
 from skiff.agent.groups.embedded_protocol import (
     decode_assignment,
