@@ -256,6 +256,10 @@ def _call(bootstrap: str, args: argparse.Namespace) -> list[dict[str, str]]:
         for acl_filter in _list_filters(args):
             found += admin.describe_acls(acl_filter, request_timeout=timeout_s).result(timeout=timeout_s)
         return [binding_row(b) for b in found]
+    except TimeoutError:  # a future not done in time: nothing answered
+        raise CommandError(
+            f"cannot reach an agent at {bootstrap}: no answer within {conn.timeout_ms} ms"
+        ) from None
     except KafkaException as e:
         error: Any = e.args[0] if e.args else e
         if isinstance(error, KafkaError) and not error.retriable() and error.code() > 0:

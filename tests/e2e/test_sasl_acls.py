@@ -288,3 +288,26 @@ def test_skiff_acls_adds_lists_and_removes_as_kafka_acls_does(cluster: Cluster, 
             args,
             bad.stderr,
         )
+
+
+def test_skiff_acls_without_an_agent_is_one_line() -> None:
+    closed = free_port()  # nothing listens there
+    done = subprocess.run(
+        [
+            *skiff_command(),
+            "acls",
+            "list",
+            "--bootstrap-server",
+            f"127.0.0.1:{closed}",
+            "--timeout-ms",
+            "2000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done
+    assert (
+        done.stderr == f"skiff acls: cannot reach an agent at 127.0.0.1:{closed}: no answer within 2000 ms\n"
+    )
