@@ -308,6 +308,6 @@ def test_skiff_acls_without_an_agent_is_one_line() -> None:
         check=False,
     )
     assert done.returncode == 1, done
-    assert (
-        done.stderr == f"skiff acls: cannot reach an agent at 127.0.0.1:{closed}: no answer within 2000 ms\n"
-    )
+    # librdkafka's own timeout or the command's, whichever ends first: one line either way
+    assert done.stderr.startswith(f"skiff acls: cannot reach an agent at 127.0.0.1:{closed}: "), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
