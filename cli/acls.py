@@ -172,6 +172,7 @@ def _bindings(args: argparse.Namespace, *, filter_: bool) -> list[Any]:
     entries = _entries(args, filter_=filter_)
     if not entries:
         raise CommandError("name a principal: --allow-principal or --deny-principal")
+    operations = _operations(args, every=entries == [(None, None, "ANY")])
     # a filter's None principal and host match any (confluent-kafka's stubs say str)
     make: Any = AclBindingFilter if filter_ else AclBinding
     return [
@@ -186,7 +187,7 @@ def _bindings(args: argparse.Namespace, *, filter_: bool) -> list[Any]:
         )
         for rtype, name in resources
         for principal, host, permission in entries
-        for op in _operations(args, every=entries == [(None, None, "ANY")])
+        for op in operations
     ]
 
 
